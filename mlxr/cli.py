@@ -1,0 +1,84 @@
+"""Command line: `mlxr generate`, `mlxr run` (interactive chat)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from mlxr.errors import MLXRError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mlxr", description="Local-first LLM inference engine")
+    p.add_argument("--log-level", default="WARNING")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="one-shot completion of a prompt")
+    _model_options(g, positional=False)
+    g.add_argument("prompt")
+    _sampling_options(g)
+    r = sub.add_parser("run", help="interactive chat in the terminal")
+    _model_options(r, positional=True)
+    r.add_argument("--system", default=None, help="system prompt")
+    _sampling_options(r, default_max=512)
+    return p
+
+
+def _model_options(p: argparse.ArgumentParser, positional: bool) -> None:
+    if positional:
+        p.add_argument("model", nargs="?", default="gemma3-270m")
+    else:
+        p.add_argument("--model", "-m", default="gemma3-270m")
+    p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
+
+
+def _sampling_options(p: argparse.ArgumentParser, default_max: int = 128) -> None:
+    p.add_argument("--max-tokens", type=int, default=default_max)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def sampling_from(ns: argparse.Namespace):
+    from mlxr.types import SamplingParams
+
+    return SamplingParams(
+        max_tokens=ns.max_tokens,
+        temperature=ns.temperature,
+        top_k=ns.top_k,
+        top_p=ns.top_p,
+        seed=ns.seed,
+    )
+
+
+def cmd_generate(ns: argparse.Namespace) -> int:
+    from mlxr.llm import LLM
+
+    params = sampling_from(ns)
+    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device)
+    out = llm.generate(ns.prompt, params)[0]
+    print(out.outputs[0].text)
+    return 0
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from mlxr.chat_repl import chat_loop
+
+    return chat_loop(ns.model, sampling_from(ns), ns.system, ns.dtype, ns.device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
+    try:
+        return {"generate": cmd_generate, "run": cmd_run}[ns.command](ns)
+    except MLXRError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

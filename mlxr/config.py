@@ -1,0 +1,65 @@
+"""Frozen configuration records built at the edge (CLI, LLM(...)) and passed down."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """HF `rope_scaling`; only the "llama3" and "linear" kinds change the frequencies."""
+
+    rope_type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The architecture of one model, in Hugging Face terms (config.json names)."""
+
+    model_type: str  # canonical: "llama" | "qwen2" | "gemma3"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v projections carry a bias (qwen2)
+    hidden_act: str = "silu"  # "silu" | "gelu_pytorch_tanh"
+    # Gemma 3 and Mistral: window of the sliding layers (None = every layer is global).
+    sliding_window: int | None = None
+    # Per layer: True where the layer uses the sliding window.
+    sliding_layers: tuple[bool, ...] = ()
+    rope_local_base_freq: float | None = None  # gemma3: theta of the sliding layers
+    query_pre_attn_scalar: float | None = None  # gemma3: attention scale = this ** -0.5
+    final_logit_softcapping: float | None = None
+    attn_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def is_sliding(self, layer: int) -> bool:
+        return bool(self.sliding_layers) and self.sliding_layers[layer]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of the serving engine (vLLM names)."""
+
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # None: sized from kv_cache_memory_gb
+    kv_cache_memory_gb: float = 1.0
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None  # None: the model's context length
+    enable_prefix_caching: bool = True
+    swap_space_gb: float = 0.0
+    max_waiting: int = 1024

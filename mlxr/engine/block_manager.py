@@ -1,0 +1,140 @@
+"""KV block allocation: reference counts, prefix caching by chained block hashes,
+copy-on-write for shared partial blocks, and LRU eviction of cached free blocks.
+Pure Python: block ids only, the tensors live in kv_cache.py."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from mlxr.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class BlockUsage:
+    total: int
+    used: int  # referenced by at least one sequence
+    cached: int  # free but still holding a reusable prefix
+    free: int  # allocatable now (cached ones included: they are evicted on demand)
+
+
+def block_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
+    return hash((parent, tokens))
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        assert num_blocks > 0 and block_size > 0
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_blocks
+        self.hash_of: dict[int, int] = {}  # block id -> its prefix hash
+        self.cached: dict[int, int] = {}  # prefix hash -> block id
+        # Blocks with no reference, least recently freed first (evicted first).
+        self.free_blocks: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+
+    # --- figures -------------------------------------------------------------------------
+    def usage(self) -> BlockUsage:
+        free = len(self.free_blocks)
+        cached = sum(1 for b in self.free_blocks if b in self.hash_of)
+        return BlockUsage(self.num_blocks, self.num_blocks - free, cached, free)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        return num_blocks <= len(self.free_blocks)
+
+    def new_blocks_needed(self, seq: Sequence, num_tokens: int) -> int:
+        """Blocks to allocate so seq can hold num_tokens, counting a copy-on-write of the
+        partial block its next token would write into."""
+        need = max(0, self.blocks_for(num_tokens) - len(seq.block_table))
+        return need + (1 if self._needs_copy(seq) else 0)
+
+    # --- allocation ------------------------------------------------------------------------
+    def _take_free_block(self) -> int:
+        block, _ = self.free_blocks.popitem(last=False)
+        old_hash = self.hash_of.pop(block, None)
+        if old_hash is not None and self.cached.get(old_hash) == block:
+            del self.cached[old_hash]
+        self.ref_counts[block] = 1
+        return block
+
+    def _release(self, block: int) -> None:
+        self.ref_counts[block] -= 1
+        assert self.ref_counts[block] >= 0, "block freed twice"
+        if self.ref_counts[block] == 0:
+            self.free_blocks[block] = None
+
+    def _needs_copy(self, seq: Sequence) -> bool:
+        idx = seq.num_computed_tokens // self.block_size
+        return idx < len(seq.block_table) and self.ref_counts[seq.block_table[idx]] > 1
+
+    def allocate(self, seq: Sequence, num_tokens: int) -> list[tuple[int, int]]:
+        """Make room for seq's first num_tokens tokens; returns (src, dst) block copies to run
+        before the step (copy-on-write). The caller checks can_allocate first."""
+        assert self.can_allocate(self.new_blocks_needed(seq, num_tokens)), "out of KV blocks"
+        copies = []
+        if self._needs_copy(seq):
+            idx = seq.num_computed_tokens // self.block_size
+            src = seq.block_table[idx]
+            dst = self._take_free_block()
+            self._release(src)
+            seq.block_table[idx] = dst
+            copies.append((src, dst))
+        while len(seq.block_table) < self.blocks_for(num_tokens):
+            seq.block_table.append(self._take_free_block())
+        return copies
+
+    def free(self, seq: Sequence) -> None:
+        # Tail blocks go first into the free order, so they are evicted before the shared head.
+        for block in reversed(seq.block_table):
+            self._release(block)
+        seq.block_table = []
+        seq.block_hashes = []
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """child shares all of parent's blocks (copy-on-write protects the partial one)."""
+        child.block_table = list(parent.block_table)
+        child.block_hashes = list(parent.block_hashes)
+        for block in child.block_table:
+            self.ref_counts[block] += 1
+
+    # --- prefix caching --------------------------------------------------------------------
+    def match_prefix(self, seq: Sequence) -> int:
+        """Reuse cached blocks for seq's leading full blocks; returns the tokens covered.
+        At least one token is always left to compute, so the step produces logits."""
+        if not self.enable_prefix_caching or seq.block_table:
+            return 0
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        parent = None
+        for i in range(max_blocks):
+            h = block_hash(parent, self._block_tokens(seq, i))
+            block = self.cached.get(h)
+            if block is None:
+                break
+            if self.ref_counts[block] == 0:
+                del self.free_blocks[block]
+            self.ref_counts[block] += 1
+            seq.block_table.append(block)
+            seq.block_hashes.append(h)
+            parent = h
+        return len(seq.block_table) * self.block_size
+
+    def commit_full_blocks(self, seq: Sequence) -> None:
+        """Publish the hashes of blocks that seq has completely computed."""
+        if not self.enable_prefix_caching:
+            return
+        full = seq.num_computed_tokens // self.block_size
+        while len(seq.block_hashes) < full:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            h = block_hash(parent, self._block_tokens(seq, i))
+            seq.block_hashes.append(h)
+            block = seq.block_table[i]
+            if h not in self.cached and block not in self.hash_of:
+                self.cached[h] = block
+                self.hash_of[block] = h
+
+    def _block_tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
+        return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])

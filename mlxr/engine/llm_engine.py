@@ -1,0 +1,248 @@
+"""The synchronous engine: add_request / step / abort over scheduler, runner and sampler."""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from mlxr.config import EngineConfig, ModelArgs
+from mlxr.engine.block_manager import BlockManager
+from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
+from mlxr.engine.model_runner import ModelRunner
+from mlxr.engine.request_state import RequestState, SeqState, build_output, token_logprobs
+from mlxr.engine.sampler import Sampler, SamplingState, make_generator
+from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.sequence import Request, Sequence
+from mlxr.errors import CapacityError, ContextLengthError, InvalidParameterError, OverloadedError
+from mlxr.types import RequestMetrics, RequestOutput, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """What a loaded model gives the engine."""
+
+    model: torch.nn.Module
+    args: ModelArgs
+    tokenizer: object  # mlxr.loader.tokenizer.Tokenizer (engine never imports the loader)
+    dtype: torch.dtype
+    device: torch.device
+
+
+class LLMEngine:
+    def __init__(self, parts: EngineParts, config: EngineConfig = EngineConfig()) -> None:
+        self.parts, self.config = parts, config
+        self.tokenizer = parts.tokenizer
+        num_blocks = config.num_kv_blocks or num_blocks_for_memory(
+            parts.args, config.block_size, parts.dtype, config.kv_cache_memory_gb
+        )
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.max_model_len = self._max_model_len(num_blocks)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
+            self.block_manager,
+        )
+        kv = KVCache(parts.args, num_blocks, config.block_size, parts.dtype, parts.device)
+        self.runner = ModelRunner(parts.model, kv, parts.device)
+        self.sampler = Sampler()
+        self.requests: dict[str, RequestState] = {}
+        self.seq_states: dict[int, SeqState] = {}
+        self._seq_ids = itertools.count()
+
+    def _max_model_len(self, num_blocks: int) -> int:
+        cache_tokens = num_blocks * self.config.block_size
+        limit = self.config.max_model_len or self.parts.args.max_position_embeddings
+        if cache_tokens < limit:
+            log.info("max_model_len %d capped to the KV cache's %d tokens", limit, cache_tokens)
+        return min(limit, cache_tokens)
+
+    # --- requests -----------------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        stream_deltas: bool = False,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self.requests:
+            raise InvalidParameterError("request_id", f"{request_id!r} is already running")
+        text, ids = self._tokenize(prompt)
+        max_tokens = self._check_admission(ids, params)
+        now = arrival_time or time.monotonic()
+        req = Request(request_id, text, ids, params, now)
+        rs = RequestState(req, RequestMetrics(now), stream_deltas, max_tokens)
+        self.requests[request_id] = rs
+        self._new_seq(rs, index=0, token_ids=list(ids))
+        self.scheduler.add(req.seqs[0])
+
+    def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+            text = prompt
+        else:
+            ids, text = list(prompt), None
+            vocab = self.parts.args.vocab_size
+            if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+                raise InvalidParameterError("prompt", f"token ids must be integers in [0, {vocab})")
+        if not ids:
+            raise InvalidParameterError("prompt", "the prompt is empty")
+        return text, ids
+
+    def _check_admission(self, ids: list[int], params: SamplingParams) -> int:
+        """Refuse what can never run; returns the effective max_tokens (clamped to the context)."""
+        if len(ids) >= self.max_model_len:
+            raise ContextLengthError(len(ids), self.max_model_len)
+        room = self.max_model_len - len(ids)
+        max_tokens = min(params.max_tokens or room, room)
+        need = self.block_manager.blocks_for(len(ids) + max_tokens)
+        if need > self.block_manager.num_blocks:
+            raise CapacityError(f"the request needs {need} KV blocks, the cache has {self.block_manager.num_blocks}")
+        if len(self.scheduler.waiting) >= self.config.max_waiting:
+            raise OverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
+        return max_tokens
+
+    def _new_seq(self, rs: RequestState, index: int, token_ids: list[int]) -> Sequence:
+        req = rs.request
+        seq = Sequence(next(self._seq_ids), req.request_id, index, token_ids, len(req.prompt_token_ids), req.arrival_time)
+        params = req.params
+        seed = None if params.seed is None else params.seed + index
+        sampling = SamplingState(
+            params=params,
+            prompt_token_ids=req.prompt_token_ids,
+            output_token_ids=[],
+            eos_token_ids=frozenset(self.tokenizer.stop_token_ids),
+            generator=make_generator(seed, self.parts.device),
+        )
+        state = SeqState(
+            seq,
+            sampling,
+            IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids),
+            StopStringMatcher(params.stop),
+            logprobs=[] if params.logprobs is not None else None,
+        )
+        req.seqs.append(seq)
+        rs.seqs.append(state)
+        self.seq_states[seq.seq_id] = state
+        return seq
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        rs = self.requests.pop(request_id, None)
+        if rs is None:
+            return None
+        for s in rs.seqs:
+            if not s.seq.is_finished:
+                self.scheduler.finish(s.seq, "abort")
+        self._forget(rs)
+        return build_output(rs)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # --- one step -----------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        try:
+            seqs, logits = self.runner.execute(out)
+        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
+            log.exception("model step failed")
+            return self._fail({s.seq.request_id for s in out.scheduled}, e)
+        self.scheduler.update(out)
+        touched = {s.seq.request_id for s in out.scheduled}
+        if seqs:
+            self._sample(seqs, logits)
+        return [self._emit(rid) for rid in touched if rid in self.requests]
+
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        owners, rows = [], []
+        for i, seq in enumerate(seqs):
+            group = self._fork_if_first(seq)
+            owners += group
+            rows += [i] * len(group)
+        if len(rows) != len(seqs):
+            logits = logits[torch.tensor(rows, device=logits.device)]
+        states = [self.seq_states[s.seq_id].sampling for s in owners]
+        for seq, sample in zip(owners, self.sampler(logits, states)):
+            self._append_token(self.seq_states[seq.seq_id], sample)
+
+    def _fork_if_first(self, seq: Sequence) -> list[Sequence]:
+        """When the prompt of an n > 1 request is done, its forks share the prompt blocks."""
+        rs = self.requests[seq.request_id]
+        n = rs.request.params.n
+        if n == 1 or len(rs.seqs) == n:
+            return [seq]
+        forks = []
+        for index in range(1, n):
+            child = self._new_seq(rs, index, list(seq.token_ids))
+            child.num_computed_tokens = seq.num_computed_tokens
+            child.num_cached_tokens = seq.num_cached_tokens
+            self.block_manager.fork(seq, child)
+            self.scheduler.add_running(child)
+            forks.append(child)
+        return [seq, *forks]
+
+    def _append_token(self, state: SeqState, sample) -> None:
+        seq, rs = state.seq, self.requests[state.seq.request_id]
+        params = rs.request.params
+        token = sample.token_id
+        seq.token_ids.append(token)
+        state.sampling.output_token_ids.append(token)
+        rs.mark_token()
+        if state.logprobs is not None:
+            state.logprobs.append(token_logprobs(sample, self._decode_one))
+        reason = self._stop_reason(state, token, params)
+        if reason is None and seq.num_output_tokens >= rs.max_tokens:
+            reason = "length"
+        if reason is not None:
+            if reason == "length":
+                state.text += state.stops.flush()
+            self.scheduler.finish(seq, reason)
+
+    def _stop_reason(self, state: SeqState, token: int, params: SamplingParams) -> str | None:
+        # The sampler keeps EOS and stop tokens out until min_tokens, so no check is needed here.
+        if token in params.stop_token_ids:
+            state.stop_reason = token
+            return "stop"
+        if not params.ignore_eos and token in state.sampling.eos_token_ids:
+            return "stop"
+        safe, hit = state.stops.feed(state.detok.add(token))
+        state.text += safe
+        if hit:
+            state.stop_reason = state.stops.matched
+            return "stop"
+        return None
+
+    def _decode_one(self, token: int) -> str:
+        return self.tokenizer.decode([token], skip_special_tokens=False)
+
+    def _emit(self, request_id: str) -> RequestOutput:
+        rs = self.requests[request_id]
+        output = build_output(rs)
+        if rs.finished:
+            self._forget(rs)
+            del self.requests[request_id]
+        return output
+
+    def _forget(self, rs: RequestState) -> None:
+        for s in rs.seqs:
+            self.seq_states.pop(s.seq.seq_id, None)
+
+    def _fail(self, request_ids: set[str], error: Exception) -> list[RequestOutput]:
+        outputs = []
+        for rid in request_ids:
+            rs = self.requests.get(rid)
+            if rs is None:
+                continue
+            rs.error = f"{type(error).__name__}: {error}"
+            for s in rs.seqs:
+                if not s.seq.is_finished:
+                    self.scheduler.finish(s.seq, "error")
+            outputs.append(self._emit(rid))
+        return outputs

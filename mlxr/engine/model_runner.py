@@ -1,0 +1,77 @@
+"""Turns a SchedulerOutput into model inputs (flat tokens + AttnMetadata), runs the model,
+and returns the logits of the sequences that reached their last uncomputed token."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mlxr.engine.kv_cache import KVCache
+from mlxr.engine.scheduler import SchedulerOutput
+from mlxr.engine.sequence import Sequence
+from mlxr.layers.attention import AttnMetadata
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttnMetadata
+    logit_rows: list[int]  # flat row of the last token of each sequence that samples
+    sampling_seqs: list[Sequence]
+
+
+def slots_for(seq: Sequence, start: int, end: int, block_size: int) -> list[int]:
+    table = seq.block_table
+    return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
+class ModelRunner:
+    def __init__(self, model: nn.Module, kv_cache: KVCache, device: torch.device) -> None:
+        self.model = model
+        self.kv_cache = kv_cache
+        self.device = device
+
+    def prepare(self, out: SchedulerOutput) -> StepInputs:
+        bs = self.kv_cache.block_size
+        ids, pos, slots, q_lens, seq_lens, rows, sampling = [], [], [], [], [], [], []
+        for item in out.scheduled:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            end = start + item.num_tokens
+            ids += seq.token_ids[start:end]
+            pos += range(start, end)
+            slots += slots_for(seq, start, end, bs)
+            q_lens.append(item.num_tokens)
+            seq_lens.append(end)
+            if end == seq.num_tokens:
+                rows.append(len(ids) - 1)
+                sampling.append(seq)
+        width = max(len(s.seq.block_table) for s in out.scheduled)
+        tables = [s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in out.scheduled]
+        starts = [0]
+        for q in q_lens:
+            starts.append(starts[-1] + q)
+        as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=self.device)  # noqa: E731
+        meta = AttnMetadata(
+            slot_mapping=as_tensor(slots),
+            block_tables=as_tensor(tables),
+            query_start_loc=as_tensor(starts),
+            seq_lens=as_tensor(seq_lens),
+            query_lens_list=q_lens,
+            seq_lens_list=seq_lens,
+            block_size=bs,
+        )
+        return StepInputs(as_tensor(ids), as_tensor(pos), meta, rows, sampling)
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> tuple[list[Sequence], torch.Tensor | None]:
+        """Run one step; returns the sequences to sample and their logits [S, vocab]."""
+        self.kv_cache.copy_blocks(out.blocks_to_copy)
+        inputs = self.prepare(out)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
+        if not inputs.sampling_seqs:
+            return [], None
+        rows = torch.tensor(inputs.logit_rows, device=hidden.device)
+        logits = self.model.compute_logits(hidden.index_select(0, rows))
+        return inputs.sampling_seqs, logits.float()

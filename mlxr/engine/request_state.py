@@ -1,0 +1,86 @@
+"""Per-request bookkeeping in the engine: text, stop strings, logprobs, timings, outputs."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from mlxr.engine.sampler import SampledToken, SamplingState
+from mlxr.engine.sequence import Request, Sequence
+from mlxr.types import CompletionOutput, Logprob, RequestMetrics, RequestOutput, TokenLogprobs
+
+
+@dataclass(eq=False)
+class SeqState:
+    seq: Sequence
+    sampling: SamplingState
+    detok: IncrementalDetokenizer
+    stops: StopStringMatcher
+    text: str = ""
+    logprobs: list[TokenLogprobs] | None = None
+    stop_reason: str | int | None = None
+    sent_text: int = 0  # how much of text/tokens/logprobs earlier deltas carried
+    sent_tokens: int = 0
+
+
+@dataclass(eq=False)
+class RequestState:
+    request: Request
+    metrics: RequestMetrics
+    stream_deltas: bool
+    max_tokens: int
+    seqs: list[SeqState] = field(default_factory=list)
+    error: str | None = None
+    final_sent: bool = False
+
+    def mark_token(self) -> None:
+        if self.metrics.first_token_time is None:
+            self.metrics.first_token_time = time.monotonic()
+
+    @property
+    def finished(self) -> bool:
+        return self.error is not None or self.request.is_finished
+
+
+def token_logprobs(sample: SampledToken, decode) -> TokenLogprobs:
+    entry = {sample.token_id: Logprob(sample.logprob, sample.rank, decode(sample.token_id))}
+    for rank, (tok, lp) in enumerate(sample.top_logprobs, start=1):
+        if tok not in entry:
+            entry[tok] = Logprob(lp, rank, decode(tok))
+    return entry
+
+
+def completion_of(state: SeqState, delta: bool) -> CompletionOutput:
+    seq = state.seq
+    text_from, tok_from = (state.sent_text, state.sent_tokens) if delta else (0, 0)
+    out_ids = seq.output_token_ids
+    logprobs = state.logprobs[tok_from:] if state.logprobs is not None else None
+    out = CompletionOutput(
+        index=seq.index,
+        text=state.text[text_from:],
+        token_ids=out_ids[tok_from:],
+        finish_reason=seq.finish_reason,
+        logprobs=logprobs,
+        stop_reason=state.stop_reason,
+    )
+    if delta:
+        state.sent_text, state.sent_tokens = len(state.text), len(out_ids)
+    return out
+
+
+def build_output(rs: RequestState) -> RequestOutput:
+    req = rs.request
+    finished = rs.finished
+    if finished and rs.metrics.finished_time is None:
+        rs.metrics.finished_time = time.monotonic()
+    outputs = [completion_of(s, rs.stream_deltas) for s in sorted(rs.seqs, key=lambda s: s.seq.index)]
+    return RequestOutput(
+        request_id=req.request_id,
+        prompt=req.prompt,
+        prompt_token_ids=req.prompt_token_ids,
+        outputs=outputs,
+        finished=finished,
+        metrics=rs.metrics,
+        error=rs.error,
+        num_cached_tokens=rs.seqs[0].seq.num_cached_tokens if rs.seqs else 0,
+    )

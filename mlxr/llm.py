@@ -1,0 +1,87 @@
+"""The offline Python API, shaped like vLLM's: LLM(model).generate(prompts, params)."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence as Seq
+
+import torch
+
+from mlxr.config import EngineConfig
+from mlxr.engine.llm_engine import EngineParts, LLMEngine
+from mlxr.errors import InvalidParameterError
+from mlxr.loader import load_model
+from mlxr.types import RequestOutput, SamplingParams
+
+PromptList = str | Seq[str] | Seq[Seq[int]]
+
+
+class LLM:
+    """Load a model (GGUF path, HF directory, or `gemma3-270m`) and generate from it."""
+
+    def __init__(
+        self,
+        model: str,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str | None = None,
+        **engine_kwargs,
+    ) -> None:
+        if isinstance(dtype, str):
+            dtype = _parse_dtype(dtype)
+        loaded = load_model(model, dtype=dtype, device=device)
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
+        self.engine = LLMEngine(parts, EngineConfig(**engine_kwargs))
+        self._ids = itertools.count()
+
+    def generate(
+        self,
+        prompts: PromptList,
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run every prompt to completion as one batch; outputs come back in prompt order."""
+        prompts = _normalize_prompts(prompts)
+        params = sampling_params or SamplingParams()
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise InvalidParameterError("sampling_params", "needs one entry per prompt")
+        ids = [f"gen-{next(self._ids)}" for _ in prompts]
+        for rid, prompt, p in zip(ids, prompts, params_list):
+            self.engine.add_request(rid, prompt, p)
+        finals: dict[str, RequestOutput] = {}
+        while self.engine.has_unfinished():
+            for out in self.engine.step():
+                if out.finished:
+                    finals[out.request_id] = out
+        return [finals[rid] for rid in ids]
+
+    def chat(
+        self, messages: list[dict], sampling_params: SamplingParams | None = None
+    ) -> RequestOutput:
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        return self.generate([ids], sampling_params)[0]
+
+
+def _normalize_prompts(prompts: PromptList) -> list[str | list[int]]:
+    if isinstance(prompts, str):
+        return [prompts]
+    out: list[str | list[int]] = []
+    for p in prompts:
+        if isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, Seq) and all(isinstance(t, int) for t in p):
+            out.append(list(p))
+        else:
+            raise InvalidParameterError("prompts", "each prompt must be a string or a list of token ids")
+    if not out:
+        raise InvalidParameterError("prompts", "no prompts given")
+    return out
+
+
+def _parse_dtype(name: str) -> torch.dtype:
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if name not in table:
+        raise InvalidParameterError("dtype", f"unknown dtype {name!r}; use one of {sorted(table)}")
+    return table[name]

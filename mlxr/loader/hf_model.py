@@ -1,0 +1,53 @@
+"""A Hugging Face model directory -> model args, weights and tokenizer."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from mlxr.config import ModelArgs
+from mlxr.errors import ModelFormatError
+from mlxr.formats.hf_config import args_from_hf_config
+from mlxr.formats.safetensors_dir import iter_safetensors
+from mlxr.loader.tokenizer import Tokenizer
+
+# Multimodal checkpoints nest the text model; only its weights are ours.
+PREFIX_REWRITES = (
+    ("model.language_model.", "model."),
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+)
+SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
+
+
+def read_config(model_dir: Path) -> dict:
+    try:
+        return json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelFormatError(f"cannot read {model_dir / 'config.json'}: {e}") from e
+
+
+def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
+    args = args_from_hf_config(read_config(model_dir))
+    tokenizer = Tokenizer.from_hf_dir(model_dir)
+    return args, _weights(model_dir), tokenizer
+
+
+def hf_name(name: str) -> str | None:
+    if name.startswith(SKIPPED_PREFIXES):
+        return None
+    for old, new in PREFIX_REWRITES:
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
+
+
+def _weights(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    from mlxr.loader import to_torch
+
+    for raw in iter_safetensors(model_dir):
+        name = hf_name(raw.name)
+        if name is not None:
+            yield name, to_torch(raw.array, raw.dtype)

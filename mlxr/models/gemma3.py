@@ -1,0 +1,83 @@
+"""Gemma 3 (text): sliding and global layers, q/k norms, scaled embeddings, four norms a block."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mlxr.config import ModelArgs
+from mlxr.layers.attention import AttnMetadata, PagedAttention
+from mlxr.layers.mlp import GatedMLP
+from mlxr.layers.norm import GemmaRMSNorm
+from mlxr.layers.rope import RotaryEmbedding
+from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaForCausalLM
+
+
+class Gemma3Attention(LlamaAttention):
+    def __init__(self, args: ModelArgs, layer: int) -> None:
+        super().__init__(args, layer)
+        sliding = args.is_sliding(layer)
+        theta = args.rope_local_base_freq if sliding else args.rope_theta
+        # Sliding layers use plain RoPE; only global layers take the configured scaling.
+        self.rotary = RotaryEmbedding(
+            self.head_dim, theta or args.rope_theta, None if sliding else args.rope_scaling
+        )
+        scalar = args.query_pre_attn_scalar or self.head_dim
+        self.attn = PagedAttention(
+            self.n_heads,
+            self.n_kv,
+            self.head_dim,
+            scalar**-0.5,
+            args.sliding_window if sliding else None,
+            args.attn_logit_softcapping,
+        )
+        self.q_norm = GemmaRMSNorm(self.head_dim, args.rms_norm_eps)
+        self.k_norm = GemmaRMSNorm(self.head_dim, args.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
+    ) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
+        v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
+        q, k = self.rotary(q, k, positions)
+        out = self.attn(q, k, v, kv_cache, meta)
+        return self.o_proj(out.reshape(t, -1))
+
+
+class Gemma3Block(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int) -> None:
+        super().__init__()
+        dim, eps = args.hidden_size, args.rms_norm_eps
+        self.self_attn = Gemma3Attention(args, layer)
+        self.mlp = GatedMLP(dim, args.intermediate_size, args.hidden_act)
+        self.input_layernorm = GemmaRMSNorm(dim, eps)
+        self.post_attention_layernorm = GemmaRMSNorm(dim, eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(dim, eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(dim, eps)
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
+    ) -> torch.Tensor:
+        attn = self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
+        h = x + self.post_attention_layernorm(attn)
+        mlp = self.mlp(self.pre_feedforward_layernorm(h))
+        return h + self.post_feedforward_layernorm(mlp)
+
+
+class Gemma3Backbone(LlamaBackbone):
+    block_class = Gemma3Block
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__(args)
+        self.norm = GemmaRMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.embed_scale = args.hidden_size**0.5
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed_tokens(input_ids)
+        # The scale is rounded to the weight dtype first, as the checkpoints were trained.
+        return h * torch.tensor(self.embed_scale, dtype=h.dtype)
+
+
+class Gemma3ForCausalLM(LlamaForCausalLM):
+    backbone_class = Gemma3Backbone

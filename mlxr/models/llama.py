@@ -1,0 +1,116 @@
+"""Llama family (Llama 2/3, TinyLlama, Mistral). Math only; weights are loaded from outside."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mlxr.config import ModelArgs
+from mlxr.layers.attention import AttnMetadata, PagedAttention
+from mlxr.layers.mlp import GatedMLP
+from mlxr.layers.norm import RMSNorm
+from mlxr.layers.rope import RotaryEmbedding
+
+KVCache = tuple[torch.Tensor, torch.Tensor]
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = (
+            args.num_attention_heads,
+            args.num_key_value_heads,
+            args.head_dim,
+        )
+        bias = args.attention_bias
+        self.q_proj = nn.Linear(args.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(args.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(args.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
+        self.rotary = RotaryEmbedding(self.head_dim, args.rope_theta, args.rope_scaling)
+        window = args.sliding_window if args.is_sliding(layer) else None
+        self.attn = PagedAttention(
+            self.n_heads, self.n_kv, self.head_dim, self.head_dim**-0.5, window
+        )
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
+    ) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(t, self.n_kv, self.head_dim)
+        v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
+        q, k = self.rotary(q, k, positions)
+        out = self.attn(q, k, v, kv_cache, meta)
+        return self.o_proj(out.reshape(t, -1))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(args, layer)
+        self.mlp = GatedMLP(args.hidden_size, args.intermediate_size, args.hidden_act)
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
+    ) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaBackbone(nn.Module):
+    block_class = LlamaBlock
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(
+            self.block_class(args, i) for i in range(args.num_hidden_layers)
+        )
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[KVCache],
+        meta: AttnMetadata,
+    ) -> torch.Tensor:
+        h = self.embed(input_ids)
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            h = layer(h, positions, kv_cache, meta)
+        return self.norm(h)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Hidden states for a flat batch of tokens; logits only for the rows asked for."""
+
+    backbone_class = LlamaBackbone
+
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.model = self.backbone_class(args)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[KVCache],
+        meta: AttnMetadata,
+    ) -> torch.Tensor:
+        return self.model(input_ids, positions, kv_caches, meta)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden)
+        cap = self.args.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits

@@ -1,0 +1,108 @@
+"""Paged attention: torch reference (CPU and any device) behind one dispatcher.
+
+Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from mlxr.layers.attention import AttnMetadata
+
+
+def write_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Store each new token's K/V at its slot (block * block_size + offset)."""
+    nb, bs, nkv, hd = k_cache.shape
+    k_cache.view(nb * bs, nkv, hd).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(nb * bs, nkv, hd).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def gather_context(
+    cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
+) -> torch.Tensor:
+    """The first seq_len cached tokens of one sequence: [seq_len, num_kv_heads, head_dim]."""
+    block_size = cache.shape[1]
+    n_blocks = (seq_len + block_size - 1) // block_size
+    blocks = cache.index_select(0, block_table[:n_blocks])
+    return blocks.reshape(n_blocks * block_size, *cache.shape[2:])[:seq_len]
+
+
+def attention_mask(
+    q_len: int, seq_len: int, sliding_window: int | None, device: torch.device
+) -> torch.Tensor:
+    """[q_len, seq_len] bool, True where query i (at position seq_len - q_len + i) may look."""
+    q_pos = torch.arange(seq_len - q_len, seq_len, device=device)[:, None]
+    k_pos = torch.arange(seq_len, device=device)[None, :]
+    mask = k_pos <= q_pos
+    if sliding_window is not None:
+        mask &= k_pos > q_pos - sliding_window
+    return mask
+
+
+def attend_one(
+    q: torch.Tensor,  # [q_len, H, D]
+    k: torch.Tensor,  # [seq_len, KH, D]
+    v: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    """Causal (optionally windowed) attention of one sequence's queries over its context."""
+    q_len, n_heads, _ = q.shape
+    seq_len, n_kv, _ = k.shape
+    group = n_heads // n_kv
+    # [KH, group * q_len, D]: query heads sharing a KV head are stacked, so GQA needs no copy of K/V.
+    qh = q.permute(1, 0, 2).reshape(n_kv, group * q_len, -1)
+    kh, vh = k.permute(1, 0, 2), v.permute(1, 0, 2)
+    scores = torch.matmul(qh.float(), kh.float().transpose(1, 2)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    mask = attention_mask(q_len, seq_len, sliding_window, q.device).repeat(group, 1)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.matmul(F.softmax(scores, dim=-1), vh.float())  # [KH, group*q_len, D]
+    return out.reshape(n_heads, q_len, -1).permute(1, 0, 2).to(q.dtype)
+
+
+def paged_attention_reference(
+    q: torch.Tensor,  # [T, H, D]
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: "AttnMetadata",
+    scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """Each sequence's new tokens attend causally over its whole cached context."""
+    out = torch.empty_like(q)
+    start = 0
+    for s, (q_len, seq_len) in enumerate(zip(meta.query_lens_list, meta.seq_lens_list)):
+        table = meta.block_tables[s]
+        k = gather_context(k_cache, table, seq_len)
+        v = gather_context(v_cache, table, seq_len)
+        out[start : start + q_len] = attend_one(
+            q[start : start + q_len], k, v, scale, sliding_window, softcap
+        )
+        start += q_len
+    return out
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: "AttnMetadata",
+    scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """Dispatcher: the Triton kernels plug in here for CUDA; CPU runs the reference."""
+    return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)

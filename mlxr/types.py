@@ -1,0 +1,135 @@
+"""Records that cross package seams: sampling parameters and request outputs."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mlxr.errors import InvalidParameterError
+
+MAX_N = 64
+MAX_LOGPROBS = 20
+MAX_TOKENS_LIMIT = 1 << 20
+
+
+def _check_range(name: str, value: float, lo: float, hi: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidParameterError(name, f"must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidParameterError(name, f"must be in [{lo}, {hi}], got {value}")
+
+
+def _check_int(name: str, value: int, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParameterError(name, f"must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise InvalidParameterError(name, f"must be in [{lo}, {hi}], got {value}")
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one request (vLLM-shaped). temperature 0 means greedy."""
+
+    n: int = 1
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: list[str] | str | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        self._validate()
+
+    def _validate(self) -> None:
+        _check_int("n", self.n, 1, MAX_N)
+        if self.max_tokens is not None:
+            _check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS_LIMIT)
+        _check_int("min_tokens", self.min_tokens, 0, MAX_TOKENS_LIMIT)
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise InvalidParameterError("min_tokens", "must not exceed max_tokens")
+        _check_range("temperature", self.temperature, 0.0, 100.0)
+        _check_int("top_k", self.top_k, -1, 1 << 31)
+        _check_range("top_p", self.top_p, 0.0, 1.0)
+        if self.top_p == 0.0:
+            raise InvalidParameterError("top_p", "must be in (0, 1]")
+        _check_range("min_p", self.min_p, 0.0, 1.0)
+        _check_range("repetition_penalty", self.repetition_penalty, 1e-6, 100.0)
+        _check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        if self.seed is not None:
+            _check_int("seed", self.seed, -(1 << 63), (1 << 64) - 1)
+        if self.logprobs is not None:
+            _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        for s in self.stop:
+            if not isinstance(s, str) or not s:
+                raise InvalidParameterError("stop", "each stop string must be a non-empty string")
+        for t in self.stop_token_ids:
+            _check_int("stop_token_ids", t, 0, 1 << 31)
+        for tok, bias in (self.logit_bias or {}).items():
+            _check_int("logit_bias", tok, 0, 1 << 31)
+            _check_range("logit_bias", bias, -100.0, 100.0)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Logprob:
+    """Log-probability of one token, with its rank (1 = most likely) and text."""
+
+    logprob: float
+    rank: int
+    decoded: str = ""
+
+
+# One dict per generated token: token id -> Logprob (the chosen token plus the top-N).
+TokenLogprobs = dict[int, Logprob]
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    logprobs: list[TokenLogprobs] | None = None
+    stop_reason: str | int | None = None
+
+
+@dataclass
+class RequestMetrics:
+    """Wall-clock times (time.monotonic seconds) of one request's life."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+
+
+@dataclass
+class RequestOutput:
+    """The state of one request: complete text, or (when streaming) the delta since last."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics | None = None
+    error: str | None = None
+    num_cached_tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
