@@ -1,0 +1,91 @@
+"""Block manager: refcounts, prefix caching, copy-on-write, LRU eviction (pure Python)."""
+from mlxr.engine.block_manager import BlockManager
+from mlxr.engine.sequence import Sequence
+
+BS = 4
+
+
+def seq(tokens, sid=0):
+    return Sequence(sid, f"r{sid}", 0, list(tokens), len(tokens), 0.0)
+
+
+def run_prompt(bm: BlockManager, s: Sequence) -> None:
+    """Allocate and 'compute' the whole prompt, as the scheduler + runner would."""
+    s.num_computed_tokens = bm.match_prefix(s)
+    bm.allocate(s, s.num_tokens)
+    s.num_computed_tokens = s.num_tokens
+    bm.commit_full_blocks(s)
+
+
+def test_allocate_and_free_return_every_block():
+    bm = BlockManager(8, BS, enable_prefix_caching=False)
+    s = seq(range(10))
+    bm.allocate(s, 10)
+    assert len(s.block_table) == 3 and bm.usage().used == 3
+    bm.free(s)
+    assert bm.usage().used == 0 and bm.usage().free == 8
+    assert all(r == 0 for r in bm.ref_counts)
+
+
+def test_prefix_hit_reuses_full_blocks_only():
+    bm = BlockManager(16, BS)
+    a = seq(range(10), 0)
+    run_prompt(bm, a)
+    b = seq(list(range(10)) + [99, 98], 1)
+    hit = bm.match_prefix(b)
+    assert hit == 8  # two full blocks; the partial third block is never shared
+    assert b.block_table == a.block_table[:2]
+    assert bm.ref_counts[a.block_table[0]] == 2
+
+
+def test_full_prompt_hit_leaves_one_token_to_compute():
+    bm = BlockManager(16, BS)
+    run_prompt(bm, seq(range(8), 0))
+    again = seq(range(8), 1)
+    assert bm.match_prefix(again) == 4
+
+
+def test_freed_prefix_stays_cached_until_evicted_lru():
+    bm = BlockManager(4, BS)
+    a = seq(range(8), 0)
+    run_prompt(bm, a)
+    bm.free(a)
+    assert bm.usage().cached == 2 and bm.usage().used == 0
+    b = seq(list(range(8)) + [7], 1)
+    assert bm.match_prefix(b) == 8  # reused after free
+    bm.free(b)
+    # Filling the cache with other tokens evicts the cached blocks.
+    c = seq(range(100, 116), 2)
+    bm.allocate(c, 16)
+    assert bm.usage().cached == 0
+    assert bm.match_prefix(seq(list(range(8)) + [7], 3)) == 0
+
+
+def test_copy_on_write_only_for_shared_partial_block():
+    bm = BlockManager(16, BS)
+    parent = seq(range(6), 0)
+    run_prompt(bm, parent)
+    parent.token_ids.append(50)
+    child = seq(parent.token_ids, 1)
+    child.num_computed_tokens = parent.num_computed_tokens
+    bm.fork(parent, child)
+    assert bm.new_blocks_needed(parent, 7) == 1  # the shared partial block must be copied
+    copies = bm.allocate(parent, 7)
+    assert len(copies) == 1 and copies[0][0] == child.block_table[1]
+    assert parent.block_table[0] == child.block_table[0]  # full block still shared
+    assert bm.allocate(child, 7) == []  # now the child owns its block alone
+    bm.free(parent)
+    bm.free(child)
+    assert all(r == 0 for r in bm.ref_counts)
+
+
+def test_no_copy_when_fork_is_block_aligned():
+    bm = BlockManager(16, BS)
+    parent = seq(range(8), 0)
+    run_prompt(bm, parent)
+    parent.token_ids.append(1)
+    child = seq(parent.token_ids, 1)
+    child.num_computed_tokens = 8
+    bm.fork(parent, child)
+    assert bm.allocate(parent, 9) == [] and bm.allocate(child, 9) == []
+    assert parent.block_table[2] != child.block_table[2]
