@@ -133,3 +133,26 @@ class RequestOutput:
     error: str | None = None
     num_cached_tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine, readable at any time (the server exports it)."""
+
+    num_requests_running: int
+    num_requests_waiting: int
+    num_requests_swapped: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_cached: int
+    prefix_cache_queried_tokens: int
+    prefix_cache_hit_tokens: int
+    num_preemptions: int
+    num_aborted: int
+    finished_by_reason: dict[str, int]
+    prompt_tokens_total: int
+    generation_tokens_total: int
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0

@@ -91,3 +91,30 @@ def test_prefix_hits_counted_in_tokens():
     assert out.scheduled[0].num_tokens == 4  # 8 tokens came from the cache
     assert sch.counters.prefix_hit_tokens == 8
     assert sch.counters.prefix_queried_tokens == 24
+
+
+def test_swap_preemption_keeps_computed_tokens_and_finishes():
+    from mlxr.engine.block_manager import SwapSpace
+
+    bm = BlockManager(6, 4)
+    sch = Scheduler(SchedulerConfig(8, 64, 1024), bm, SwapSpace(16))
+    seqs = [seq(6, i, start=10 * i) for i in range(3)]
+    for s in seqs:
+        sch.add(s)
+    swapped_out = swapped_in = 0
+    while sch.has_unfinished:
+        out = sch.schedule()
+        swapped_out += len(out.blocks_to_swap_out)
+        swapped_in += len(out.blocks_to_swap_in)
+        for s in out.preempted:
+            assert s.num_computed_tokens > 0 and s.host_block_table  # kept, not recomputed
+        sch.update(out)
+        for item in out.scheduled:
+            s = item.seq
+            if s.num_computed_tokens == s.num_tokens:
+                s.token_ids.append(7)
+                if s.num_output_tokens >= 8:
+                    sch.finish(s, "length")
+    assert swapped_out > 0 and swapped_in == swapped_out
+    assert all(s.num_output_tokens == 8 for s in seqs)
+    assert bm.usage().used == 0 and sch.swap.used == 0

@@ -138,3 +138,40 @@ class BlockManager:
 
     def _block_tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+
+
+class SwapSpace:
+    """Host-memory blocks that preempted sequences are swapped out to (pure Python ids)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.free_blocks: list[int] = list(range(num_blocks - 1, -1, -1))
+
+    def can_swap_out(self, seq: Sequence) -> bool:
+        return len(seq.block_table) <= len(self.free_blocks)
+
+    def swap_out(self, bm: BlockManager, seq: Sequence) -> list[tuple[int, int]]:
+        """Move seq's device blocks to host blocks; returns (device, host) copies to run."""
+        pairs = [(block, self.free_blocks.pop()) for block in seq.block_table]
+        for block in reversed(seq.block_table):
+            bm._release(block)
+        seq.block_table = []
+        seq.host_block_table = [host for _, host in pairs]
+        return pairs
+
+    def swap_in(self, bm: BlockManager, seq: Sequence) -> list[tuple[int, int]]:
+        """Bring seq's blocks back into fresh device blocks; returns (host, device) copies."""
+        assert bm.can_allocate(len(seq.host_block_table)), "out of KV blocks"
+        pairs = [(host, bm._take_free_block()) for host in seq.host_block_table]
+        self.free_blocks += reversed(seq.host_block_table)
+        seq.host_block_table = []
+        seq.block_table = [dev for _, dev in pairs]
+        return pairs
+
+    def free(self, seq: Sequence) -> None:
+        self.free_blocks += reversed(seq.host_block_table)
+        seq.host_block_table = []
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - len(self.free_blocks)

@@ -23,6 +23,7 @@ class KVCache:
         block_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        num_host_blocks: int = 0,
     ) -> None:
         shape = (num_blocks, block_size, args.num_key_value_heads, args.head_dim)
         self.num_blocks = num_blocks
@@ -31,6 +32,30 @@ class KVCache:
             (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
             for _ in range(args.num_hidden_layers)
         ]
+        host_shape = (num_host_blocks, *shape[1:])
+        pin = device.type == "cuda"
+        self.host_layers: list[tuple[torch.Tensor, torch.Tensor]] = [
+            (torch.zeros(host_shape, dtype=dtype, pin_memory=pin), torch.zeros(host_shape, dtype=dtype, pin_memory=pin))
+            for _ in range(args.num_hidden_layers if num_host_blocks else 0)
+        ]
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy (device block, host block) pairs from the device cache to host memory."""
+        self._transfer(pairs, self.layers, self.host_layers)
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy (host block, device block) pairs back to the device cache."""
+        self._transfer(pairs, self.host_layers, self.layers)
+
+    @staticmethod
+    def _transfer(pairs, src_layers, dst_layers) -> None:
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs])
+        dst = torch.tensor([p[1] for p in pairs])
+        for (sk, sv), (dk, dv) in zip(src_layers, dst_layers):
+            dk.index_copy_(0, dst.to(dk.device), sk.index_select(0, src.to(sk.device)).to(dk.device))
+            dv.index_copy_(0, dst.to(dv.device), sv.index_select(0, src.to(sv.device)).to(dv.device))
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy-on-write: duplicate src blocks into dst blocks in every layer."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import logging
 import time
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from mlxr.config import EngineConfig, ModelArgs
-from mlxr.engine.block_manager import BlockManager
+from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
 from mlxr.engine.model_runner import ModelRunner
@@ -18,7 +19,7 @@ from mlxr.engine.sampler import Sampler, SamplingState, make_generator
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.sequence import Request, Sequence
 from mlxr.errors import CapacityError, ContextLengthError, InvalidParameterError, OverloadedError
-from mlxr.types import RequestMetrics, RequestOutput, SamplingParams
+from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +44,26 @@ class LLMEngine:
         )
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.max_model_len = self._max_model_len(num_blocks)
+        host_blocks = (
+            num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.swap_space_gb)
+            if config.swap_space_gb > 0
+            else 0
+        )
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
             self.block_manager,
+            SwapSpace(host_blocks) if host_blocks else None,
         )
-        kv = KVCache(parts.args, num_blocks, config.block_size, parts.dtype, parts.device)
+        kv = KVCache(parts.args, num_blocks, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = ModelRunner(parts.model, kv, parts.device)
         self.sampler = Sampler()
         self.requests: dict[str, RequestState] = {}
         self.seq_states: dict[int, SeqState] = {}
         self._seq_ids = itertools.count()
+        self.finished_by_reason: Counter[str] = Counter()
+        self.num_aborted = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
 
     def _max_model_len(self, num_blocks: int) -> int:
         cache_tokens = num_blocks * self.config.block_size
@@ -80,6 +91,7 @@ class LLMEngine:
         self.requests[request_id] = rs
         self._new_seq(rs, index=0, token_ids=list(ids))
         self.scheduler.add(req.seqs[0])
+        self.prompt_tokens_total += len(ids)
 
     def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -138,11 +150,31 @@ class LLMEngine:
         for s in rs.seqs:
             if not s.seq.is_finished:
                 self.scheduler.finish(s.seq, "abort")
+        self.num_aborted += 1
         self._forget(rs)
         return build_output(rs)
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
+
+    def stats(self) -> EngineStats:
+        sch, usage = self.scheduler, self.block_manager.usage()
+        count = lambda seqs: len({s.request_id for s in seqs})  # noqa: E731
+        return EngineStats(
+            num_requests_running=count(sch.running),
+            num_requests_waiting=count(sch.waiting),
+            num_requests_swapped=count(sch.swapped),
+            kv_blocks_total=usage.total,
+            kv_blocks_used=usage.used,
+            kv_blocks_cached=usage.cached,
+            prefix_cache_queried_tokens=sch.counters.prefix_queried_tokens,
+            prefix_cache_hit_tokens=sch.counters.prefix_hit_tokens,
+            num_preemptions=sch.counters.num_preemptions,
+            num_aborted=self.num_aborted,
+            finished_by_reason=dict(self.finished_by_reason),
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+        )
 
     # --- one step -----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -194,6 +226,7 @@ class LLMEngine:
         token = sample.token_id
         seq.token_ids.append(token)
         state.sampling.output_token_ids.append(token)
+        self.generation_tokens_total += 1
         rs.mark_token()
         if state.logprobs is not None:
             state.logprobs.append(token_logprobs(sample, self._decode_one))
@@ -226,6 +259,8 @@ class LLMEngine:
         rs = self.requests[request_id]
         output = build_output(rs)
         if rs.finished:
+            for s in rs.seqs:
+                self.finished_by_reason[s.seq.finish_reason or "error"] += 1
             self._forget(rs)
             del self.requests[request_id]
         return output

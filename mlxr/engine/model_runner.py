@@ -67,6 +67,8 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[Sequence], torch.Tensor | None]:
         """Run one step; returns the sequences to sample and their logits [S, vocab]."""
+        self.kv_cache.swap_out(out.blocks_to_swap_out)
+        self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
         inputs = self.prepare(out)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from mlxr.engine.block_manager import BlockManager
+from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sequence import Sequence, SequenceStatus
 
 
@@ -26,6 +26,8 @@ class ScheduledSeq:
 class SchedulerOutput:
     scheduled: list[ScheduledSeq] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
     preempted: list[Sequence] = field(default_factory=list)
 
     @property
@@ -45,10 +47,14 @@ class SchedulerCounters:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self, config: SchedulerConfig, block_manager: BlockManager, swap: SwapSpace | None = None
+    ) -> None:
         self.config = config
         self.blocks = block_manager
+        self.swap = swap
         self.waiting: deque[Sequence] = deque()
+        self.swapped: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.counters = SchedulerCounters()
 
@@ -68,13 +74,16 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        elif seq in self.swapped:
+            self.swapped.remove(seq)
+            self.swap.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = seq.finish_reason or reason
         self.blocks.free(seq)
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.swapped)
 
     # --- one step ----------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -82,6 +91,8 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         budget = self._schedule_running(out, budget)
         if not out.preempted:
+            budget = self._schedule_swapped(out, budget)
+        if not out.preempted and not self.swapped:
             self._schedule_waiting(out, budget)
         return out
 
@@ -109,12 +120,34 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         self.running.remove(seq)
+        out.preempted.append(seq)
+        self.counters.num_preemptions += 1
+        if self.swap is not None and self.swap.can_swap_out(seq):
+            out.blocks_to_swap_out += self.swap.swap_out(self.blocks, seq)
+            seq.status = SequenceStatus.SWAPPED
+            self.swapped.appendleft(seq)  # victims come latest-first: keep arrival order
+            return
         self.blocks.free(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
-        out.preempted.append(seq)
-        self.counters.num_preemptions += 1
+
+    def _schedule_swapped(self, out: SchedulerOutput, budget: int) -> int:
+        while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.swapped[0]
+            n = min(seq.num_uncomputed_tokens, budget)
+            total = seq.num_computed_tokens + n
+            extra = max(0, self.blocks.blocks_for(total) - len(seq.host_block_table))
+            if not self.blocks.can_allocate(len(seq.host_block_table) + extra):
+                break
+            self.swapped.popleft()
+            out.blocks_to_swap_in += self.swap.swap_in(self.blocks, seq)
+            out.blocks_to_copy += self.blocks.allocate(seq, total)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(ScheduledSeq(seq, n))
+            budget -= n
+        return budget
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:

@@ -1,0 +1,151 @@
+"""AsyncEngine: one background thread owns the model and loops schedule -> run -> update;
+each request gets an async stream of RequestOutput deltas; abort works from any thread."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from mlxr.engine.llm_engine import LLMEngine
+from mlxr.types import EngineStats, RequestOutput, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: str | list[int]
+    params: SamplingParams
+    sink: "_Sink"
+    accepted: Future
+
+
+@dataclass
+class _Sink:
+    """Where a request's outputs go: an asyncio queue living on the caller's event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+    def put(self, item: RequestOutput | BaseException) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()  # guards the engine between its thread and stats()
+        self._wake = threading.Condition(threading.Lock())
+        self._adds: list[_Add] = []
+        self._aborts: list[str] = []
+        self._sinks: dict[str, _Sink] = {}
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="mlxr-engine", daemon=True)
+        self._thread.start()
+
+    # --- public API (any thread / event loop) ------------------------------------------------
+    async def stream(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams
+    ) -> AsyncIterator[RequestOutput]:
+        """Deltas of one request until it finishes; closing the iterator aborts it.
+        Admission errors (invalid prompt, too long, overloaded) raise before the first yield."""
+        sink = _Sink(asyncio.get_running_loop(), asyncio.Queue())
+        accepted: Future = Future()
+        self._submit(adds=[_Add(request_id, prompt, params, sink, accepted)])
+        await asyncio.wrap_future(accepted)
+        finished = False
+        try:
+            while not finished:
+                item = await sink.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        self._submit(aborts=[request_id])
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            return self.engine.stats()
+
+    def shutdown(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout=30)
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # --- the engine thread -------------------------------------------------------------------
+    def _submit(self, adds: list[_Add] = (), aborts: list[str] = ()) -> None:
+        with self._wake:
+            self._adds += adds
+            self._aborts += aborts
+            self._wake.notify()
+
+    def _take_commands(self) -> tuple[list[_Add], list[str]] | None:
+        with self._wake:
+            while not (self._adds or self._aborts or self._stop or self.engine.has_unfinished()):
+                self._wake.wait()
+            if self._stop:
+                return None
+            adds, aborts = self._adds, self._aborts
+            self._adds, self._aborts = [], []
+            return adds, aborts
+
+    def _loop(self) -> None:
+        while (commands := self._take_commands()) is not None:
+            adds, aborts = commands
+            with self._lock:
+                self._apply(adds, aborts)
+                outputs = self._step()
+            for out in outputs:
+                self._deliver(out)
+        self._fail_all(RuntimeError("the engine shut down"))
+
+    def _apply(self, adds: list[_Add], aborts: list[str]) -> None:
+        for add in adds:
+            try:
+                self.engine.add_request(add.request_id, add.prompt, add.params, stream_deltas=True)
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                add.accepted.set_exception(e)
+                continue
+            self._sinks[add.request_id] = add.sink
+            add.accepted.set_result(True)
+        for rid in aborts:
+            out = self.engine.abort(rid)
+            if out is not None:
+                self._deliver(out)
+
+    def _step(self) -> list[RequestOutput]:
+        if not self.engine.has_unfinished():
+            return []
+        try:
+            return self.engine.step()
+        except Exception as e:  # noqa: BLE001 - a bug in a step must not kill the server
+            log.exception("engine step failed; failing the requests in flight")
+            self._fail_all(e)
+            return []
+
+    def _deliver(self, out: RequestOutput) -> None:
+        sink = self._sinks.get(out.request_id)
+        if sink is None:
+            return
+        if out.finished:
+            del self._sinks[out.request_id]
+        sink.put(out)
+
+    def _fail_all(self, error: BaseException) -> None:
+        for rid in list(self._sinks):
+            self.engine.abort(rid)
+            self._sinks.pop(rid).put(error)
