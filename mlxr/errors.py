@@ -27,11 +27,18 @@ class InvalidParameterError(MLXRError, ValueError):
 class ContextLengthError(InvalidParameterError):
     """The prompt (plus what must be generated) does not fit in the model's context."""
 
-    def __init__(self, prompt_tokens: int, limit: int, param: str = "prompt") -> None:
-        super().__init__(
-            param,
-            f"the prompt has {prompt_tokens} tokens but the context length is {limit}",
-        )
+    def __init__(
+        self, prompt_tokens: int, limit: int, max_tokens: int | None = None, param: str = "prompt"
+    ) -> None:
+        if max_tokens is None:
+            msg = f"the prompt has {prompt_tokens} tokens but the context length is {limit}"
+        else:
+            msg = (
+                f"the prompt has {prompt_tokens} tokens and max_tokens is {max_tokens}, "
+                f"together {prompt_tokens + max_tokens}, but the context length is {limit}"
+            )
+            param = "max_tokens"
+        super().__init__(param, msg)
         self.prompt_tokens = prompt_tokens
         self.limit = limit
 

@@ -18,7 +18,7 @@ from mlxr.engine.request_state import RequestState, SeqState, build_output, toke
 from mlxr.engine.sampler import Sampler, SamplingState, make_generator
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.sequence import Request, Sequence
-from mlxr.errors import CapacityError, ContextLengthError, InvalidParameterError, OverloadedError
+from mlxr.errors import ContextLengthError, InvalidParameterError, OverloadedError
 from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -107,17 +107,20 @@ class LLMEngine:
         return text, ids
 
     def _check_admission(self, ids: list[int], params: SamplingParams) -> int:
-        """Refuse what can never run; returns the effective max_tokens (clamped to the context)."""
-        if len(ids) >= self.max_model_len:
-            raise ContextLengthError(len(ids), self.max_model_len)
-        room = self.max_model_len - len(ids)
-        max_tokens = min(params.max_tokens or room, room)
-        need = self.block_manager.blocks_for(len(ids) + max_tokens)
-        if need > self.block_manager.num_blocks:
-            raise CapacityError(f"the request needs {need} KV blocks, the cache has {self.block_manager.num_blocks}")
+        """Refuse what can never run; returns the effective max_tokens. Without max_tokens
+        a request may fill the context; with it, prompt + max_tokens must fit (as vLLM)."""
+        vocab = self.parts.args.vocab_size
+        for name, tokens in (("logit_bias", params.logit_bias or {}), ("stop_token_ids", params.stop_token_ids)):
+            if any(t >= vocab for t in tokens):
+                raise InvalidParameterError(name, f"token ids must be below the vocabulary size {vocab}")
+        limit = self.max_model_len
+        if len(ids) >= limit:
+            raise ContextLengthError(len(ids), limit)
+        if params.max_tokens is not None and len(ids) + params.max_tokens > limit:
+            raise ContextLengthError(len(ids), limit, params.max_tokens)
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise OverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
-        return max_tokens
+        return params.max_tokens or limit - len(ids)
 
     def _new_seq(self, rs: RequestState, index: int, token_ids: list[int]) -> Sequence:
         req = rs.request

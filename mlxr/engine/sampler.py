@@ -1,0 +1,258 @@
+"""Turn one step's logits into one token per running sequence.
+
+Per row, in vLLM / HF order: logit_bias, min_tokens masking, repetition penalty,
+presence/frequency penalties; then argmax (temperature 0) or temperature, top_k, top_p,
+min_p and a draw from the row's own generator. Logprobs are reported from the raw logits.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from mlxr.ops import sampling as ops
+from mlxr.types import SamplingParams
+
+# JSON cannot carry -inf; vLLM's OpenAI server reports impossible tokens with this value.
+LOGPROB_FLOOR = -9999.0
+
+
+@dataclass
+class SamplingState:
+    """What the sampler needs to know about one running sequence; the engine owns it."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    eos_token_ids: frozenset[int]
+    generator: torch.Generator | None
+    # The prompt's distinct in-vocab ids on the device, built once: the prompt is fixed
+    # and turning a long Python list into a tensor every step costs milliseconds.
+    _prompt_ids: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
+    _prompt_key: tuple[int, int, str] = field(default=(-1, -1, ""), init=False, repr=False,
+                                              compare=False)
+
+    def prompt_ids_tensor(self, vocab: int, device: torch.device) -> torch.Tensor:
+        """Distinct prompt ids in [0, vocab) as a long tensor on device (cached)."""
+        key = (len(self.prompt_token_ids), vocab, str(device))
+        if self._prompt_ids is None or self._prompt_key != key:
+            ids = torch.unique(torch.tensor(self.prompt_token_ids, dtype=torch.long))
+            self._prompt_ids = ids[(ids >= 0) & (ids < vocab)].to(device)
+            self._prompt_key = key
+        return self._prompt_ids
+
+
+@dataclass
+class SampledToken:
+    """One sampled token; logprob, rank and top_logprobs are under the raw logits."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top_logprobs: list[tuple[int, float]]
+
+
+def make_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
+    """A per-request generator for a seeded request; None means the shared default one."""
+    if seed is None:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
+def _rows_where(states: list[SamplingState], pred: Callable[[SamplingParams], bool]) -> list[int]:
+    return [i for i, s in enumerate(states) if pred(s.params)]
+
+
+def _flat_index(
+    id_lists: list[list[int]], row_ids: list[int], vocab: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, token) index tensors for every id in id_lists[j] on row row_ids[j].
+
+    Ids outside [0, vocab) are dropped: a tokenizer or a request may name ids the
+    model's output layer does not have, and that must not crash a whole batch.
+    """
+    lengths = torch.tensor([len(ids) for ids in id_lists], dtype=torch.long)
+    rows = torch.repeat_interleave(torch.tensor(row_ids, dtype=torch.long), lengths)
+    cols = torch.tensor(list(itertools.chain.from_iterable(id_lists)), dtype=torch.long)
+    keep = (cols >= 0) & (cols < vocab)
+    return rows[keep].to(device), cols[keep].to(device)
+
+
+def _top_k(params: SamplingParams, vocab: int) -> int:
+    return params.top_k if 0 < params.top_k < vocab else vocab
+
+
+def _param_tensor(values: list[float], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32, device=device)
+
+
+def _on_rows(x: torch.Tensor, rows: list[int], fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """x[rows] = fn(x[rows]), without a gather when every row is involved."""
+    if not rows:
+        return
+    if len(rows) == x.shape[0]:
+        x.copy_(fn(x))
+        return
+    idx = torch.tensor(rows, dtype=torch.long, device=x.device)
+    x[idx] = fn(x[idx])
+
+
+class Sampler:
+    """Batched sampler: __call__(logits [B, V], states) -> one SampledToken per row."""
+
+    def __call__(self, logits: torch.Tensor, states: list[SamplingState]) -> list[SampledToken]:
+        assert logits.dim() == 2 and logits.shape[0] == len(states), (logits.shape, len(states))
+        raw = ops.sanitize(logits)
+        tokens = self._choose(self._process(raw, states), states)
+        return self._results(raw, tokens, states)
+
+    def processed_logits(self, logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+        """float32 logits after bias, min_tokens and penalties (before temperature)."""
+        return self._process(ops.sanitize(logits), states)
+
+    def _process(self, raw: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+        x = raw.clone()
+        self._apply_logit_bias(x, states)
+        self._apply_min_tokens(x, states)
+        self._apply_repetition_penalty(x, states)
+        self._apply_presence_frequency(x, states)
+        self._rescue_empty_rows(x, raw)
+        return x
+
+    # --- logit processors (in place, on the rows that use them) ---
+
+    def _apply_logit_bias(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+        rows = _rows_where(states, lambda p: bool(p.logit_bias))
+        if not rows:
+            return
+        biases = [states[i].params.logit_bias or {} for i in rows]
+        r, c = _flat_index([list(b) for b in biases], rows, x.shape[1], x.device)
+        values = [v for b in biases for t, v in b.items() if 0 <= t < x.shape[1]]
+        ops.add_values_(x, r, c, _param_tensor(values, x.device))
+
+    def _apply_min_tokens(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+        # Masked even with ignore_eos: that flag only changes stopping, not sampling.
+        rows = [i for i, s in enumerate(states) if len(s.output_token_ids) < s.params.min_tokens]
+        if not rows:
+            return
+        banned = [sorted(states[i].eos_token_ids | set(states[i].params.stop_token_ids or []))
+                  for i in rows]
+        r, c = _flat_index(banned, rows, x.shape[1], x.device)
+        ops.set_values_(x, r, c, torch.full((r.numel(),), ops.NEG_INF, device=x.device))
+
+    def _apply_repetition_penalty(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+        rows = _rows_where(states, lambda p: p.repetition_penalty != 1.0)
+        if not rows:
+            return
+        vocab, device = x.shape[1], x.device
+        prompts = [states[i].prompt_ids_tensor(vocab, device) for i in rows]
+        r_out, c_out = _flat_index([states[i].output_token_ids for i in rows], rows, vocab, device)
+        total = sum(t.numel() for t in prompts)
+        lengths = torch.tensor([t.numel() for t in prompts], device=device)
+        r_prompt = torch.repeat_interleave(
+            torch.tensor(rows, device=device), lengths, output_size=total)
+        # Repeated (row, token) pairs are harmless: each writes the same penalised value.
+        r, c = torch.cat([r_prompt, r_out]), torch.cat(prompts + [c_out])
+        penalty = torch.ones(x.shape[0], dtype=torch.float32)
+        penalty[rows] = torch.tensor([states[i].params.repetition_penalty for i in rows])
+        ops.repetition_penalty_(x, r, c, penalty.to(x.device))
+
+    def _apply_presence_frequency(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+        rows = _rows_where(states, lambda p: p.presence_penalty != 0 or p.frequency_penalty != 0)
+        rows = [i for i in rows if states[i].output_token_ids]
+        if not rows:
+            return
+        r, c = _flat_index([states[i].output_token_ids for i in rows], rows, x.shape[1], x.device)
+        r, c, counts = ops.unique_pairs(r, c, x.shape[1])
+        presence = torch.zeros(x.shape[0], dtype=torch.float32)
+        frequency = torch.zeros(x.shape[0], dtype=torch.float32)
+        presence[rows] = torch.tensor([states[i].params.presence_penalty for i in rows])
+        frequency[rows] = torch.tensor([states[i].params.frequency_penalty for i in rows])
+        ops.presence_frequency_(x, r, c, counts, presence.to(x.device), frequency.to(x.device))
+
+    @staticmethod
+    def _rescue_empty_rows(x: torch.Tensor, raw: torch.Tensor) -> None:
+        """A row with every token masked falls back to its raw logits, then to uniform."""
+        empty = x.amax(dim=-1) == ops.NEG_INF
+        if bool(empty.any()):
+            fallback = torch.where(raw.amax(dim=-1, keepdim=True) == ops.NEG_INF,
+                                   torch.zeros_like(raw), raw)
+            x[empty] = fallback[empty]
+
+    # --- choosing tokens ---
+
+    def _choose(self, x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+        greedy = _rows_where(states, lambda p: p.greedy)
+        rand = _rows_where(states, lambda p: not p.greedy)
+        if not rand:
+            return x.argmax(dim=-1)
+        if not greedy:
+            return self._sample(x, states)
+        tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
+        idx = torch.tensor(greedy, dtype=torch.long, device=x.device)
+        tokens[idx] = x[idx].argmax(dim=-1)
+        idx = torch.tensor(rand, dtype=torch.long, device=x.device)
+        tokens[idx] = self._sample(x[idx], [states[i] for i in rand])
+        return tokens
+
+    def _sample(self, x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+        """Random rows only: temperature, top_k/top_p, min_p, then one draw per row."""
+        vocab, device = x.shape[1], x.device
+        params = [s.params for s in states]
+        x = ops.apply_temperature(x, _param_tensor([p.temperature for p in params], device))
+        # Rows with a top_k are kept apart so that their sort is a partial top-k.
+        with_k = [i for i, p in enumerate(params) if 0 < p.top_k < vocab]
+        only_p = [i for i, p in enumerate(params) if not 0 < p.top_k < vocab and p.top_p < 1.0]
+        for rows in (with_k, only_p):
+            k = torch.tensor([_top_k(params[i], vocab) for i in rows], device=device)
+            p_t = _param_tensor([params[i].top_p for i in rows], device)
+            _on_rows(x, rows, lambda t: ops.apply_top_k_top_p(t, k, p_t))
+        min_p = [i for i, p in enumerate(params) if p.min_p > 0.0]
+        m_t = _param_tensor([params[i].min_p for i in min_p], device)
+        _on_rows(x, min_p, lambda t: ops.apply_min_p(t, m_t))
+        return ops.inverse_cdf_sample(x, self._uniforms(states, device))
+
+    @staticmethod
+    def _uniforms(states: list[SamplingState], device: torch.device) -> torch.Tensor:
+        """One U[0, 1) per row. A seeded row takes exactly one number from its own
+        generator per step, so its tokens do not depend on the rest of the batch."""
+        u = torch.empty(len(states), dtype=torch.float64, device=device)
+        shared = [i for i, s in enumerate(states) if s.generator is None]
+        if shared:
+            idx = torch.tensor(shared, dtype=torch.long, device=device)
+            u[idx] = torch.rand(len(shared), dtype=torch.float64, device=device)
+        for i, s in enumerate(states):
+            if s.generator is not None:
+                u[i : i + 1].uniform_(generator=s.generator)
+        return u
+
+    # --- reporting ---
+
+    @staticmethod
+    def _results(raw: torch.Tensor, tokens: torch.Tensor,
+                 states: list[SamplingState]) -> list[SampledToken]:
+        logprob, rank, lse = ops.raw_logprob_stats(raw, tokens)
+        # One device -> host copy for all per-row scalars (ids and ranks are exact in fp64).
+        packed = torch.stack([tokens.double(), logprob.double(), rank.double()])
+        packed = packed.nan_to_num(nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR).tolist()
+        tops = Sampler._top_logprobs(raw, lse, states)
+        return [
+            SampledToken(int(t), float(lp), int(rk), top)
+            for t, lp, rk, top in zip(packed[0], packed[1], packed[2], tops)
+        ]
+
+    @staticmethod
+    def _top_logprobs(raw: torch.Tensor, lse: torch.Tensor,
+                      states: list[SamplingState]) -> list[list[tuple[int, float]]]:
+        wanted = [min(s.params.logprobs or 0, raw.shape[1]) for s in states]
+        n_max = max(wanted, default=0)
+        if n_max == 0:
+            return [[] for _ in states]
+        values, ids = raw.topk(n_max, dim=-1)
+        values = (values - lse.unsqueeze(-1)).nan_to_num(nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR)
+        values_l, ids_l = values.tolist(), ids.tolist()
+        return [list(zip(ids_l[i][:n], values_l[i][:n])) for i, n in enumerate(wanted)]

@@ -1,0 +1,141 @@
+"""Pure tensor math for sampling: logit processors, filters and the random draw.
+
+Every function works on a float32 [R, V] tensor of logits (R rows, each with its own
+parameters given as [R] tensors) and returns a new tensor unless its name ends in `_`.
+Masked tokens are -inf. Nothing here knows about requests or generators.
+"""
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def sanitize(logits: torch.Tensor) -> torch.Tensor:
+    """A float32 copy with NaN -> -inf and +inf -> the largest finite value."""
+    x = logits.to(torch.float32, copy=True)
+    return torch.nan_to_num_(x, nan=NEG_INF, posinf=torch.finfo(torch.float32).max, neginf=NEG_INF)
+
+
+def unique_pairs(
+    rows: torch.Tensor, cols: torch.Tensor, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Distinct (row, col) pairs and how often each occurs."""
+    keys, counts = torch.unique(rows * vocab + cols, return_counts=True)
+    return keys // vocab, keys % vocab, counts
+
+
+def set_values_(
+    logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor
+) -> None:
+    logits.index_put_((rows, cols), values)
+
+
+def add_values_(
+    logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor
+) -> None:
+    """logits[rows, cols] += values, for (row, col) pairs that are distinct."""
+    logits.index_put_((rows, cols), logits[rows, cols] + values)
+
+
+def repetition_penalty_(
+    logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, penalty: torch.Tensor
+) -> None:
+    """HF semantics: positive logits / p, others * p, once per seen (row, token).
+
+    Pairs may repeat: all reads happen before the write, so repeats write equal values.
+    """
+    v = logits[rows, cols]
+    p = penalty[rows]
+    # A penalty below 1 can push a huge positive logit past float32's range.
+    penalised = torch.where(v > 0, v / p, v * p).clamp_max_(torch.finfo(torch.float32).max)
+    logits.index_put_((rows, cols), penalised)
+
+
+def presence_frequency_(
+    logits: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    counts: torch.Tensor,
+    presence: torch.Tensor,
+    frequency: torch.Tensor,
+) -> None:
+    """OpenAI semantics on distinct (row, token) pairs seen `counts` times."""
+    penalty = presence[rows] + frequency[rows] * counts.to(torch.float32)
+    add_values_(logits, rows, cols, -penalty)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    # Shifting by the row max first keeps tiny temperatures from overflowing to inf.
+    row_max = logits.amax(dim=-1, keepdim=True)
+    return (logits - row_max).div_(temperature.unsqueeze(-1))
+
+
+def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Top-k (1 <= k <= V; V = off), then nucleus top-p on the renormalised rest.
+
+    Nucleus keeps the fewest most-likely tokens whose mass reaches p, at least one.
+    When every row has k < V only the top k_max are sorted, not the whole vocab.
+    """
+    vocab = logits.shape[-1]
+    k_max = int(k.max().item())
+    if k_max < vocab:
+        sorted_logits, order = logits.topk(k_max, dim=-1)
+    else:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+    pos = torch.arange(sorted_logits.shape[-1], device=logits.device)
+    sorted_logits = sorted_logits.masked_fill(pos >= k.unsqueeze(-1), NEG_INF)
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    # The first token has mass_before == 0 < p, so one always survives; p == 1 is off
+    # (rounding could otherwise push the tail's mass_before to 1.0 and drop it).
+    drop = (mass_before >= top_p.unsqueeze(-1)) & (top_p < 1.0).unsqueeze(-1)
+    sorted_logits = sorted_logits.masked_fill(drop, NEG_INF)
+    return torch.full_like(logits, NEG_INF).scatter_(-1, order, sorted_logits)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Drop tokens with prob < min_p * max_prob, compared in log space (no softmax)."""
+    row_max = logits.amax(dim=-1, keepdim=True)
+    floor = row_max + torch.log(min_p).unsqueeze(-1)
+    return logits.masked_fill(logits < floor, NEG_INF)
+
+
+def _search(cdf: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """First index with cdf > target, per row; never a zero-width (zero-weight) entry."""
+    picked = torch.searchsorted(cdf, target.unsqueeze(-1), right=True).squeeze(-1)
+    # First index of the max = last entry with weight; guards target rounding up to the total.
+    return torch.minimum(picked, cdf.argmax(dim=-1))
+
+
+def inverse_cdf_sample(
+    logits: torch.Tensor, uniform: torch.Tensor, block: int = 1024
+) -> torch.Tensor:
+    """One token per row from softmax(logits), given one U[0, 1) draw per row.
+
+    One uniform per row (not V exponentials) because CPU RNG is serial and costs ~20 ns
+    per number. Sums are float64 so 262k-token vocabularies stay unbiased; a two-level
+    search (block sums, then one block) avoids a float64 scan over the whole vocab.
+    """
+    rows, vocab = logits.shape
+    weights = (logits - logits.amax(dim=-1, keepdim=True)).exp_()
+    if vocab % block:
+        weights = torch.nn.functional.pad(weights, (0, block - vocab % block))
+    blocks = weights.view(rows, -1, block)
+    block_cdf = blocks.sum(dim=-1, dtype=torch.float64).cumsum_(dim=-1)
+    target = uniform.to(torch.float64) * block_cdf[:, -1]
+    b = _search(block_cdf, target)
+    before = block_cdf.gather(-1, (b - 1).clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    before = torch.where(b > 0, before, torch.zeros_like(before))
+    inner_cdf = blocks[torch.arange(rows, device=logits.device), b].to(torch.float64).cumsum_(-1)
+    return b * block + _search(inner_cdf, (target - before).clamp_min(0.0))
+
+
+def raw_logprob_stats(
+    logits: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logprob of each chosen token, its rank with 1 = best, the row logsumexp)."""
+    lse = torch.logsumexp(logits, dim=-1)
+    chosen = logits.gather(-1, tokens.unsqueeze(-1))
+    rank = (logits > chosen).sum(dim=-1, dtype=torch.int64) + 1
+    return chosen.squeeze(-1) - lse, rank, lse

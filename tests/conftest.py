@@ -1,0 +1,38 @@
+"""Shared test fixtures: random-weight models written once per checkout under .fixtures/."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / ".fixtures"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def fixture_model(name: str, gguf_type: str | None = None):
+    from mlxr.testing.fixtures import fixture_paths
+
+    return fixture_paths(name, FIXTURES, gguf_type)
+
+
+_LLMS: dict = {}
+
+
+def cached_llm(model: str, **kwargs):
+    """One LLM per (model, knobs) for the whole session: loading is the slow part."""
+    from mlxr import LLM
+
+    key = (model, tuple(sorted(kwargs.items())))
+    if key not in _LLMS:
+        _LLMS[key] = LLM(model, dtype=torch.float32, **kwargs)
+    return _LLMS[key]
