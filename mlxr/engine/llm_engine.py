@@ -237,8 +237,9 @@ class LLMEngine:
         if reason is None and seq.num_output_tokens >= rs.max_tokens:
             reason = "length"
         if reason is not None:
-            if reason == "length":
-                state.text += state.stops.flush()
+            if not state.stops.hit:  # text held back for a possible stop string is real text
+                safe, _ = state.stops.feed(state.detok.flush())
+                state.text += safe + (state.stops.flush() if not state.stops.hit else "")
             self.scheduler.finish(seq, reason)
 
     def _stop_reason(self, state: SeqState, token: int, params: SamplingParams) -> str | None:

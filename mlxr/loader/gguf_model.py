@@ -8,17 +8,14 @@ import torch
 
 from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
-from mlxr.formats.gguf_config import args_from_gguf
+from mlxr.formats.gguf_config import args_from_gguf_file
 from mlxr.loader.gguf_weights import iter_gguf_hf_weights
 from mlxr.loader.tokenizer import Tokenizer
 
 
 def read_gguf(path: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
     f = open_gguf(path)
-    vocab = f.tensor_info("token_embd.weight").shape[0] if "token_embd.weight" in f.tensor_names else None
-    args = args_from_gguf(
-        f.metadata, vocab_size=vocab, has_output_tensor="output.weight" in f.tensor_names
-    )
+    args = args_from_gguf_file(f)
     tokenizer = Tokenizer.from_gguf_metadata(f.metadata)
     return args, _weights(f, args), tokenizer
 

@@ -1,0 +1,248 @@
+"""Hugging Face config.json -> ModelArgs, for the model types we run.
+
+Accepts both the classic keys (rope_theta, rope_scaling, rope_local_base_freq) and the
+transformers v5 `rope_parameters` form (flat, or per layer type for Gemma 3).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from mlxr.config import ModelArgs, RopeScaling
+from mlxr.errors import ModelFormatError, UnsupportedModelError
+
+# config.json model_type -> canonical family
+MODEL_TYPES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "gemma3_text": "gemma3",
+    "gemma3": "gemma3",
+}
+_MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma3": 131072}
+# Keys a multimodal Gemma 3 text_config usually omits: Gemma3TextConfig's defaults.
+_GEMMA3_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262208,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "query_pre_attn_scalar": 256,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "sliding_window": 4096,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+}
+_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_tanh": "gelu_pytorch_tanh"}
+_SLIDING, _FULL = "sliding_attention", "full_attention"
+
+
+def args_from_hf_config(config: dict) -> ModelArgs:
+    """Build ModelArgs from a parsed config.json. Raises UnsupportedModelError for an
+    unknown model_type and ModelFormatError (naming the key) for a missing or bad value."""
+    if not isinstance(config, dict):
+        raise ModelFormatError("config.json must hold a JSON object")
+    model_type = config.get("model_type")
+    family = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        raise UnsupportedModelError(f"model_type {model_type!r} is not supported "
+                                    f"(supported: {', '.join(MODEL_TYPES)})")
+    cfg = _text_config(config) if model_type == "gemma3" else dict(config)
+    if family == "gemma3":
+        cfg = {**_GEMMA3_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+    return _build(cfg, family, model_type)
+
+
+def _text_config(config: dict) -> dict:
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise ModelFormatError("config.json of model_type 'gemma3' lacks a text_config object")
+    merged = dict(text)
+    # Token ids and tying live at the top level of the multimodal config.
+    for key in ("bos_token_id", "eos_token_id", "tie_word_embeddings"):
+        if key not in merged and key in config:
+            merged[key] = config[key]
+    return merged
+
+
+def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
+    hidden = _pos_int(cfg, "hidden_size")
+    heads = _pos_int(cfg, "num_attention_heads")
+    kv_heads = _pos_int(cfg, "num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise ModelFormatError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    head_dim = _pos_int(cfg, "head_dim", hidden // heads if hidden % heads == 0 else None)
+    layers = _pos_int(cfg, "num_hidden_layers")
+    if cfg.get("mlp_bias"):
+        raise UnsupportedModelError("mlp_bias=true is not supported")
+    theta, scaling, local_theta = _rope(cfg, family)
+    sliding_window, sliding_layers = _sliding(cfg, family, model_type, layers)
+    return ModelArgs(
+        model_type=family,
+        vocab_size=_pos_int(cfg, "vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=_pos_int(cfg, "intermediate_size"),
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=_pos_float(cfg, "rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        max_position_embeddings=_pos_int(cfg, "max_position_embeddings",
+                                         _MAX_POSITIONS_DEFAULT.get(model_type, _MAX_POSITIONS_DEFAULT[family])),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", family == "gemma3"),
+        attention_bias=True if family == "qwen2" else _bool(cfg, "attention_bias", False),
+        hidden_act=_activation(cfg, family),
+        sliding_window=sliding_window,
+        sliding_layers=sliding_layers,
+        rope_local_base_freq=local_theta,
+        query_pre_attn_scalar=_opt_float(cfg, "query_pre_attn_scalar") if family == "gemma3" else None,
+        final_logit_softcapping=_opt_float(cfg, "final_logit_softcapping"),
+        attn_logit_softcapping=_opt_float(cfg, "attn_logit_softcapping"),
+        bos_token_id=_opt_token(cfg, "bos_token_id"),
+        eos_token_ids=_eos_ids(cfg),
+        extra={"hf_model_type": model_type},
+    )
+
+
+def _rope(cfg: dict, family: str) -> tuple[float, RopeScaling | None, float | None]:
+    """(theta of global layers, their scaling, theta of gemma3 sliding layers)."""
+    params = cfg.get("rope_parameters")
+    local_theta = None
+    if isinstance(params, dict) and isinstance(params.get(_FULL), dict):
+        local = params.get(_SLIDING) or {}
+        local_theta = _opt_float(local, "rope_theta") if isinstance(local, dict) else None
+        params = params[_FULL]
+    if isinstance(params, dict):
+        theta = _pos_float(params, "rope_theta", _pos_float(cfg, "rope_theta", _default_theta(family)))
+        scaling = _rope_scaling(params, "rope_parameters")
+    else:
+        theta = _pos_float(cfg, "rope_theta", _default_theta(family))
+        scaling = _rope_scaling(cfg.get("rope_scaling"), "rope_scaling")
+    if family == "gemma3":
+        local_theta = local_theta or _pos_float(cfg, "rope_local_base_freq", 10000.0)
+    return theta, scaling, local_theta
+
+
+def _default_theta(family: str) -> float:
+    return 1_000_000.0 if family == "gemma3" else 10000.0
+
+
+def _rope_scaling(raw: Any, key: str) -> RopeScaling | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ModelFormatError(f"{key} must be an object or null")
+    kind = raw.get("rope_type", raw.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind == "linear":
+        return RopeScaling(rope_type="linear", factor=_pos_float(raw, "factor"))
+    if kind == "llama3":
+        return RopeScaling(
+            rope_type="llama3",
+            factor=_pos_float(raw, "factor"),
+            low_freq_factor=_pos_float(raw, "low_freq_factor", 1.0),
+            high_freq_factor=_pos_float(raw, "high_freq_factor", 4.0),
+            original_max_position_embeddings=_pos_int(raw, "original_max_position_embeddings", 8192),
+        )
+    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3)")
+
+
+def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int | None, tuple[bool, ...]]:
+    window = cfg.get("sliding_window")
+    if family == "qwen2" and not cfg.get("use_sliding_window", False):
+        window = None
+    if model_type == "llama":
+        window = None
+    if window is None:
+        return None, ()
+    window = _pos_int(cfg, "sliding_window")
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None:
+        return window, _from_layer_types(layer_types, layers)
+    if family == "gemma3":
+        pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
+            raise ModelFormatError(f"sliding_window_pattern must be a positive integer, got {pattern!r}")
+        return window, tuple((i + 1) % pattern != 0 for i in range(layers))
+    if family == "qwen2":
+        first = cfg.get("max_window_layers") or 0
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ModelFormatError(f"max_window_layers must be a non-negative integer, got {first!r}")
+        return window, tuple(i >= first for i in range(layers))
+    return window, (True,) * layers  # mistral: every layer
+
+
+def _from_layer_types(layer_types: Any, layers: int) -> tuple[bool, ...]:
+    if not isinstance(layer_types, list) or len(layer_types) != layers:
+        raise ModelFormatError(f"layer_types must be a list of {layers} entries")
+    bad = [t for t in layer_types if t not in (_SLIDING, _FULL)]
+    if bad:
+        raise UnsupportedModelError(f"layer_types entry {bad[0]!r} is not supported")
+    return tuple(t == _SLIDING for t in layer_types)
+
+
+def _activation(cfg: dict, family: str) -> str:
+    default = "gelu_pytorch_tanh" if family == "gemma3" else "silu"
+    key = "hidden_activation" if cfg.get("hidden_activation") is not None else "hidden_act"
+    name = cfg.get(key) or default
+    if name not in _ACTIVATIONS:
+        raise UnsupportedModelError(f"{key} {name!r} is not supported")
+    return _ACTIVATIONS[name]
+
+
+def _eos_ids(cfg: dict) -> tuple[int, ...]:
+    raw = cfg.get("eos_token_id")
+    items = raw if isinstance(raw, list) else [raw]
+    return tuple(_token(v, "eos_token_id") for v in items if v is not None)
+
+
+def _opt_token(cfg: dict, key: str) -> int | None:
+    value = cfg.get(key)
+    return None if value is None else _token(value, key)
+
+
+def _token(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelFormatError(f"{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+_MISSING = object()
+
+
+def _get(cfg: dict, key: str, default: Any) -> Any:
+    value = cfg.get(key)
+    if value is not None:
+        return value
+    if default is _MISSING or default is None:
+        raise ModelFormatError(f"config.json lacks required key {key!r}")
+    return default
+
+
+def _pos_int(cfg: dict, key: str, default: Any = _MISSING) -> int:
+    value = _get(cfg, key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ModelFormatError(f"config.json key {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _pos_float(cfg: dict, key: str, default: Any = _MISSING) -> float:
+    value = _get(cfg, key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ModelFormatError(f"config.json key {key!r} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _opt_float(cfg: dict, key: str) -> float | None:
+    return None if cfg.get(key) is None else _pos_float(cfg, key)
+
+
+def _bool(cfg: dict, key: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelFormatError(f"config.json key {key!r} must be true or false, got {value!r}")
+    return value

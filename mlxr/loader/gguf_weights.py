@@ -1,0 +1,145 @@
+"""GGUF tensors -> Hugging Face parameter names, layouts and semantics (float32 numpy).
+
+llama.cpp's converter changes two things besides names, and both are undone here:
+- llama: the rows of q_proj/k_proj (weights and biases) are permuted per head from HF's
+  rotate-half layout to interleaved pairs (qwen2 and gemma3 are not permuted);
+- gemma3: every RMSNorm weight is stored as 1 + w (HF keeps w and computes x * (1 + w)).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import numpy as np
+
+from mlxr.config import ModelArgs
+from mlxr.errors import ModelFormatError
+from mlxr.formats.gguf import GGUFFile
+
+# GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
+_SKIPPED = {"rope_freqs.weight"}
+_GLOBAL = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_LAYER_COMMON = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+}
+_LAYER_BY_FAMILY = {
+    "llama": {"ffn_norm": "post_attention_layernorm"},
+    "qwen2": {"ffn_norm": "post_attention_layernorm"},
+    "gemma3": {
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_attention_norm": "post_attention_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+        "attn_q_norm": "self_attn.q_norm",
+        "attn_k_norm": "self_attn.k_norm",
+    },
+}
+_LAYER_NAME = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
+
+
+def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
+    """The HF parameter name of a GGUF tensor; None for tensors that map to no parameter."""
+    if gguf_name in _SKIPPED:
+        return None
+    base, dot, suffix = gguf_name.rpartition(".")
+    if dot and base in _GLOBAL and suffix == "weight":
+        return f"{_GLOBAL[base]}.weight"
+    match = _LAYER_NAME.fullmatch(gguf_name)
+    table = {**_LAYER_COMMON, **_LAYER_BY_FAMILY.get(args.model_type, {})}
+    if match is None or match.group(2) not in table:
+        raise ModelFormatError(f"unknown GGUF tensor {gguf_name!r} for a {args.model_type} model")
+    layer = int(match.group(1))
+    if layer >= args.num_hidden_layers:
+        raise ModelFormatError(f"GGUF tensor {gguf_name!r} names layer {layer} of {args.num_hidden_layers}")
+    return f"model.layers.{layer}.{table[match.group(2)]}.{match.group(3)}"
+
+
+def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    """Every HF parameter the model needs, with its shape."""
+    h, q, kv = args.hidden_size, args.num_attention_heads * args.head_dim, args.num_key_value_heads * args.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (args.vocab_size, h), "model.norm.weight": (h,)}
+    if not args.tie_word_embeddings:
+        shapes["lm_head.weight"] = (args.vocab_size, h)
+    layer: dict[str, tuple[int, ...]] = {
+        "self_attn.q_proj.weight": (q, h),
+        "self_attn.k_proj.weight": (kv, h),
+        "self_attn.v_proj.weight": (kv, h),
+        "self_attn.o_proj.weight": (h, q),
+        "mlp.gate_proj.weight": (args.intermediate_size, h),
+        "mlp.up_proj.weight": (args.intermediate_size, h),
+        "mlp.down_proj.weight": (h, args.intermediate_size),
+        "input_layernorm.weight": (h,),
+        "post_attention_layernorm.weight": (h,),
+    }
+    if args.attention_bias:
+        layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)})
+    if args.model_type == "gemma3":
+        layer.update({
+            "pre_feedforward_layernorm.weight": (h,),
+            "post_feedforward_layernorm.weight": (h,),
+            "self_attn.q_norm.weight": (args.head_dim,),
+            "self_attn.k_norm.weight": (args.head_dim,),
+        })
+    for i in range(args.num_hidden_layers):
+        shapes.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+    return shapes
+
+
+def plan(f: GGUFFile, args: ModelArgs) -> list[tuple[str, str]]:
+    """(gguf name, hf name) for every tensor to load; checks names, shapes and completeness
+    before any tensor data is read."""
+    want = expected_shapes(args)
+    pairs: list[tuple[str, str]] = []
+    for name in f.tensor_names:
+        target = hf_name(name, args)
+        if target is None:
+            continue
+        if target not in want:
+            raise ModelFormatError(f"GGUF tensor {name!r} ({target}) is not used by this {args.model_type} model")
+        shape = f.tensor_info(name).shape
+        if shape != want[target]:
+            raise ModelFormatError(f"GGUF tensor {name!r} has shape {shape}, expected {want[target]}")
+        pairs.append((name, target))
+    missing = sorted(set(want) - {t for _, t in pairs})
+    if missing:
+        raise ModelFormatError(f"GGUF file lacks tensors for: {', '.join(missing[:5])}"
+                               + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    return pairs
+
+
+def iter_gguf_hf_weights(f: GGUFFile, args: ModelArgs) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (HF parameter name, float32 array in HF layout) for every tensor of the file."""
+    for name, target in plan(f, args):
+        yield target, to_hf_layout(target, f.load(name), args)
+
+
+def to_hf_layout(target: str, array: np.ndarray, args: ModelArgs) -> np.ndarray:
+    """Undo the converter's changes for one tensor already named in HF terms."""
+    if args.model_type == "llama":
+        if ".self_attn.q_proj." in target:
+            return unpermute_rows(array, args.num_attention_heads)
+        if ".self_attn.k_proj." in target:
+            return unpermute_rows(array, args.num_key_value_heads)
+    if args.model_type == "gemma3" and target.endswith("norm.weight"):
+        return array - np.float32(1.0)
+    return array
+
+
+def unpermute_rows(array: np.ndarray, n_heads: int) -> np.ndarray:
+    """Inverse of llama.cpp's permute(): per head, rows (pair, half) back to (half, pair)."""
+    rows = array.shape[0]
+    if rows % (2 * n_heads):
+        raise ModelFormatError(f"cannot un-permute {rows} rows over {n_heads} heads")
+    out = array.reshape(n_heads, rows // n_heads // 2, 2, *array.shape[1:]).swapaxes(1, 2)
+    return np.ascontiguousarray(out.reshape(array.shape))
+
