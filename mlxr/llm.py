@@ -46,8 +46,13 @@ class LLM:
         if len(params_list) != len(prompts):
             raise InvalidParameterError("sampling_params", "needs one entry per prompt")
         ids = [f"gen-{next(self._ids)}" for _ in prompts]
-        for rid, prompt, p in zip(ids, prompts, params_list):
-            self.engine.add_request(rid, prompt, p)
+        try:
+            for rid, prompt, p in zip(ids, prompts, params_list):
+                self.engine.add_request(rid, prompt, p)
+        except Exception:
+            for rid in ids:  # one bad prompt refuses the whole call and leaves nothing queued
+                self.engine.abort(rid)
+            raise
         finals: dict[str, RequestOutput] = {}
         while self.engine.has_unfinished():
             for out in self.engine.step():
