@@ -87,29 +87,34 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="gemma3-270m")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default=None, help="default: MLXR's device default; HF gets float32 on CPU")
+    p.add_argument("--weight-dtype", default=None)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--no-hf", action="store_true")
     a = p.parse_args()
-    dtype = getattr(torch, a.dtype)
+    dtype = getattr(torch, a.dtype) if a.dtype else None
+    hf_dtype = dtype or (torch.float32 if a.device == "cpu" else torch.bfloat16)
     ref, hf_kwargs = model_paths(a.model)
     from mlxr import LLM
 
-    llm = LLM(ref, dtype=dtype, device=a.device, max_num_batched_tokens=max(2048, a.prompt_len))
+    llm = LLM(ref, dtype=dtype, device=a.device, weight_dtype=a.weight_dtype,
+              max_num_batched_tokens=max(2048, a.prompt_len))
+    mlxr_dtypes = f"{llm.loaded.dtype} act / {llm.loaded.weight_dtype} weights".replace("torch.", "")
     ids = prompt_ids(llm.loaded.args.vocab_size, a.prompt_len)
-    rows = [{"engine": "mlxr", **bench_mlxr(llm, a.device, ids, a.gen_len, a.runs)}]
+    rows = [{"engine": "mlxr", "dtype": mlxr_dtypes, **bench_mlxr(llm, a.device, ids, a.gen_len, a.runs)}]
     del llm
     if not a.no_hf:
-        rows.append({"engine": "hf-transformers", **bench_hf(hf_kwargs, dtype, a.device, ids, a.gen_len, a.runs)})
+        rows.append({"engine": "hf-transformers", "dtype": str(hf_dtype).replace("torch.", ""),
+                     **bench_hf(hf_kwargs, hf_dtype, a.device, ids, a.gen_len, a.runs)})
     if len(rows) == 2:
         rows[0]["decode_vs_hf"] = rows[0]["decode_tok_s"] / rows[1]["decode_tok_s"]
         rows[0]["prefill_vs_hf"] = rows[0]["prefill_tok_s"] / rows[1]["prefill_tok_s"]
-    meta = {"model": a.model, "device": device_name(a.device), "dtype": a.dtype,
+    meta = {"model": a.model, "device": device_name(a.device),
             "prompt_len": a.prompt_len, "gen_len": a.gen_len, "runs": a.runs, "batch": 1}
     path = write_result("latency", {**meta, "results": rows})
-    print_table(rows, ["engine", "prefill_tok_s", "decode_tok_s", "prefill_vs_hf", "decode_vs_hf"])
+    print_table(rows, ["engine", "dtype", "prefill_tok_s", "decode_tok_s", "prefill_vs_hf", "decode_vs_hf"])
     print(f"{meta} -> {path}")
 
 

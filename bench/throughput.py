@@ -88,7 +88,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default=None, help="default: MLXR's device default; HF gets float32 on CPU")
+    p.add_argument("--weight-dtype", default=None)
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=128)
@@ -98,11 +99,12 @@ def main() -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=4096)
     p.add_argument("--kv-cache-gb", type=float, default=2.0)
     a = p.parse_args()
-    dtype = getattr(torch, a.dtype)
+    dtype = getattr(torch, a.dtype) if a.dtype else None
+    hf_dtype = dtype or (torch.float32 if a.device == "cpu" else torch.bfloat16)
     ref, hf_kwargs = model_paths(a.model)
     from mlxr import LLM
 
-    llm = LLM(ref, dtype=dtype, device=a.device, max_num_seqs=a.max_num_seqs,
+    llm = LLM(ref, dtype=dtype, device=a.device, weight_dtype=a.weight_dtype, max_num_seqs=a.max_num_seqs,
               max_num_batched_tokens=a.max_num_batched_tokens, kv_cache_memory_gb=a.kv_cache_gb)
     vocab = llm.loaded.args.vocab_size
     run_mlxr(llm, workload(vocab, 2, 16, 4, False), a.device)  # warm-up
@@ -110,15 +112,16 @@ def main() -> None:
     if not a.no_hf:
         from transformers import AutoModelForCausalLM
 
-        hf = AutoModelForCausalLM.from_pretrained(**hf_kwargs, dtype=dtype).to(a.device).eval()
+        hf = AutoModelForCausalLM.from_pretrained(**hf_kwargs, dtype=hf_dtype).to(a.device).eval()
     rows = []
     for b in a.batch:
         reqs = workload(vocab, b, a.prompt_len, a.gen_len, a.mixed)
         rows.append({"engine": "mlxr", "batch": b, **run_mlxr(llm, reqs, a.device)})
         if hf is not None:
             rows.append({"engine": "hf-transformers", "batch": b, **run_hf(hf, reqs, a.device)})
-    meta = {"model": a.model, "device": device_name(a.device), "dtype": a.dtype, "prompt_len": a.prompt_len,
-            "gen_len": a.gen_len, "mixed": a.mixed}
+    meta = {"model": a.model, "device": device_name(a.device), "prompt_len": a.prompt_len,
+            "gen_len": a.gen_len, "mixed": a.mixed, "hf_dtype": str(hf_dtype),
+            "mlxr_dtype": f"{llm.loaded.dtype} act / {llm.loaded.weight_dtype} weights"}
     path = write_result("throughput", {**meta, "results": rows})
     print_table(rows, ["engine", "batch", "total_s", "gen_tok_s", "decode_tok_s", "step_ms_median"])
     print(f"{meta} -> {path}")

@@ -74,8 +74,8 @@ class Gemma3Backbone(LlamaBackbone):
         self.embed_scale = args.hidden_size**0.5
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed_tokens(input_ids)
-        # The scale is rounded to the weight dtype first, as the checkpoints were trained.
+        h = self.embed_tokens(input_ids).to(self.norm.weight.dtype)
+        # The scale is rounded to the activation dtype first, as the checkpoints were trained.
         return h * torch.tensor(self.embed_scale, dtype=h.dtype)
 
 

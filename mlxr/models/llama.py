@@ -71,7 +71,8 @@ class LlamaBackbone(nn.Module):
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(input_ids)
+        # The table may be stored narrower than the activations (see layers/linear.py).
+        return self.embed_tokens(input_ids).to(self.norm.weight.dtype)
 
     def forward(
         self,
