@@ -25,6 +25,14 @@ class _Add:
 
 
 @dataclass
+class _Call:
+    """A function to run on the engine thread between steps (embeddings, say)."""
+
+    fn: object
+    result: Future
+
+
+@dataclass
 class _Sink:
     """Where a request's outputs go: an asyncio queue living on the caller's event loop."""
 
@@ -42,6 +50,7 @@ class AsyncEngine:
         self._wake = threading.Condition(threading.Lock())
         self._adds: list[_Add] = []
         self._aborts: list[str] = []
+        self._calls: list[_Call] = []
         self._sinks: dict[str, _Sink] = {}
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="mlxr-engine", daemon=True)
@@ -72,6 +81,14 @@ class AsyncEngine:
     def abort(self, request_id: str) -> None:
         self._submit(aborts=[request_id])
 
+    async def embed(self, prompt: str | list[int]) -> tuple[list[float], int]:
+        """Embedding of one input, computed on the engine thread between steps."""
+        call = _Call(lambda: self.engine.embed(prompt), Future())
+        with self._wake:
+            self._calls.append(call)
+            self._wake.notify()
+        return await asyncio.wrap_future(call.result)
+
     def stats(self) -> EngineStats:
         with self._lock:
             return self.engine.stats()
@@ -93,21 +110,22 @@ class AsyncEngine:
             self._aborts += aborts
             self._wake.notify()
 
-    def _take_commands(self) -> tuple[list[_Add], list[str]] | None:
+    def _take_commands(self) -> tuple[list[_Add], list[str], list[_Call]] | None:
         with self._wake:
-            while not (self._adds or self._aborts or self._stop or self.engine.has_unfinished()):
+            while not (self._adds or self._aborts or self._calls or self._stop or self.engine.has_unfinished()):
                 self._wake.wait()
             if self._stop:
                 return None
-            adds, aborts = self._adds, self._aborts
-            self._adds, self._aborts = [], []
-            return adds, aborts
+            commands = self._adds, self._aborts, self._calls
+            self._adds, self._aborts, self._calls = [], [], []
+            return commands
 
     def _loop(self) -> None:
         while (commands := self._take_commands()) is not None:
-            adds, aborts = commands
+            adds, aborts, calls = commands
             with self._lock:
                 self._apply(adds, aborts)
+                self._run_calls(calls)
                 outputs = self._step()
             for out in outputs:
                 self._deliver(out)
@@ -126,6 +144,14 @@ class AsyncEngine:
             out = self.engine.abort(rid)
             if out is not None:
                 self._deliver(out)
+
+    @staticmethod
+    def _run_calls(calls: list[_Call]) -> None:
+        for call in calls:
+            try:
+                call.result.set_result(call.fn())
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                call.result.set_exception(e)
 
     def _step(self) -> list[RequestOutput]:
         if not self.engine.has_unfinished():

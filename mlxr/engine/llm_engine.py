@@ -146,6 +146,24 @@ class LLMEngine:
         self.seq_states[seq.seq_id] = state
         return seq
 
+    def embed(self, prompt: str | list[int]) -> tuple[list[float], int]:
+        """L2-normalised mean of the last hidden states (as llama.cpp and Ollama embed with
+        decoder models); returns (vector, token count). Runs between steps, on the cache."""
+        _, ids = self._tokenize(prompt)
+        if len(ids) > self.max_model_len:
+            raise ContextLengthError(len(ids), self.max_model_len)
+        seq = Sequence(-1, "embed", 0, ids, len(ids), time.monotonic())
+        need = self.block_manager.blocks_for(len(ids))
+        if not self.block_manager.can_allocate(need):
+            raise OverloadedError("the KV cache is busy; retry the embedding later")
+        self.block_manager.allocate(seq, len(ids))
+        try:
+            hidden = self.runner.hidden_states(seq).float()
+        finally:
+            self.block_manager.free(seq)
+        vec = torch.nn.functional.normalize(hidden.mean(0), dim=0)
+        return vec.tolist(), len(ids)
+
     def abort(self, request_id: str) -> RequestOutput | None:
         rs = self.requests.pop(request_id, None)
         if rs is None:

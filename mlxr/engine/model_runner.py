@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.scheduler import SchedulerOutput
+from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
 from mlxr.engine.sequence import Sequence
 from mlxr.layers.attention import AttnMetadata
 
@@ -77,3 +77,11 @@ class ModelRunner:
         rows = torch.tensor(inputs.logit_rows, device=hidden.device)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         return inputs.sampling_seqs, logits.float()
+
+    @torch.inference_mode()
+    def hidden_states(self, seq: Sequence) -> torch.Tensor:
+        """Final hidden states [T, hidden] of all of seq's tokens in one prefill
+        (seq already holds the blocks); used for embeddings."""
+        out = SchedulerOutput([ScheduledSeq(seq, seq.num_tokens)])
+        inputs = self.prepare(out)
+        return self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)

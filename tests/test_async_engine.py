@@ -1,0 +1,105 @@
+"""AsyncEngine: streamed deltas, abort by closing the stream, faults, embeddings."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from conftest import fixture_model
+from mlxr import LLM, SamplingParams
+from mlxr.engine.async_engine import AsyncEngine
+from mlxr.errors import ContextLengthError
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+
+
+@pytest.fixture()
+def engine():
+    llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype="float32", max_num_batched_tokens=32)
+    ae = AsyncEngine(llm.engine)
+    yield llm, ae
+    ae.shutdown()
+
+
+async def collect(ae, rid, prompt, params=GREEDY):
+    text, ids, last = "", [], None
+    async for out in ae.stream(rid, prompt, params):
+        text += out.outputs[0].text
+        ids += out.outputs[0].token_ids
+        last = out
+    return text, ids, last
+
+
+def test_stream_deltas_add_up_to_the_offline_result(engine):
+    llm, ae = engine
+    want = llm.generate(["Once upon a time", "The sea"], GREEDY)
+
+    async def both():
+        return await asyncio.gather(collect(ae, "a", "Once upon a time"), collect(ae, "b", "The sea"))
+
+    got = asyncio.run(asyncio.wait_for(both(), 60))
+    for (text, ids, last), ref in zip(got, want):
+        assert ids == ref.outputs[0].token_ids and text == ref.outputs[0].text
+        assert last.finished and last.outputs[0].finish_reason == "length"
+        assert last.metrics.first_token_time >= last.metrics.arrival_time
+
+
+def test_closing_the_stream_aborts_and_frees_blocks(engine):
+    _, ae = engine
+
+    async def main():
+        stream = ae.stream("long", "Once upon a time", SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))
+        async for _ in stream:
+            break
+        await stream.aclose()
+        for _ in range(100):
+            if ae.stats().num_aborted:
+                break
+            await asyncio.sleep(0.02)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    stats = ae.stats()
+    assert stats.num_aborted == 1 and stats.kv_blocks_used == 0 and stats.num_requests_running == 0
+
+
+def test_admission_errors_raise_from_stream(engine):
+    _, ae = engine
+
+    async def main():
+        with pytest.raises(ContextLengthError):
+            await collect(ae, "x", list(range(3, 300)), SamplingParams(max_tokens=4))
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(engine):
+    llm, ae = engine
+    real = llm.engine.runner.execute
+    calls = {"n": 0}
+
+    def flaky(out):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected fault")
+        return real(out)
+
+    llm.engine.runner.execute = flaky
+
+    async def main():
+        _, _, failed = await collect(ae, "f", "Once upon")
+        ok = await collect(ae, "g", "Once upon")
+        return failed, ok
+
+    failed, ok = asyncio.run(asyncio.wait_for(main(), 60))
+    assert failed.finished and "injected fault" in failed.error
+    assert len(ok[1]) == 12 and ae.is_alive
+    assert ae.stats().kv_blocks_used == 0
+
+
+def test_embedding_is_normalised_and_deterministic(engine):
+    _, ae = engine
+    v1, n = asyncio.run(ae.embed("hello world"))
+    v2, _ = asyncio.run(ae.embed("hello world"))
+    v3, _ = asyncio.run(ae.embed("something else entirely"))
+    assert n > 0 and v1 == v2 and v1 != v3
+    assert abs(sum(x * x for x in v1) - 1) < 1e-5
