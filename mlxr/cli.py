@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
 from mlxr.errors import MLXRError
+
+# Modules that add subcommands: each has register(subparsers) -> {command: handler(ns) -> int}.
+EXTRA_COMMANDS = ("mlxr.cli_serve", "mlxr.cli_registry")
+HANDLERS: dict = {}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(r, positional=True)
     r.add_argument("--system", default=None, help="system prompt")
     _sampling_options(r, default_max=512)
+    for module in EXTRA_COMMANDS:
+        HANDLERS.update(importlib.import_module(module).register(sub))
     return p
 
 
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
     try:
-        return {"generate": cmd_generate, "run": cmd_run}[ns.command](ns)
+        return {"generate": cmd_generate, "run": cmd_run, **HANDLERS}[ns.command](ns)
     except MLXRError as e:
         print(f"error: {e.message}", file=sys.stderr)
         return 2

@@ -63,3 +63,22 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     swap_space_gb: float = 0.0
     max_waiting: int = 1024
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """`mlxr serve` settings; built by cli.py from argv and the environment."""
+
+    host: str = "127.0.0.1"
+    port: int = 11434
+    api_keys: tuple[str, ...] = ()
+    allow_unauthenticated: bool = False
+    cors_origins: tuple[str, ...] = ()  # empty: localhost and 127.0.0.1 on any port
+    max_body_bytes: int = 8 << 20
+    keep_alive_s: float = 300.0  # Ollama's default 5m; negative = forever
+    max_loaded_models: int = 2
+    preload: tuple[str, ...] = ()  # models to load at start-up
+    home: str = "~/.mlxr"  # MLXR_HOME: the registry and logs live here
+    device: str | None = None
+    dtype: str | None = None
+    engine: EngineConfig = EngineConfig()

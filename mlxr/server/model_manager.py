@@ -1,0 +1,113 @@
+"""Models served by the daemon: loaded on demand by name, each with its own AsyncEngine,
+unloaded after keep_alive or when room is needed for another."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from mlxr.config import ServerConfig
+from mlxr.engine.async_engine import AsyncEngine
+from mlxr.engine.llm_engine import EngineParts, LLMEngine
+from mlxr.errors import ModelNotFoundError
+from mlxr.loader import LoadedModel, load_model
+from mlxr.llm import _parse_dtype
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServedModel:
+    name: str  # registry name, "name:tag"
+    record: object  # mlxr.registry.ModelRecord
+    loaded: LoadedModel
+    engine: AsyncEngine
+    loaded_at: float  # time.time()
+    load_duration_s: float
+    expires_at: float | None  # time.time(); None = never
+    active: int = field(default=0)  # requests in flight
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    @property
+    def context_length(self) -> int:
+        return self.engine.engine.max_model_len
+
+
+class ModelManager:
+    def __init__(self, config: ServerConfig, registry) -> None:
+        self.config = config
+        self.registry = registry
+        self.served: dict[str, ServedModel] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._reaper: asyncio.Task | None = None
+
+    def canonical(self, name: str) -> str:
+        return self.registry.resolve(name).name
+
+    async def acquire(self, name: str, keep_alive_s: float | None = None) -> ServedModel:
+        """The served model, loading it first if needed; resets its keep-alive timer.
+        Raises ModelNotFoundError for names the registry does not know."""
+        record = self.registry.resolve(name)  # raises ModelNotFoundError
+        lock = self._locks.setdefault(record.name, asyncio.Lock())
+        async with lock:
+            served = self.served.get(record.name)
+            if served is None:
+                await self._make_room()
+                served = await asyncio.to_thread(self._load, record)
+                self.served[record.name] = served
+        self.touch(served, keep_alive_s)
+        self.registry.touch(record.name)
+        return served
+
+    def _load(self, record) -> ServedModel:
+        t0 = time.perf_counter()
+        dtype = _parse_dtype(self.config.dtype) if self.config.dtype else None
+        loaded = load_model(str(record.path), dtype=dtype, device=self.config.device)
+        parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
+        engine = AsyncEngine(LLMEngine(parts, self.config.engine))
+        took = time.perf_counter() - t0
+        log.info("loaded model %s in %.2fs", record.name, took)
+        return ServedModel(record.name, record, loaded, engine, time.time(), took, None)
+
+    def touch(self, served: ServedModel, keep_alive_s: float | None) -> None:
+        ka = self.config.keep_alive_s if keep_alive_s is None else keep_alive_s
+        served.expires_at = None if ka < 0 else time.time() + ka
+
+    async def _make_room(self) -> None:
+        while len(self.served) >= self.config.max_loaded_models:
+            idle = [m for m in self.served.values() if m.active == 0] or list(self.served.values())
+            victim = min(idle, key=lambda m: m.expires_at or float("inf"))
+            await self.unload(victim.name)
+
+    async def unload(self, name: str) -> bool:
+        served = self.served.pop(name, None)
+        if served is None:
+            return False
+        await asyncio.to_thread(served.engine.shutdown)
+        log.info("unloaded model %s", name)
+        return True
+
+    async def unload_expired(self) -> None:
+        now = time.time()
+        for m in list(self.served.values()):
+            if m.expires_at is not None and m.expires_at <= now and m.active == 0:
+                await self.unload(m.name)
+
+    async def run_reaper(self, every_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            await self.unload_expired()
+
+    async def shutdown(self) -> None:
+        for name in list(self.served):
+            await self.unload(name)
+
+    def get_loaded(self, name: str) -> ServedModel | None:
+        try:
+            return self.served.get(self.canonical(name))
+        except ModelNotFoundError:
+            return None
