@@ -95,6 +95,38 @@ def paged_attention_reference(
     return out
 
 
+def paged_decode_reference(
+    q: torch.Tensor,  # [S, H, D]: one new token per sequence
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: "AttnMetadata",
+    scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """Decode for a whole batch at once: gather every block table (padded), mask by length.
+    Same math as attend_one, without a Python loop over sequences."""
+    n_seqs, n_heads, dim = q.shape
+    _, block_size, n_kv, _ = k_cache.shape
+    group = n_heads // n_kv
+    tables = meta.block_tables  # [S, B]
+    width = tables.shape[1] * block_size
+    k = k_cache[tables].reshape(n_seqs, width, n_kv, dim).permute(0, 2, 3, 1)  # [S, KH, D, W]
+    v = v_cache[tables].reshape(n_seqs, width, n_kv, dim).permute(0, 2, 1, 3)  # [S, KH, W, D]
+    qh = q.reshape(n_seqs, n_kv, group, dim)
+    scores = torch.matmul(qh.float(), k.float()) * scale  # [S, KH, group, W]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    pos = torch.arange(width, device=q.device)[None, :]
+    last = (meta.seq_lens - 1)[:, None]  # position of the new token
+    mask = pos <= last
+    if sliding_window is not None:
+        mask &= pos > last - sliding_window
+    scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    out = torch.matmul(F.softmax(scores, dim=-1), v.float())  # [S, KH, group, D]
+    return out.reshape(n_seqs, n_heads, dim).to(q.dtype)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -105,4 +137,6 @@ def paged_attention(
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Dispatcher: the Triton kernels plug in here for CUDA; CPU runs the reference."""
+    if meta.is_decode_only and meta.num_seqs > 1:
+        return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
