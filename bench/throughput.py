@@ -113,6 +113,7 @@ def main() -> None:
         from transformers import AutoModelForCausalLM
 
         hf = AutoModelForCausalLM.from_pretrained(**hf_kwargs, dtype=hf_dtype).to(a.device).eval()
+        run_hf(hf, workload(vocab, 2, 16, 4, False), a.device)  # warm-up, as for MLXR
     rows = []
     for b in a.batch:
         reqs = workload(vocab, b, a.prompt_len, a.gen_len, a.mixed)
