@@ -63,6 +63,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     swap_space_gb: float = 0.0
     max_waiting: int = 1024
+    enable_cuda_graphs: bool = True  # decode steps replay captured graphs on CUDA
 
 
 @dataclass(frozen=True)

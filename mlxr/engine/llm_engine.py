@@ -54,8 +54,13 @@ class LLMEngine:
             self.block_manager,
             SwapSpace(host_blocks) if host_blocks else None,
         )
-        kv = KVCache(parts.args, num_blocks, config.block_size, parts.dtype, parts.device, host_blocks)
+        # One block past the manager's range: a scratch block for CUDA-graph padding rows.
+        kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = ModelRunner(parts.model, kv, parts.device)
+        if parts.device.type == "cuda" and config.enable_cuda_graphs:
+            self.runner.enable_cuda_graphs(
+                num_blocks, min(config.max_num_seqs, 256), self.block_manager.blocks_for(self.max_model_len)
+            )
         self.sampler = Sampler()
         self.requests: dict[str, RequestState] = {}
         self.seq_states: dict[int, SeqState] = {}

@@ -32,6 +32,12 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
+        self.graphs = None  # DecodeGraphs, set by the engine on CUDA
+
+    def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int) -> None:
+        from mlxr.engine.cuda_graphs import DecodeGraphs
+
+        self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq)
 
     def prepare(self, out: SchedulerOutput) -> StepInputs:
         bs = self.kv_cache.block_size
@@ -71,6 +77,9 @@ class ModelRunner:
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
         inputs = self.prepare(out)
+        if self.graphs is not None and self.graphs.can_run(inputs.meta):
+            # Every decode row samples, in order, so the graph's logits are the answer.
+            return inputs.sampling_seqs, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta).float()
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
         if not inputs.sampling_seqs:
             return [], None

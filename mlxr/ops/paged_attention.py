@@ -137,6 +137,6 @@ def paged_attention(
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Dispatcher: the Triton kernels plug in here for CUDA; CPU runs the reference."""
-    if meta.is_decode_only and meta.num_seqs > 1:
+    if meta.is_decode_only:  # also for one sequence: CUDA graphs capture this path
         return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
