@@ -1,7 +1,7 @@
 #!/bin/sh
 # One GPU sweep for the engine issue: TinyLlama shape, bf16, torch reference ops, beside HF.
 set -e
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl; export PYTHONPATH=/tmp/site
 export PYTHONPATH="$PWD:$PYTHONPATH" PYTHONUNBUFFERED=1
 python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name())'
 cd bench
