@@ -3,18 +3,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
 from mlxr.errors import MLXRError
+from mlxr.server import admin, openai
+from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
+from mlxr.server.logs import ThroughputLogger
+from mlxr.server.metrics import ServerMetrics
 from mlxr.server.model_manager import ModelManager
+from mlxr.server.session import CLIENT_CLOSED, ClientDisconnected
 
-OPEN_PATHS = frozenset({"/health"})
+log = logging.getLogger(__name__)
 
 
 def error_response(path: str, status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
@@ -27,6 +33,17 @@ def error_response(path: str, status: int, message: str, kind: str, param: str |
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def _validation_message(exc: RequestValidationError) -> tuple[str, str]:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return "body", f"body: malformed JSON ({first.get('ctx', {}).get('error', 'invalid')})"
+    field = ".".join(loc) or "body"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return field, f"{field}: {first.get('msg', 'invalid request')}{more}"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MLXRError)
     async def _mlxr_error(request: Request, exc: MLXRError) -> JSONResponse:
@@ -34,30 +51,28 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        field = ".".join(loc) or "body"
-        msg = f"{field}: {first.get('msg', 'invalid request')}"
+        field, msg = _validation_message(exc)
         return error_response(request.url.path, 400, msg, "invalid_request_error", field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(request.url.path, exc.status_code, str(exc.detail), kind)
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected) -> JSONResponse:
+        return error_response(request.url.path, CLIENT_CLOSED, "client disconnected", "client_closed")
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(request.url.path, 500, "internal error", "internal_error")
 
 
 def install_guards(app: FastAPI, config: ServerConfig) -> None:
-    keys = [k.encode() for k in config.api_keys]
-
-    @app.middleware("http")
-    async def _guard(request: Request, call_next):
-        # The path the router will dispatch on, never a URL rebuilt from Host headers.
-        path = request.scope["path"]
-        if keys and path not in OPEN_PATHS and request.method != "OPTIONS":
-            given = request.headers.get("authorization", "")
-            token = given[7:].encode() if given.lower().startswith("bearer ") else b""
-            if not any(hmac.compare_digest(token, k) for k in keys):
-                return error_response(path, 401, "missing or invalid API key", "authentication_error")
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > config.max_body_bytes):
-            return error_response(path, 413, f"request body over {config.max_body_bytes} bytes", "invalid_request_error")
-        return await call_next(request)
-
+    # Added last = outermost: CORS answers preflights and decorates the guard's 401s too.
+    app.add_middleware(Guard, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes,
+                       respond=error_response)
     app.add_middleware(
         CORSMiddleware,
         allow_origin_regex=None if config.cors_origins else r"https?://(localhost|127\.0\.0\.1)(:\d+)?",
@@ -69,25 +84,34 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
 
 def create_app(config: ServerConfig, registry) -> FastAPI:
     models = ModelManager(config, registry)
+    snapshot = lambda: admin.engine_snapshot(models)  # noqa: E731
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        reaper = asyncio.create_task(models.run_reaper())
+        tasks = [asyncio.create_task(models.run_reaper()),
+                 asyncio.create_task(ThroughputLogger(snapshot).run())]
         for name in config.preload:
             await models.acquire(name)
         try:
             yield
         finally:
-            reaper.cancel()
+            for t in tasks:
+                t.cancel()
             await models.shutdown()
 
     app = FastAPI(title="MLXR", version=_version(), lifespan=lifespan)
     app.state.config = config
     app.state.models = models
     app.state.registry = registry
+    app.state.metrics = ServerMetrics(snapshot)
+    app.state.default_model = config.preload[0] if config.preload else None
     install_error_handlers(app)
     install_guards(app, config)
+    _add_routes(app, models)
+    return app
 
+
+def _add_routes(app: FastAPI, models: ModelManager) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         alive = all(m.engine.is_alive for m in models.served.values())
@@ -97,7 +121,17 @@ def create_app(config: ServerConfig, registry) -> FastAPI:
     async def root() -> str:
         return "Ollama is running"
 
-    return app
+    app.include_router(openai.router)
+    app.include_router(admin.router)
+    ollama = _ollama_router()
+    if ollama is not None:
+        app.include_router(ollama)
+
+
+def _ollama_router():
+    import mlxr.server.ollama as ollama  # written alongside; absent router = not mounted yet
+
+    return getattr(ollama, "router", None)
 
 
 def _version() -> str:
