@@ -59,7 +59,7 @@ class LLMEngine:
         self.runner = ModelRunner(parts.model, kv, parts.device)
         if parts.device.type == "cuda" and config.enable_cuda_graphs:
             self.runner.enable_cuda_graphs(
-                num_blocks, min(config.max_num_seqs, 256), self.block_manager.blocks_for(self.max_model_len)
+                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch), self.block_manager.blocks_for(self.max_model_len)
             )
         self.sampler = Sampler()
         self.requests: dict[str, RequestState] = {}
