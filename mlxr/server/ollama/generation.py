@@ -1,0 +1,114 @@
+"""Running one generate/chat request on the engine and writing Ollama's responses: NDJSON
+chunks while streaming, then a final object with done_reason and measured durations (ns).
+
+prompt_eval_duration runs from the model being ready (the request reaching the engine) to
+the first generated token, so total = load + prompt_eval + eval as in Ollama."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.responses import JSONResponse, Response
+
+from mlxr.errors import MLXRError
+from mlxr.server.ollama.durations import ns, rfc3339
+from mlxr.server.ollama.loading import Hold
+from mlxr.server.session import SessionStream, status_of
+from mlxr.types import RequestOutput, SamplingParams
+
+NDJSON = "application/x-ndjson"
+
+
+@dataclass
+class Job:
+    hold: Hold
+    model: str  # the name the client asked for, echoed back as Ollama does
+    prompt_ids: list[int]
+    params: SamplingParams
+    chat: bool
+    arrival: float  # time.perf_counter() when the request arrived
+
+
+@dataclass
+class Tally:
+    """What the engine has produced so far for one request."""
+
+    parts: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    finish_reason: str | None = None
+
+    def add(self, out: RequestOutput) -> str:
+        c = out.outputs[0]
+        if c.token_ids and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        self.token_ids += c.token_ids
+        self.parts.append(c.text)
+        if out.finished:
+            self.finished_at = time.perf_counter()
+            self.finish_reason = c.finish_reason
+        return c.text
+
+
+def content(chat: bool, text: str) -> dict[str, Any]:
+    return {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
+
+
+def final_object(job: Job, tally: Tally, text: str) -> dict[str, Any]:
+    end = tally.finished_at or time.perf_counter()
+    first = tally.first_token_at or end
+    body = {"model": job.model, "created_at": rfc3339(), **content(job.chat, text), "done": True,
+            "done_reason": "length" if tally.finish_reason == "length" else "stop"}
+    if not job.chat:
+        body["context"] = job.prompt_ids + tally.token_ids
+    return body | {
+        "total_duration": ns(end - job.arrival),
+        "load_duration": ns(job.hold.load_s),
+        "prompt_eval_count": len(job.prompt_ids),
+        "prompt_eval_duration": ns(first - job.hold.ready_at),
+        "eval_count": len(tally.token_ids),
+        "eval_duration": ns(end - first),
+    }
+
+
+async def run(job: Job, stream: bool) -> Response:
+    """Admission errors (too long, overloaded) become HTTP errors before anything is sent;
+    a client that leaves aborts the engine request (the session watches for it)."""
+    session = job.hold.session
+    session.start([job.prompt_ids], job.params)
+    item = await session.next()
+    tally = Tally()
+    if stream:
+        session.stop_watching()
+        return SessionStream(session, _ndjson(job, tally, item), media_type=NDJSON)
+    while item is not None:
+        tally.add(item[1])
+        item = await session.next()
+    await job.hold.finish()
+    await job.hold.unload_if_asked()
+    return JSONResponse(final_object(job, tally, "".join(tally.parts)))
+
+
+async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:
+    # A client that goes away cancels this generator; SessionStream then closes the session.
+    session = job.hold.session
+    try:
+        while item is not None:
+            if delta := tally.add(item[1]):
+                yield line({"model": job.model, "created_at": rfc3339(), **content(job.chat, delta), "done": False})
+            item = await session.next()
+        session.outcome = (200, None)
+        await job.hold.finish()
+        await job.hold.unload_if_asked()
+        yield line(final_object(job, tally, ""))
+    except Exception as e:  # noqa: BLE001 - the status line is gone; report in-band
+        session.outcome = (status_of(e), str(e) or type(e).__name__)
+        yield line({"error": e.message if isinstance(e, MLXRError) else "internal error"})

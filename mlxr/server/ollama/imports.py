@@ -1,0 +1,116 @@
+"""/api/create and /api/pull: registering model files that are already on the server machine.
+
+There is no model hub: `pull` takes an absolute path or a file:// URL, `create` takes a path
+or an existing model name in `from`. Progress lines come from the registry hashing the file.
+A client that disconnects stops the stream, not the import (a thread cannot be interrupted).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from mlxr.errors import InvalidParameterError, MLXRError, ModelNotFoundError
+
+Progress = Callable[[int, int], None]
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def local_path(ref: str, field: str) -> Path | None:
+    """The path `ref` names (a file:// URL or a path-looking string), else None."""
+    if ref.startswith("file:"):
+        url = urlparse(ref)
+        if url.netloc not in ("", "localhost"):
+            raise InvalidParameterError(field, f"file URL {ref!r} names another host")
+        path = Path(unquote(url.path))
+    elif ref.startswith(_PATH_PREFIXES) or ref.endswith(".gguf"):
+        path = Path(ref).expanduser()
+    else:
+        return None
+    if not path.is_absolute():
+        raise InvalidParameterError(field, f"{ref!r}: give an absolute path (the server's directory is not yours)")
+    if not path.exists():
+        raise InvalidParameterError(field, f"{ref!r}: no such file or directory on the server")
+    return path
+
+
+def pull_path(ref: str) -> Path:
+    path = local_path(ref, "model")
+    if path is None:
+        raise ModelNotFoundError(
+            f"model '{ref}' not found: pull only imports local files (an absolute path or a "
+            "file:// URL to a GGUF file or Hugging Face directory); there is no model hub", param="model")
+    return path
+
+
+async def import_steps(registry: Any, path: Path, name: str | None) -> AsyncIterator[dict[str, Any]]:
+    """Progress objects while the registry imports `path`, then {"status": "success"}."""
+    label = f"importing {path.name}"
+    record = None
+    async for item in _with_progress(lambda progress: registry.import_model(path, name=name, progress=progress)):
+        if isinstance(item, tuple):
+            yield {"status": label, "total": item[1], "completed": item[0]}
+        else:
+            record = item
+    yield {"status": label, "digest": record.digest, "total": record.size_bytes, "completed": record.size_bytes}
+    yield {"status": f"writing manifest for {record.name}"}
+    yield {"status": "success"}
+
+
+async def copy_steps(registry: Any, source: str, name: str) -> AsyncIterator[dict[str, Any]]:
+    yield {"status": f"using existing model {source}"}
+    await asyncio.to_thread(registry.copy, source, name)
+    yield {"status": "writing manifest"}
+    yield {"status": "success"}
+
+
+async def collect(steps: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+    """Non-streaming: run every step; the last one is the answer."""
+    last: dict[str, Any] = {}
+    async for last in steps:
+        pass
+    return last
+
+
+async def error_lines(steps: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """Streaming: an error after the first line can only travel as an {"error"} line."""
+    try:
+        async for step in steps:
+            yield step
+    except MLXRError as e:
+        yield {"error": e.message}
+    except OSError as e:
+        yield {"error": f"cannot read the model files: {e}"}
+
+
+async def _with_progress(run: Callable[[Progress], Any]) -> AsyncIterator[tuple[int, int] | Any]:
+    """Run `run(progress)` in a thread; yield (done, total) as reported, then its result."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        percent = done * 100 // total if total else 100
+        if percent != last[0] or done == total:  # at most ~100 lines per file
+            last[0] = percent
+            loop.call_soon_threadsafe(queue.put_nowait, (done, total))
+
+    task = asyncio.ensure_future(asyncio.to_thread(run, progress))
+    while not task.done():
+        getter = asyncio.ensure_future(queue.get())
+        try:
+            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await getter
+        if not getter.cancelled():
+            yield getter.result()
+    await asyncio.sleep(0)  # let progress calls scheduled just before the end arrive
+    while not queue.empty():
+        yield queue.get_nowait()
+    yield task.result()

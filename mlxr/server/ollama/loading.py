@@ -1,0 +1,61 @@
+"""Finding and holding models for one Ollama request, on top of the shared server Session
+(which counts the request as active, traces it for metrics and watches for disconnects)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+
+from mlxr.errors import InvalidParameterError, ModelNotFoundError
+from mlxr.server.model_manager import ServedModel
+from mlxr.server.session import Session
+
+
+@dataclass
+class Hold:
+    """A served model held by one request, with Ollama's keep_alive for after it."""
+
+    request: Request
+    session: Session
+    keep_alive_s: float | None
+    load_s: float  # time spent loading the model for this request (0 when it was loaded)
+    ready_at: float  # time.perf_counter() when the model was ready
+
+    @property
+    def served(self) -> ServedModel:
+        return self.session.served
+
+    async def finish(self, status: int = 200) -> None:
+        """End the session and restart the keep-alive timer from the end of the request."""
+        await self.session.close(status)
+        self.request.app.state.models.touch(self.served, self.keep_alive_s)
+
+    async def unload_if_asked(self) -> None:
+        """keep_alive 0: unload now, unless another request still uses the model (the reaper
+        then unloads it when that one ends)."""
+        if self.keep_alive_s == 0 and self.served.active == 0:
+            await self.request.app.state.models.unload(self.served.name)
+
+
+async def resolve(request: Request, name: str, field: str = "model") -> Any:
+    """The registry record of `name`, with Ollama's 404 message for unknown models."""
+    try:
+        return await asyncio.to_thread(request.app.state.registry.resolve, name)
+    except ModelNotFoundError:
+        raise ModelNotFoundError(f"model '{name}' not found", param=field) from None
+    except InvalidParameterError as e:
+        raise InvalidParameterError(field, e.message.removeprefix(f"{e.param}: ")) from None
+
+
+async def hold(request: Request, name: str, route: str, keep_alive_s: float | None) -> Hold:
+    """Load `name` if needed and hold it; end with `finish()` or `session.fail()`."""
+    await resolve(request, name)
+    started, wall = time.perf_counter(), time.time()
+    session = await Session.open(request, name, route, "ollama")
+    ready = time.perf_counter()
+    request.app.state.models.touch(session.served, keep_alive_s)
+    load_s = ready - started if session.served.loaded_at >= wall else 0.0
+    return Hold(request, session, keep_alive_s, load_s, ready)

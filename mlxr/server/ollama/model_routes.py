@@ -1,0 +1,104 @@
+"""Ollama's model management routes: tags, ps, show, copy, delete, create, pull."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from mlxr.errors import InvalidParameterError
+from mlxr.registry import parse_name
+from mlxr.server.ollama import imports
+from mlxr.server.ollama.generation import NDJSON, line
+from mlxr.server.ollama.loading import resolve
+from mlxr.server.ollama.model_info import ps_entry, read_model, show_payload, tag_entry
+from mlxr.server.ollama.schemas import CopyRequest, CreateRequest, DeleteRequest, PullRequest, ShowRequest
+
+router = APIRouter(tags=["ollama"])
+_UNSUPPORTED_CREATE = ("files", "adapters", "quantize", "template", "system", "license", "parameters", "messages")
+
+
+@router.get("/api/tags")
+async def tags(request: Request) -> dict[str, Any]:
+    records = await asyncio.to_thread(request.app.state.registry.list)
+    return {"models": [tag_entry(r) for r in records]}
+
+
+@router.get("/api/ps")
+async def ps(request: Request) -> dict[str, Any]:
+    served = list(request.app.state.models.served.values())
+    return {"models": [ps_entry(s) for s in served]}
+
+
+@router.post("/api/show")
+async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
+    record = await resolve(request, body.model)
+    served = request.app.state.models.served.get(record.name)
+    if served is not None:
+        args, template, ctx = served.loaded.args, served.tokenizer.chat_template, served.context_length
+    else:
+        (args, template), ctx = await asyncio.to_thread(read_model, record), record.context_length
+    return show_payload(record, args, template, ctx)
+
+
+@router.post("/api/copy")
+async def copy(body: CopyRequest, request: Request) -> Response:
+    await resolve(request, body.source, "source")
+    await asyncio.to_thread(request.app.state.registry.copy, body.source, body.destination)
+    return Response(status_code=200)
+
+
+@router.delete("/api/delete")
+async def delete(body: DeleteRequest, request: Request) -> Response:
+    record = await resolve(request, body.model)
+    models = request.app.state.models
+    served = models.served.get(record.name)
+    if served is not None and served.active:
+        models.touch(served, 0)  # the reaper unloads it once its requests end
+    else:
+        await models.unload(record.name)
+    await asyncio.to_thread(request.app.state.registry.remove, record.name)
+    return Response(status_code=200)
+
+
+@router.post("/api/create")
+async def create(body: CreateRequest, request: Request) -> Response:
+    """`from`: a GGUF file or Hugging Face directory on the server, or an existing model."""
+    for field in _UNSUPPORTED_CREATE:
+        if getattr(body, field):
+            raise InvalidParameterError(field, "not supported: create registers a local model as it is; "
+                                        "pass `from` with a path on the server or an existing model name")
+    if not body.from_:
+        raise InvalidParameterError("from", "required: a path on the server or an existing model name")
+    registry = request.app.state.registry
+    parse_name(body.model, "model")
+    path = imports.local_path(body.from_, "from")
+    if path is not None:
+        steps = imports.import_steps(registry, path, body.model)
+    else:
+        await resolve(request, body.from_, "from")
+        steps = imports.copy_steps(registry, body.from_, body.model)
+    return await _respond(steps, body.stream)
+
+
+@router.post("/api/pull")
+async def pull(body: PullRequest, request: Request) -> Response:
+    """Only local files: an absolute path or a file:// URL (there is no model hub)."""
+    path = imports.pull_path(body.model)
+    steps = _prefixed({"status": "pulling manifest"}, imports.import_steps(request.app.state.registry, path, None))
+    return await _respond(steps, body.stream)
+
+
+async def _respond(steps: AsyncIterator[dict[str, Any]], stream: bool) -> Response:
+    if not stream:
+        return JSONResponse(await imports.collect(steps))
+    return StreamingResponse((line(s) async for s in imports.error_lines(steps)), media_type=NDJSON)
+
+
+async def _prefixed(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    yield first
+    async for step in rest:
+        yield step
+

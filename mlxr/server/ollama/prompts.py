@@ -1,0 +1,101 @@
+"""Request -> prompt token ids: chat templates, raw prompts, Ollama's `template` and `context`.
+
+Ollama's `template` is a Go template. We render only its simple subset: `{{ .System }}`,
+`{{ .Prompt }}`, `{{ .Response }}` (generation starts there), `{{ if .X }}...{{ end }}` and
+the `{{-`/`-}}` trim markers. Anything else is a 400 rather than a silently different prompt.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mlxr.errors import InvalidParameterError
+from mlxr.loader.chat_template import default_template_for
+from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
+
+_ACTION = re.compile(r"\{\{(.*?)\}\}", re.S)
+_FIELD = re.compile(r"\.(System|Prompt|Response)")
+_IF = re.compile(r"if\s+\.(System|Prompt|Response)")
+
+
+def generate_prompt_ids(req: GenerateRequest, tokenizer: Any) -> list[int]:
+    if req.suffix:
+        raise InvalidParameterError("suffix", "fill-in-the-middle (insert) is not supported")
+    if req.images:
+        raise InvalidParameterError("images", "the served models take text only")
+    prefix = list(req.context or [])
+    if req.raw:
+        text, specials = req.prompt, True
+    elif req.template:
+        text, specials = render_go_template(req.template, req.system or "", req.prompt), True
+    elif has_chat_template(tokenizer):
+        system = [{"role": "system", "content": req.system}] if req.system else []
+        messages = [*system, {"role": "user", "content": req.prompt}]
+        text, specials = tokenizer.apply_chat_template(messages, add_generation_prompt=True), False
+    else:
+        text, specials = (f"{req.system}\n\n{req.prompt}" if req.system else req.prompt), True
+    # A continuation (context) already starts with BOS.
+    return prefix + tokenizer.encode(text, add_special_tokens=specials and not prefix)
+
+
+def chat_prompt_ids(req: ChatRequest, tokenizer: Any) -> list[int]:
+    messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=req.tools or None)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    arch = getattr(tokenizer, "architecture", None)
+    return tokenizer.chat_template is not None or (arch is not None and default_template_for(arch) is not None)
+
+
+def _template_message(message: ChatMessage, index: int) -> dict[str, Any]:
+    if message.images:
+        raise InvalidParameterError(f"messages.{index}.images", "the served models take text only")
+    out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_name:
+        out["name"] = message.tool_name
+    return out
+
+
+def render_go_template(template: str, system: str, prompt: str) -> str:
+    values = {"System": system, "Prompt": prompt, "Response": ""}
+    parts = _split_actions(template)
+    out: list[str] = []
+    keep = [True]  # one entry per open `if`
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(part if all(keep) else "")
+            continue
+        field, cond = _FIELD.fullmatch(part), _IF.fullmatch(part)
+        if field and field.group(1) == "Response" and all(keep):
+            break  # generation continues from here
+        if field:
+            out.append(values[field.group(1)] if all(keep) else "")
+        elif cond:
+            keep.append(bool(values[cond.group(1)]))
+        elif part == "end" and len(keep) > 1:
+            keep.pop()
+        else:
+            raise InvalidParameterError(
+                "template", f"unsupported Go template action {{{{ {part} }}}}: only .System, "
+                ".Prompt, .Response and if/end are rendered")
+    return "".join(out)
+
+
+def _split_actions(template: str) -> list[str]:
+    """Alternating text and action parts, with the `{{-` / `-}}` whitespace trimmed."""
+    parts = _ACTION.split(template)
+    for i in range(1, len(parts), 2):
+        action = parts[i]
+        if action.startswith("-"):
+            parts[i - 1] = parts[i - 1].rstrip()
+        if action.endswith("-"):
+            parts[i + 1] = parts[i + 1].lstrip()
+        parts[i] = action.strip("-").strip()
+    return parts

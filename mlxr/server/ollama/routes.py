@@ -1,0 +1,158 @@
+"""Ollama's generation routes: /api/generate, /api/chat, /api/embed, /api/embeddings and
+/api/version. Model management routes live in model_routes and are included here.
+
+`format` ("json" or a schema) is accepted but decoding is NOT constrained: the output may
+not be valid JSON; a log line says so. `think` is refused, `logprobs` ignored with a log line.
+Tool calls are passed to the chat template, but tool calls in the output are not parsed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from mlxr.errors import InvalidParameterError
+from mlxr.server.ollama import generation
+from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
+from mlxr.server.ollama.generation import Job
+from mlxr.server.ollama.loading import Hold, hold
+from mlxr.server.ollama.model_routes import router as model_router
+from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
+from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
+from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["ollama"])
+router.include_router(model_router)
+
+
+@router.get("/api/version")
+async def version() -> dict[str, str]:
+    from mlxr import __version__
+
+    return {"version": __version__}
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, request: Request) -> Response:
+    arrival = time.perf_counter()
+    _check_extras(body.format, body.think, body.logprobs, body.options)
+    held = await hold(request, body.model, "/api/generate", parse_keep_alive(body.keep_alive))
+    if not body.prompt:
+        return await _load_only(held, body.model, {"response": ""})
+    return await _start(held, body.model, body.options, arrival, chat=False,
+                        ids=lambda tok: generate_prompt_ids(body, tok), stream=body.stream)
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, request: Request) -> Response:
+    arrival = time.perf_counter()
+    _check_extras(body.format, body.think, body.logprobs, body.options)
+    held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
+    if not body.messages:
+        return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
+    return await _start(held, body.model, body.options, arrival, chat=True,
+                        ids=lambda tok: chat_prompt_ids(body, tok), stream=body.stream)
+
+
+async def _start(held: Hold, model: str, options: Options | None, arrival: float,
+                 *, chat: bool, ids: Callable[[Any], list[int]], stream: bool) -> Response:
+    try:
+        prompt_ids = await asyncio.to_thread(ids, held.served.tokenizer)
+        window = context_window(options, held.served.context_length)
+        budget = max_tokens(options, len(prompt_ids), window, "messages" if chat else "prompt")
+        held.session.trace.prompt_tokens = len(prompt_ids)
+        job = Job(held, model, prompt_ids, sampling_params(options, budget), chat, arrival)
+        return await generation.run(job, stream)
+    except BaseException as e:
+        await held.session.fail(e)
+        raise
+
+
+async def _load_only(held: Hold, model: str, empty: dict[str, Any]) -> JSONResponse:
+    """An empty prompt only loads the model (or unloads it with keep_alive 0)."""
+    await held.finish()
+    await held.unload_if_asked()
+    reason = "unload" if held.keep_alive_s == 0 else "load"
+    return JSONResponse({"model": model, "created_at": rfc3339(), **empty, "done": True, "done_reason": reason})
+
+
+def _check_extras(fmt: Any, think: Any, logprobs: bool | None, options: Options | None) -> None:
+    if think not in (None, False, "", "false"):
+        raise InvalidParameterError("think", "the served models do not support thinking")
+    if fmt:
+        log.warning("format=%s accepted but decoding is not constrained: the output may not be valid JSON",
+                    "json" if fmt == "json" else "<schema>")
+    if logprobs:
+        log.info("logprobs requested on the Ollama API: not supported, ignored")
+    log_ignored(options)
+
+
+@router.post("/api/embed")
+async def embed(body: EmbedRequest, request: Request) -> JSONResponse:
+    """Default: an input longer than the context is a 400; truncate=true cuts it (logged)."""
+    arrival = time.perf_counter()
+    log_ignored(body.options)
+    inputs = [body.input] if isinstance(body.input, str) else body.input
+    inputs = [] if inputs == [""] else inputs
+    held = await hold(request, body.model, "/api/embed", parse_keep_alive(body.keep_alive))
+    vectors, count = [], 0
+    try:
+        for i, text in enumerate(inputs):
+            vector, n = await _embed_one(held, text, body.truncate is True, f"input.{i}")
+            vectors.append(_shorten(vector, body.dimensions))
+            count += n
+    except BaseException as e:
+        await held.session.fail(e)
+        raise
+    held.session.trace.prompt_tokens = count
+    await held.finish()
+    await held.unload_if_asked()
+    return JSONResponse({"model": body.model, "embeddings": vectors, "total_duration": ns(time.perf_counter() - arrival),
+                         "load_duration": ns(held.load_s), "prompt_eval_count": count})
+
+
+@router.post("/api/embeddings")
+async def embeddings(body: EmbeddingsRequest, request: Request) -> JSONResponse:
+    """The legacy single-prompt form: {"embedding": [...]}."""
+    log_ignored(body.options)
+    held = await hold(request, body.model, "/api/embeddings", parse_keep_alive(body.keep_alive))
+    try:
+        vector = (await _embed_one(held, body.prompt, False, "prompt"))[0] if body.prompt else []
+    except BaseException as e:
+        await held.session.fail(e)
+        raise
+    await held.finish()
+    await held.unload_if_asked()
+    return JSONResponse({"embedding": vector})
+
+
+async def _embed_one(held: Hold, text: str, truncate: bool, field: str) -> tuple[list[float], int]:
+    served = held.served
+    prompt: str | list[int] = text
+    if truncate:
+        ids = served.tokenizer.encode(text)
+        if len(ids) > served.context_length:
+            log.info("embedding input of %d tokens truncated to the context length %d", len(ids), served.context_length)
+        prompt = ids[: served.context_length]
+    try:
+        return await served.engine.embed(prompt)
+    except InvalidParameterError as e:
+        raise InvalidParameterError(field, e.message.removeprefix(f"{e.param}: ")) from None
+
+
+def _shorten(vector: list[float], dimensions: int | None) -> list[float]:
+    """Ollama's `dimensions`: keep the first N values and re-normalise."""
+    if dimensions is None:
+        return vector
+    if dimensions > len(vector):
+        raise InvalidParameterError("dimensions", f"must be at most {len(vector)}, got {dimensions}")
+    head = vector[:dimensions]
+    norm = math.sqrt(sum(v * v for v in head)) or 1.0
+    return [v / norm for v in head]

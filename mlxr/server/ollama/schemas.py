@@ -1,0 +1,130 @@
+"""Request bodies of the Ollama API (pydantic, so the OpenAPI schema documents them)."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from mlxr.server.ollama.options import Options
+
+KeepAlive = float | str | None
+# "json" or a JSON schema; accepted, but decoding is not constrained (see routes).
+Format = Literal["", "json"] | dict[str, Any] | None
+
+
+class _Named(BaseModel):
+    """Older clients send `name` where newer ones send `model`; accept either."""
+
+    model: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("model") and data.get("name"):
+            return {**data, "model": data["name"]}
+        return data
+
+
+class GenerateRequest(BaseModel):
+    model: str = Field(min_length=1)
+    prompt: str = ""
+    suffix: str = ""
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    raw: bool = False
+    format: Format = None
+    options: Options | None = None
+    stream: bool = True
+    keep_alive: KeepAlive = None
+    images: list[str] | None = None
+    think: bool | str | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)  # an object, unlike OpenAI's string
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    function: ToolFunction
+
+
+class ChatMessage(BaseModel):
+    role: str = Field(min_length=1)
+    content: str | None = ""
+    images: list[str] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+    thinking: str | None = None
+
+
+class ChatRequest(BaseModel):
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    format: Format = None
+    options: Options | None = None
+    stream: bool = True
+    keep_alive: KeepAlive = None
+    think: bool | str | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+
+class EmbedRequest(BaseModel):
+    model: str = Field(min_length=1)
+    input: str | list[str] = ""
+    truncate: bool | None = None
+    options: Options | None = None
+    keep_alive: KeepAlive = None
+    dimensions: int | None = Field(default=None, ge=1)
+
+
+class EmbeddingsRequest(BaseModel):
+    model: str = Field(min_length=1)
+    prompt: str = ""
+    options: Options | None = None
+    keep_alive: KeepAlive = None
+
+
+class ShowRequest(_Named):
+    verbose: bool = False
+
+
+class DeleteRequest(_Named):
+    pass
+
+
+class CopyRequest(BaseModel):
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)
+
+
+class PullRequest(_Named):
+    insecure: bool = False
+    stream: bool = True
+
+
+class CreateRequest(_Named):
+    """`from` is a GGUF file or Hugging Face directory on the server machine, or an existing
+    model name. Blob uploads (`files`), quantizing and Modelfile settings are not supported."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str | None = Field(default=None, alias="from")
+    files: dict[str, str] | None = None
+    adapters: dict[str, str] | None = None
+    quantize: str | None = None
+    template: str | None = None
+    system: str | None = None
+    license: str | list[str] | None = None
+    parameters: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] | None = None
+    stream: bool = True
