@@ -5,6 +5,7 @@ import argparse
 import ipaddress
 import json
 import os
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -27,7 +28,8 @@ def register(sub) -> dict:
     s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
     s.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
     s.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
-    s.add_argument("--keep-alive", default="5m", help="unload idle models after this (\"5m\", seconds, -1 = never)")
+    s.add_argument("--keep-alive", default="5m", type=parse_duration,
+                   help="unload idle models after this (\"5m\", seconds, -1 = never)")
     s.add_argument("--max-loaded-models", type=int, default=2)
     s.add_argument("--max-num-seqs", type=int, default=64)
     s.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -37,6 +39,8 @@ def register(sub) -> dict:
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
     s.add_argument("--shutdown-timeout", type=float, default=60.0,
                    help="seconds to let in-flight requests finish on SIGTERM/SIGINT")
+    s.add_argument("--log-stats-every", type=float, default=5.0,
+                   help="seconds between throughput log lines while busy")
     p = sub.add_parser("ps", help="models loaded in the running server")
     p.add_argument("--host", default=None, help="server host[:port] (default $MLXR_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, default=None)
@@ -70,7 +74,6 @@ def api_keys(ns: argparse.Namespace) -> tuple[str, ...]:
 
 def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[str, ...]):
     from mlxr.config import EngineConfig, ServerConfig
-    from mlxr.server.ollama.durations import parse_keep_alive
 
     engine = EngineConfig(
         max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens,
@@ -78,10 +81,19 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
-        cors_origins=tuple(ns.cors_origin), keep_alive_s=parse_keep_alive(ns.keep_alive, "--keep-alive"),
+        cors_origins=tuple(ns.cors_origin), keep_alive_s=ns.keep_alive,
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
         home=str(home_dir(ns)), device=ns.device, dtype=ns.dtype, engine=engine,
     )
+
+
+def parse_duration(text: str) -> float:
+    """"5m", "1h", "30s" or seconds; negative = forever (-1)."""
+    m = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(s|m|h)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"--keep-alive: {text!r} is not a duration such as 5m, 1h or 30s")
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
+    return -1.0 if seconds < 0 else seconds
 
 
 def home_dir(ns: argparse.Namespace) -> Path:
@@ -113,7 +125,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     setup_json_logging(_log_level(ns))
     registry = Registry(home_dir(ns))
     config = server_config(ns, keys, register_models(registry, ns.model))
-    return run_server(config, registry, ns.shutdown_timeout)
+    return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
 
 
 def _log_level(ns: argparse.Namespace) -> str:
@@ -122,12 +134,12 @@ def _log_level(ns: argparse.Namespace) -> str:
     return "INFO" if level.upper() == "WARNING" else level
 
 
-def run_server(config, registry, shutdown_timeout: float) -> int:
+def run_server(config, registry, shutdown_timeout: float, stats_every_s: float = 5.0) -> int:
     import uvicorn
 
     from mlxr.server.app import create_app
 
-    app = create_app(config, registry)
+    app = create_app(config, registry, stats_every_s)
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: stop accepting, let in-flight
     # requests (streams included) finish, then the app's lifespan shuts the engines down.
     uvicorn.run(app, host=config.host, port=config.port, log_config=None,

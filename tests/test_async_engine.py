@@ -103,3 +103,18 @@ def test_embedding_is_normalised_and_deterministic(engine):
     v3, _ = asyncio.run(ae.embed("something else entirely"))
     assert n > 0 and v1 == v2 and v1 != v3
     assert abs(sum(x * x for x in v1) - 1) < 1e-5
+
+
+def test_a_caller_cancelled_during_admission_does_not_kill_the_engine(engine):
+    _, ae = engine
+
+    async def main():
+        task = asyncio.ensure_future(collect(ae, "c", "Once upon"))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await collect(ae, "d", "Once upon")
+
+    _, ids, _ = asyncio.run(asyncio.wait_for(main(), 60))
+    assert len(ids) == 12 and ae.is_alive

@@ -133,6 +133,8 @@ class AsyncEngine:
 
     def _apply(self, adds: list[_Add], aborts: list[str]) -> None:
         for add in adds:
+            if not add.accepted.set_running_or_notify_cancel():
+                continue  # the caller went away before admission
             try:
                 self.engine.add_request(add.request_id, add.prompt, add.params, stream_deltas=True)
             except BaseException as e:  # noqa: BLE001 - handed back to the caller
@@ -148,6 +150,8 @@ class AsyncEngine:
     @staticmethod
     def _run_calls(calls: list[_Call]) -> None:
         for call in calls:
+            if not call.result.set_running_or_notify_cancel():
+                continue
             try:
                 call.result.set_result(call.fn())
             except BaseException as e:  # noqa: BLE001 - handed back to the caller

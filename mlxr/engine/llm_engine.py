@@ -207,6 +207,11 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        now = time.monotonic()
+        for item in out.scheduled:
+            metrics = self.requests[item.seq.request_id].metrics
+            if metrics.first_scheduled_time is None:
+                metrics.first_scheduled_time = now
         try:
             seqs, logits = self.runner.execute(out)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from mlxr.ops.activation import gated_activation
+
+# Config activation name -> the ops' activation kind.
 ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu": lambda x: F.gelu(x, approximate="tanh"),  # Gemma configs say gelu, mean tanh
+    "silu": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu_tanh",  # Gemma configs say gelu, mean tanh
 }
 
 
@@ -23,4 +25,4 @@ class GatedMLP(nn.Module):
         self.act = ACTIVATIONS[act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(gated_activation(self.gate_proj(x), self.up_proj(x), self.act))

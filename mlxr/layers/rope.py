@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from mlxr.config import RopeScaling
+from mlxr.ops.rotary import rope_cos_sin, rotary_embedding
 
 
 def llama3_inv_freq(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
@@ -34,11 +35,6 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
     raise ValueError(f"unsupported rope scaling {scaling.rope_type!r}")
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, theta: float, scaling: RopeScaling | None = None) -> None:
         super().__init__()
@@ -52,13 +48,10 @@ class RotaryEmbedding(nn.Module):
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin tables [T, 1, head_dim] for the given positions, in fp32 then cast."""
-        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        return rope_cos_sin(positions, self.inv_freq, dtype)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """q [T, H, D] and k [T, KH, D] rotated by their positions [T]."""
-        cos, sin = self.cos_sin(positions, q.dtype)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        return rotary_embedding(q, k, positions, self.inv_freq)

@@ -1,4 +1,5 @@
-"""Paged attention: torch reference (CPU and any device) behind one dispatcher.
+"""Paged attention: torch reference (CPU and any device) and the Triton kernels
+(paged_decode_triton.py, paged_prefill_triton.py) behind one dispatcher.
 
 Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V.
 """
@@ -8,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+from mlxr.ops.backend import use_triton
 
 if TYPE_CHECKING:
     from mlxr.layers.attention import AttnMetadata
@@ -136,7 +139,33 @@ def paged_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """Dispatcher: the Triton kernels plug in here for CUDA; CPU runs the reference."""
-    if meta.is_decode_only:  # also for one sequence: CUDA graphs capture this path
+    """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), else the
+    torch reference. Decode-only batches take the split-K decode kernel, others prefill."""
+    if use_triton(q, k_cache):
+        return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+    if meta.is_decode_only and meta.num_seqs > 1:
         return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+
+
+def _paged_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: "AttnMetadata",
+    scale: float,
+    sliding_window: int | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    if meta.is_decode_only:
+        from mlxr.ops.paged_decode_triton import paged_decode_triton
+
+        return paged_decode_triton(
+            q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window, softcap
+        )
+    from mlxr.ops.paged_prefill_triton import paged_prefill_triton
+
+    return paged_prefill_triton(
+        q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,
+        max(meta.query_lens_list), scale, sliding_window, softcap,
+    )

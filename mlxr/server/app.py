@@ -82,14 +82,14 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
     )
 
 
-def create_app(config: ServerConfig, registry) -> FastAPI:
+def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> FastAPI:
     models = ModelManager(config, registry)
     snapshot = lambda: admin.engine_snapshot(models)  # noqa: E731
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         tasks = [asyncio.create_task(models.run_reaper()),
-                 asyncio.create_task(ThroughputLogger(snapshot).run())]
+                 asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run())]
         for name in config.preload:
             await models.acquire(name)
         try:

@@ -1,0 +1,179 @@
+"""Paged decode attention in Triton: one query token per sequence, split-K over the context.
+
+Grid (sequence, KV head, partition). A program takes every query head of one KV head (GQA:
+each K/V tile is read once for the group) over one partition of the visible context; a
+second kernel merges the partitions' running max / sum / output. With one partition the
+first kernel writes the normalised output itself.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mlxr.ops.attention_tiles_triton import (
+    check_cache,
+    dot_flags,
+    gather_rows,
+    mma,
+    online_softmax_step,
+    scaled_scores,
+)
+from mlxr.ops.backend import sm_count
+
+MIN_PART_TOKENS = 256  # below this a partition's fixed cost outweighs the parallelism
+MAX_PARTS = 64  # keeps the merge kernel's [parts, head_dim] tile in registers
+
+
+@triton.jit
+def _decode_partition_kernel(
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr,
+    scale, softcap, window, part_tokens, num_parts,
+    stride_qs, stride_qh, stride_b, stride_t, stride_h, stride_ts, stride_os, stride_oh,
+    GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, SPLIT: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kvh = tl.program_id(1)
+    part = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    first = 0
+    if USE_WINDOW:
+        first = tl.maximum(seq_len - window, 0)  # the oldest visible position
+    # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
+    start = (first // BLOCK_N) * BLOCK_N + part * part_tokens
+    end = tl.minimum(start + part_tokens, seq_len)
+
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    heads = kvh * GROUP + offs_g
+    q = tl.load(
+        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=(offs_g < GROUP)[:, None],
+        other=0.0,
+    )
+    table_row = table_ptr + seq * stride_ts
+    m = tl.full([G_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+    for t0 in range(start, end, BLOCK_N):
+        t = t0 + offs_n
+        valid = (t < end) & (t >= first)
+        rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
+        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
+
+    head_ok = offs_g < GROUP
+    if SPLIT:
+        # Unnormalised partials; an empty partition leaves m = -inf, l = 0 and weighs nothing.
+        n_heads = tl.num_programs(1) * GROUP
+        idx = (seq * n_heads + heads) * num_parts + part
+        tl.store(part_m_ptr + idx, m, mask=head_ok)
+        tl.store(part_l_ptr + idx, l, mask=head_ok)
+        o_ptrs = part_o_ptr + idx[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(o_ptrs, acc, mask=head_ok[:, None])
+    else:
+        out = acc / tl.where(l > 0, l, 1.0)[:, None]
+        o_ptrs = out_ptr + seq * stride_os + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, num_parts, stride_os, stride_oh,
+    HEAD_DIM: tl.constexpr, P_PAD: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_p = tl.arange(0, P_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    base = (seq * tl.num_programs(1) + head) * num_parts
+    ok = offs_p < num_parts
+    m = tl.load(part_m_ptr + base + offs_p, mask=ok, other=float("-inf"))
+    l = tl.load(part_l_ptr + base + offs_p, mask=ok, other=0.0)
+    o = tl.load(part_o_ptr + (base + offs_p)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
+    m_max = tl.max(m, 0)  # finite: the partition holding the newest token is never empty
+    w = tl.exp2(m - m_max)
+    out = tl.sum(w[:, None] * o, 0) / tl.sum(w * l, 0)
+    tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty))
+
+
+def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int]:
+    """(tokens per partition, number of partitions) to cover `span` context tokens.
+
+    Split only as far as needed to give every multiprocessor about two programs."""
+    want = min(MAX_PARTS, max(1, -(-2 * n_sms // work_items)))
+    parts = max(1, min(want, -(-span // MIN_PART_TOKENS)))
+    part_tokens = -(-(-(-span // parts)) // block_n) * block_n
+    return part_tokens, -(-span // part_tokens)
+
+
+def default_block_n(head_dim: int) -> int:
+    return 32 if head_dim >= 256 else 64
+
+
+def paged_decode_triton(
+    q: torch.Tensor,  # [S, H, D]
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # [S, max_blocks]
+    seq_lens: torch.Tensor,  # [S]
+    scale: float,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    part_tokens: int | None = None,
+    block_n: int | None = None,
+    out: torch.Tensor | None = None,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> torch.Tensor:
+    """Launcher. Grid sizes come from tensor shapes only (no host copy of the lengths), so a
+    CUDA graph captured once replays for any lengths that fit the block table. part_tokens,
+    block_n and the launch knobs override the defaults (tests, tuning)."""
+    check_cache(k_cache, v_cache, q)
+    n_seqs, n_heads, dim = q.shape
+    _, block_size, n_kv, _ = k_cache.shape
+    assert block_tables.dim() == 2 and block_tables.shape[0] == n_seqs and block_tables.stride(1) == 1
+    assert seq_lens.shape == (n_seqs,) and not block_tables.dtype.is_floating_point
+    block_n = block_n or default_block_n(dim)
+    span = block_tables.shape[1] * block_size
+    if sliding_window is not None:
+        span = min(span, sliding_window + block_n)  # + alignment of the window's first tile
+    if part_tokens is None:
+        part_tokens, parts = plan_partitions(span, n_seqs * n_kv, sm_count(q.device), block_n)
+    else:
+        assert part_tokens % block_n == 0
+        parts = -(-span // part_tokens)
+    out = torch.empty_like(q) if out is None else out
+    assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1
+    if n_seqs == 0:
+        return out
+    group = n_heads // n_kv
+    split = parts > 1
+    f32 = dict(dtype=torch.float32, device=q.device)
+    part_m = torch.empty((n_seqs, n_heads, parts) if split else (1,), **f32)
+    part_l = torch.empty_like(part_m)
+    part_o = torch.empty((n_seqs, n_heads, parts, dim) if split else (1,), **f32)
+    prec, upcast = dot_flags(q.dtype)
+    _decode_partition_kernel[(n_seqs, n_kv, parts)](
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o,
+        scale, softcap or 0.0, sliding_window or 0, part_tokens, parts,
+        q.stride(0), q.stride(1), *k_cache.stride()[:3], block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n,
+        USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None, SPLIT=split,
+        PREC=prec, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages,
+    )
+    if split:
+        _decode_reduce_kernel[(n_seqs, n_heads)](
+            part_m, part_l, part_o, out, parts, out.stride(0), out.stride(1),
+            HEAD_DIM=dim, P_PAD=max(2, triton.next_power_of_2(parts)), num_warps=4,
+        )
+    return out

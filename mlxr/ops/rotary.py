@@ -1,0 +1,64 @@
+"""Rotary position embedding ("rotate half" layout), optionally fused with the K/V cache
+write: torch reference and dispatchers."""
+from __future__ import annotations
+
+import torch
+
+from mlxr.ops.backend import use_triton
+from mlxr.ops.paged_attention import write_kv
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables [T, 1, head_dim] for the given positions, in fp32 then cast."""
+    freqs = positions.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary_reference(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def _triton_fits(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> bool:
+    return q.dtype == k.dtype and q.shape[-1] % 2 == 0 and use_triton(q, k, positions)
+
+
+def rotary_embedding(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [T, H, D] and k [T, KH, D] rotated by their positions [T]."""
+    if _triton_fits(q, k, positions):
+        from mlxr.ops.rotary_triton import rotary_triton
+
+        return rotary_triton(q, k, positions, inv_freq)
+    return rotary_reference(q, k, positions, inv_freq)
+
+
+def rotary_write_kv(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q and k, store rotated k and v at their cache slots; returns (q, k) rotated."""
+    if _triton_fits(q, k, positions) and k_cache.dtype == q.dtype == v.dtype:
+        from mlxr.ops.rotary_triton import rotary_triton
+
+        return rotary_triton(q, k, positions, inv_freq, (v, k_cache, v_cache, slot_mapping))
+    q, k = rotary_reference(q, k, positions, inv_freq)
+    write_kv(k, v, k_cache, v_cache, slot_mapping)
+    return q, k

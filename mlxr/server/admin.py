@@ -1,0 +1,42 @@
+"""GET /admin/stats and GET /metrics: what the engines are doing, for people and Prometheus."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from mlxr.server.model_manager import ModelManager
+from mlxr.types import EngineStats
+
+router = APIRouter(tags=["admin"])
+
+
+def engine_snapshot(models: ModelManager) -> dict[str, EngineStats]:
+    """Stats of every loaded engine. Blocks while a step runs: call it off the event loop."""
+    return {name: served.engine.stats() for name, served in list(models.served.items())}
+
+
+@router.get("/admin/stats")
+async def admin_stats(request: Request) -> JSONResponse:
+    models: ModelManager = request.app.state.models
+    stats = await asyncio.to_thread(engine_snapshot, models)
+    body = {}
+    for name, s in stats.items():
+        served = models.served.get(name)
+        body[name] = {
+            **dataclasses.asdict(s),
+            "kv_cache_usage": s.kv_cache_usage,
+            "kv_blocks_free": s.kv_blocks_total - s.kv_blocks_used,
+            "active_http_requests": served.active if served else 0,
+            "context_length": served.context_length if served else None,
+        }
+    return JSONResponse({"models": body})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    data = await asyncio.to_thread(request.app.state.metrics.exposition)
+    return Response(data, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,106 @@
+"""Prometheus metrics under vLLM's names (label model_name), one registry per app.
+
+Gauges and counters are read from each engine's EngineStats at scrape time; histograms are
+observed per request by the routes (see trace.py)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mlxr.types import EngineStats
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+               2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                   50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+SPEC_DECODE_COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens",
+                        "spec_decode_num_accepted_tokens")
+
+
+def one_two_five_buckets(limit: int) -> tuple[float, ...]:
+    out, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > limit:
+                return tuple(out)
+            out.append(float(m * scale))
+        scale *= 10
+
+
+class EngineCollector(Collector):
+    """Reads the stats of every loaded engine when Prometheus scrapes."""
+
+    def __init__(self, snapshot) -> None:
+        # snapshot() -> {model_name: EngineStats}; called on the scrape thread.
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._snapshot()
+        yield from _gauges(stats)
+        yield from _counters(stats)
+
+
+def _gauges(stats: dict[str, EngineStats]) -> Iterator[Metric]:
+    specs = [
+        ("vllm:num_requests_running", "Requests in the running batch", lambda s: s.num_requests_running),
+        ("vllm:num_requests_waiting", "Requests waiting to be scheduled", lambda s: s.num_requests_waiting),
+        ("vllm:num_requests_swapped", "Requests swapped out to host memory", lambda s: s.num_requests_swapped),
+        ("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0..1)", lambda s: s.kv_cache_usage),
+        ("mlxr:kv_blocks_total", "KV cache blocks", lambda s: s.kv_blocks_total),
+        ("mlxr:kv_blocks_used", "KV cache blocks held by requests", lambda s: s.kv_blocks_used),
+        ("mlxr:kv_blocks_cached", "Free KV blocks still holding a reusable prefix", lambda s: s.kv_blocks_cached),
+    ]
+    for name, doc, value in specs:
+        g = GaugeMetricFamily(name, doc, labels=["model_name"])
+        for model, s in stats.items():
+            g.add_metric([model], float(value(s)))
+        yield g
+
+
+def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
+    specs = [
+        ("vllm:prompt_tokens", "Prefill tokens admitted", lambda s: s.prompt_tokens_total),
+        ("vllm:generation_tokens", "Tokens generated", lambda s: s.generation_tokens_total),
+        ("vllm:num_preemptions", "Preemptions of running sequences", lambda s: s.num_preemptions),
+        ("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache",
+         lambda s: s.prefix_cache_queried_tokens),
+        ("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache", lambda s: s.prefix_cache_hit_tokens),
+        ("mlxr:num_requests_aborted", "Requests aborted (client gone or cancelled)", lambda s: s.num_aborted),
+    ]
+    specs += [(f"vllm:{n}", "Speculative decoding is not implemented", lambda s: 0) for n in SPEC_DECODE_COUNTERS]
+    for name, doc, value in specs:
+        c = CounterMetricFamily(name, doc, labels=["model_name"])
+        for model, s in stats.items():
+            c.add_metric([model], float(value(s)))
+        yield c
+    ok = CounterMetricFamily("vllm:request_success", "Finished requests by reason",
+                             labels=["model_name", "finished_reason"])
+    for model, s in stats.items():
+        for reason, count in sorted(s.finished_by_reason.items()):
+            ok.add_metric([model, reason], float(count))
+    yield ok
+
+
+class ServerMetrics:
+    """The app's registry: the engine collector plus per-request histograms."""
+
+    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(EngineCollector(snapshot))
+        tokens = one_two_five_buckets(max_tokens_bucket)
+        h = lambda name, doc, buckets: Histogram(  # noqa: E731
+            name, doc, ["model_name"], registry=self.registry, buckets=buckets)
+        self.ttft = h("vllm:time_to_first_token_seconds", "From HTTP arrival to the first token", TTFT_BUCKETS)
+        self.itl = h("vllm:inter_token_latency_seconds", "Between successive token outputs", ITL_BUCKETS)
+        self.e2e = h("vllm:e2e_request_latency_seconds", "From HTTP arrival to the last token", LATENCY_BUCKETS)
+        self.queue = h("vllm:request_queue_time_seconds", "From admission to first scheduling", LATENCY_BUCKETS)
+        self.prompt_tokens = h("vllm:request_prompt_tokens", "Prompt tokens per request", tokens)
+        self.generation_tokens = h("vllm:request_generation_tokens", "Generated tokens per request", tokens)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,103 @@
+"""POST /v1/chat/completions."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from mlxr.errors import InvalidParameterError
+from mlxr.server.openai.choices import Choice, Choices, chat_logprobs
+from mlxr.server.openai.prompts import check_fits, render_chat, sampling_params
+from mlxr.server.openai.schemas import ChatCompletionRequest
+from mlxr.server.openai.sse import events, stream_response
+from mlxr.server.session import Session
+from mlxr.types import CompletionOutput, RequestOutput
+
+router = APIRouter()
+ROUTE = "/v1/chat/completions"
+
+
+@router.post(ROUTE)
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    session = await Session.open(request, body.model, ROUTE, "chatcmpl")
+    try:
+        return await _chat(session, body)
+    except BaseException as e:
+        await session.fail(e)
+        raise
+
+
+def _top_logprobs(body: ChatCompletionRequest) -> int | None:
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidParameterError("top_logprobs", "requires logprobs: true")
+    return (body.top_logprobs or 0) if body.logprobs else None
+
+
+async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
+    served = session.served
+    ids = await render_chat(served.tokenizer, body)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    top_n = _top_logprobs(body)
+    params = sampling_params(body, max_tokens, top_n)
+    check_fits(len(ids), served.context_length, max_tokens)
+    choices = Choices(1, body.n)
+    choices.prompt_tokens = len(ids)
+    session.start([ids], params)
+    first = await session.next()  # admission errors surface here, before any header is sent
+    fmt = _ChatFormat(session, choices, top_n, body)
+    if body.stream:
+        return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail))
+    item = first
+    while item is not None:
+        choices.apply(*item)
+        item = await session.next()
+    await session.close(200)
+    return JSONResponse(fmt.full())
+
+
+class _ChatFormat:
+    def __init__(self, session: Session, choices: Choices, top_n: int | None, body: ChatCompletionRequest) -> None:
+        self.session, self.choices, self.top_n = session, choices, top_n
+        opts = body.stream_options
+        self.include_usage = bool(body.stream and opts and opts.include_usage)
+
+    def _envelope(self, kind: str, choices: list[dict]) -> dict:
+        s = self.session
+        out = {"id": s.request_id, "object": kind, "created": s.created, "model": s.model, "choices": choices}
+        if self.include_usage:
+            out["usage"] = None
+        return out
+
+    def head(self) -> list[dict]:
+        first = [{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                  "finish_reason": None} for c in self.choices.items]
+        return [self._envelope("chat.completion.chunk", first)]
+
+    def chunks(self, prompt_index: int, out: RequestOutput) -> list[dict]:
+        return [self._envelope("chat.completion.chunk", [self._delta(c, o)])
+                for c, o in self.choices.apply(prompt_index, out)]
+
+    def _delta(self, choice: Choice, o: CompletionOutput) -> dict:
+        delta = {"content": o.text} if o.text else {}
+        logprobs = None
+        if self.top_n is not None and o.token_ids:
+            logprobs = chat_logprobs(o.token_ids, o.logprobs or [], self.top_n)
+        finish = choice.finish_reason if not choice.finish_sent else None
+        choice.finish_sent = choice.finish_reason is not None
+        return {"index": choice.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+
+    def tail(self) -> list[dict]:
+        if not self.include_usage:
+            return []
+        last = self._envelope("chat.completion.chunk", [])
+        last["usage"] = self.choices.usage()
+        return [last]
+
+    def full(self) -> dict:
+        out = self._envelope("chat.completion", [self._message(c) for c in self.choices.items])
+        out["usage"] = self.choices.usage()
+        return out
+
+    def _message(self, c: Choice) -> dict:
+        logprobs = chat_logprobs(c.token_ids, c.logprobs, self.top_n) if self.top_n is not None else None
+        return {"index": c.index, "message": {"role": "assistant", "content": c.text},
+                "logprobs": logprobs, "finish_reason": c.finish_reason}

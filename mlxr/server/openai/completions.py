@@ -1,0 +1,123 @@
+"""POST /v1/completions: one prompt or a batch (string, strings, token ids, lists of ids)."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from mlxr.errors import InvalidParameterError
+from mlxr.server.openai.choices import Choice, Choices, completion_logprobs
+from mlxr.server.openai.prompts import check_fits, encode_inputs, sampling_params
+from mlxr.server.openai.schemas import CompletionRequest
+from mlxr.server.openai.sse import events, stream_response
+from mlxr.server.session import Session
+from mlxr.types import CompletionOutput, RequestOutput
+
+router = APIRouter()
+ROUTE = "/v1/completions"
+
+
+@router.post(ROUTE)
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    session = await Session.open(request, body.model, ROUTE, "cmpl")
+    try:
+        return await _complete(session, body)
+    except BaseException as e:
+        await session.fail(e)
+        raise
+
+
+def _check_unsupported(body: CompletionRequest) -> None:
+    if body.suffix:
+        raise InvalidParameterError("suffix", "is not supported")
+    if body.best_of is not None and body.best_of != body.n:
+        raise InvalidParameterError("best_of", "only best_of equal to n is supported")
+    if body.echo and body.logprobs is not None:
+        raise InvalidParameterError("echo", "echo with logprobs (prompt logprobs) is not supported")
+
+
+async def _complete(session: Session, body: CompletionRequest) -> Response:
+    _check_unsupported(body)
+    served = session.served
+    prompts = encode_inputs(served.tokenizer, body.prompt, "prompt")
+    if len(prompts) * body.n > 64:
+        raise InvalidParameterError("n", f"{len(prompts)} prompts x n={body.n} is over 64 choices")
+    params = sampling_params(body, body.max_tokens, body.logprobs)
+    for ids in prompts:
+        check_fits(len(ids), served.context_length, body.max_tokens)
+    choices = Choices(len(prompts), body.n)
+    choices.prompt_tokens = sum(len(p) for p in prompts)
+    fmt = _CompletionFormat(session, choices, body, _echo_texts(served.tokenizer, body, prompts))
+    session.start(prompts, params)
+    first = await session.next()  # admission errors surface here, before any header is sent
+    if body.stream:
+        return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail))
+    item = first
+    while item is not None:
+        choices.apply(*item)
+        item = await session.next()
+    await session.close(200)
+    return JSONResponse(fmt.full())
+
+
+def _echo_texts(tokenizer, body: CompletionRequest, prompts: list[list[int]]) -> list[str] | None:
+    if not body.echo:
+        return None
+    raw = body.prompt
+    if isinstance(raw, str):
+        return [raw]
+    if raw and all(isinstance(p, str) for p in raw):
+        return list(raw)
+    return [tokenizer.decode(p) for p in prompts]
+
+
+class _CompletionFormat:
+    def __init__(self, session: Session, choices: Choices, body: CompletionRequest, echo: list[str] | None) -> None:
+        self.session, self.choices, self.echo = session, choices, echo
+        self.top_n = body.logprobs
+        opts = body.stream_options
+        self.include_usage = bool(body.stream and opts and opts.include_usage)
+
+    def _envelope(self, choices: list[dict]) -> dict:
+        s = self.session
+        out = {"id": s.request_id, "object": "text_completion", "created": s.created, "model": s.model,
+               "choices": choices}
+        if self.include_usage:
+            out["usage"] = None
+        return out
+
+    def head(self) -> list[dict]:
+        if self.echo is None:
+            return []
+        n = self.choices.n
+        return [self._envelope([{"index": c.index, "text": self.echo[c.index // n], "logprobs": None,
+                                 "finish_reason": None} for c in self.choices.items])]
+
+    def chunks(self, prompt_index: int, out: RequestOutput) -> list[dict]:
+        return [self._envelope([self._delta(c, o)]) for c, o in self.choices.apply(prompt_index, out)]
+
+    def _delta(self, choice: Choice, o: CompletionOutput) -> dict:
+        logprobs = None
+        if self.top_n is not None and o.token_ids:
+            logprobs = completion_logprobs(choice, o.token_ids, o.logprobs or [], self.top_n)
+        finish = choice.finish_reason if not choice.finish_sent else None
+        choice.finish_sent = choice.finish_reason is not None
+        return {"index": choice.index, "text": o.text, "logprobs": logprobs, "finish_reason": finish}
+
+    def tail(self) -> list[dict]:
+        if not self.include_usage:
+            return []
+        last = self._envelope([])
+        last["usage"] = self.choices.usage()
+        return [last]
+
+    def full(self) -> dict:
+        out = self._envelope([self._choice(c) for c in self.choices.items])
+        out["usage"] = self.choices.usage()
+        return out
+
+    def _choice(self, c: Choice) -> dict:
+        logprobs = None
+        if self.top_n is not None:
+            logprobs = completion_logprobs(c, c.token_ids, c.logprobs, self.top_n)
+        text = (self.echo[c.index // self.choices.n] if self.echo else "") + c.text
+        return {"index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason}

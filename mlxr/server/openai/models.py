@@ -1,0 +1,79 @@
+"""GET /v1/models, GET /v1/models/{id}, POST /v1/embeddings."""
+from __future__ import annotations
+
+import asyncio
+import base64
+from datetime import datetime
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.server.openai.prompts import encode_inputs
+from mlxr.server.openai.schemas import EmbeddingRequest
+from mlxr.server.session import Session
+
+router = APIRouter()
+
+
+def _epoch(stamp: object) -> int:
+    if isinstance(stamp, (int, float)):
+        return int(stamp)
+    try:
+        return int(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
+
+
+def model_card(record) -> dict:
+    return {"id": record.name, "object": "model", "created": _epoch(record.created_at),
+            "owned_by": "mlxr", "max_model_len": record.context_length}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> JSONResponse:
+    records = await asyncio.to_thread(request.app.state.registry.list)
+    return JSONResponse({"object": "list", "data": [model_card(r) for r in records]})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
+    record = await asyncio.to_thread(request.app.state.registry.resolve, model_id)
+    return JSONResponse(model_card(record))
+
+
+@router.post("/v1/embeddings")
+async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
+    session = await Session.open(request, body.model, "/v1/embeddings", "embd")
+    try:
+        data, tokens = await _embed_all(session, body)
+    except BaseException as e:
+        await session.fail(e)
+        raise
+    await session.close(200)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return JSONResponse({"object": "list", "data": data, "model": session.model, "usage": usage})
+
+
+async def _embed_all(session: Session, body: EmbeddingRequest) -> tuple[list[dict], int]:
+    served = session.served
+    inputs = encode_inputs(served.tokenizer, body.input, "input")
+    for ids in inputs:
+        if len(ids) > served.context_length:
+            raise ContextLengthError(len(ids), served.context_length, param="input")
+    session.trace.prompt_tokens = sum(len(i) for i in inputs)
+    data, total = [], 0
+    for index, ids in enumerate(inputs):
+        vector, count = await served.engine.embed(ids)
+        if body.dimensions is not None and body.dimensions != len(vector):
+            raise InvalidParameterError("dimensions", f"this model's embeddings have {len(vector)} dimensions")
+        data.append({"object": "embedding", "index": index, "embedding": _encode(vector, body.encoding_format)})
+        total += count
+    return data, total
+
+
+def _encode(vector: list[float], encoding: str) -> list[float] | str:
+    if encoding == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return vector

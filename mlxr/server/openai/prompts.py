@@ -1,0 +1,113 @@
+"""Request fields -> what the engine takes: token ids per prompt and SamplingParams."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.server.openai.schemas import (
+    MAX_LOGIT_BIAS,
+    ChatCompletionRequest,
+    ChatMessage,
+    SamplingFields,
+)
+from mlxr.types import SamplingParams
+
+
+def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    """Raises InvalidParameterError naming the field for anything out of range."""
+    return SamplingParams(
+        n=body.n,
+        max_tokens=max_tokens,
+        min_tokens=body.min_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_k=body.top_k or 0,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        min_p=body.min_p or 0.0,
+        repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        seed=body.seed,
+        stop=body.stop,
+        stop_token_ids=body.stop_token_ids,
+        ignore_eos=body.ignore_eos,
+        logprobs=logprobs,
+        logit_bias=parse_logit_bias(body.logit_bias),
+    )
+
+
+def parse_logit_bias(raw: dict[str, float] | None) -> dict[int, float] | None:
+    if not raw:
+        return None
+    if len(raw) > MAX_LOGIT_BIAS:
+        raise InvalidParameterError("logit_bias", f"at most {MAX_LOGIT_BIAS} entries")
+    out: dict[int, float] = {}
+    for key, bias in raw.items():
+        k = key.strip()
+        if not k.isdigit() or len(k) > 10:
+            raise InvalidParameterError("logit_bias", f"keys must be token ids, got {key!r}")
+        if not -100.0 <= bias <= 100.0:
+            raise InvalidParameterError("logit_bias", f"values must be in [-100, 100], got {bias}")
+        out[int(k)] = float(bias)
+    return out
+
+
+def check_fits(prompt_len: int, context: int, max_tokens: int | None, param: str = "prompt") -> None:
+    """Never truncate: too long is a 400 naming both numbers (the engine checks again)."""
+    if prompt_len >= context:
+        raise ContextLengthError(prompt_len, context, param=param)
+    if max_tokens is not None and prompt_len + max_tokens > context:
+        raise ContextLengthError(prompt_len, context, max_tokens)
+
+
+def encode_inputs(tokenizer: Any, raw: Any, param: str) -> list[list[int]]:
+    """str | [str] | [int] | [[int]] -> one token-id list per prompt."""
+    if isinstance(raw, str):
+        prompts: list = [raw]
+    elif raw and all(isinstance(t, int) for t in raw):
+        prompts = [raw]
+    else:
+        prompts = list(raw)
+    if not prompts:
+        raise InvalidParameterError(param, "is empty")
+    out = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+    for i, ids in enumerate(out):
+        if not ids:
+            raise InvalidParameterError(param if len(out) == 1 else f"{param}[{i}]", "is empty")
+        vocab = tokenizer.vocab_size
+        if any(t >= vocab for t in ids):
+            raise InvalidParameterError(param, f"token ids must be below the vocabulary size {vocab}")
+    return out
+
+
+def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
+    d = m.model_dump(exclude_none=True)
+    if isinstance(m.content, list):
+        texts = []
+        for part in m.content:
+            if part.type != "text" or part.text is None:
+                raise InvalidParameterError(
+                    f"messages[{i}].content", f"content parts of type {part.type!r} are not supported")
+            texts.append(part.text)
+        d["content"] = "".join(texts)
+    elif m.content is None:
+        d["content"] = ""
+    return d
+
+
+async def render_chat(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
+    """The chat template's prompt as token ids (its text already carries BOS and markers)."""
+    messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+
+    def run() -> list[int]:
+        text = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=body.add_generation_prompt, tools=tools
+        )
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    # Rendering runs untrusted template code with a time budget: keep it off the event loop.
+    ids = await asyncio.to_thread(run)
+    if not ids:
+        raise InvalidParameterError("messages", "the rendered prompt is empty")
+    return ids

@@ -1,0 +1,120 @@
+"""Request bodies of the OpenAI routes. The ranges here are the first check (and what
+/openapi.json advertises); SamplingParams validates again before the engine sees anything."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlxr.types import MAX_LOGPROBS, MAX_TOKENS_LIMIT
+
+MAX_N = 16  # choices per prompt; huge n is a memory attack [vLLM]
+MAX_PROMPTS = 64  # prompts in one /v1/completions batch
+MAX_STOP = 16
+MAX_LOGIT_BIAS = 1024
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
+
+TokenId = Annotated[int, Field(ge=0, le=(1 << 31) - 1)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1, max_length=1 << 20)]
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
+
+
+class _Body(BaseModel):
+    # Unknown fields are ignored (clients send extras); NaN/Infinity are refused.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class SamplingFields(_Body):
+    """Fields shared by chat and completions, vLLM's extras included."""
+
+    model: str | None = Field(None, max_length=512)
+    max_tokens: MaxTokens | None = None
+    temperature: float | None = Field(None, ge=0.0, le=100.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = Field(None, description="token id (as a string) -> bias in [-100, 100]")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    top_k: int | None = Field(None, ge=-1, le=(1 << 31) - 1)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=100.0)
+    min_tokens: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=256)] | None = None
+    ignore_eos: bool = False
+
+
+class ContentPart(_Body):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(_Body):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(_Body):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=4096)
+    max_completion_tokens: MaxTokens | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = Field(None, max_length=512)
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    add_generation_prompt: bool = True
+
+
+Prompt = (
+    str
+    | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
+    | TokenIds
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
+)
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Prompt
+    max_tokens: MaxTokens | None = 16
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1, le=MAX_N)
+
+
+class EmbeddingRequest(_Body):
+    model: str | None = Field(None, max_length=512)
+    input: Prompt
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None

@@ -1,0 +1,225 @@
+"""What every generating route shares: pick the model, count the request as active, run one
+or more engine requests as one merged stream, abort them all when the client goes away, and
+trace the whole for metrics and the request log. Used by the OpenAI routes; the Ollama routes
+may use it too."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from fastapi import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from mlxr.engine.async_engine import AsyncEngine
+from mlxr.errors import EngineError, MLXRError
+from mlxr.server.model_manager import ServedModel
+from mlxr.server.trace import RequestTrace
+from mlxr.types import RequestOutput, SamplingParams
+
+T = TypeVar("T")
+_END = object()
+CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only ever logged
+
+
+class ClientDisconnected(Exception):
+    pass
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class DisconnectWatch:
+    """Races awaits against the client closing its connection (the body is read by then)."""
+
+    def __init__(self, request: Request) -> None:
+        self._task = asyncio.ensure_future(_wait_disconnect(request.receive))
+
+    async def run(self, awaitable: Awaitable[T]) -> T:
+        work = asyncio.ensure_future(awaitable)
+        await asyncio.wait({work, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(BaseException):
+            await work
+        raise ClientDisconnected()
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
+async def _next(stream: AsyncIterator[T]) -> T | object:
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+def _consume(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it
+
+
+async def _pump(engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams,
+                index: int, queue: asyncio.Queue) -> None:
+    stream = engine.stream(request_id, prompt, params)
+    try:
+        # The first step waits on the engine's admission future; cancelling it there would
+        # cancel that future under the engine thread. Shield it and abort by id instead:
+        # an abort queued behind the add still finds the request.
+        first = asyncio.ensure_future(anext(stream))
+        try:
+            out = await asyncio.shield(first)
+        except asyncio.CancelledError:
+            engine.abort(request_id)
+            first.add_done_callback(_consume)
+            raise
+        queue.put_nowait((index, out))
+        if not out.finished:
+            async for out in stream:
+                queue.put_nowait((index, out))
+    except Exception as e:  # noqa: BLE001 - re-raised by the consumer
+        queue.put_nowait((index, e))
+    finally:
+        queue.put_nowait((index, _END))
+
+
+async def merge_streams(
+    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams
+) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """One engine request per prompt, their outputs as they come, tagged with the prompt's
+    position; closing this aborts every one of them."""
+    queue: asyncio.Queue = asyncio.Queue()
+    tasks = [asyncio.ensure_future(_pump(engine, f"{request_id}-{i}", p, params, i, queue))
+             for i, p in enumerate(prompts)]
+    try:
+        left = len(tasks)
+        while left:
+            i, item = await queue.get()
+            if item is _END:
+                left -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Session:
+    """One HTTP request that generates. Always end it with `await close(status)`."""
+
+    def __init__(self, request: Request, served: ServedModel, trace: RequestTrace, request_id: str) -> None:
+        self.request = request
+        self.served = served
+        self.trace = trace
+        self.request_id = request_id
+        self.created = int(time.time())
+        self._stream: AsyncIterator[tuple[int, RequestOutput]] | None = None
+        self._watch = DisconnectWatch(request)
+        self._watching = True
+        self._closed = False
+        # How a streamed body ended; the body generator overwrites it unless the client left.
+        self.outcome: tuple[int, str | None] = (CLIENT_CLOSED, "client disconnected")
+
+    @classmethod
+    async def open(cls, request: Request, model: str | None, route: str, id_prefix: str) -> "Session":
+        arrival = time.monotonic()
+        request_id = f"{id_prefix}-{uuid.uuid4().hex}"
+        trace = RequestTrace(request_id, route, arrival, request.app.state.metrics)
+        try:
+            served = await request.app.state.models.acquire(model or default_model(request))
+        except BaseException as e:
+            trace.finish(status_of(e), str(e))
+            raise
+        served.active += 1
+        trace.model = served.name
+        return cls(request, served, trace, request_id)
+
+    @property
+    def model(self) -> str:
+        return self.served.name
+
+    def start(self, prompts: list[list[int]], params: SamplingParams) -> None:
+        """Submit one engine request per prompt (each with params.n sequences)."""
+        self.trace.prompt_tokens = sum(len(p) for p in prompts)
+        self._stream = merge_streams(self.served.engine, self.request_id, prompts, params)
+
+    async def next(self) -> tuple[int, RequestOutput] | None:
+        """The next output (prompt index, delta), or None when every request finished.
+        Raises ClientDisconnected (after aborting) when the client went away."""
+        assert self._stream is not None, "start() first"
+        if self._watching:
+            item = await self._watch.run(_next(self._stream))
+        else:
+            item = await _next(self._stream)
+        if item is _END:
+            return None
+        index, out = item
+        self.trace.on_output(out)
+        for o in out.outputs:
+            if o.finish_reason == "error" or out.error:
+                raise EngineError(out.error or "generation failed")
+            if o.finish_reason:
+                self.trace.finish_reasons.add(o.finish_reason)
+        return index, out
+
+    def stop_watching(self) -> None:
+        """Streaming responses: Starlette cancels the body on disconnect from here on."""
+        self._watching = False
+        self._watch.close()
+
+    async def close(self, status: int, error: str | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._watch.close()
+        if self._stream is not None:
+            await self._stream.aclose()
+        self.served.active -= 1
+        self.trace.finish(status, error)
+
+    async def fail(self, error: BaseException) -> None:
+        await self.close(status_of(error), str(error) or type(error).__name__)
+
+
+def status_of(error: BaseException) -> int:
+    if isinstance(error, MLXRError):
+        return error.status
+    if isinstance(error, (ClientDisconnected, asyncio.CancelledError)):
+        return CLIENT_CLOSED
+    return getattr(error, "status_code", 500)
+
+
+def default_model(request: Request) -> str:
+    name = request.app.state.default_model
+    if not name:
+        from mlxr.errors import InvalidParameterError
+
+        raise InvalidParameterError("model", "this server has no default model; name one")
+    return name
+
+
+class SessionStream(StreamingResponse):
+    """A streaming response that ends its session however the response ends."""
+
+    def __init__(self, session: Session, body: AsyncIterator[str], media_type: str) -> None:
+        super().__init__(body, media_type=media_type, headers={"Cache-Control": "no-cache"})
+        self._session = session
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            await self._session.close(*self._session.outcome)

@@ -1,0 +1,125 @@
+"""API keys, Host-header tricks, CORS, bind refusal and load shedding, against a real server."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+from conftest import fixture_model
+from server_harness import ROOT, free_port, running_server, server_command
+
+KEY = "test-secret-key"
+GUARDED = [
+    ("GET", "/v1/models"), ("GET", "/v1/models/x:latest"), ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"), ("POST", "/v1/embeddings"), ("GET", "/metrics"),
+    ("GET", "/admin/stats"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("POST", "/api/generate"),
+    ("POST", "/api/chat"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/redoc"),
+    ("GET", "/"), ("GET", "/no/such/route"),
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    gguf = fixture_model("tiny-llama").gguf_path
+    # A tiny queue and step budget so the queue limit can be reached on purpose.
+    args = ("--model", str(gguf), "--max-waiting", "2", "--max-num-batched-tokens", "8")
+    with running_server(tmp_path_factory.mktemp("home"), *args, api_key=KEY) as url:
+        yield url
+
+
+def auth(key: str = KEY) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize("method,path", GUARDED)
+def test_every_route_needs_the_key(base_url, method, path):
+    for headers in ({}, auth("wrong"), {"Authorization": KEY}, {"Authorization": "Basic " + KEY}):
+        r = httpx.request(method, base_url + path, headers=headers, json={})
+        assert r.status_code == 401, (path, headers, r.text)
+        assert "error" in r.json()
+
+
+def test_health_is_open_and_key_works(base_url):
+    assert httpx.get(base_url + "/health").status_code == 200
+    assert httpx.get(base_url + "/v1/models", headers=auth()).status_code == 200
+    assert httpx.get(base_url + "/metrics", headers=auth()).status_code == 200
+    assert httpx.get(base_url + "/openapi.json", headers=auth()).status_code == 200
+
+
+def raw(base_url: str, request: bytes) -> bytes:
+    u = urlparse(base_url)
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(request)
+        chunks = []
+        while data := s.recv(65536):
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("host", ["localhost/health", "127.0.0.1/health?", "evil.example", "localhost:1/health#"])
+def test_host_header_gains_nothing(base_url, host):
+    r = httpx.get(base_url + "/v1/models", headers={"Host": host})
+    assert r.status_code == 401
+
+
+@pytest.mark.parametrize("target", [
+    "http://127.0.0.1/v1/models", "http://localhost/health/../v1/models", "/health/../v1/models",
+    "//v1/models", "/health/%2e%2e/v1/models", "/v1/models?/health", "/health/",
+])
+def test_request_target_tricks_gain_nothing(base_url, target):
+    resp = raw(base_url, f"GET {target} HTTP/1.1\r\nHost: localhost/health\r\nConnection: close\r\n\r\n".encode())
+    status = int(resp.split(b" ", 2)[1])
+    assert status in (400, 401, 404), resp[:300]
+    assert b'"data"' not in resp  # never the model list
+
+
+def test_cors_only_localhost_by_default(base_url):
+    pre = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    ok = httpx.options(base_url + "/v1/models", headers={"Origin": "http://localhost:3000", **pre})
+    assert ok.headers.get("access-control-allow-origin") == "http://localhost:3000"
+    bad = httpx.options(base_url + "/v1/models", headers={"Origin": "http://evil.example", **pre})
+    assert "access-control-allow-origin" not in bad.headers
+    # A preflight never reaches a route: nothing is served without the key.
+    assert b'"data"' not in bad.content and b'"data"' not in ok.content
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.1", "example.com"])
+def test_non_loopback_without_key_is_refused(tmp_path, host):
+    cmd = server_command(tmp_path / "home", free_port())
+    cmd[cmd.index("--port"):cmd.index("--port")] = ["--host", host]
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode != 0
+    assert "API key" in done.stderr and host in done.stderr
+    assert time.monotonic() - t0 < 30  # refused before loading anything
+
+
+def test_api_key_file(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("")
+    cmd = server_command(tmp_path / "home", free_port(), "--api-key-file", str(key_file))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode != 0 and "empty" in done.stderr
+
+
+def test_queue_full_is_503_with_retry_after(base_url):
+    model = httpx.get(base_url + "/v1/models", headers=auth()).json()["data"][0]["id"]
+    body = {"model": model, "prompt": [[1] + [5 + j % 400 for j in range(200)] for _ in range(6)], "max_tokens": 2}
+    # Repeated: the refused batch's admitted siblings are aborted mid-admission each time,
+    # which once killed the engine thread.
+    for _ in range(5):
+        r = httpx.post(base_url + "/v1/completions", json=body, headers=auth(), timeout=60)
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] and "waiting" in r.json()["error"]["message"]
+    assert httpx.get(base_url + "/health").json()["status"] == "ok"
+    ok = httpx.post(base_url + "/v1/completions", headers=auth(), timeout=60,
+                    json={"model": model, "prompt": "hi", "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))

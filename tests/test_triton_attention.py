@@ -1,0 +1,133 @@
+"""Triton paged attention (decode and prefill) against the torch reference.
+
+Without CUDA the kernels run on the Triton CPU interpreter with tiny shapes; with CUDA the
+`gpu` tests run a larger grid. Outputs start NaN-filled, so an unwritten element fails."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Must precede the first import of a kernel module: @triton.jit reads it then.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from mlxr.ops.paged_attention import paged_attention, paged_attention_reference  # noqa: E402
+from mlxr.ops.paged_decode_triton import paged_decode_triton, plan_partitions  # noqa: E402
+from mlxr.ops.paged_prefill_triton import paged_prefill_triton  # noqa: E402
+from test_paged_attention import build  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+cpu_only = pytest.mark.skipif(not INTERPRETED, reason="CPU interpreter grid (CUDA runs the gpu grid)")
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+GQA = [(4, 4), (8, 2), (8, 1)]  # group sizes 1, 4, 8
+
+
+def make(q_lens, seq_lens, heads, dim, block_size, dtype, device, seed=0):
+    q, kc, vc, meta, _, _ = build(q_lens, seq_lens, heads[0], heads[1], dim, block_size, seed)
+    for name in ("slot_mapping", "block_tables", "query_start_loc", "seq_lens"):
+        setattr(meta, name, getattr(meta, name).to(device))
+    return q.to(device, dtype), kc.to(device, dtype), vc.to(device, dtype), meta
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert not out.isnan().any(), "unwritten (NaN) output"
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def check_decode(seq_lens, heads, dim, bs, window, dtype, device, softcap=None, **blocks):
+    q, kc, vc, meta = make([1] * len(seq_lens), seq_lens, heads, dim, bs, dtype, device)
+    out = torch.full_like(q, float("nan"))
+    paged_decode_triton(q, kc, vc, meta.block_tables, meta.seq_lens, 0.3, window, softcap, out=out, **blocks)
+    ref = paged_attention_reference(q, kc, vc, meta, 0.3, window, softcap)
+    assert rel_err(out, ref) < TOL[dtype]
+
+
+def check_prefill(q_lens, seq_lens, heads, dim, bs, window, dtype, device, softcap=None, **blocks):
+    q, kc, vc, meta = make(q_lens, seq_lens, heads, dim, bs, dtype, device)
+    out = torch.full_like(q, float("nan"))
+    paged_prefill_triton(
+        q, kc, vc, meta.block_tables, meta.seq_lens, meta.query_start_loc, max(q_lens),
+        0.3, window, softcap, out=out, **blocks,
+    )
+    ref = paged_attention_reference(q, kc, vc, meta, 0.3, window, softcap)
+    assert rel_err(out, ref) < TOL[dtype]
+
+
+# One dim and dtype per case, cycled, so the CPU grid stays small but covers each value.
+DIMS, DTYPES = [64, 128, 256], [torch.float32, torch.float16, torch.bfloat16]
+
+
+@cpu_only
+@pytest.mark.parametrize("heads", GQA)
+@pytest.mark.parametrize("block_size", [1, 4, 16, 32])
+@pytest.mark.parametrize("window", [None, 24])
+def test_decode_interpreted(heads, block_size, window):
+    i = GQA.index(heads) + block_size
+    # part_tokens=32 splits the 70-token context into 3 partitions; 1 and 9 fit in one.
+    check_decode([1, 9, 70], heads, DIMS[i % 3], block_size, window, DTYPES[i % 3], "cpu",
+                 part_tokens=32, block_n=16)
+
+
+@cpu_only
+@pytest.mark.parametrize("softcap,window", [(None, None), (5.0, 7)])
+def test_decode_unsplit_and_softcap_interpreted(softcap, window):
+    check_decode([1, 3, 40], (8, 2), 64, 4, window, torch.float32, "cpu", softcap, block_n=16)
+
+
+@cpu_only
+@pytest.mark.parametrize("heads", GQA + [(6, 2)])
+@pytest.mark.parametrize("block_size", [1, 4, 16, 32])
+@pytest.mark.parametrize("window", [None, 6])
+def test_prefill_interpreted(heads, block_size, window):
+    i = heads[0] // heads[1] + block_size
+    # A fresh prompt, a decode row, and a chunk on top of a cached prefix.
+    check_prefill([9, 1, 20], [9, 13, 50], heads, DIMS[i % 3], block_size, window, DTYPES[i % 3],
+                  "cpu", softcap=3.0 if window else None, block_m=16 if heads[0] == heads[1] else 32,
+                  block_n=16)
+
+
+def test_partition_plan_covers_the_span():
+    for span in (1, 63, 64, 1000, 32768):
+        for items in (1, 8, 1024):
+            part, n = plan_partitions(span, items, 132, 64)
+            assert part % 64 == 0 and n * part >= span and (n - 1) * part < span
+
+
+def test_cpu_dispatch_is_the_reference():
+    q, kc, vc, meta = make([3, 1], [8, 5], (8, 2), 16, 4, torch.float32, "cpu")
+    ref = paged_attention_reference(q, kc, vc, meta, 0.3)
+    assert torch.equal(paged_attention(q, kc, vc, meta, 0.3), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", GQA)
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("block_size", [1, 4, 16, 32])
+@pytest.mark.parametrize("window", [None, 200])
+def test_decode_gpu(heads, dim, block_size, window):
+    dtype = DTYPES[(dim // 64 + block_size) % 3]
+    lens = [1, 17, 300, 1500, 4100]
+    check_decode(lens, heads, dim, block_size, window, dtype, "cuda")  # split-K (planned)
+    check_decode(lens, heads, dim, block_size, window, dtype, "cuda", 30.0, part_tokens=8192)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", GQA + [(14, 2)])
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("block_size", [1, 16, 32])
+@pytest.mark.parametrize("window", [None, 100])
+def test_prefill_gpu(heads, dim, block_size, window):
+    dtype = DTYPES[(dim // 64 + block_size) % 3]
+    check_prefill([300, 1, 77, 513], [300, 900, 1200, 513], heads, dim, block_size, window, dtype, "cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_dispatch_and_reference_switch(monkeypatch):
+    q, kc, vc, meta = make([1] * 3, [5, 40, 300], (8, 2), 64, 16, torch.bfloat16, "cuda")
+    fast = paged_attention(q, kc.nan_to_num(), vc.nan_to_num(), meta, 0.3)
+    monkeypatch.setenv("MLXR_KERNELS", "reference")
+    slow = paged_attention(q, kc.nan_to_num(), vc.nan_to_num(), meta, 0.3)
+    assert not torch.equal(fast, slow) and rel_err(fast, slow) < TOL[torch.bfloat16]
