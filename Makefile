@@ -1,10 +1,10 @@
-# Two entry points for a fresh machine: `make run` (chat with the bundled model) and `make test`.
+# Two entry points for a fresh machine: `make run` (the server with the bundled model) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # CPU build of torch; on a CUDA machine use TORCH_SPEC="torch" (or a preinstalled torch).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: run generate test install
+.PHONY: run chat generate test install
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: $(VENV)/.installed
+	$(VENV)/bin/mlxr serve
+
+chat: $(VENV)/.installed
 	$(VENV)/bin/mlxr run gemma3-270m
 
 generate: $(VENV)/.installed

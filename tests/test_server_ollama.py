@@ -248,3 +248,14 @@ def test_disconnect_aborts(base_url: str, name: str, client: ollama.Client) -> N
     stats = _stats(base_url, name)
     assert stats["num_requests_running"] == 0 and stats["active_http_requests"] == 0
     assert client.generate(model=name, prompt="after", options={"num_predict": 2}).done
+
+
+def test_curl_style_form_content_type_is_read_as_json(base_url: str, name: str) -> None:
+    """`curl URL -d '{...}'` (Ollama's documented usage) sends a form content type."""
+    import httpx
+
+    body = '{"model": "%s", "prompt": "Hello", "stream": false, "options": {"num_predict": 3}}' % name
+    r = httpx.post(f"{base_url}/api/generate", content=body,
+                   headers={"content-type": "application/x-www-form-urlencoded"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["done"] is True and r.json()["eval_count"] == 3

@@ -13,6 +13,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 OPEN_PATHS = frozenset({"/health"})
 
 
+def as_json_body(scope: Scope) -> Scope:
+    """Ollama's documented usage is `curl URL -d '{json}'`, which sends a form content type;
+    Ollama reads every body as JSON, so /api routes do too."""
+    if not scope["path"].startswith("/api/"):
+        return scope
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+
+
 class Guard:
     def __init__(self, app: ASGIApp, api_keys: tuple[str, ...], max_body_bytes: int, respond) -> None:
         # respond(path, status, message, kind) -> an ASGI response in the route family's shape.
@@ -36,7 +45,7 @@ class Guard:
             msg = f"request body over {self.max_body} bytes"
             await self.respond(path, 413, msg, "invalid_request_error")(scope, receive, send)
             return
-        await self.app(scope, self._limited(receive), send)
+        await self.app(as_json_body(scope), self._limited(receive), send)
 
     def _authorized(self, headers: Headers) -> bool:
         given = headers.get("authorization", "")
