@@ -3,7 +3,6 @@ reference path. Marked gpu: skipped without CUDA."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams

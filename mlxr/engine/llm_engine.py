@@ -39,9 +39,7 @@ class LLMEngine:
     def __init__(self, parts: EngineParts, config: EngineConfig = EngineConfig()) -> None:
         self.parts, self.config = parts, config
         self.tokenizer = parts.tokenizer
-        num_blocks = config.num_kv_blocks or num_blocks_for_memory(
-            parts.args, config.block_size, parts.dtype, config.kv_cache_memory_gb
-        )
+        num_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.max_model_len = self._max_model_len(num_blocks)
         host_blocks = (
@@ -69,6 +67,15 @@ class LLMEngine:
         self.num_aborted = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+
+    def _auto_num_blocks(self) -> int:
+        """The memory budget's worth of blocks, but no more than max_num_seqs full-length
+        sequences can use (plus room for cached prefixes), so small models stay small."""
+        config, args = self.config, self.parts.args
+        budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, config.kv_cache_memory_gb)
+        context = config.max_model_len or args.max_position_embeddings
+        useful = 2 * config.max_num_seqs * -(-context // config.block_size)
+        return min(budget, useful)
 
     def _max_model_len(self, num_blocks: int) -> int:
         cache_tokens = num_blocks * self.config.block_size

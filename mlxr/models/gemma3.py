@@ -33,17 +33,6 @@ class Gemma3Attention(LlamaAttention):
         self.q_norm = GemmaRMSNorm(self.head_dim, args.rms_norm_eps)
         self.k_norm = GemmaRMSNorm(self.head_dim, args.rms_norm_eps)
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
-    ) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
-        v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
-        q, k = self.rotary(q, k, positions)
-        out = self.attn(q, k, v, kv_cache, meta)
-        return self.o_proj(out.reshape(t, -1))
-
 
 class Gemma3Block(nn.Module):
     def __init__(self, args: ModelArgs, layer: int) -> None:

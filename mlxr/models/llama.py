@@ -31,13 +31,15 @@ class LlamaAttention(nn.Module):
         self.attn = PagedAttention(
             self.n_heads, self.n_kv, self.head_dim, self.head_dim**-0.5, window
         )
+        self.q_norm: nn.Module = nn.Identity()  # per-head norms: Gemma 3 sets them
+        self.k_norm: nn.Module = nn.Identity()
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
     ) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.n_heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.n_kv, self.head_dim)
+        q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
         v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
         q, k = self.rotary(q, k, positions)
         out = self.attn(q, k, v, kv_cache, meta)
