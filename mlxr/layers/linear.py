@@ -1,12 +1,18 @@
 """Linear layers whose weights are stored in a narrower dtype than the activations.
 
 On CPU, decode is bound by reading weights: fp16 storage halves the bytes, and torch's fp16
-matrix-vector product is much faster than its fp32 one, while activations stay fp32."""
+matrix-vector product is much faster than its fp32 one, while activations stay fp32. Its fp16
+matrix-matrix product is slow, though (no fp16 arithmetic on AVX-512 CPUs), so several rows
+(prefill, batched decode) upcast the weight and run in the activation dtype."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+# Up to this many rows the narrow matrix-vector product wins on CPU (bench/results/linear-*).
+GEMV_MAX_ROWS = 4
 
 
 class StoredLinear(nn.Module):
@@ -19,7 +25,11 @@ class StoredLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x.to(self.weight.dtype), self.weight).to(x.dtype)
+        rows = x.numel() // x.shape[-1]
+        if rows <= GEMV_MAX_ROWS or x.device.type != "cpu":
+            y = F.linear(x.to(self.weight.dtype), self.weight).to(x.dtype)
+        else:
+            y = F.linear(x, self.weight.to(x.dtype))
         return y if self.bias is None else y + self.bias
 
 

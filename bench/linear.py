@@ -1,0 +1,49 @@
+"""CPU linear layers by row count: fp32, fp16 storage (GEMV and upcast paths), bf16 storage.
+Shows where StoredLinear should switch paths. JSON to bench/results/linear-*.json.
+
+  python bench/linear.py
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from common import device_name, median, print_table, write_result
+
+SHAPES = [(262144, 640), (2048, 640), (5632, 2048)]  # Gemma 3 lm_head, Gemma MLP, TinyLlama MLP
+ROWS = [1, 2, 4, 8, 16, 64, 128]
+
+
+def time_ms(fn, reps: int = 5) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * median(times)
+
+
+def main() -> None:
+    rows_out = []
+    for n, k in SHAPES:
+        w = torch.randn(n, k) * 0.02
+        wh, wb = w.half(), w.bfloat16()
+        for m in ROWS:
+            x = torch.randn(m, k)
+            rows_out.append({
+                "shape": f"{n}x{k}", "rows": m,
+                "fp32_ms": time_ms(lambda: F.linear(x, w)),
+                "fp16_gemv_ms": time_ms(lambda: F.linear(x.half(), wh).float()),
+                "fp16_upcast_ms": time_ms(lambda: F.linear(x, wh.float())),
+                "bf16_ms": time_ms(lambda: F.linear(x.bfloat16(), wb).float()),
+            })
+    path = write_result("linear", {"device": device_name("cpu"), "results": rows_out})
+    print_table(rows_out, ["shape", "rows", "fp32_ms", "fp16_gemv_ms", "fp16_upcast_ms", "bf16_ms"])
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
