@@ -35,3 +35,17 @@ def test_run_chats_and_streams_until_bye():
     assert res.returncode == 0, res.stderr
     assert res.stdout.count(">>> ") == 3  # two turns answered, then the prompt that read /bye
     assert "chatting with" in res.stderr
+
+
+def test_bench_profile_breaks_a_step_into_ops(tmp_path):
+    import json
+
+    path = str(fixture_model("tiny-llama").gguf_path)
+    out = tmp_path / "bench.json"
+    res = run(["bench", "--model", path, "--prompt-len", "16", "--gen-len", "4", "--profile", "--json", str(out)])
+    assert res.returncode == 0, res.stderr
+    figures = json.loads(out.read_text())
+    ops = {row["op"]: row for row in figures["profile"]}
+    assert {"attention (paged)", "attn matmuls", "mlp matmuls", "lm_head", "rmsnorm"} <= set(ops)
+    assert ops["attention (paged)"]["calls"] == 2 * figures["steps"]  # two layers a step
+    assert figures["decode_tok_s"] > 0 and "ms/step" in res.stdout

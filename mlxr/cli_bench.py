@@ -1,0 +1,84 @@
+"""`mlxr bench`: single-stream or batched generation timing, with --profile for a per-op
+breakdown of GPU (or CPU) time per step. Writes JSON when --json is given."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def register(sub) -> dict:
+    p = sub.add_parser("bench", help="time prefill and decode; --profile shows time per op")
+    p.add_argument("--model", "-m", default="gemma3-270m")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--gen-len", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--profile", action="store_true", help="per-op time per step (runs eagerly)")
+    p.add_argument("--json", default=None, help="write the figures to this file")
+    return {"bench": cmd_bench}
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    import torch
+
+    from mlxr.llm import LLM
+    from mlxr.profiler import OpProfiler
+    from mlxr.types import SamplingParams
+
+    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, enable_cuda_graphs=not ns.profile,
+              max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
+    g = torch.Generator().manual_seed(0)
+    vocab = llm.loaded.args.vocab_size
+    prompts = [torch.randint(10, vocab - 10, (ns.prompt_len,), generator=g).tolist() for _ in range(ns.batch)]
+    params = SamplingParams(max_tokens=ns.gen_len, temperature=0, ignore_eos=True)
+    llm.generate([p[:8] for p in prompts], SamplingParams(max_tokens=2, temperature=0))  # warm-up
+    prof = OpProfiler(llm.engine.runner.model) if ns.profile else None
+    figures = _timed_run(llm, prompts, params)
+    print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}), "
+          f"batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
+    print(f"prefill {figures['prefill_tok_s']:,.1f} tok/s   decode {figures['decode_tok_s']:,.1f} tok/s   "
+          f"steps {figures['steps']}")
+    if prof is not None:
+        figures["profile"] = _print_profile(prof, figures["steps"])
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump({"model": ns.model, "batch": ns.batch, "prompt_len": ns.prompt_len,
+                       "gen_len": ns.gen_len, **figures}, f, indent=2)
+    return 0
+
+
+def _timed_run(llm, prompts, params) -> dict:
+    engine, device = llm.engine, llm.loaded.device
+    for i, p in enumerate(prompts):
+        engine.add_request(f"bench-{i}", p, params, stream_deltas=True)
+    t0 = time.perf_counter()
+    first, generated, steps = None, 0, 0
+    while engine.has_unfinished():
+        outs = engine.step()
+        steps += 1
+        generated += sum(len(o.outputs[0].token_ids) for o in outs)
+        if first is None and generated >= len(prompts):
+            _sync(device)
+            first, at_first = time.perf_counter(), generated
+    _sync(device)
+    t1 = time.perf_counter()
+    return {"prefill_tok_s": sum(map(len, prompts)) / (first - t0),
+            "decode_tok_s": (generated - at_first) / max(1e-9, t1 - first), "steps": steps}
+
+
+def _print_profile(prof, steps: int) -> list[dict]:
+    rows = [{"op": t.op, "calls": t.calls, "ms_per_step": t.total_ms / steps} for t in prof.breakdown()]
+    total = sum(r["ms_per_step"] for r in rows) or 1.0
+    print(f"{'op':<20} {'calls':>7} {'ms/step':>9} {'share':>7}")
+    for r in rows:
+        print(f"{r['op']:<20} {r['calls']:>7} {r['ms_per_step']:>9.3f} {100 * r['ms_per_step'] / total:>6.1f}%")
+    return rows
