@@ -1,0 +1,73 @@
+"""The whole GPU sweep in one command (TinyLlama shape, bf16): single-stream decode (prompt 128,
+gen 256), prefill of 512, batch 1/8/64/256 decode (prompt 128, gen 128), MLXR beside HF
+transformers on the same weights in the same run, then the kernel microbenchmarks and a
+per-op profile. JSON to bench/results/gpu_sweep-*.json; a table last.
+
+  python bench/gpu_sweep.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import torch
+
+from common import device_name, print_table, write_result
+from latency import bench_hf, bench_mlxr, model_paths, prompt_ids
+from throughput import run_hf, run_mlxr, workload
+
+# llama.cpp CUDA F16 on an H200 (../shared/BENCHMARKS.md), for the ratio column.
+LLAMA_CPP = {"decode_1": 767, "prefill_512": 68105, "batch_64": 20506, "batch_256": 31911}
+
+
+def mlxr_figures(llm, vocab: int, batches: list[int]) -> dict:
+    single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)
+    prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)
+    out = {"decode_1": single["decode_tok_s"], "prefill_512": prefill["prefill_tok_s"]}
+    for b in batches:
+        out[f"batch_{b}"] = run_mlxr(llm, workload(vocab, b, 128, 128, False), "cuda")["decode_tok_s"]
+    return out
+
+
+def hf_figures(hf_kwargs: dict, vocab: int, batches: list[int]) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    single = bench_hf(hf_kwargs, torch.bfloat16, "cuda", prompt_ids(vocab, 128), 256, 1)
+    prefill = bench_hf(hf_kwargs, torch.bfloat16, "cuda", prompt_ids(vocab, 512), 2, 1)
+    out = {"decode_1": single["decode_tok_s"], "prefill_512": prefill["prefill_tok_s"]}
+    model = AutoModelForCausalLM.from_pretrained(**hf_kwargs, dtype=torch.bfloat16).to("cuda").eval()
+    run_hf(model, workload(vocab, 2, 16, 4, False), "cuda")
+    for b in batches:
+        out[f"batch_{b}"] = run_hf(model, workload(vocab, b, 128, 128, False), "cuda")["decode_tok_s"]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="batches 1 and 8 only, no HF")
+    a = p.parse_args()
+    from mlxr import LLM
+
+    batches = [1, 8] if a.quick else [1, 8, 64, 256]
+    ref, hf_kwargs = model_paths("tinyllama-shape")
+    llm = LLM(ref, dtype=torch.bfloat16, device="cuda", max_num_seqs=256,
+              max_num_batched_tokens=8192, kv_cache_memory_gb=16)
+    vocab = llm.loaded.args.vocab_size
+    ours = mlxr_figures(llm, vocab, batches)
+    del llm
+    torch.cuda.empty_cache()
+    theirs = {} if a.quick else hf_figures(hf_kwargs, vocab, batches)
+    rows = [{"work": k, "mlxr_tok_s": v, "hf_tok_s": theirs.get(k), "llama_cpp_tok_s": LLAMA_CPP.get(k),
+             "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None} for k, v in ours.items()]
+    path = write_result("gpu_sweep", {"model": "tinyllama-shape", "dtype": "bfloat16",
+                                      "device": device_name("cuda"), "results": rows})
+    subprocess.run([sys.executable, "kernels.py"], check=False)
+    subprocess.run([sys.executable, "-m", "mlxr.cli", "bench", "--model", ref, "--device", "cuda",
+                    "--dtype", "bfloat16", "--gen-len", "32", "--profile"], check=False)
+    print_table(rows, ["work", "mlxr_tok_s", "hf_tok_s", "llama_cpp_tok_s", "vs_llama_cpp"])
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
