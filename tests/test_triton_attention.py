@@ -78,6 +78,12 @@ def test_decode_unsplit_and_softcap_interpreted(softcap, window):
 
 
 @cpu_only
+def test_decode_many_partitions_interpreted():
+    # 19 partitions: the merge kernel walks them in chunks of 16.
+    check_decode([300, 2], (4, 1), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
+
+
+@cpu_only
 @pytest.mark.parametrize("heads", GQA + [(6, 2)])
 @pytest.mark.parametrize("block_size", [1, 4, 16, 32])
 @pytest.mark.parametrize("window", [None, 6])
@@ -111,7 +117,9 @@ def test_decode_gpu(heads, dim, block_size, window):
     dtype = DTYPES[(dim // 64 + block_size) % 3]
     lens = [1, 17, 300, 1500, 4100]
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda")  # split-K (planned)
-    check_decode(lens, heads, dim, block_size, window, dtype, "cuda", 30.0, part_tokens=8192)
+    # Unsplit, soft-capped; block_n = block_size takes the one-block-per-tile path.
+    blocks = {"block_n": block_size} if block_size >= 16 else {}
+    check_decode(lens, heads, dim, block_size, window, dtype, "cuda", 30.0, part_tokens=8192, **blocks)
 
 
 @pytest.mark.gpu
@@ -122,6 +130,8 @@ def test_decode_gpu(heads, dim, block_size, window):
 def test_prefill_gpu(heads, dim, block_size, window):
     dtype = DTYPES[(dim // 64 + block_size) % 3]
     check_prefill([300, 1, 77, 513], [300, 900, 1200, 513], heads, dim, block_size, window, dtype, "cuda")
+    if block_size >= 16:  # one cache block per key tile
+        check_prefill([300, 5], [300, 900], heads, dim, block_size, window, dtype, "cuda", block_n=block_size)
 
 
 @pytest.mark.gpu

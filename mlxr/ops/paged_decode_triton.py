@@ -22,7 +22,8 @@ from mlxr.ops.attention_tiles_triton import (
 from mlxr.ops.backend import sm_count
 
 MIN_PART_TOKENS = 256  # below this a partition's fixed cost outweighs the parallelism
-MAX_PARTS = 64  # keeps the merge kernel's [parts, head_dim] tile in registers
+MAX_PARTS = 512
+PROGRAMS_PER_SM = 2  # split until the grid holds about this many programs per multiprocessor
 
 
 @triton.jit
@@ -87,35 +88,45 @@ def _decode_partition_kernel(
 @triton.jit
 def _decode_reduce_kernel(
     part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, num_parts, stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, P_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr, P_PAD: tl.constexpr, P_CHUNK: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
-    offs_p = tl.arange(0, P_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
     base = (seq * tl.num_programs(1) + head) * num_parts
-    ok = offs_p < num_parts
-    m = tl.load(part_m_ptr + base + offs_p, mask=ok, other=float("-inf"))
-    l = tl.load(part_l_ptr + base + offs_p, mask=ok, other=0.0)
-    o = tl.load(part_o_ptr + (base + offs_p)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
-    m_max = tl.max(m, 0)  # finite: the partition holding the newest token is never empty
-    w = tl.exp2(m - m_max)
-    out = tl.sum(w[:, None] * o, 0) / tl.sum(w * l, 0)
-    tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty))
+    offs_p = tl.arange(0, P_PAD)
+    m_all = tl.load(part_m_ptr + base + offs_p, mask=offs_p < num_parts, other=float("-inf"))
+    m_max = tl.max(m_all, 0)  # finite: the partition holding the newest token is never empty
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    den = 0.0
+    # Partitions in chunks, so a [chunk, head_dim] tile bounds the registers.
+    for p0 in range(0, num_parts, P_CHUNK):
+        p = p0 + tl.arange(0, P_CHUNK)
+        ok = p < num_parts
+        m = tl.load(part_m_ptr + base + p, mask=ok, other=float("-inf"))
+        l = tl.load(part_l_ptr + base + p, mask=ok, other=0.0)
+        o = tl.load(part_o_ptr + (base + p)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
+        w = tl.exp2(m - m_max)
+        acc += tl.sum(w[:, None] * o, 0)
+        den += tl.sum(w * l, 0)
+    tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, (acc / den).to(out_ptr.dtype.element_ty))
 
 
 def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int]:
     """(tokens per partition, number of partitions) to cover `span` context tokens.
 
-    Split only as far as needed to give every multiprocessor about two programs."""
-    want = min(MAX_PARTS, max(1, -(-2 * n_sms // work_items)))
+    Split only as far as needed to give every multiprocessor PROGRAMS_PER_SM programs."""
+    want = min(MAX_PARTS, max(1, -(-PROGRAMS_PER_SM * n_sms // work_items)))
     parts = max(1, min(want, -(-span // MIN_PART_TOKENS)))
     part_tokens = -(-(-(-span // parts)) // block_n) * block_n
     return part_tokens, -(-span // part_tokens)
 
 
-def default_block_n(head_dim: int) -> int:
-    return 32 if head_dim >= 256 else 64
+def default_block_n(head_dim: int, dtype: torch.dtype) -> int:
+    if dtype == torch.float32:  # twice the bytes a tile: the smaller tiles keep shared memory in bounds
+        return 32 if head_dim >= 256 else 64
+    # Measured on an H200 (bench/kernels.py --only sweep): 128 beats 64 by 10-20% up to d=128.
+    return 64 if head_dim >= 256 else 128
 
 
 def paged_decode_triton(
@@ -141,7 +152,7 @@ def paged_decode_triton(
     _, block_size, n_kv, _ = k_cache.shape
     assert block_tables.dim() == 2 and block_tables.shape[0] == n_seqs and block_tables.stride(1) == 1
     assert seq_lens.shape == (n_seqs,) and not block_tables.dtype.is_floating_point
-    block_n = block_n or default_block_n(dim)
+    block_n = block_n or default_block_n(dim, q.dtype)
     span = block_tables.shape[1] * block_size
     if sliding_window is not None:
         span = min(span, sliding_window + block_n)  # + alignment of the window's first tile
@@ -174,6 +185,6 @@ def paged_decode_triton(
     if split:
         _decode_reduce_kernel[(n_seqs, n_heads)](
             part_m, part_l, part_o, out, parts, out.stride(0), out.stride(1),
-            HEAD_DIM=dim, P_PAD=max(2, triton.next_power_of_2(parts)), num_warps=4,
+            HEAD_DIM=dim, P_PAD=max(2, triton.next_power_of_2(parts)), P_CHUNK=16, num_warps=4,
         )
     return out

@@ -22,6 +22,37 @@ from mlxr.ops.attention_tiles_triton import (
 
 
 @triton.jit
+def _attend_range(
+    q, m, l, acc, k_ptr, v_ptr, table_row, t_lo, t_hi, hi, q_pos, window, kvh,
+    scale, softcap, stride_b, stride_t, stride_h,
+    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """Fold the key tiles [t_lo, t_hi) into (m, l, acc); MASKED=False when every row sees
+    every key of these tiles, which skips the causal/window/bounds masks."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for t0 in range(t_lo, t_hi, BLOCK_N):
+        t = t0 + offs_n
+        valid = t < hi
+        rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
+        if MASKED:
+            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        else:
+            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :])
+            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :])
+        s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
+        if MASKED:
+            see = valid[None, :] & (t[None, :] <= q_pos[:, None])
+            if USE_WINDOW:
+                see &= t[None, :] > q_pos[:, None] - window
+            s = tl.where(see, s, float("-inf"))
+        m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
+    return m, l, acc
+
+
+@triton.jit
 def _prefill_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, seq_lens_ptr, q_start_ptr,
     scale, softcap, window,
@@ -42,7 +73,6 @@ def _prefill_kernel(
 
     offs_r = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = tl.arange(0, BLOCK_N)
     tok = tile * TQ + offs_r // G_PAD
     g = offs_r % G_PAD
     row_ok = (tok < q_len) & (g < GROUP)
@@ -50,41 +80,50 @@ def _prefill_kernel(
     q_off = (q_start + tok) * stride_qt + (kvh * GROUP + g) * stride_qh
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
-    # Keys this tile can see: up to its last token; from the first token's window start.
+    # Keys this tile can see: up to its last token; from its first token's window start.
+    q_first = ctx0 + tile * TQ
     hi = ctx0 + tl.minimum(tile * TQ + TQ, q_len)
     lo = 0
+    full_lo = 0  # from here every row of the tile sees every key, up to q_first
     if USE_WINDOW:
-        lo = tl.maximum(ctx0 + tile * TQ - window + 1, 0)
+        lo = tl.maximum(q_first - window + 1, 0)
+        full_lo = tl.maximum(hi - window, 0)
     lo = (lo // BLOCK_N) * BLOCK_N
     hi = tl.where(tile * TQ < q_len, hi, lo)  # tiles past this sequence's tokens do nothing
+    mid_lo = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, lo), hi)
+    mid_hi = tl.minimum(tl.maximum(((q_first + 1) // BLOCK_N) * BLOCK_N, mid_lo), hi)
 
     table_row = table_ptr + seq * stride_ts
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for t0 in range(lo, hi, BLOCK_N):
-        t = t0 + offs_n
-        valid = t < hi
-        rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
-        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
-        see = valid[None, :] & (t[None, :] <= q_pos[:, None])
-        if USE_WINDOW:
-            see &= t[None, :] > q_pos[:, None] - window
-        s = tl.where(see, s, float("-inf"))
-        m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
+    m, l, acc = _attend_range(
+        q, m, l, acc, k_ptr, v_ptr, table_row, lo, mid_lo, hi, q_pos, window, kvh, scale, softcap,
+        stride_b, stride_t, stride_h, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
+        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST)
+    m, l, acc = _attend_range(
+        q, m, l, acc, k_ptr, v_ptr, table_row, mid_lo, mid_hi, hi, q_pos, window, kvh, scale, softcap,
+        stride_b, stride_t, stride_h, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False,
+        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST)
+    m, l, acc = _attend_range(
+        q, m, l, acc, k_ptr, v_ptr, table_row, mid_hi, hi, hi, q_pos, window, kvh, scale, softcap,
+        stride_b, stride_t, stride_h, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
+        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST)
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     o_off = (q_start + tok) * stride_ot + (kvh * GROUP + g) * stride_oh
     tl.store(out_ptr + o_off[:, None] + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
-def default_blocks(head_dim: int, g_pad: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for the GPU."""
+def default_blocks(head_dim: int, g_pad: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps), the fastest of bench/kernels.py's sweep on an H200."""
     if head_dim >= 256:
         return max(64, g_pad), 32, 4
-    return max(128, g_pad), 64, 8
+    if dtype == torch.float32:  # 128x128 fp32 tiles need more shared memory than Hopper has
+        return max(128, g_pad), 64, 8
+    if head_dim >= 128:
+        return max(128, g_pad), 128, 8
+    return max(64, g_pad), 128, 4
 
 
 def paged_prefill_triton(
@@ -113,7 +152,7 @@ def paged_prefill_triton(
     assert query_start_loc.shape == (n_seqs + 1,) and not block_tables.dtype.is_floating_point
     group = n_heads // n_kv
     g_pad = triton.next_power_of_2(group)
-    dm, dn, warps = default_blocks(dim, g_pad)
+    dm, dn, warps = default_blocks(dim, g_pad, q.dtype)
     block_m, block_n = block_m or dm, block_n or dn
     assert block_m >= max(16, g_pad) and block_n >= 16
     out = torch.empty_like(q) if out is None else out
