@@ -64,9 +64,9 @@ class EngineConfig:
     swap_space_gb: float = 0.0
     max_waiting: int = 1024
     enable_cuda_graphs: bool = True  # decode steps replay captured graphs on CUDA
-    # Graphs pad attention to the full context; past this batch the eager path wins
-    # with the torch reference attention (measured on H200, bench/results).
-    cuda_graph_max_batch: int = 32
+    # Graph block tables span the whole context; the Triton decode kernel skips the empty
+    # part, the torch reference does not (set 32 with MLXR_KERNELS=reference).
+    cuda_graph_max_batch: int = 256
 
 
 @dataclass(frozen=True)
