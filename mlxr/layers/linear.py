@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 
-# Up to this many rows the narrow matrix-vector product wins on CPU (bench/results/linear-*).
-GEMV_MAX_ROWS = 4
+# Up to about this many rows fp16 beats upcasting to fp32 on CPU (bench/linear.py).
+GEMV_MAX_ROWS = 32
 
 
 class StoredLinear(nn.Module):
