@@ -9,6 +9,8 @@ from mlxr.errors import InvalidParameterError
 MAX_N = 64
 MAX_LOGPROBS = 20
 MAX_TOKENS_LIMIT = 1 << 20
+MAX_STOP_STRINGS = 64  # each is matched on every token: bound the work one request can cost
+MAX_STOP_LENGTH = 1024
 
 
 def _check_range(name: str, value: float, lo: float, hi: float) -> None:
@@ -73,9 +75,11 @@ class SamplingParams:
             _check_int("seed", self.seed, -(1 << 63), (1 << 64) - 1)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise InvalidParameterError("stop", f"at most {MAX_STOP_STRINGS} stop strings")
         for s in self.stop:
-            if not isinstance(s, str) or not s:
-                raise InvalidParameterError("stop", "each stop string must be a non-empty string")
+            if not isinstance(s, str) or not s or len(s) > MAX_STOP_LENGTH:
+                raise InvalidParameterError("stop", f"each stop string must be 1 to {MAX_STOP_LENGTH} characters")
         for t in self.stop_token_ids:
             _check_int("stop_token_ids", t, 0, 1 << 31)
         for tok, bias in (self.logit_bias or {}).items():

@@ -118,3 +118,18 @@ def test_a_caller_cancelled_during_admission_does_not_kill_the_engine(engine):
 
     _, ids, _ = asyncio.run(asyncio.wait_for(main(), 60))
     assert len(ids) == 12 and ae.is_alive
+
+
+def test_work_sent_to_a_stopped_engine_fails_fast(engine):
+    from mlxr.errors import OverloadedError
+
+    _, ae = engine
+    ae.shutdown()
+
+    async def main():
+        with pytest.raises(OverloadedError):
+            await collect(ae, "late", "Once upon")
+        with pytest.raises(OverloadedError):
+            await ae.embed("hello")
+
+    asyncio.run(asyncio.wait_for(main(), 10))

@@ -89,3 +89,14 @@ def test_no_copy_when_fork_is_block_aligned():
     bm.fork(parent, child)
     assert bm.allocate(parent, 9) == [] and bm.allocate(child, 9) == []
     assert parent.block_table[2] != child.block_table[2]
+
+
+def test_block_hashes_are_sha256_chained():
+    import hashlib
+    from array import array
+
+    from mlxr.engine.block_manager import block_hash
+
+    first = block_hash(None, (1, 2, 3, 4))
+    assert first == hashlib.sha256(array("q", [1, 2, 3, 4]).tobytes()).digest()
+    assert block_hash(first, (5, 6, 7, 8)) != block_hash(None, (5, 6, 7, 8))

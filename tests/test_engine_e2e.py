@@ -146,3 +146,20 @@ def test_admission_refuses_what_can_never_fit(model_dir):
     llm2.engine.add_request("b", [5, 6], p)
     with pytest.raises(OverloadedError):
         llm2.engine.add_request("c", [5, 6], p)
+
+
+def test_aborting_an_n3_request_before_it_forks_finishes_it(model_dir):
+    llm = LLM(model_dir, dtype="float32", max_num_batched_tokens=8)
+    llm.engine.add_request("n3", list(range(5, 45)), SamplingParams(n=3, max_tokens=5, temperature=1.0))
+    llm.engine.step()  # mid-prefill: only the parent sequence exists
+    out = llm.engine.abort("n3")
+    assert out.finished and llm.engine.stats().kv_blocks_used == 0
+
+
+def test_text_past_the_vocabulary_and_huge_seeds_are_handled(model_dir):
+    llm = LLM(model_dir, dtype="float32")
+    out = llm.generate([[5, 6]], SamplingParams(n=2, max_tokens=2, seed=2**64 - 1))[0]
+    assert len(out.outputs) == 2
+    with pytest.raises(Exception) as e:
+        SamplingParams(stop=["x"] * 65)
+    assert "stop" in str(e.value)

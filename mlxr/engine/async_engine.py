@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from mlxr.engine.llm_engine import LLMEngine
+from mlxr.errors import OverloadedError
 from mlxr.types import EngineStats, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,10 @@ class _Sink:
     queue: asyncio.Queue
 
     def put(self, item: RequestOutput | BaseException) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the caller's event loop is closed: nobody is listening
+            pass
 
 
 class AsyncEngine:
@@ -53,6 +57,7 @@ class AsyncEngine:
         self._calls: list[_Call] = []
         self._sinks: dict[str, _Sink] = {}
         self._stop = False
+        self._closed = False  # set once the engine thread has stopped taking work
         self._thread = threading.Thread(target=self._loop, name="mlxr-engine", daemon=True)
         self._thread.start()
 
@@ -65,7 +70,11 @@ class AsyncEngine:
         sink = _Sink(asyncio.get_running_loop(), asyncio.Queue())
         accepted: Future = Future()
         self._submit(adds=[_Add(request_id, prompt, params, sink, accepted)])
-        await asyncio.wrap_future(accepted)
+        try:
+            await asyncio.wrap_future(accepted)
+        except asyncio.CancelledError:
+            self.abort(request_id)  # the engine may have admitted it already
+            raise
         finished = False
         try:
             while not finished:
@@ -84,9 +93,7 @@ class AsyncEngine:
     async def embed(self, prompt: str | list[int]) -> tuple[list[float], int]:
         """Embedding of one input, computed on the engine thread between steps."""
         call = _Call(lambda: self.engine.embed(prompt), Future())
-        with self._wake:
-            self._calls.append(call)
-            self._wake.notify()
+        self._submit(calls=[call])
         return await asyncio.wrap_future(call.result)
 
     def stats(self) -> EngineStats:
@@ -104,10 +111,15 @@ class AsyncEngine:
         return self._thread.is_alive()
 
     # --- the engine thread -------------------------------------------------------------------
-    def _submit(self, adds: list[_Add] = (), aborts: list[str] = ()) -> None:
+    def _submit(self, adds: list[_Add] = (), aborts: list[str] = (), calls: list[_Call] = ()) -> None:
         with self._wake:
+            if self._closed or not self._thread.is_alive():
+                if adds or calls:
+                    raise OverloadedError("the model is unloading; retry the request")
+                return
             self._adds += adds
             self._aborts += aborts
+            self._calls += calls
             self._wake.notify()
 
     def _take_commands(self) -> tuple[list[_Add], list[str], list[_Call]] | None:
@@ -121,14 +133,28 @@ class AsyncEngine:
             return commands
 
     def _loop(self) -> None:
-        while (commands := self._take_commands()) is not None:
-            adds, aborts, calls = commands
-            with self._lock:
-                self._apply(adds, aborts)
-                self._run_calls(calls)
-                outputs = self._step()
-            for out in outputs:
-                self._deliver(out)
+        try:
+            while (commands := self._take_commands()) is not None:
+                adds, aborts, calls = commands
+                with self._lock:
+                    self._apply(adds, aborts)
+                    self._run_calls(calls)
+                    outputs = self._step()
+                for out in outputs:
+                    self._deliver(out)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        """Stop taking work and fail everything still pending, so no caller waits forever."""
+        with self._wake:
+            self._closed = True
+            adds, calls = self._adds, self._calls
+            self._adds, self._calls, self._aborts = [], [], []
+        error = OverloadedError("the model was unloaded; retry the request")
+        for item in [*(a.accepted for a in adds), *(c.result for c in calls)]:
+            if item.set_running_or_notify_cancel():
+                item.set_exception(error)
         self._fail_all(RuntimeError("the engine shut down"))
 
     def _apply(self, adds: list[_Add], aborts: list[str]) -> None:

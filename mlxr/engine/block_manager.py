@@ -3,6 +3,8 @@ copy-on-write for shared partial blocks, and LRU eviction of cached free blocks.
 Pure Python: block ids only, the tensors live in kv_cache.py."""
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -17,8 +19,12 @@ class BlockUsage:
     free: int  # allocatable now (cached ones included: they are evicted on demand)
 
 
-def block_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
-    return hash((parent, tokens))
+def block_hash(parent: bytes | None, tokens: tuple[int, ...]) -> bytes:
+    """Chained SHA-256 of a full block: Python's hash() is 64-bit and predictable, so a
+    crafted collision could hand one user another user's KV (cf. vLLM CVE-2025-25183)."""
+    h = hashlib.sha256(parent or b"")
+    h.update(array("q", tokens).tobytes())
+    return h.digest()
 
 
 class BlockManager:
@@ -28,8 +34,8 @@ class BlockManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.ref_counts = [0] * num_blocks
-        self.hash_of: dict[int, int] = {}  # block id -> its prefix hash
-        self.cached: dict[int, int] = {}  # prefix hash -> block id
+        self.hash_of: dict[int, bytes] = {}  # block id -> its prefix hash
+        self.cached: dict[bytes, int] = {}  # prefix hash -> block id
         # Blocks with no reference, least recently freed first (evicted first).
         self.free_blocks: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
 

@@ -106,12 +106,13 @@ class LLMEngine:
         self.prompt_tokens_total += len(ids)
 
     def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
+        vocab = self.parts.args.vocab_size
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
-            text = prompt
+            ids, text = self.tokenizer.encode(prompt), prompt
+            if ids and max(ids) >= vocab:  # a tokenizer with added tokens past the embedding
+                raise InvalidParameterError("prompt", f"the text encodes to token ids past the model's vocabulary of {vocab}")
         else:
             ids, text = list(prompt), None
-            vocab = self.parts.args.vocab_size
             if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
                 raise InvalidParameterError("prompt", f"token ids must be integers in [0, {vocab})")
         if not ids:
@@ -138,7 +139,7 @@ class LLMEngine:
         req = rs.request
         seq = Sequence(next(self._seq_ids), req.request_id, index, token_ids, len(req.prompt_token_ids), req.arrival_time)
         params = req.params
-        seed = None if params.seed is None else params.seed + index
+        seed = None if params.seed is None else (params.seed + index) % (1 << 64)
         sampling = SamplingState(
             params=params,
             prompt_token_ids=req.prompt_token_ids,
@@ -183,6 +184,7 @@ class LLMEngine:
         for s in rs.seqs:
             if not s.seq.is_finished:
                 self.scheduler.finish(s.seq, "abort")
+        rs.aborted = True
         self.num_aborted += 1
         self._forget(rs)
         return build_output(rs)
@@ -223,6 +225,7 @@ class LLMEngine:
             seqs, logits = self.runner.execute(out)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
+            self.scheduler.recompute_swapped(out.preempted)  # their swap-out may not have run
             return self._fail({s.seq.request_id for s in out.scheduled}, e)
         self.scheduler.update(out)
         touched = {s.seq.request_id for s in out.scheduled}

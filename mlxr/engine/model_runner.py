@@ -77,7 +77,8 @@ class ModelRunner:
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
         inputs = self.prepare(out)
-        if self.graphs is not None and self.graphs.can_run(inputs.meta):
+        every_row_samples = len(inputs.sampling_seqs) == inputs.meta.num_seqs
+        if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
             # Every decode row samples, in order, so the graph's logits are the answer.
             return inputs.sampling_seqs, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta).float()
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)

@@ -31,7 +31,7 @@ class RequestState:
     max_tokens: int
     seqs: list[SeqState] = field(default_factory=list)
     error: str | None = None
-    final_sent: bool = False
+    aborted: bool = False  # an n > 1 request may be aborted before its forks exist
 
     def mark_token(self) -> None:
         if self.metrics.first_token_time is None:
@@ -39,7 +39,7 @@ class RequestState:
 
     @property
     def finished(self) -> bool:
-        return self.error is not None or self.request.is_finished
+        return self.error is not None or self.aborted or self.request.is_finished
 
 
 def token_logprobs(sample: SampledToken, decode) -> TokenLogprobs:

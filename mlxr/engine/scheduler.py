@@ -173,6 +173,16 @@ class Scheduler:
             self.counters.prefix_queried_tokens += seq.num_tokens
             self.counters.prefix_hit_tokens += seq.num_computed_tokens
 
+    def recompute_swapped(self, seqs: list[Sequence]) -> None:
+        """Send swapped-out sequences back to recompute (their host copy may be stale)."""
+        for seq in seqs:
+            if seq in self.swapped:
+                self.swapped.remove(seq)
+                self.swap.free(seq)
+                seq.num_computed_tokens = 0
+                seq.status = SequenceStatus.WAITING
+                self.waiting.appendleft(seq)
+
     # --- after the model ran -------------------------------------------------------------------
     def update(self, out: SchedulerOutput) -> None:
         """Advance computed counts of the sequences that ran and publish full blocks."""

@@ -28,7 +28,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)  # one per full, committed block
+    block_hashes: list[bytes] = field(default_factory=list)  # one per full, committed block
     host_block_table: list[int] = field(default_factory=list)  # while swapped out
     finish_reason: str | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache

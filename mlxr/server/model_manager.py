@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from mlxr.config import ServerConfig
 from mlxr.engine.async_engine import AsyncEngine
 from mlxr.engine.llm_engine import EngineParts, LLMEngine
-from mlxr.errors import ModelNotFoundError
+from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.loader import LoadedModel, load_model
 from mlxr.llm import _parse_dtype
 
@@ -43,6 +43,7 @@ class ModelManager:
         self.registry = registry
         self.served: dict[str, ServedModel] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._loading = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
 
     def canonical(self, name: str) -> str:
@@ -56,9 +57,10 @@ class ModelManager:
         async with lock:
             served = self.served.get(record.name)
             if served is None:
-                await self._make_room()
-                served = await asyncio.to_thread(self._load, record)
-                self.served[record.name] = served
+                async with self._loading:  # one load at a time, so the limit holds
+                    await self._make_room()
+                    served = await asyncio.to_thread(self._load, record)
+                    self.served[record.name] = served
         self.touch(served, keep_alive_s)
         self.registry.touch(record.name)
         return served
@@ -78,16 +80,25 @@ class ModelManager:
         served.expires_at = None if ka < 0 else time.time() + ka
 
     async def _make_room(self) -> None:
+        """Unload idle models until one more fits; a busy model is never pulled from under
+        its requests (the caller gets a 503 and retries)."""
         while len(self.served) >= self.config.max_loaded_models:
-            idle = [m for m in self.served.values() if m.active == 0] or list(self.served.values())
+            idle = [m for m in self.served.values() if m.active == 0]
+            if not idle:
+                raise OverloadedError(
+                    f"all {len(self.served)} loaded models are busy (max_loaded_models); retry later"
+                )
             victim = min(idle, key=lambda m: m.expires_at or float("inf"))
             await self.unload(victim.name)
 
     async def unload(self, name: str) -> bool:
-        served = self.served.pop(name, None)
-        if served is None:
-            return False
-        await asyncio.to_thread(served.engine.shutdown)
+        # Under the model's lock, so an acquire of the same name waits instead of loading a
+        # second copy while this one shuts down.
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            served = self.served.pop(name, None)
+            if served is None:
+                return False
+            await asyncio.to_thread(served.engine.shutdown)
         log.info("unloaded model %s", name)
         return True
 

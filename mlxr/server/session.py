@@ -183,10 +183,12 @@ class Session:
             return
         self._closed = True
         self._watch.close()
-        if self._stream is not None:
-            await self._stream.aclose()
-        self.served.active -= 1
-        self.trace.finish(status, error)
+        try:
+            if self._stream is not None:
+                await self._stream.aclose()
+        finally:  # a failed close must not pin the model (keep_alive would never expire)
+            self.served.active -= 1
+            self.trace.finish(status, error)
 
     async def fail(self, error: BaseException) -> None:
         await self.close(status_of(error), str(error) or type(error).__name__)
