@@ -9,7 +9,7 @@ import sys
 from mlxr.errors import MLXRError
 
 # Modules that add subcommands: each has register(subparsers) -> {command: handler(ns) -> int}.
-EXTRA_COMMANDS = ("mlxr.cli_serve", "mlxr.cli_registry", "mlxr.cli_bench")
+EXTRA_COMMANDS = ("mlxr.cli_serve", "mlxr.cli_registry", "mlxr.cli_bench", "mlxr.cli_quantize")
 HANDLERS: dict = {}
 
 

@@ -2,8 +2,9 @@
 directory (config.json, safetensors, tokenizer files) and as a GGUF file in llama.cpp's
 conventions (gguf-py tensor names, Q/K row permutation for llama, 1 + w gemma norms).
 
-The GGUF side deliberately uses gguf-py's own name map, not mlxr's loader, so tests that
-map the GGUF back to HF names check the loader against an independent writer.
+The GGUF side is written with mlxr.quantize.hf_convert (the converter `mlxr quantize` uses),
+which takes gguf-py's own name map, not mlxr's loader, so tests that map the GGUF back to HF
+names check the loader against an independent writer.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import gguf
 import numpy as np
 import safetensors
 
+from mlxr.quantize.hf_convert import HFToGGUF
 from mlxr.testing import fixture_tokenizer as ft
 
 FIXTURE_VERSION = 2  # bump when the written files change, so cached fixtures are rewritten
@@ -29,7 +31,6 @@ GGUF_TYPES = {
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
 }
-_GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gemma3": gguf.MODEL_ARCH.GEMMA3}
 
 
 @dataclass(frozen=True)
@@ -167,45 +168,7 @@ def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-# ---- GGUF side: llama.cpp conventions ------------------------------------------------
-
-
-def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """convert_hf_to_gguf's permute: per head, rows (half, pair) -> (pair, half)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def gguf_tensor(spec: FixtureSpec, param: Param, value: np.ndarray, names: gguf.TensorNameMap) -> tuple[str, np.ndarray]:
-    base, _, suffix = param.name.rpartition(".")
-    mapped = names.get_name(base)
-    if mapped is None:
-        raise ValueError(f"gguf-py has no name for {param.name}")
-    c = spec.config
-    if spec.family == "llama" and base.endswith("self_attn.q_proj"):
-        value = llama_cpp_permute(value, c["num_attention_heads"])
-    elif spec.family == "llama" and base.endswith("self_attn.k_proj"):
-        value = llama_cpp_permute(value, c["num_key_value_heads"])
-    elif spec.family == "gemma3" and param.kind == "norm":
-        value = value + np.float32(1.0)
-    return f"{mapped}.{suffix}", np.ascontiguousarray(value, dtype=np.float32)
-
-
-def llama3_rope_factors(c: dict) -> np.ndarray:
-    """The rope_freqs tensor convert_hf_to_gguf writes for llama3 rope scaling."""
-    r, hd = c["rope_scaling"], c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    freqs = 1.0 / (c["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    old, lo, hi = r["original_max_position_embeddings"], r["low_freq_factor"], r["high_freq_factor"]
-    out = []
-    for freq in freqs:
-        wavelen = 2 * math.pi / freq
-        if wavelen < old / hi:
-            out.append(1.0)
-        elif wavelen > old / lo:
-            out.append(r["factor"])
-        else:
-            smooth = (old / wavelen - lo) / (hi - lo)
-            out.append(1 / ((1 - smooth) / r["factor"] + smooth))
-    return np.asarray(out, dtype=np.float32)
+# ---- GGUF side: llama.cpp conventions (mlxr.quantize.hf_convert) --------------------
 
 
 def _gguf_encode(value: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
@@ -214,29 +177,12 @@ def _gguf_encode(value: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndar
     return gguf.quants.quantize(value, qtype)
 
 
-def _gguf_metadata(w: gguf.GGUFWriter, spec: FixtureSpec, tok, ftype: gguf.LlamaFileType) -> None:
-    c = spec.config
-    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+def _gguf_metadata(w: gguf.GGUFWriter, spec: FixtureSpec, conv: HFToGGUF, tok, ftype: gguf.LlamaFileType) -> None:
     w.add_name(f"mlxr fixture {spec.family}")
     w.add_file_type(ftype)
     if ftype != gguf.LlamaFileType.ALL_F32:
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    w.add_context_length(c["max_position_embeddings"])
-    w.add_embedding_length(c["hidden_size"])
-    w.add_block_count(c["num_hidden_layers"])
-    w.add_feed_forward_length(c["intermediate_size"])
-    w.add_head_count(c["num_attention_heads"])
-    w.add_head_count_kv(c["num_key_value_heads"])
-    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
-    w.add_rope_freq_base(c["rope_theta"])
-    if "head_dim" in c:
-        w.add_key_length(hd)
-        w.add_value_length(hd)
-    if spec.family == "llama":
-        w.add_vocab_size(c["vocab_size"])
-        w.add_rope_dimension_count(hd)
-    if spec.family == "gemma3":
-        w.add_sliding_window(c["sliding_window"])
+    conv.write_hparams(w)
     _gguf_tokenizer(w, spec, tok)
 
 
@@ -320,22 +266,21 @@ def write_fixture(name: str, out_dir: Path, gguf_type: str | None = None) -> Fix
     tok = ft.build_tokenizer(spec.tokenizer, spec.config["vocab_size"])
     _write_hf_metadata(spec, tok, hf_dir)
     params = hf_params(spec)
-    writer = gguf.GGUFWriter(str(gguf_path), _GGUF_ARCH[spec.family].name.lower())
-    names = gguf.get_tensor_name_map(_GGUF_ARCH[spec.family], spec.config["num_hidden_layers"])
-    extras = _extra_gguf_tensors(spec)
+    conv = HFToGGUF(spec.config)
+    writer = gguf.GGUFWriter(str(gguf_path), conv.arch_name)
+    extras = conv.extra_tensors()
     for p in params:
-        gname, _ = gguf_tensor(spec, p, np.zeros(p.shape, np.float32), names)
-        _add_info(writer, gname, p.shape, qtype)
+        _add_info(writer, conv.gguf_name(p.name), p.shape, qtype)
     for gname, value in extras:
         _add_info(writer, gname, value.shape, qtype)
-    _gguf_metadata(writer, spec, tok, ftype)
+    _gguf_metadata(writer, spec, conv, tok, ftype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
     shards = _Shards(hf_dir, spec)
     for p, value in _values(spec, params, gguf_type):
         shards.add(p.name, value)
-        writer.write_tensor_data(_gguf_encode(gguf_tensor(spec, p, value, names)[1], qtype))
+        writer.write_tensor_data(_gguf_encode(conv.convert(p.name, value), qtype))
     for _, value in extras:
         writer.write_tensor_data(_gguf_encode(value, qtype))
     writer.close()
@@ -350,13 +295,6 @@ def _values(spec: FixtureSpec, params: list[Param], gguf_type: str) -> Iterator[
             # Both files then hold the very same numbers, so their logits must be identical.
             value = value.astype(np.float16).astype(np.float32)
         yield p, value
-
-
-def _extra_gguf_tensors(spec: FixtureSpec) -> list[tuple[str, np.ndarray]]:
-    scaling = spec.config.get("rope_scaling") or {}
-    if scaling.get("rope_type") == "llama3":
-        return [(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", llama3_rope_factors(spec.config))]
-    return []
 
 
 def _add_info(writer: gguf.GGUFWriter, gname: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> None:
