@@ -59,11 +59,28 @@ def sampling_from(ns: argparse.Namespace):
     )
 
 
+def model_path(ref: str) -> str:
+    """A registry name (`mlxr list`) becomes its path; paths and the bundled name pass through."""
+    from pathlib import Path
+
+    from mlxr.cli_registry import home_dir
+    from mlxr.errors import ModelNotFoundError
+    from mlxr.loader.resolve import BUNDLED_MODELS
+    from mlxr.registry import Registry
+
+    if ref in BUNDLED_MODELS or Path(ref).expanduser().exists():
+        return ref
+    try:
+        return str(Registry(home_dir(None)).resolve(ref).path)
+    except ModelNotFoundError:
+        return ref  # the loader explains what it looked for
+
+
 def cmd_generate(ns: argparse.Namespace) -> int:
     from mlxr.llm import LLM
 
     params = sampling_from(ns)
-    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device)
+    llm = LLM(model_path(ns.model), dtype=ns.dtype, device=ns.device)
     out = llm.generate(ns.prompt, params)[0]
     print(out.outputs[0].text)
     return 0
@@ -72,7 +89,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 def cmd_run(ns: argparse.Namespace) -> int:
     from mlxr.chat_repl import chat_loop
 
-    return chat_loop(ns.model, sampling_from(ns), ns.system, ns.dtype, ns.device)
+    return chat_loop(model_path(ns.model), sampling_from(ns), ns.system, ns.dtype, ns.device)
 
 
 def main(argv: list[str] | None = None) -> int:

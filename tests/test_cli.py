@@ -49,3 +49,15 @@ def test_bench_profile_breaks_a_step_into_ops(tmp_path):
     assert {"attention (paged)", "attn matmuls", "mlp matmuls", "lm_head", "rmsnorm"} <= set(ops)
     assert ops["attention (paged)"]["calls"] == 2 * figures["steps"]  # two layers a step
     assert figures["decode_tok_s"] > 0 and "ms/step" in res.stdout
+
+
+def test_generate_finds_registry_names(tmp_path):
+    import os
+
+    env = {**os.environ, "MLXR_HOME": str(tmp_path)}
+    path = str(fixture_model("tiny-llama").gguf_path)
+    assert run(["import", path, "--name", "tiny:test"], env=env).returncode == 0
+    by_name = run(["generate", "--model", "tiny:test", "--max-tokens", "4", "Hello"], env=env)
+    by_path = run(["generate", "--model", path, "--max-tokens", "4", "Hello"], env=env)
+    assert by_name.returncode == 0, by_name.stderr
+    assert by_name.stdout == by_path.stdout
