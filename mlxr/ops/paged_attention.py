@@ -143,7 +143,7 @@ def paged_attention(
     torch reference. Decode-only batches take the split-K decode kernel, others prefill."""
     if use_triton(q, k_cache):
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
-    if meta.is_decode_only and meta.num_seqs > 1:
+    if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop
         return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
 
