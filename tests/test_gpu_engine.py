@@ -22,11 +22,16 @@ def test_fp32_greedy_tokens_match_cpu_reference(name):
     assert [o.outputs[0].token_ids for o in gpu] == [o.outputs[0].token_ids for o in cpu]
 
 
-def test_graph_replay_equals_eager_logits():
+@pytest.mark.parametrize("kernels", ["auto", "reference"])
+def test_graph_replay_equals_eager_logits(kernels, monkeypatch):
+    monkeypatch.setenv("MLXR_KERNELS", kernels)  # graphs must capture either attention path
     path = str(fixture_model("tiny-llama").hf_dir)
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True, logprobs=5)
-    eager = LLM(path, dtype="float32", device="cuda", enable_cuda_graphs=False).generate(PROMPTS, params)
-    graph = LLM(path, dtype="float32", device="cuda").generate(PROMPTS, params)
+    eager_llm = LLM(path, dtype="float32", device="cuda", enable_cuda_graphs=False)
+    graph_llm = LLM(path, dtype="float32", device="cuda")
+    # A batch of 8, and one sequence alone (the batch-1 graph).
+    eager = eager_llm.generate(PROMPTS, params) + eager_llm.generate(PROMPTS[1:2], params)
+    graph = graph_llm.generate(PROMPTS, params) + graph_llm.generate(PROMPTS[1:2], params)
     for a, b in zip(eager, graph):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         for la, lb in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):
