@@ -16,6 +16,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.formats.json_file import read_json_object
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -60,14 +61,8 @@ def iter_safetensors(model_dir: str | os.PathLike[str]) -> Iterator[RawTensor]:
 
 def _index(root: Path) -> dict[str, set[str]]:
     """shard file name -> tensor names, from a validated model.safetensors.index.json."""
-    path = root / INDEX_FILE
-    if path.stat().st_size > _MAX_INDEX_BYTES:
-        raise ModelFormatError(f"{INDEX_FILE} is implausibly large")
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFormatError(f"{INDEX_FILE} is not valid JSON: {e}") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    index = read_json_object(root / INDEX_FILE, _MAX_INDEX_BYTES)
+    weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelFormatError(f"{INDEX_FILE} has no weight_map object")
     shards: dict[str, set[str]] = {}

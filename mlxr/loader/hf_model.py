@@ -1,15 +1,14 @@
 """A Hugging Face model directory -> model args, weights and tokenizer."""
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from mlxr.config import ModelArgs
-from mlxr.errors import ModelFormatError
 from mlxr.formats.hf_config import args_from_hf_config
+from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.loader.tokenizer import Tokenizer
 
@@ -23,10 +22,7 @@ SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_project
 
 
 def read_config(model_dir: Path) -> dict:
-    try:
-        return json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFormatError(f"cannot read {model_dir / 'config.json'}: {e}") from e
+    return read_json_object(model_dir / "config.json", 16 << 20)
 
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:

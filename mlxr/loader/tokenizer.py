@@ -1,7 +1,6 @@
 """The tokenizer the engine and server use: encode/decode, special ids, chat template."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import struct
@@ -12,7 +11,13 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken, Regex, normalizers
 
-from mlxr.errors import InvalidParameterError, ModelFormatError, TemplateError, UnsupportedModelError
+from mlxr.errors import (
+    InvalidParameterError,
+    ModelFormatError,
+    TemplateError,
+    UnsupportedModelError,
+)
+from mlxr.formats.json_file import read_json_object
 from mlxr.loader.chat_template import ChatTemplate, default_template_for
 from mlxr.loader.gguf_vocab import (
     build_sentencepiece_bpe,
@@ -196,17 +201,7 @@ class Tokenizer:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise ModelFormatError(f"{path.name} is larger than {MAX_JSON_BYTES} bytes")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFormatError(f"{path.name} is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ModelFormatError(f"{path.name} must hold a JSON object")
-    return data
+    return read_json_object(path, MAX_JSON_BYTES) if path.is_file() else {}
 
 
 def _load_tokenizer_json(path: Path) -> tokenizers.Tokenizer:

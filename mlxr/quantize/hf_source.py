@@ -2,7 +2,6 @@
 quantizer source, converted to GGUF names and layouts on the fly."""
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import RawTensor, iter_safetensors, shard_files
 from mlxr.quantize.hf_convert import HFToGGUF
 from mlxr.quantize.hf_tokenizer import add_hf_tokenizer
@@ -68,15 +68,7 @@ class HFSource:
 def _read_config(path: Path) -> dict:
     if not path.is_file():
         raise ModelFormatError(f"{path.parent} has no config.json")
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise ModelFormatError(f"{path} is implausibly large")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFormatError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(config, dict):
-        raise ModelFormatError(f"{path} does not hold a JSON object")
-    return config
+    return read_json_object(path, _MAX_CONFIG_BYTES)
 
 
 def _float32(raw: RawTensor) -> np.ndarray:

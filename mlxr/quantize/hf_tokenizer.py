@@ -7,13 +7,13 @@ pre-tokenizer or byte fallback: Llama 2, Gemma) and other pre-tokenizer regexes 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import gguf
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.formats.json_file import read_json_object
 
 _MAX_TOKENIZER_BYTES = 256 << 20
 # Split regexes of known pre-tokenizers, by the tokenizer.ggml.pre name llama.cpp gives them.
@@ -49,15 +49,7 @@ def add_hf_tokenizer(w: gguf.GGUFWriter, hf_dir: Path, vocab_size: int) -> None:
 def _load(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UnsupportedModelError(f"{path.parent} has no tokenizer.json (needed for the GGUF vocabulary)")
-    if path.stat().st_size > _MAX_TOKENIZER_BYTES:
-        raise ModelFormatError(f"{path} is implausibly large")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFormatError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ModelFormatError(f"{path} does not hold a JSON object")
-    return data
+    return read_json_object(path, _MAX_TOKENIZER_BYTES)
 
 
 def _vocab(tok: dict[str, Any], vocab_size: int) -> tuple[list[str], list[int]]:

@@ -5,7 +5,6 @@ Nothing here writes; a file that fails validation raises before anything is regi
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import stat
@@ -21,6 +20,7 @@ from mlxr.errors import InvalidParameterError, ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.gguf_config import args_from_gguf_file
 from mlxr.formats.hf_config import args_from_hf_config
+from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import shard_files
 
 Progress = Callable[[int, int], None]
@@ -127,17 +127,7 @@ def _hf_facts(root: Path) -> ModelFacts:
 
 
 def _read_config(path: Path) -> dict:
-    if os.stat(path).st_size > _MAX_CONFIG_BYTES:
-        raise ModelFormatError(f"{path} is implausibly large")
-    try:
-        config = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelFormatError(f"{path} is not valid JSON: {e}") from None
-    except OSError as e:
-        raise ModelFormatError(f"cannot read {path}: {e.strerror}") from None
-    if not isinstance(config, dict):
-        raise ModelFormatError(f"{path} must hold a JSON object")
-    return config
+    return read_json_object(path, _MAX_CONFIG_BYTES)
 
 
 def _shard_elements(path: Path) -> Counter[str]:
