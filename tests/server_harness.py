@@ -97,5 +97,15 @@ def running_server(
         yield url
 
 
+@contextlib.contextmanager
+def tiny_llama_server(tmp_home: Path, *extra_args: str, api_key: str | None = None) -> Iterator[str]:
+    """running_server on the tiny random Llama fixture (GGUF), the server tests' model."""
+    from conftest import fixture_model
+
+    gguf = str(fixture_model("tiny-llama").gguf_path)
+    with running_server(tmp_home, "--model", gguf, *extra_args, api_key=api_key) as url:
+        yield url
+
+
 def server_log(tmp_home: Path) -> str:
     return (tmp_home / "server.log").read_text(errors="replace")

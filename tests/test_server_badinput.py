@@ -3,19 +3,16 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import fixture_model
+import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from server_harness import running_server
-
-import schemathesis
 from schemathesis import GenerationMode
+from server_harness import tiny_llama_server
 
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    gguf = fixture_model("tiny-llama").gguf_path
-    with running_server(tmp_path_factory.mktemp("home"), "--model", str(gguf)) as url:
+    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
         yield url
 
 

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 from conftest import fixture_model
-from server_harness import running_server, server_log, server_process
+from server_harness import server_log, server_process, tiny_llama_server
 
 NUM_STREAMS = 32
 
@@ -28,10 +28,8 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def base_url(home):
-    gguf = fixture_model("tiny-llama").gguf_path
-    args = ("--model", str(gguf), "--max-num-batched-tokens", "4", "--max-num-seqs", "64",
-            "--log-stats-every", "0.5")
-    with running_server(home, *args) as url:
+    args = ("--max-num-batched-tokens", "4", "--max-num-seqs", "64", "--log-stats-every", "0.5")
+    with tiny_llama_server(home, *args) as url:
         yield url
 
 

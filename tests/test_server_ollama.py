@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import ollama
 import pytest
+from conftest import fixture_model
+from server_harness import tiny_llama_server
 
 import mlxr
-from conftest import fixture_model
-from server_harness import running_server
 
 FIXTURE = fixture_model("tiny-llama")
 RFC3339_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
@@ -24,7 +24,7 @@ DURATIONS = ("total_duration", "prompt_eval_duration", "eval_duration")
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_server(tmp_path_factory.mktemp("home"), "--model", str(FIXTURE.gguf_path)) as url:
+    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
         yield url
 
 

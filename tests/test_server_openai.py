@@ -7,16 +7,14 @@ import subprocess
 import httpx
 import openai
 import pytest
-from conftest import fixture_model
-from server_harness import MLXR, running_server
+from server_harness import MLXR, running_server, tiny_llama_server
 
 GREEDY = {"temperature": 0.0}
 
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    gguf = fixture_model("tiny-llama").gguf_path
-    with running_server(tmp_path_factory.mktemp("home"), "--model", str(gguf)) as url:
+    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
         yield url
 
 

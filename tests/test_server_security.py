@@ -9,8 +9,12 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-from conftest import fixture_model
-from server_harness import ROOT, free_port, running_server, server_command
+from server_harness import (
+    ROOT,
+    free_port,
+    server_command,
+    tiny_llama_server,
+)
 
 KEY = "test-secret-key"
 GUARDED = [
@@ -24,10 +28,9 @@ GUARDED = [
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    gguf = fixture_model("tiny-llama").gguf_path
     # A tiny queue and step budget so the queue limit can be reached on purpose.
-    args = ("--model", str(gguf), "--max-waiting", "2", "--max-num-batched-tokens", "8")
-    with running_server(tmp_path_factory.mktemp("home"), *args, api_key=KEY) as url:
+    args = ("--max-waiting", "2", "--max-num-batched-tokens", "8")
+    with tiny_llama_server(tmp_path_factory.mktemp("home"), *args, api_key=KEY) as url:
         yield url
 
 
