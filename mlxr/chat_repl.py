@@ -6,10 +6,10 @@ import sys
 from mlxr.types import SamplingParams
 
 
-def chat_loop(model: str, params: SamplingParams, system: str | None, dtype, device) -> int:
+def chat_loop(model: str, params: SamplingParams, system: str | None, dtype, device, quantization=None) -> int:
     from mlxr.llm import LLM
 
-    llm = LLM(model, dtype=dtype, device=device)
+    llm = LLM(model, dtype=dtype, device=device, quantization=quantization)
     messages: list[dict] = [{"role": "system", "content": system}] if system else []
     print(f"mlxr: chatting with {model}. Ctrl-D or /bye to quit.", file=sys.stderr)
     turn = 0

@@ -37,6 +37,7 @@ def _model_options(p: argparse.ArgumentParser, positional: bool) -> None:
         p.add_argument("--model", "-m", default="gemma3-270m")
     p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
+    p.add_argument("--quantization", "-q", default=None, help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
 
 
 def _sampling_options(p: argparse.ArgumentParser, default_max: int = 128) -> None:
@@ -80,7 +81,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from mlxr.llm import LLM
 
     params = sampling_from(ns)
-    llm = LLM(model_path(ns.model), dtype=ns.dtype, device=ns.device)
+    llm = LLM(model_path(ns.model), dtype=ns.dtype, device=ns.device, quantization=ns.quantization)
     out = llm.generate(ns.prompt, params)[0]
     print(out.outputs[0].text)
     return 0
@@ -89,7 +90,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 def cmd_run(ns: argparse.Namespace) -> int:
     from mlxr.chat_repl import chat_loop
 
-    return chat_loop(model_path(ns.model), sampling_from(ns), ns.system, ns.dtype, ns.device)
+    return chat_loop(model_path(ns.model), sampling_from(ns), ns.system, ns.dtype, ns.device, ns.quantization)
 
 
 def main(argv: list[str] | None = None) -> int:

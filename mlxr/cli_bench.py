@@ -12,6 +12,7 @@ def register(sub) -> dict:
     p.add_argument("--model", "-m", default="gemma3-270m")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
+    p.add_argument("--quantization", "-q", default=None, help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
@@ -34,7 +35,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     from mlxr.profiler import OpProfiler
     from mlxr.types import SamplingParams
 
-    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, enable_cuda_graphs=not ns.profile,
+    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
     vocab = llm.loaded.args.vocab_size
@@ -43,7 +44,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     llm.generate([p[:8] for p in prompts], SamplingParams(max_tokens=2, temperature=0))  # warm-up
     prof = OpProfiler(llm.engine.runner.model) if ns.profile else None
     figures = _timed_run(llm, prompts, params)
-    print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}), "
+    print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}, "
+          f"quantization {llm.loaded.quantization}), "
           f"batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
     print(f"prefill {figures['prefill_tok_s']:,.1f} tok/s   decode {figures['decode_tok_s']:,.1f} tok/s   "
           f"steps {figures['steps']}")

@@ -28,6 +28,7 @@ def register(sub) -> dict:
     s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
     s.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
     s.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
+    s.add_argument("--quantization", "-q", default=None, help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
     s.add_argument("--keep-alive", default="5m", type=parse_duration,
                    help="unload idle models after this (\"5m\", seconds, -1 = never)")
     s.add_argument("--max-loaded-models", type=int, default=2)
@@ -83,7 +84,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
         cors_origins=tuple(ns.cors_origin), keep_alive_s=ns.keep_alive,
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
-        home=str(home_dir(ns)), device=ns.device, dtype=ns.dtype, engine=engine,
+        home=str(home_dir(ns)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
     )
 
 

@@ -85,4 +85,5 @@ class ServerConfig:
     home: str = "~/.mlxr"  # MLXR_HOME: the registry and logs live here
     device: str | None = None
     dtype: str | None = None
+    quantization: str | None = None  # see loader.load_model
     engine: EngineConfig = EngineConfig()

@@ -11,6 +11,7 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.layers.linear import store_weights_as
+from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
 from mlxr.loader.resolve import ModelSource, resolve_model
 from mlxr.loader.tokenizer import Tokenizer
 from mlxr.models import build_model, canonical_model_type
@@ -26,7 +27,8 @@ class LoadedModel:
     tokenizer: Tokenizer
     dtype: torch.dtype  # activations and KV cache
     device: torch.device
-    weight_dtype: torch.dtype  # storage of the linear and embedding weights
+    weight_dtype: torch.dtype  # storage of the linear and embedding weights not quantized
+    quantization: str = "none"  # "gguf": GGUF blocks kept; "fp8": E4M3 weights; "none"
 
 
 def default_dtypes(device: torch.device) -> tuple[torch.dtype, torch.dtype]:
@@ -48,34 +50,52 @@ def to_torch(array: np.ndarray, dtype: str = "F32") -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
+QUANTIZATION_MODES = ("auto", "gguf", "none", "fp8")
+
+
 def load_model(
     ref: str,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
     weight_dtype: torch.dtype | None = None,
+    quantization: str | None = None,
 ) -> LoadedModel:
-    """dtype alone sets both activations and weights; neither picks the device's default."""
+    """dtype alone sets both activations and weights; neither picks the device's default.
+    quantization: "auto" (default) keeps a GGUF file's quantized weights as they are ("gguf"),
+    "none" dequantizes them, "fp8" stores the linear weights as FP8 E4M3 (Hopper GPUs)."""
+    quantization = quantization or "auto"
+    if quantization not in QUANTIZATION_MODES:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_MODES)}, got {quantization!r}")
     source = resolve_model(ref)
     device = torch.device(device) if device is not None else default_device()
     if dtype is None:
         dtype, default_weights = default_dtypes(device)
         weight_dtype = weight_dtype or default_weights
     weight_dtype = weight_dtype or dtype
+    if quantization == "gguf" and source.format != "gguf":
+        raise ValueError(f"{ref} is not a GGUF file; --quantization gguf needs one")
+    keep_quantized = source.format == "gguf" and quantization in ("auto", "gguf")
     if source.format == "gguf":
         from mlxr.loader.gguf_model import read_gguf
 
-        args, weights, tokenizer = read_gguf(source.path)
+        args, weights, tokenizer = read_gguf(source.path, keep_quantized)
     else:
         from mlxr.loader.hf_model import read_hf_dir
 
         args, weights, tokenizer = read_hf_dir(source.path)
     args = _with_canonical_type(args)
     model = materialize(args, weights, dtype, device)
+    mode = "gguf" if any(isinstance(m, QuantLinear) for m in model.modules()) else "none"
+    if quantization == "fp8":
+        from mlxr.layers.fp8_linear import store_weights_fp8
+
+        store_weights_fp8(model)
+        mode = "fp8"
     if weight_dtype != dtype:
         store_weights_as(model, weight_dtype)
-    log.info("loaded %s (%s, %s) on %s: activations %s, weights %s",
-             ref, source.format, args.model_type, device, dtype, weight_dtype)
-    return LoadedModel(source, args, model, tokenizer, dtype, device, weight_dtype)
+    log.info("loaded %s (%s, %s) on %s: activations %s, weights %s, quantization %s",
+             ref, source.format, args.model_type, device, dtype, weight_dtype, mode)
+    return LoadedModel(source, args, model, tokenizer, dtype, device, weight_dtype, mode)
 
 
 def _with_canonical_type(args: ModelArgs) -> ModelArgs:
@@ -90,6 +110,7 @@ def materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.devi
         model = build_model(args)
     expected = dict(model.named_parameters())
     state: dict[str, torch.Tensor] = {}
+    packed: dict[str, PackedWeight] = {}
     for name, tensor in weights:
         if name not in expected:
             if args.tie_word_embeddings and name == "lm_head.weight":
@@ -98,13 +119,17 @@ def materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.devi
         want = tuple(expected[name].shape)
         if tuple(tensor.shape) != want:
             raise ModelFormatError(f"tensor {name!r} has shape {tuple(tensor.shape)}, expected {want}")
-        state[name] = tensor.to(device=device, dtype=dtype)
-    missing = [n for n in expected if n not in state and not _is_tied(args, n)]
+        if isinstance(tensor, PackedWeight):
+            packed[name] = tensor.to(device)
+        else:
+            state[name] = tensor.to(device=device, dtype=dtype)
+    missing = [n for n in expected if n not in state and n not in packed and not _is_tied(args, n)]
     if missing:
         raise ModelFormatError(f"the checkpoint lacks tensors: {', '.join(missing[:5])}")
     model.load_state_dict(state, strict=False, assign=True)
-    if args.tie_word_embeddings:
+    if args.tie_word_embeddings and "model.embed_tokens.weight" in state:
         model.lm_head.weight = model.model.embed_tokens.weight
+    install_packed(model, packed, dtype, args.tie_word_embeddings)
     for module in model.modules():
         if hasattr(module, "reset_buffers"):
             module.reset_buffers(device)

@@ -1,6 +1,7 @@
 """A GGUF file -> model args, HF-named weights and the embedded tokenizer."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,18 +10,28 @@ import torch
 from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.gguf_config import args_from_gguf_file
-from mlxr.loader.gguf_weights import iter_gguf_hf_weights
+from mlxr.layers.quant_linear import PackedWeight
+from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
 from mlxr.loader.tokenizer import Tokenizer
 
+log = logging.getLogger(__name__)
 
-def read_gguf(path: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
+
+def read_gguf(
+    path: Path, keep_quantized: bool = False
+) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor | PackedWeight]], Tokenizer]:
     f = open_gguf(path)
     args = args_from_gguf_file(f)
     tokenizer = Tokenizer.from_gguf_metadata(f.metadata)
-    return args, _weights(f, args), tokenizer
+    expanded = dequantized_types(f, keep_quantized)
+    if expanded:
+        log.info("%s: dequantizing at load %s", path.name,
+                 ", ".join(f"{n} {t} tensors" for t, n in sorted(expanded.items())))
+    return args, _weights(f, args, keep_quantized), tokenizer
 
 
-def _weights(f: GGUFFile, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
+def _weights(f: GGUFFile, args: ModelArgs, keep_quantized: bool) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
     with f:
-        for name, array in iter_gguf_hf_weights(f, args):
-            yield name, torch.from_numpy(array)
+        for name, target, array, qtype in iter_gguf_hf_tensors(f, args, keep_quantized):
+            tensor = torch.from_numpy(array)
+            yield target, tensor if qtype is None else PackedWeight(tensor, qtype, f.tensor_info(name).shape)

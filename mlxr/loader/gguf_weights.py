@@ -15,6 +15,7 @@ import numpy as np
 from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
+from mlxr.ops.quant_types import QUANT_TYPES
 
 # GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
 _SKIPPED = {"rope_freqs.weight"}
@@ -117,10 +118,40 @@ def plan(f: GGUFFile, args: ModelArgs) -> list[tuple[str, str]]:
     return pairs
 
 
+# HF parameters that may stay quantized: the weights of linear layers and the embedding.
+_PACKABLE = ("_proj.weight", "lm_head.weight", "embed_tokens.weight")
+_FLOAT_TYPES = {"F32", "F16", "BF16", "F64"}
+
+
 def iter_gguf_hf_weights(f: GGUFFile, args: ModelArgs) -> Iterator[tuple[str, np.ndarray]]:
     """Yield (HF parameter name, float32 array in HF layout) for every tensor of the file."""
+    for name, target, array, _ in iter_gguf_hf_tensors(f, args, keep_quantized=False):
+        yield target, array
+
+
+def iter_gguf_hf_tensors(
+    f: GGUFFile, args: ModelArgs, keep_quantized: bool
+) -> Iterator[tuple[str, str, np.ndarray, str | None]]:
+    """Yield (GGUF name, HF name, array in HF layout, quant type) for every tensor of the file:
+    float32 with type None, or, with keep_quantized, the raw uint8 blocks (rows, row bytes) of a
+    linear or embedding weight whose GGUF type MLXR multiplies quantized."""
     for name, target in plan(f, args):
-        yield target, to_hf_layout(target, f.load(name), args)
+        qtype = f.tensor_info(name).ggml_type
+        if keep_quantized and qtype in QUANT_TYPES and target.endswith(_PACKABLE):
+            raw, _ = f.load_raw(name)
+            yield name, target, to_hf_layout(target, raw, args), qtype
+        else:
+            yield name, target, to_hf_layout(target, f.load(name), args), None
+
+
+def dequantized_types(f: GGUFFile, keep_quantized: bool) -> dict[str, int]:
+    """How many tensors of each quantized GGUF type are expanded to floats at load."""
+    counts: dict[str, int] = {}
+    for name in f.tensor_names:
+        qtype = f.tensor_info(name).ggml_type
+        if qtype not in _FLOAT_TYPES and not (keep_quantized and qtype in QUANT_TYPES):
+            counts[qtype] = counts.get(qtype, 0) + 1
+    return counts
 
 
 def to_hf_layout(target: str, array: np.ndarray, args: ModelArgs) -> np.ndarray:

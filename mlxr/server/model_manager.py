@@ -68,7 +68,8 @@ class ModelManager:
     def _load(self, record) -> ServedModel:
         t0 = time.perf_counter()
         dtype = _parse_dtype(self.config.dtype) if self.config.dtype else None
-        loaded = load_model(str(record.path), dtype=dtype, device=self.config.device)
+        loaded = load_model(str(record.path), dtype=dtype, device=self.config.device,
+                            quantization=self.config.quantization)
         parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
         engine = AsyncEngine(LLMEngine(parts, self.config.engine))
         took = time.perf_counter() - t0

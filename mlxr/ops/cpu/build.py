@@ -1,0 +1,71 @@
+"""Compile mlxr/ops/cpu/*.c once per source and CPU, and load it with ctypes.
+
+The library is built with the machine's C compiler (`CC`, default `cc`) for the host CPU
+(-march=native, so AVX-512 VNNI where the CPU has it) and cached under
+$MLXR_CACHE_DIR/kernels (default ~/.cache/mlxr/kernels) by a hash of the source, the flags and
+the CPU's feature flags. Without a compiler the callers fall back to torch code.
+OpenMP: torch is imported first, so the library binds to the libgomp torch already loaded and
+shares its thread pool instead of starting a second one that would spin against it.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch  # noqa: F401  (loads torch's libgomp before ours; see above)
+
+log = logging.getLogger(__name__)
+
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MLXR_CACHE_DIR") or Path.home() / ".cache" / "mlxr"
+    return Path(root) / "kernels"
+
+
+def _cpu_signature() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.uname().machine
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return os.uname().machine + flags
+
+
+@functools.cache
+def load_library(name: str) -> ctypes.CDLL | None:
+    """The compiled `name`.c beside this file, or None (logged once) when it cannot be built."""
+    source = Path(__file__).with_name(f"{name}.c")
+    compiler = os.environ.get("CC", "cc")
+    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
+    target = cache_dir() / f"{name}-{digest.hexdigest()[:16]}.so"
+    try:
+        if not target.exists():
+            _compile(compiler, source, target)
+        return ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("CPU kernels unavailable (%s); quantized matmuls fall back to torch", exc)
+        return None
+
+
+def _compile(compiler: str, source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename, so concurrent processes never load a partial file.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *FLAGS, str(source), "-o", tmp, "-lm"],
+                       check=True, capture_output=True, timeout=120)
+        os.replace(tmp, target)
+    except subprocess.CalledProcessError as exc:
+        raise subprocess.SubprocessError(f"{compiler} failed: {exc.stderr.decode(errors='replace')[-500:]}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

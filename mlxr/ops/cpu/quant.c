@@ -1,0 +1,401 @@
+/* CPU kernels for GGUF weights kept in their file block layout (see mlxr/ops/quant_types.py).
+ *
+ * Matmul: y[m][n] = sum_k x[m][k] * W[n][k]. Activations are quantized to int8 per 32 columns
+ * (one fp32 scale each, as llama.cpp's q8 activations), and every weight type is read as
+ * unsigned codes u with w = s*u - o per 32 (Q6_K: per 16) columns, so one integer dot
+ * product (AVX-512 VNNI vpdpbusd: u8 x s8 -> s32) serves all types:
+ *     sum w*x = dx * (s * sum(u*xq) - o * sum(xq)).
+ * The per-32 sums of xq are computed once per activation row.
+ *
+ * Dequantization is exact to gguf-py's numpy reference: the same fp32 operations in the same
+ * order, built with -ffp-contract=off so no multiply-add is fused.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define MLXR_VNNI 1
+#endif
+
+enum { T_Q4_0 = 0, T_Q5_0 = 1, T_Q8_0 = 2, T_Q4_K = 3, T_Q5_K = 4, T_Q6_K = 5 };
+
+static const int BLOCK_ELEMS[6] = {32, 32, 32, 256, 256, 256};
+static const int BLOCK_BYTES[6] = {18, 22, 34, 144, 176, 210};
+
+static inline float h2f(const uint8_t *p) {
+    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    float f;
+    if (exp == 0) {
+        f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24, exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* ---------------------------------------------------------------- exact dequantization */
+
+static void dequant_block(int t, const uint8_t *b, float *y) {
+    switch (t) {
+    case T_Q4_0: {
+        float d = h2f(b);
+        const uint8_t *qs = b + 2;
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)((qs[j] & 0xF) - 8);
+            y[j + 16] = d * (float)((qs[j] >> 4) - 8);
+        }
+        break;
+    }
+    case T_Q5_0: {
+        float d = h2f(b);
+        uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
+        const uint8_t *qs = b + 6;
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+            int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            y[j] = d * (float)(lo - 16);
+            y[j + 16] = d * (float)(hi - 16);
+        }
+        break;
+    }
+    case T_Q8_0: {
+        float d = h2f(b);
+        const int8_t *qs = (const int8_t *)(b + 2);
+        for (int j = 0; j < 32; j++) y[j] = (float)qs[j] * d;
+        break;
+    }
+    case T_Q4_K:
+    case T_Q5_K: {
+        float d = h2f(b), dmin = h2f(b + 2);
+        const uint8_t *scales = b + 4;
+        const uint8_t *qh = b + 16;
+        const uint8_t *qs = t == T_Q4_K ? b + 16 : b + 48;
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, scales, &sc, &m);
+            float dj = d * (float)sc, mj = dmin * (float)m;
+            const uint8_t *q = qs + 32 * (j / 2);
+            int shift = 4 * (j & 1);
+            for (int l = 0; l < 32; l++) {
+                int u = (q[l] >> shift) & 0xF;
+                if (t == T_Q5_K) u |= ((qh[l] >> j) & 1) << 4;
+                y[32 * j + l] = dj * (float)u - mj;
+            }
+        }
+        break;
+    }
+    case T_Q6_K: {
+        float d = h2f(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int g = 0; g < 16; g++) {
+            float dg = d * (float)sc[g];
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, s = (e % 128) / 32, l = e % 32;
+                const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+                int lo = (ql[l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0xF;
+                int u = lo | (((qh[l] >> (2 * s)) & 3) << 4);
+                y[e] = dg * (float)(u - 32);
+            }
+        }
+        break;
+    }
+    }
+}
+
+static inline uint16_t f2bf(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1); /* round to nearest even */
+    return (uint16_t)(bits >> 16);
+}
+
+static void dequant_row(int t, const uint8_t *row, int64_t k, float *y) {
+    int64_t nb = k / BLOCK_ELEMS[t];
+    for (int64_t i = 0; i < nb; i++) dequant_block(t, row + i * BLOCK_BYTES[t], y + i * BLOCK_ELEMS[t]);
+}
+
+void mlxr_dequant_f32(int t, const uint8_t *w, int64_t n, int64_t k, float *out, int nthreads) {
+    int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t r = 0; r < n; r++) dequant_row(t, w + r * rb, k, out + r * k);
+}
+
+void mlxr_dequant_rows_f32(int t, const uint8_t *w, int64_t k, const int64_t *rows, int64_t nrows, float *out) {
+    int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
+    for (int64_t i = 0; i < nrows; i++) dequant_row(t, w + rows[i] * rb, k, out + i * k);
+}
+
+void mlxr_dequant_bf16(int t, const uint8_t *w, int64_t n, int64_t k, uint16_t *out, int nthreads) {
+    int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *tmp = (float *)malloc(sizeof(float) * (size_t)k);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; r++) {
+            dequant_row(t, w + r * rb, k, tmp);
+            for (int64_t i = 0; i < k; i++) out[r * k + i] = f2bf(tmp[i]);
+        }
+        free(tmp);
+    }
+}
+
+/* ---------------------------------------------------------------- activation quantization */
+
+typedef struct {
+    int8_t *q;      /* m * k */
+    float *d;       /* m * k/32 */
+    int32_t *s16;   /* m * k/16: sums of q per 16 columns */
+} acts_t;
+
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
+    int64_t nb = k / 32;
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + r * k + 32 * b;
+            int8_t *qb = a->q + r * k + 32 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+            float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            a->d[r * nb + b] = d;
+            int32_t s0 = 0, s1 = 0;
+            for (int i = 0; i < 32; i++) {
+                int v = (int)nearbyintf(xb[i] * id);
+                v = v > 127 ? 127 : (v < -127 ? -127 : v);
+                qb[i] = (int8_t)v;
+                if (i < 16) s0 += v; else s1 += v;
+            }
+            a->s16[r * 2 * nb + 2 * b] = s0;
+            a->s16[r * 2 * nb + 2 * b + 1] = s1;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- block headers */
+
+/* Scales and offsets of one block's 16-column groups: w = s[g]*u - o[g]. */
+static inline int block_header(int t, const uint8_t *b, float *s, float *o) {
+    switch (t) {
+    case T_Q4_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 8.0f * d; return 1; }
+    case T_Q5_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 16.0f * d; return 1; }
+    case T_Q8_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 128.0f * d; return 1; }
+    case T_Q4_K:
+    case T_Q5_K: {
+        float d = h2f(b), dmin = h2f(b + 2);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, b + 4, &sc, &m);
+            s[2 * j] = s[2 * j + 1] = d * (float)sc;
+            o[2 * j] = o[2 * j + 1] = dmin * (float)m;
+        }
+        return 8;
+    }
+    default: { /* Q6_K */
+        float d = h2f(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int g = 0; g < 16; g++) { s[g] = d * (float)sc[g]; o[g] = 32.0f * s[g]; }
+        return 8;
+    }
+    }
+}
+
+/* ---------------------------------------------------------------- unsigned codes per 32 columns */
+
+#ifdef MLXR_VNNI
+static inline __m256i nibbles(__m256i q, int high) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    return _mm256_and_si256(high ? _mm256_srli_epi16(q, 4) : q, low4);
+}
+
+static inline __m256i codes(int t, const uint8_t *b, int j) {
+    switch (t) {
+    case T_Q4_0: {
+        __m128i q = _mm_loadu_si128((const __m128i *)(b + 2));
+        __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+        return _mm256_set_m128i(hi, lo);
+    }
+    case T_Q5_0: {
+        __m128i q = _mm_loadu_si128((const __m128i *)(b + 6));
+        __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        return _mm256_or_si256(_mm256_set_m128i(hi, lo), _mm256_maskz_set1_epi8((__mmask32)qh, 16));
+    }
+    case T_Q8_0:
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
+    case T_Q4_K:
+        return nibbles(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (j / 2))), j & 1);
+    case T_Q5_K: {
+        __m256i lo = nibbles(_mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (j / 2))), j & 1);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        __mmask32 bit = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << j)));
+        return _mm256_or_si256(lo, _mm256_maskz_set1_epi8(bit, 16));
+    }
+    default: { /* Q6_K: j = 4*half + s */
+        int h = j / 4, s = j % 4;
+        __m256i lo = nibbles(_mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (s & 1))), s >> 1);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), _mm256_set1_epi8(3));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+    }
+    }
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#else
+static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
+    for (int l = 0; l < 32; l++) {
+        int e, v;
+        switch (t) {
+        case T_Q4_0: v = l < 16 ? (b[2 + l] & 0xF) : (b[2 + l - 16] >> 4); break;
+        case T_Q5_0: {
+            uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
+            v = (l < 16 ? (b[6 + l] & 0xF) : (b[6 + l - 16] >> 4)) | (((qh >> l) & 1) << 4);
+            break;
+        }
+        case T_Q8_0: v = b[2 + l] ^ 0x80; break;
+        case T_Q4_K: v = (b[16 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF; break;
+        case T_Q5_K: v = ((b[48 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) | (((b[16 + l] >> j) & 1) << 4); break;
+        default:
+            e = 32 * j + l;
+            {
+                int h = e / 128, s = (e % 128) / 32;
+                v = ((b[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0xF) | (((b[128 + 32 * h + l] >> (2 * s)) & 3) << 4);
+            }
+        }
+        u[l] = (uint8_t)v;
+    }
+}
+#endif
+
+/* ---------------------------------------------------------------- matmul */
+
+#define ROW_TILE 4
+
+/* Rows [m0, m0+mr) of activations against one weight row. */
+static inline __attribute__((always_inline)) void dot_rows(
+    int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
+    const int be = BLOCK_ELEMS[t], bb = BLOCK_BYTES[t];
+    const int64_t nb = k / be, n32 = k / 32;
+    float s[16], o[16], off[ROW_TILE] = {0};
+#ifdef MLXR_VNNI
+    __m256 acc[ROW_TILE];
+    for (int r = 0; r < mr; r++) acc[r] = _mm256_setzero_ps();
+#else
+    float accs[ROW_TILE] = {0};
+    uint8_t u[32];
+#endif
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *blk = wrow + ib * bb;
+        int subs = block_header(t, blk, s, o);
+        for (int j = 0; j < subs; j++) {
+            int64_t c = ib * (be / 32) + j; /* 32-column index in the row */
+#ifdef MLXR_VNNI
+            __m256i uv = codes(t, blk, j);
+            __m256 sv = _mm256_set_m128(_mm_set1_ps(s[2 * j + 1]), _mm_set1_ps(s[2 * j]));
+#else
+            codes_scalar(t, blk, j, u);
+#endif
+            for (int r = 0; r < mr; r++) {
+                int64_t row = m0 + r;
+                float dx = a->d[row * n32 + c];
+                const int32_t *s16 = a->s16 + row * 2 * n32 + 2 * c;
+                off[r] += dx * (o[2 * j] * (float)s16[0] + o[2 * j + 1] * (float)s16[1]);
+#ifdef MLXR_VNNI
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + row * k + 32 * c));
+                __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uv, xv);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sv, _mm256_set1_ps(dx)), acc[r]);
+#else
+                const int8_t *xq = a->q + row * k + 32 * c;
+                int32_t p0 = 0, p1 = 0;
+                for (int l = 0; l < 16; l++) p0 += (int32_t)u[l] * xq[l];
+                for (int l = 16; l < 32; l++) p1 += (int32_t)u[l] * xq[l];
+                accs[r] += dx * (s[2 * j] * (float)p0 + s[2 * j + 1] * (float)p1);
+#endif
+            }
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+#ifdef MLXR_VNNI
+        out[r] = hsum8(acc[r]) - off[r];
+#else
+        out[r] = accs[r] - off[r];
+#endif
+    }
+}
+
+static inline __attribute__((always_inline)) void matmul_typed(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int nthreads) {
+    int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t col = 0; col < n; col++) {
+        float out[ROW_TILE];
+        for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
+            int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
+            dot_rows(t, w + col * rb, k, a, m0, mr, out);
+            for (int r = 0; r < mr; r++) y[(m0 + r) * n + col] = out[r];
+        }
+    }
+}
+
+/* One specialised copy per type, so the switches above fold away. */
+#define TYPED(T) static void matmul_##T(const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int th) { matmul_typed(T, w, n, k, a, m, y, th); }
+TYPED(T_Q4_0)
+TYPED(T_Q5_0)
+TYPED(T_Q8_0)
+TYPED(T_Q4_K)
+TYPED(T_Q5_K)
+TYPED(T_Q6_K)
+
+int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
+    if (t < 0 || t > 5 || k % BLOCK_ELEMS[t]) return -1;
+    acts_t a;
+    a.q = (int8_t *)malloc((size_t)(m * k));
+    a.d = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
+    a.s16 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m * (k / 16)));
+    if (!a.q || !a.d || !a.s16) { free(a.q); free(a.d); free(a.s16); return -2; }
+    quantize_acts(x, m, k, &a);
+    switch (t) {
+    case T_Q4_0: matmul_T_Q4_0(w, n, k, &a, m, y, nthreads); break;
+    case T_Q5_0: matmul_T_Q5_0(w, n, k, &a, m, y, nthreads); break;
+    case T_Q8_0: matmul_T_Q8_0(w, n, k, &a, m, y, nthreads); break;
+    case T_Q4_K: matmul_T_Q4_K(w, n, k, &a, m, y, nthreads); break;
+    case T_Q5_K: matmul_T_Q5_K(w, n, k, &a, m, y, nthreads); break;
+    default: matmul_T_Q6_K(w, n, k, &a, m, y, nthreads); break;
+    }
+    free(a.q); free(a.d); free(a.s16);
+    return 0;
+}
+
+int mlxr_simd_level(void) {
+#ifdef MLXR_VNNI
+    return 1;
+#else
+    return 0;
+#endif
+}

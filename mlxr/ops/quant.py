@@ -1,0 +1,54 @@
+"""Dispatch for GGUF-quantized weights: the C kernels on CPU, Triton on CUDA, torch otherwise.
+
+CPU: few rows (decode) run the integer-dot kernel, which reads each weight byte once; many
+rows (prefill, large batches) are compute-bound, so the weight is dequantized to bf16 (a few
+ms per layer) and multiplied by torch's bf16 GEMM, which is several times faster than any
+dot-product loop at that size (bench/quant_cpu.py measures both).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mlxr.ops.backend import use_triton
+
+# Rows from which dequantize + bf16 GEMM beats the integer-dot kernel on CPU (bench/quant_cpu.py).
+CPU_GEMM_MIN_ROWS = 8
+
+
+def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
+    if x.device.type == "cpu":
+        return _qmatmul_cpu(x, raw, qtype, k)
+    if use_triton(x, raw):
+        from mlxr.ops.quant_triton import qmatmul_triton
+
+        return qmatmul_triton(x, raw, qtype, k)
+    from mlxr.ops.quant_reference import qmatmul_reference
+
+    return qmatmul_reference(x, raw, qtype, k)
+
+
+def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """Rows of the weight in float32: an embedding lookup."""
+    from mlxr.ops import quant_cpu
+
+    if raw.device.type == "cpu" and quant_cpu.available():
+        return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
+    from mlxr.ops.quant_reference import dequantize_rows as reference_rows
+
+    return reference_rows(raw, rows, qtype, k)
+
+
+def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    from mlxr.ops import quant_cpu
+
+    if not quant_cpu.available():
+        from mlxr.ops.quant_reference import qmatmul_reference
+
+        return qmatmul_reference(x, raw, qtype, k)
+    rows = x.numel() // k
+    if rows < CPU_GEMM_MIN_ROWS:
+        return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
+    weight = quant_cpu.dequantize_cpu(raw, qtype, k, torch.bfloat16)
+    return F.linear(x.to(torch.bfloat16), weight).to(x.dtype)

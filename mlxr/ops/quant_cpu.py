@@ -1,0 +1,75 @@
+"""Launchers for the CPU kernels of GGUF-quantized weights (mlxr/ops/cpu/quant.c).
+
+`qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with integer
+dot products: it reads each weight byte once, so decode is bound by the (quantized) weight
+bytes, not by fp32 arithmetic. `dequantize_cpu` is exact to gguf-py.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from mlxr.ops.cpu.build import load_library
+from mlxr.ops.quant_types import quant_type
+
+_I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+
+
+def library() -> ctypes.CDLL | None:
+    lib = load_library("quant")
+    if lib is not None and not getattr(lib, "_typed", False):
+        lib.mlxr_qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
+        lib.mlxr_qmatmul.restype = _INT
+        lib.mlxr_dequant_f32.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
+        lib.mlxr_dequant_bf16.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
+        lib.mlxr_dequant_rows_f32.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
+        lib.mlxr_simd_level.restype = _INT
+        lib._typed = True
+    return lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
+    t = quant_type(qtype)
+    assert raw.dtype == torch.uint8 and raw.dim() == 2 and raw.is_contiguous() and raw.device.type == "cpu"
+    assert raw.shape[1] == t.row_bytes(k), (tuple(raw.shape), qtype, k)
+    return t.code
+
+
+def qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """x (..., k) float32 times the (n, k) quantized weight transposed -> (..., n) float32."""
+    code = _check(raw, qtype, k)
+    assert x.shape[-1] == k and x.dtype == torch.float32, (tuple(x.shape), x.dtype)
+    rows = x.reshape(-1, k).contiguous()
+    out = torch.empty(rows.shape[0], raw.shape[0], dtype=torch.float32)
+    status = library().mlxr_qmatmul(code, raw.data_ptr(), raw.shape[0], k, rows.data_ptr(), rows.shape[0],
+                                    out.data_ptr(), torch.get_num_threads())
+    if status != 0:
+        raise MemoryError(f"quantized matmul failed ({status})")
+    return out.reshape(*x.shape[:-1], raw.shape[0])
+
+
+def dequantize_cpu(raw: torch.Tensor, qtype: str, k: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The (n, k) weight in float32 (bit-exact to gguf-py) or bfloat16 (that, rounded)."""
+    code = _check(raw, qtype, k)
+    lib, n = library(), raw.shape[0]
+    if dtype == torch.bfloat16:
+        out = torch.empty(n, k, dtype=torch.bfloat16)
+        lib.mlxr_dequant_bf16(code, raw.data_ptr(), n, k, out.data_ptr(), torch.get_num_threads())
+        return out
+    out = torch.empty(n, k, dtype=torch.float32)
+    lib.mlxr_dequant_f32(code, raw.data_ptr(), n, k, out.data_ptr(), torch.get_num_threads())
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
+def dequantize_rows_cpu(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """Rows `rows` of the weight in float32 (an embedding lookup); rows must be in range."""
+    code = _check(raw, qtype, k)
+    idx = rows.reshape(-1).to(torch.int64).contiguous()
+    out = torch.empty(idx.numel(), k, dtype=torch.float32)
+    library().mlxr_dequant_rows_f32(code, raw.data_ptr(), k, idx.data_ptr(), idx.numel(), out.data_ptr())
+    return out.reshape(*rows.shape, k)

@@ -1,0 +1,42 @@
+"""The GGUF block types MLXR keeps quantized in memory, and their block geometry.
+
+A quantized weight is a uint8 tensor of shape (N, K // block_elems * block_bytes): each row is
+one output channel's blocks exactly as the GGUF file stores them, so loading is a copy and the
+resident size is the file's. Every other GGUF type is dequantized at load.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QuantType:
+    name: str
+    code: int  # the id the CPU kernels switch on (mlxr/ops/cpu/quant.c)
+    block_elems: int
+    block_bytes: int
+
+    def row_bytes(self, k: int) -> int:
+        if k % self.block_elems:
+            raise ValueError(f"{self.name} rows need a multiple of {self.block_elems} columns, got {k}")
+        return k // self.block_elems * self.block_bytes
+
+
+QUANT_TYPES: dict[str, QuantType] = {
+    t.name: t
+    for t in (
+        QuantType("Q4_0", 0, 32, 18),
+        QuantType("Q5_0", 1, 32, 22),
+        QuantType("Q8_0", 2, 32, 34),
+        QuantType("Q4_K", 3, 256, 144),
+        QuantType("Q5_K", 4, 256, 176),
+        QuantType("Q6_K", 5, 256, 210),
+    )
+}
+
+
+def quant_type(name: str) -> QuantType:
+    try:
+        return QUANT_TYPES[name]
+    except KeyError:
+        raise ValueError(f"{name} is not kept quantized; kept types: {', '.join(QUANT_TYPES)}") from None
