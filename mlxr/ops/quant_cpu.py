@@ -16,8 +16,8 @@ from mlxr.ops.quant_types import quant_type
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
-def library() -> ctypes.CDLL | None:
-    lib = load_library("quant")
+def library(march: str = "native") -> ctypes.CDLL | None:
+    lib = load_library("quant", march)
     if lib is not None and not getattr(lib, "_typed", False):
         lib.mlxr_qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
         lib.mlxr_qmatmul.restype = _INT
@@ -40,13 +40,13 @@ def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
     return t.code
 
 
-def qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+def qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """x (..., k) float32 times the (n, k) quantized weight transposed -> (..., n) float32."""
     code = _check(raw, qtype, k)
     assert x.shape[-1] == k and x.dtype == torch.float32, (tuple(x.shape), x.dtype)
     rows = x.reshape(-1, k).contiguous()
     out = torch.empty(rows.shape[0], raw.shape[0], dtype=torch.float32)
-    status = library().mlxr_qmatmul(code, raw.data_ptr(), raw.shape[0], k, rows.data_ptr(), rows.shape[0],
+    status = (lib or library()).mlxr_qmatmul(code, raw.data_ptr(), raw.shape[0], k, rows.data_ptr(), rows.shape[0],
                                     out.data_ptr(), torch.get_num_threads())
     if status != 0:
         raise MemoryError(f"quantized matmul failed ({status})")

@@ -22,7 +22,7 @@ import torch  # noqa: F401  (loads torch's libgomp before ours; see above)
 
 log = logging.getLogger(__name__)
 
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
 
 
 def cache_dir() -> Path:
@@ -40,28 +40,30 @@ def _cpu_signature() -> str:
 
 
 @functools.cache
-def load_library(name: str) -> ctypes.CDLL | None:
-    """The compiled `name`.c beside this file, or None (logged once) when it cannot be built."""
+def load_library(name: str, march: str = "native") -> ctypes.CDLL | None:
+    """The compiled `name`.c beside this file, or None (logged once) when it cannot be built.
+    `march` other than native builds a portable variant (tests use it for the plain-C path)."""
     source = Path(__file__).with_name(f"{name}.c")
     compiler = os.environ.get("CC", "cc")
-    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *FLAGS, _cpu_signature()]).encode())
-    target = cache_dir() / f"{name}-{digest.hexdigest()[:16]}.so"
+    flags = [f"-march={march}", *FLAGS]
+    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *flags, _cpu_signature()]).encode())
+    target = cache_dir() / f"{name}-{march}-{digest.hexdigest()[:16]}.so"
     try:
         if not target.exists():
-            _compile(compiler, source, target)
+            _compile(compiler, flags, source, target)
         return ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("CPU kernels unavailable (%s); quantized matmuls fall back to torch", exc)
         return None
 
 
-def _compile(compiler: str, source: Path, target: Path) -> None:
+def _compile(compiler: str, flags: list[str], source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename, so concurrent processes never load a partial file.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        subprocess.run([compiler, *FLAGS, str(source), "-o", tmp, "-lm"],
+        subprocess.run([compiler, *flags, str(source), "-o", tmp, "-lm"],
                        check=True, capture_output=True, timeout=120)
         os.replace(tmp, target)
     except subprocess.CalledProcessError as exc:

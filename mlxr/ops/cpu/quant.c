@@ -167,6 +167,8 @@ typedef struct {
     int8_t *q;      /* m * k */
     float *d;       /* m * k/32 */
     int32_t *s16;   /* m * k/16: sums of q per 16 columns */
+    float *a32;     /* m * k/32: d * (sum of q per 32 columns), for the weights' offsets */
+    float *a16;     /* m * k/16: d * (sum of q per 16 columns) */
 } acts_t;
 
 static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
@@ -188,11 +190,15 @@ static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
             }
             a->s16[r * 2 * nb + 2 * b] = s0;
             a->s16[r * 2 * nb + 2 * b + 1] = s1;
+            a->a16[r * 2 * nb + 2 * b] = d * (float)s0;
+            a->a16[r * 2 * nb + 2 * b + 1] = d * (float)s1;
+            a->a32[r * nb + b] = d * (float)(s0 + s1);
         }
     }
 }
 
 /* ---------------------------------------------------------------- block headers */
+#ifndef MLXR_VNNI
 
 /* Scales and offsets of one block's 16-column groups: w = s[g]*u - o[g]. */
 static inline int block_header(int t, const uint8_t *b, float *s, float *o) {
@@ -219,6 +225,7 @@ static inline int block_header(int t, const uint8_t *b, float *s, float *o) {
     }
     }
 }
+#endif
 
 /* ---------------------------------------------------------------- unsigned codes per 32 columns */
 
@@ -298,57 +305,158 @@ static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
 
 #define ROW_TILE 4
 
-/* Rows [m0, m0+mr) of activations against one weight row. */
+#ifndef MLXR_VNNI
+/* Rows [m0, m0+mr) of activations against one weight row (portable C). */
 static inline __attribute__((always_inline)) void dot_rows(
     int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
     const int be = BLOCK_ELEMS[t], bb = BLOCK_BYTES[t];
     const int64_t nb = k / be, n32 = k / 32;
-    float s[16], o[16], off[ROW_TILE] = {0};
-#ifdef MLXR_VNNI
-    __m256 acc[ROW_TILE];
-    for (int r = 0; r < mr; r++) acc[r] = _mm256_setzero_ps();
-#else
-    float accs[ROW_TILE] = {0};
+    float s[16], o[16], off[ROW_TILE] = {0}, accs[ROW_TILE] = {0};
     uint8_t u[32];
-#endif
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *blk = wrow + ib * bb;
         int subs = block_header(t, blk, s, o);
         for (int j = 0; j < subs; j++) {
             int64_t c = ib * (be / 32) + j; /* 32-column index in the row */
-#ifdef MLXR_VNNI
-            __m256i uv = codes(t, blk, j);
-            __m256 sv = _mm256_set_m128(_mm_set1_ps(s[2 * j + 1]), _mm_set1_ps(s[2 * j]));
-#else
             codes_scalar(t, blk, j, u);
-#endif
             for (int r = 0; r < mr; r++) {
                 int64_t row = m0 + r;
                 float dx = a->d[row * n32 + c];
                 const int32_t *s16 = a->s16 + row * 2 * n32 + 2 * c;
-                off[r] += dx * (o[2 * j] * (float)s16[0] + o[2 * j + 1] * (float)s16[1]);
-#ifdef MLXR_VNNI
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + row * k + 32 * c));
-                __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uv, xv);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sv, _mm256_set1_ps(dx)), acc[r]);
-#else
                 const int8_t *xq = a->q + row * k + 32 * c;
                 int32_t p0 = 0, p1 = 0;
                 for (int l = 0; l < 16; l++) p0 += (int32_t)u[l] * xq[l];
                 for (int l = 16; l < 32; l++) p1 += (int32_t)u[l] * xq[l];
+                off[r] += dx * (o[2 * j] * (float)s16[0] + o[2 * j + 1] * (float)s16[1]);
                 accs[r] += dx * (s[2 * j] * (float)p0 + s[2 * j + 1] * (float)p1);
-#endif
             }
         }
     }
-    for (int r = 0; r < mr; r++) {
-#ifdef MLXR_VNNI
-        out[r] = hsum8(acc[r]) - off[r];
+    for (int r = 0; r < mr; r++) out[r] = accs[r] - off[r];
+}
 #else
-        out[r] = accs[r] - off[r];
-#endif
+static inline float f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* The fp16 scales at the start of 8 consecutive blocks `bb` bytes apart. */
+static inline __m256 first_halfs8(const uint8_t *b, int bb) {
+    uint16_t h[8];
+    for (int i = 0; i < 8; i++) memcpy(&h[i], b + i * bb, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+static inline __m256 lane(__m256 v, int i) { return _mm256_permutexvar_ps(_mm256_set1_epi32(i), v); }
+
+static inline __m256 bytes8_ps(uint64_t v, int is_signed) {
+    __m128i b = _mm_cvtsi64_si128((long long)v);
+    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
+/* Q4_K/Q5_K: the 8 six-bit scales and mins of a block, one byte each. */
+static inline void kscales(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
+    uint32_t w[3];
+    memcpy(w, q, 12);
+    uint64_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    uint64_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+    *sc = (w[0] & 0x3f3f3f3fu) | (sc_hi << 32);
+    *mn = (w[1] & 0x3f3f3f3fu) | (mn_hi << 32);
+}
+
+static inline __m256 dot32(__m256i u, const int8_t *xq) {
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)xq)));
+}
+
+/* Rows [m0, m0+mr) of activations against one weight row (AVX-512 VNNI). The combined
+ * weight x activation scales of 8 sub-blocks are built as one vector per block group, and
+ * each sub-block takes its lane with a permute instead of scalar multiplies. */
+static inline __attribute__((always_inline)) void dot_rows(
+    int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
+    const int be = BLOCK_ELEMS[t], bb = BLOCK_BYTES[t];
+    const int64_t nb = k / be, n32 = k / 32, n16 = k / 16;
+    __m256 acc[ROW_TILE], offv[ROW_TILE], sv[ROW_TILE];
+    float offs[ROW_TILE];
+    for (int r = 0; r < ROW_TILE; r++) { acc[r] = offv[r] = _mm256_setzero_ps(); offs[r] = 0.0f; }
+    if (be == 32) {
+        const float ofs = t == T_Q4_0 ? 8.0f : (t == T_Q5_0 ? 16.0f : 128.0f);
+        int64_t ib = 0;
+        for (; ib + 8 <= nb; ib += 8) {
+            const uint8_t *blk = wrow + ib * bb;
+            __m256 dw = first_halfs8(blk, bb);
+            for (int r = 0; r < mr; r++) {
+                int64_t row = m0 + r;
+                sv[r] = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + row * n32 + ib));
+                offv[r] = _mm256_fmadd_ps(dw, _mm256_loadu_ps(a->a32 + row * n32 + ib), offv[r]);
+            }
+            for (int j = 0; j < 8; j++) {
+                __m256i uv = codes(t, blk + j * bb, 0);
+                for (int r = 0; r < mr; r++)
+                    acc[r] = _mm256_fmadd_ps(dot32(uv, a->q + (m0 + r) * k + 32 * (ib + j)), lane(sv[r], j), acc[r]);
+            }
+        }
+        for (; ib < nb; ib++) {
+            const uint8_t *blk = wrow + ib * bb;
+            float d = f16(blk);
+            __m256i uv = codes(t, blk, 0);
+            for (int r = 0; r < mr; r++) {
+                int64_t row = m0 + r;
+                acc[r] = _mm256_fmadd_ps(dot32(uv, a->q + row * k + 32 * ib), _mm256_set1_ps(d * a->d[row * n32 + ib]), acc[r]);
+                offs[r] += d * a->a32[row * n32 + ib];
+            }
+        }
+        for (int r = 0; r < mr; r++) out[r] = hsum8(acc[r]) - ofs * (hsum8(offv[r]) + offs[r]);
+    } else if (t == T_Q6_K) {
+        const __m256i lo_pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi_pairs = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const uint8_t *blk = wrow + ib * bb;
+            __m256 d = _mm256_set1_ps(f16(blk + 208));
+            uint64_t sc[2];
+            memcpy(sc, blk + 192, 16);
+            __m256 glo = _mm256_mul_ps(d, bytes8_ps(sc[0], 1)), ghi = _mm256_mul_ps(d, bytes8_ps(sc[1], 1));
+            __m256 slo[ROW_TILE], shi[ROW_TILE];
+            for (int r = 0; r < mr; r++) {
+                int64_t row = m0 + r;
+                __m256 dxv = _mm256_loadu_ps(a->d + row * n32 + 8 * ib);
+                slo[r] = _mm256_mul_ps(glo, _mm256_permutexvar_ps(lo_pairs, dxv));
+                shi[r] = _mm256_mul_ps(ghi, _mm256_permutexvar_ps(hi_pairs, dxv));
+                offv[r] = _mm256_fmadd_ps(glo, _mm256_loadu_ps(a->a16 + row * n16 + 16 * ib), offv[r]);
+                offv[r] = _mm256_fmadd_ps(ghi, _mm256_loadu_ps(a->a16 + row * n16 + 16 * ib + 8), offv[r]);
+            }
+            for (int j = 0; j < 8; j++) {
+                __m256i uv = codes(t, blk, j);
+                int g = 2 * (j & 3);
+                __m256i idx = _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1);
+                for (int r = 0; r < mr; r++) {
+                    __m256 s = _mm256_permutexvar_ps(idx, j < 4 ? slo[r] : shi[r]);
+                    acc[r] = _mm256_fmadd_ps(dot32(uv, a->q + (m0 + r) * k + 256 * ib + 32 * j), s, acc[r]);
+                }
+            }
+        }
+        for (int r = 0; r < mr; r++) out[r] = hsum8(acc[r]) - 32.0f * hsum8(offv[r]);
+    } else { /* Q4_K, Q5_K */
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const uint8_t *blk = wrow + ib * bb;
+            uint64_t sc, mn;
+            kscales(blk + 4, &sc, &mn);
+            __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(f16(blk)), bytes8_ps(sc, 0));
+            __m256 dmn = _mm256_mul_ps(_mm256_set1_ps(f16(blk + 2)), bytes8_ps(mn, 0));
+            for (int r = 0; r < mr; r++) {
+                int64_t row = m0 + r;
+                sv[r] = _mm256_mul_ps(dsc, _mm256_loadu_ps(a->d + row * n32 + 8 * ib));
+                offv[r] = _mm256_fmadd_ps(dmn, _mm256_loadu_ps(a->a32 + row * n32 + 8 * ib), offv[r]);
+            }
+            for (int j = 0; j < 8; j++) {
+                __m256i uv = codes(t, blk, j);
+                for (int r = 0; r < mr; r++)
+                    acc[r] = _mm256_fmadd_ps(dot32(uv, a->q + (m0 + r) * k + 256 * ib + 32 * j), lane(sv[r], j), acc[r]);
+            }
+        }
+        for (int r = 0; r < mr; r++) out[r] = hsum8(acc[r]) - hsum8(offv[r]);
     }
 }
+#endif
 
 static inline __attribute__((always_inline)) void matmul_typed(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int nthreads) {
     int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
@@ -357,7 +465,14 @@ static inline __attribute__((always_inline)) void matmul_typed(int t, const uint
         float out[ROW_TILE];
         for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
             int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
-            dot_rows(t, w + col * rb, k, a, m0, mr, out);
+            /* A literal row count per call, so the row loops unroll and the accumulators
+             * stay in registers (a runtime count spills them to the stack). */
+            switch (mr) {
+            case 1: dot_rows(t, w + col * rb, k, a, m0, 1, out); break;
+            case 2: dot_rows(t, w + col * rb, k, a, m0, 2, out); break;
+            case 3: dot_rows(t, w + col * rb, k, a, m0, 3, out); break;
+            default: dot_rows(t, w + col * rb, k, a, m0, ROW_TILE, out); break;
+            }
             for (int r = 0; r < mr; r++) y[(m0 + r) * n + col] = out[r];
         }
     }
@@ -378,7 +493,9 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     a.q = (int8_t *)malloc((size_t)(m * k));
     a.d = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
     a.s16 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m * (k / 16)));
-    if (!a.q || !a.d || !a.s16) { free(a.q); free(a.d); free(a.s16); return -2; }
+    a.a32 = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
+    a.a16 = (float *)malloc(sizeof(float) * (size_t)(m * (k / 16)));
+    if (!a.q || !a.d || !a.s16 || !a.a32 || !a.a16) { free(a.q); free(a.d); free(a.s16); free(a.a32); free(a.a16); return -2; }
     quantize_acts(x, m, k, &a);
     switch (t) {
     case T_Q4_0: matmul_T_Q4_0(w, n, k, &a, m, y, nthreads); break;
@@ -388,7 +505,7 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     case T_Q5_K: matmul_T_Q5_K(w, n, k, &a, m, y, nthreads); break;
     default: matmul_T_Q6_K(w, n, k, &a, m, y, nthreads); break;
     }
-    free(a.q); free(a.d); free(a.s16);
+    free(a.q); free(a.d); free(a.s16); free(a.a32); free(a.a16);
     return 0;
 }
 

@@ -1,0 +1,133 @@
+"""CPU kernels for GGUF blocks (mlxr/ops/cpu/quant.c) against gguf-py's numpy dequantizer:
+dequantization bit-exact, matmuls within the arithmetic of int8 activations, on both the
+AVX-512 VNNI build and the portable C build."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+from mlxr.layers.quant_linear import PackedWeight, QuantEmbedding, QuantLinear
+from mlxr.ops import quant_cpu
+from mlxr.ops.quant import CPU_GEMM_MIN_ROWS
+from mlxr.ops.quant_types import QUANT_TYPES
+
+if not quant_cpu.available():
+    pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)
+
+TYPES = list(QUANT_TYPES)
+# Byte offsets of the fp16 scales in each block (random bytes there could be inf/NaN).
+HALF_AT = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+BUILDS = ["native", pytest.param("x86-64", id="portable-c")]
+
+
+def random_blocks(qtype: str, n: int, k: int, seed: int = 0, extremes: bool = False) -> np.ndarray:
+    t = QUANT_TYPES[qtype]
+    rng = np.random.default_rng(seed)
+    nb = k // t.block_elems
+    blocks = rng.integers(0, 256, (n, nb, t.block_bytes), dtype=np.uint8)
+    d = rng.uniform(1e-3, 2e-2, (n, nb)) * rng.choice([-1.0, 1.0], (n, nb))
+    if extremes:
+        blocks[0, -1, :] = 0xFF  # every code (and 6-bit scale) at its largest value
+        d[0, 0], d[-1, -1] = 0.0, 6.1e-5  # a zero scale; the smallest normal fp16 scale
+    for at in HALF_AT[qtype]:
+        blocks[:, :, at:at + 2] = d.astype(np.float16).view(np.uint8).reshape(n, nb, 2)
+    return blocks.reshape(n, nb * t.block_bytes)
+
+
+def gguf_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:
+    return dequantize(raw, GGMLQuantizationType[qtype]).astype(np.float32)
+
+
+def int8_activations(x: np.ndarray) -> np.ndarray:
+    """x as the kernel sees it: rounded to int8 with one scale per 32 columns."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
+    d = np.abs(blocks).max(-1, keepdims=True) / np.float32(127)
+    q = np.clip(np.rint(np.divide(blocks, d, out=np.zeros_like(blocks), where=d > 0)), -127, 127)
+    return (q * d).reshape(x.shape)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("n,k", [(1, 256), (3, 512), (64, 768)])
+@pytest.mark.parametrize("extremes", [False, True])
+def test_dequantize_is_bit_exact_to_gguf_py(qtype, n, k, extremes):
+    raw = random_blocks(qtype, n, k, seed=n + k, extremes=extremes)
+    ours = quant_cpu.dequantize_cpu(torch.from_numpy(raw), qtype, k).numpy()
+    ref = gguf_dequant(raw, qtype)
+    assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
+def test_dequantize_small_blocks_at_odd_widths(qtype):
+    raw = random_blocks(qtype, 5, 96)
+    ours = quant_cpu.dequantize_cpu(torch.from_numpy(raw), qtype, 96).numpy()
+    assert np.array_equal(ours.view(np.uint32), gguf_dequant(raw, qtype).view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_bf16_dequant_and_row_lookup(qtype):
+    raw = torch.from_numpy(random_blocks(qtype, 9, 512))
+    full = quant_cpu.dequantize_cpu(raw, qtype, 512)
+    assert torch.equal(quant_cpu.dequantize_cpu(raw, qtype, 512, torch.bfloat16), full.to(torch.bfloat16))
+    rows = torch.tensor([[8, 0], [3, 3]])
+    assert torch.equal(quant_cpu.dequantize_rows_cpu(raw, rows, qtype, 512), full[rows])
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
+@pytest.mark.parametrize("k", [256, 1280])
+def test_qmatmul_matches_dequantize_then_matmul(build, qtype, m, k):
+    """Exact up to fp32 summation order against the same int8 activations; and within the
+    activation rounding (~0.5%) of the unrounded product."""
+    lib = quant_cpu.library(build)
+    if lib is None:
+        pytest.skip(f"cannot build the {build} variant")
+    n = 37
+    raw = random_blocks(qtype, n, k, seed=m)
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero activation block (scale 0)
+    w = gguf_dequant(raw, qtype).astype(np.float64)
+    ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), qtype, k, lib=lib).numpy()
+    same_inputs = int8_activations(x).astype(np.float64) @ w.T
+    scale = np.abs(int8_activations(x)).astype(np.float64) @ np.abs(w).T
+    assert np.all(np.abs(ours - same_inputs) <= 1e-5 * scale + 1e-6)
+    exact = x.astype(np.float64) @ w.T
+    assert np.linalg.norm(ours - exact) <= 0.02 * np.linalg.norm(exact)
+
+
+def test_kernel_builds_report_their_simd_level():
+    assert quant_cpu.library("native").mlxr_simd_level() in (0, 1)
+    portable = quant_cpu.library("x86-64")
+    if portable is not None:
+        assert portable.mlxr_simd_level() == 0
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "Q6_K"])
+@pytest.mark.parametrize("rows", [1, CPU_GEMM_MIN_ROWS, 40])
+def test_quant_linear_agrees_with_float_linear_on_both_paths(qtype, rows):
+    """Few rows take the integer kernel, many the bf16 GEMM over the dequantized weight."""
+    raw = random_blocks(qtype, 48, 512)
+    packed = PackedWeight(torch.from_numpy(raw), qtype, (48, 512))
+    bias = torch.randn(48)
+    layer = QuantLinear(packed, bias)
+    x = torch.randn(2, rows, 512)
+    w = torch.from_numpy(gguf_dequant(raw, qtype))
+    ref = torch.nn.functional.linear(x, w, bias)
+    out = layer(x)
+    assert out.shape == (2, rows, 48) and out.dtype == torch.float32
+    assert float((out - ref).norm() / ref.norm()) < 0.02
+
+
+def test_quant_embedding_looks_up_exact_rows():
+    raw = random_blocks("Q8_0", 50, 64)
+    emb = QuantEmbedding(PackedWeight(torch.from_numpy(raw), "Q8_0", (50, 64)), torch.float32)
+    ids = torch.tensor([[1, 49, 0]])
+    assert torch.equal(emb(ids), torch.from_numpy(gguf_dequant(raw, "Q8_0"))[ids])
+
+
+def test_packed_weight_rejects_a_wrong_byte_shape():
+    with pytest.raises(ValueError, match="needs uint8"):
+        PackedWeight(torch.zeros(4, 143, dtype=torch.uint8), "Q4_K", (4, 256))
