@@ -22,7 +22,6 @@ def library(march: str = "native") -> ctypes.CDLL | None:
         lib.mlxr_qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
         lib.mlxr_qmatmul.restype = _INT
         lib.mlxr_dequant_f32.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
-        lib.mlxr_dequant_bf16.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
         lib.mlxr_dequant_rows_f32.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
         lib.mlxr_simd_level.restype = _INT
         lib._typed = True
@@ -53,17 +52,12 @@ def qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, lib: cty
     return out.reshape(*x.shape[:-1], raw.shape[0])
 
 
-def dequantize_cpu(raw: torch.Tensor, qtype: str, k: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The (n, k) weight in float32 (bit-exact to gguf-py) or bfloat16 (that, rounded)."""
+def dequantize_cpu(raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """The (n, k) weight in float32, bit-exact to gguf-py."""
     code = _check(raw, qtype, k)
-    lib, n = library(), raw.shape[0]
-    if dtype == torch.bfloat16:
-        out = torch.empty(n, k, dtype=torch.bfloat16)
-        lib.mlxr_dequant_bf16(code, raw.data_ptr(), n, k, out.data_ptr(), torch.get_num_threads())
-        return out
-    out = torch.empty(n, k, dtype=torch.float32)
-    lib.mlxr_dequant_f32(code, raw.data_ptr(), n, k, out.data_ptr(), torch.get_num_threads())
-    return out if dtype == torch.float32 else out.to(dtype)
+    out = torch.empty(raw.shape[0], k, dtype=torch.float32)
+    library().mlxr_dequant_f32(code, raw.data_ptr(), raw.shape[0], k, out.data_ptr(), torch.get_num_threads())
+    return out
 
 
 def dequantize_rows_cpu(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:

@@ -1,0 +1,538 @@
+"""Triton kernels for GGUF-quantized weights kept in their raw block layout.
+
+A weight is a uint8 tensor (N, K // block_elems * block_bytes): row n is output channel n's
+GGUF blocks as the file stores them (mlxr/ops/quant_types.py). Nothing is repacked.
+
+How a tile is read. Every type is walked in *units* of 32 weights (one block of the 32-weight
+types, one eighth of a K-quant super-block). A program loads, per unit and row, one run of 16
+quant bytes (plus the scales) and unpacks it into two *pieces* of 16 weights each, the low and
+the high nibbles (for Q8_0 the two halves of the block), each paired with the 16 activation
+columns it multiplies. So each weight byte is read once, the bytes of a run are contiguous (16-byte
+loads where the block layout is 16-byte aligned: Q4_K, Q5_K; 2-byte otherwise), and a tile is a
+3-D block [rows, units, 16] whose scales are [rows, units, 1] broadcasts. Quants become floats
+exactly through the exponent trick `bitcast(0x4B000000 | q) - 2**23` (one logic op and one add,
+instead of the slow integer-to-float conversion).
+
+Kernels and the paths of `qmatmul_triton` (x has M rows):
+- `dequantize_triton`: writes the dense (N, K) matrix. In float32 it is bit-exact to gguf-py
+  (and to mlxr/ops/quant_reference.py): all products of the dequantization are exact in float32,
+  so whether the compiler contracts `(d*sc)*q - dmin*m` into an FMA does not change the result
+  (the FMA's single rounding equals the subtraction's). bfloat16/float16 outputs are that float32
+  value rounded to nearest (the GPU's conversion; the CPU interpreter truncates instead).
+- M <= FMA_MAX_M (`qgemv_triton`, CUDA cores): each program owns BN output channels, streams
+  their bytes once, dequantizes in registers and accumulates every row of x with float32 FMAs
+  into a [rows of x, BN, units, 16] register tile, reduced once at the end.
+- FMA_MAX_M < M <= 16 (`qgemv_triton`): the same walk, but the dequantized tile (cast to x's
+  dtype; float32 stays float32 with an IEEE dot) multiplies x on the tensor cores (tl.dot, x
+  padded to 16 rows), float32 accumulation.
+- M > 16 (`qmatmul_triton`): below GEMM_DEQUANT_MIN_M rows, the fused tensor-core GEMM
+  (`_qdot_kernel` with 64..128-row tiles, each weight tile dequantized in registers per row
+  tile); from GEMM_DEQUANT_MIN_M rows on, `dequantize_triton` into a buffer of x's dtype and
+  torch.matmul (cuBLAS), whose larger tiles win once the GEMM is compute-bound. The threshold
+  comes from bench/quant_kernels.py on an H100 (see GEMM_DEQUANT_MIN_M's comment).
+- Split-K: when the output channels give too few programs to fill the GPU, the K walk is split
+  across programs; each writes a float32 partial tile, and the last program of a tile (found by
+  an atomic counter that it resets) sums the partials in split order and writes the output, so
+  the result is deterministic and there is one launch. The counters are one int32 buffer per
+  device: kernels on different streams must not run split-K launches concurrently.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mlxr.ops.backend import interpreting, sm_count
+from mlxr.ops.quant_types import QUANT_TYPES, quant_type
+
+_CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
+_X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# Rows of x up to which the CUDA-core FMA kernel runs (above: tensor cores).
+FMA_MAX_M = 4
+# Rows of x from which dequantize + torch.matmul beats the fused tensor-core GEMM.
+GEMM_DEQUANT_MIN_M = 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Device helpers: one unit walk per type
+
+
+@triton.jit
+def _qf(q, OFFSET: tl.constexpr):
+    """float32(q - OFFSET), exact for 0 <= q < 2**23: 2**23 + q assembled in the bits, minus."""
+    return (q | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + OFFSET)
+
+
+@triton.jit
+def _k_scale_min(b0, b1, b2, s):
+    """Q4_K/Q5_K: sub-block s's 6-bit scale and min from packed bytes s & 3, (s & 3) + 4, (s & 3) + 8."""
+    upper = s >= 4
+    sc = tl.where(upper, (b2 & 15) | ((b0 >> 6) << 4), b0 & 63)
+    mn = tl.where(upper, (b2 >> 4) | ((b1 >> 6) << 4), b1 & 63)
+    return sc.to(tl.float32), mn.to(tl.float32)
+
+
+@triton.jit
+def _cols(unit, j, QT: tl.constexpr):
+    """Columns (within the row) of the low and high piece of `unit` (32 weights), lane j < 16."""
+    if QT == 3 or QT == 4:  # Q4_K, Q5_K: sub-blocks 2g (low nibbles) and 2g+1 (high)
+        v = unit & 7
+        lo = (unit >> 3) * 256 + (v >> 1) * 64 + (v & 1) * 16 + j
+        hi = lo + 32
+    elif QT == 5:  # Q6_K: halves of 128; low nibbles first 64, high nibbles next 64
+        v = unit & 7
+        lo = (unit >> 3) * 256 + (v >> 2) * 128 + (v & 3) * 16 + j
+        hi = lo + 64
+    else:  # Q4_0, Q5_0, Q8_0: a block is one unit; lanes j and 16 + j
+        lo = unit * 32 + j
+        hi = lo + 16
+    return lo, hi
+
+
+@triton.jit
+def _raw(w_ptr, h_ptr, rb, unit, j, QT: tl.constexpr):
+    """Every load `unit` needs, undecoded (10 slots, unused ones repeat the first), so that a loop
+    can issue the next step's loads before it decodes this step's.
+
+    rb: [BN, 1, 1] int64 row byte offsets; unit: [1, U, 1]; j: [1, 1, 16].
+    """
+    if QT == 0:  # Q4_0: fp16 d, 16 bytes of nibbles
+        blk = rb + unit * 18
+        d = tl.load(h_ptr + (blk >> 1))
+        b = tl.load(w_ptr + blk + 2 + j)
+        return d, b, d, d, d, d, d, d, d, d
+    elif QT == 1:  # Q5_0: fp16 d, 32 high bits (two 16-bit halves), 16 bytes of nibbles
+        blk = rb + unit * 22
+        d = tl.load(h_ptr + (blk >> 1))
+        qa = tl.load(h_ptr + (blk >> 1) + 1)
+        qb = tl.load(h_ptr + (blk >> 1) + 2)
+        b = tl.load(w_ptr + blk + 6 + j)
+        return d, b, qa, qb, d, d, d, d, d, d
+    elif QT == 2:  # Q8_0: fp16 d, 32 int8
+        blk = rb + unit * 34
+        d = tl.load(h_ptr + (blk >> 1))
+        b_lo = tl.load(w_ptr + blk + 2 + j)
+        b_hi = tl.load(w_ptr + blk + 18 + j)
+        return d, b_lo, b_hi, d, d, d, d, d, d, d
+    elif QT == 3 or QT == 4:  # Q4_K/Q5_K: d, dmin, 12 scale bytes, (Q5_K: 32 bytes of high bits), nibbles
+        v = unit & 7
+        blk = rb + (unit >> 3) * (144 + 32 * (QT - 3))  # block bytes: 144 (Q4_K), 176 (Q5_K)
+        d = tl.load(h_ptr + (blk >> 1))
+        dmin = tl.load(h_ptr + (blk >> 1) + 1)
+        i_lo = (v >> 1) * 2 & 3  # sub-blocks 2g and 2g + 1 (g = v >> 1): packed bytes s & 3, +4, +8
+        sp = w_ptr + blk + 4
+        l0 = tl.load(sp + i_lo)
+        l1 = tl.load(sp + i_lo + 4)
+        l2 = tl.load(sp + i_lo + 8)
+        h0 = tl.load(sp + i_lo + 1)
+        h1 = tl.load(sp + i_lo + 5)
+        h2 = tl.load(sp + i_lo + 9)
+        if QT == 3:
+            b = tl.load(w_ptr + blk + 16 + v * 16 + j)
+            qh = b
+        else:
+            b = tl.load(w_ptr + blk + 48 + v * 16 + j)
+            qh = tl.load(w_ptr + blk + 16 + (v & 1) * 16 + j)
+        return d, dmin, l0, l1, l2, h0, h1, h2, b, qh
+    else:  # Q6_K: 128 low-nibble bytes, 64 bytes of 2-bit highs, 16 int8 scales, fp16 d
+        v = unit & 7
+        blk = rb + (unit >> 3) * 210
+        d = tl.load(h_ptr + ((blk + 208) >> 1))
+        half = v >> 2
+        b = tl.load(w_ptr + blk + v * 16 + j)
+        qh = tl.load(w_ptr + blk + 128 + half * 32 + (v & 1) * 16 + j)
+        s_lo = half * 8 + (v & 3)
+        sc_lo = tl.load(w_ptr + blk + 192 + s_lo)
+        sc_hi = tl.load(w_ptr + blk + 196 + s_lo)
+        return d, b, qh, sc_lo, sc_hi, d, d, d, d, d
+
+
+@triton.jit
+def _f16(bits):
+    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _deq(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, unit, j, QT: tl.constexpr):
+    """Dequantized float32 low and high pieces [BN, U, 16] of `unit` from _raw's loads.
+
+    Same arithmetic (and, products being exact, the same float32 results) as gguf-py.
+    """
+    if QT == 0:  # d * (q - 8)
+        d = _f16(r0)
+        b = r1.to(tl.int32)
+        lo = d * _qf(b & 15, 8.0)
+        hi = d * _qf(b >> 4, 8.0)
+    elif QT == 1:  # d * (q - 16)
+        d = _f16(r0)
+        qa = r2.to(tl.int32) & 0xFFFF  # bits 0..15 of qh
+        qb = r3.to(tl.int32) & 0xFFFF  # bits 16..31
+        b = r1.to(tl.int32)
+        lo = d * _qf((b & 15) | (((qa >> j) & 1) << 4), 16.0)
+        hi = d * _qf((b >> 4) | (((qb >> j) & 1) << 4), 16.0)
+    elif QT == 2:  # q * d
+        d = _f16(r0)
+        lo = _qf(r1.to(tl.int32) ^ 128, 128.0) * d
+        hi = _qf(r2.to(tl.int32) ^ 128, 128.0) * d
+    elif QT == 3 or QT == 4:  # (d * sc) * q - dmin * m per sub-block of 32
+        d = _f16(r0)
+        dmin = _f16(r1)
+        g2 = ((unit & 7) >> 1) * 2
+        sc_lo, m_lo = _k_scale_min(r2.to(tl.int32), r3.to(tl.int32), r4.to(tl.int32), g2)
+        sc_hi, m_hi = _k_scale_min(r5.to(tl.int32), r6.to(tl.int32), r7.to(tl.int32), g2 + 1)
+        b = r8.to(tl.int32)
+        if QT == 3:
+            q_lo = b & 15
+            q_hi = b >> 4
+        else:
+            qh = r9.to(tl.int32)
+            q_lo = (b & 15) | (((qh >> g2) & 1) << 4)
+            q_hi = (b >> 4) | (((qh >> (g2 + 1)) & 1) << 4)
+        lo = (d * sc_lo) * _qf(q_lo, 0.0) - dmin * m_lo
+        hi = (d * sc_hi) * _qf(q_hi, 0.0) - dmin * m_hi
+    else:  # Q6_K: (d * sc) * (q - 32)
+        d = _f16(r0)
+        b = r1.to(tl.int32)
+        qh = r2.to(tl.int32)
+        shift = (((unit & 7) >> 1) & 1) * 2
+        sc_lo = r3.to(tl.int8, bitcast=True).to(tl.float32)
+        sc_hi = r4.to(tl.int8, bitcast=True).to(tl.float32)
+        lo = (d * sc_lo) * _qf((b & 15) | (((qh >> shift) & 3) << 4), 32.0)
+        hi = (d * sc_hi) * _qf((b >> 4) | (((qh >> (shift + 4)) & 3) << 4), 32.0)
+    return lo, hi
+
+
+@triton.jit
+def _pieces(w_ptr, h_ptr, rb, unit, j, QT: tl.constexpr):
+    """_deq(_raw(...)): the dequantized float32 low and high pieces of `unit`."""
+    r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = _raw(w_ptr, h_ptr, rb, unit, j, QT)
+    return _deq(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, unit, j, QT)
+
+
+@triton.jit
+def _finish(res, out_ptrs, omask, part_ptr, cnt_ptr, tile, n_tiles, pid_k, n_split,
+            A: tl.constexpr, B: tl.constexpr, SPLIT: tl.constexpr):
+    """Store the [A, B] float32 result, or (split-K) its partial; the tile's last program sums."""
+    if not SPLIT:
+        tl.store(out_ptrs, res.to(out_ptrs.dtype.element_ty), mask=omask)
+    else:
+        loc = tl.arange(0, A)[:, None] * B + tl.arange(0, B)[None, :]
+        base = part_ptr + tile.to(tl.int64) * (A * B)
+        stride = n_tiles.to(tl.int64) * (A * B)
+        tl.store(base + pid_k * stride + loc, res)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if done == n_split - 1:
+            total = tl.zeros([A, B], dtype=tl.float32)
+            for s in range(n_split):
+                total += tl.load(base + s * stride + loc, cache_modifier=".cg")
+            tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=omask)
+            tl.atomic_xchg(cnt_ptr + tile, 0)  # ready for the next launch
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, h_ptr, out_ptr, N, stride_w, stride_o,
+                    QT: tl.constexpr, BN: tl.constexpr, U: tl.constexpr):
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None, None]
+    unit = (tl.program_id(1) * U + tl.arange(0, U))[None, :, None]
+    j = tl.arange(0, 16)[None, None, :]
+    lo, hi = _pieces(w_ptr, h_ptr, rb, unit, j, QT)
+    c_lo, c_hi = _cols(unit, j, QT)
+    ob = out_ptr + (rows.to(tl.int64) * stride_o)[:, None, None]
+    ok = (rows < N)[:, None, None]
+    tl.store(ob + c_lo, lo.to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(ob + c_hi, hi.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _qgemv_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters, iters_per_split, n_split,
+                  stride_xm, stride_w, stride_om,
+                  QT: tl.constexpr, BN: tl.constexpr, U: tl.constexpr, MP: tl.constexpr, MPAD: tl.constexpr,
+                  SPLIT: tl.constexpr):
+    """out[m, n] = sum_k x[m, k] w[n, k] for m < M == MP <= 4 (MPAD: MP padded to a power of two), on CUDA cores (float32 FMAs).
+
+    One [BN, U, 16] accumulator per row of x, each in the weight tile's register layout (x's
+    [1, U, 16] loads are small enough for the compiler to load them in that layout too, so
+    nothing goes through shared memory in the loop); reduced once after it.
+    """
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_n * BN + tl.arange(0, BN)
+    rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None, None]
+    ui = tl.arange(0, U)[None, :, None]
+    j = tl.arange(0, 16)[None, None, :]
+    acc0 = tl.zeros([BN, U, 16], dtype=tl.float32)
+    acc1 = tl.zeros([BN, U, 16], dtype=tl.float32)
+    acc2 = tl.zeros([BN, U, 16], dtype=tl.float32)
+    acc3 = tl.zeros([BN, U, 16], dtype=tl.float32)
+    it0 = pid_k * iters_per_split
+    it1 = tl.minimum(it0 + iters_per_split, n_iters)
+    # Registers double-buffered: the next step's loads are issued before this step decodes.
+    r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = _raw(w_ptr, h_ptr, rb, it0 * U + ui, j, QT)
+    for it in range(it0, it1):
+        unit = it * U + ui
+        nxt = tl.minimum(it + 1, it1 - 1) * U + ui
+        n0, n1, n2, n3, n4, n5, n6, n7, n8, n9 = _raw(w_ptr, h_ptr, rb, nxt, j, QT)
+        lo, hi = _deq(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, unit, j, QT)
+        c_lo, c_hi = _cols(unit, j, QT)
+        acc0 += lo * tl.load(x_ptr + c_lo).to(tl.float32)
+        acc0 += hi * tl.load(x_ptr + c_hi).to(tl.float32)
+        if MP > 1:
+            x1 = x_ptr + tl.minimum(1, M - 1) * stride_xm  # rows >= M are never stored
+            acc1 += lo * tl.load(x1 + c_lo).to(tl.float32)
+            acc1 += hi * tl.load(x1 + c_hi).to(tl.float32)
+        if MP > 2:
+            x2 = x_ptr + tl.minimum(2, M - 1) * stride_xm  # rows >= M are never stored
+            acc2 += lo * tl.load(x2 + c_lo).to(tl.float32)
+            acc2 += hi * tl.load(x2 + c_hi).to(tl.float32)
+        if MP > 3:
+            x3 = x_ptr + tl.minimum(3, M - 1) * stride_xm  # rows >= M are never stored
+            acc3 += lo * tl.load(x3 + c_lo).to(tl.float32)
+            acc3 += hi * tl.load(x3 + c_hi).to(tl.float32)
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = n0, n1, n2, n3, n4, n5, n6, n7, n8, n9
+    m2 = tl.arange(0, MPAD)[:, None]
+    res = tl.where(m2 == 0, tl.sum(tl.sum(acc0, axis=2), axis=1)[None, :], 0.0)  # [MP, BN]
+    if MP > 1:
+        res += tl.where(m2 == 1, tl.sum(tl.sum(acc1, axis=2), axis=1)[None, :], 0.0)
+    if MP > 2:
+        res += tl.where(m2 == 2, tl.sum(tl.sum(acc2, axis=2), axis=1)[None, :], 0.0)
+    if MP > 3:
+        res += tl.where(m2 == 3, tl.sum(tl.sum(acc3, axis=2), axis=1)[None, :], 0.0)
+    n2 = rows[None, :]
+    out_ptrs = out_ptr + m2 * stride_om + n2
+    _finish(res, out_ptrs, (m2 < M) & (n2 < N), part_ptr, cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split,
+            MPAD, BN, SPLIT)
+
+
+@triton.jit
+def _qdot_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters, iters_per_split, n_split,
+                 stride_xm, stride_w, stride_om,
+                 QT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, U: tl.constexpr, SPLIT: tl.constexpr,
+                 IEEE: tl.constexpr):
+    """out^T tile [BN, BM] = W tile (dequantized in registers) @ x^T tile, on the tensor cores."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rows = pid_n * BN + tl.arange(0, BN)
+    rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None, None]
+    ui = tl.arange(0, U)[None, :, None]
+    j = tl.arange(0, 16)[None, None, :]
+    c = tl.arange(0, U * 16)
+    ms = pid_m * BM + tl.arange(0, BM)
+    xcol = x_ptr + ms[None, :].to(tl.int64) * stride_xm  # [1, BM]
+    xok = ms[None, :] < M
+    acc = tl.zeros([BN, BM], dtype=tl.float32)
+    it0 = pid_k * iters_per_split
+    it1 = tl.minimum(it0 + iters_per_split, n_iters)
+    r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = _raw(w_ptr, h_ptr, rb, it0 * U + ui, j, QT)
+    for it in range(it0, it1):
+        nxt = tl.minimum(it + 1, it1 - 1) * U + ui
+        n0, n1, n2, n3, n4, n5, n6, n7, n8, n9 = _raw(w_ptr, h_ptr, rb, nxt, j, QT)
+        lo, hi = _deq(r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, it * U + ui, j, QT)
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 = n0, n1, n2, n3, n4, n5, n6, n7, n8, n9
+        c_lo, c_hi = _cols(it * U + (c >> 4), c & 15, QT)
+        xt_lo = tl.load(xcol + c_lo[:, None], mask=xok, other=0.0)  # [U*16, BM]
+        xt_hi = tl.load(xcol + c_hi[:, None], mask=xok, other=0.0)
+        a_lo = tl.reshape(lo, (BN, U * 16))
+        a_hi = tl.reshape(hi, (BN, U * 16))
+        if IEEE:  # float32 x; or bf16 under the interpreter, whose bf16 dot is wrong
+            a_lo = a_lo.to(x_ptr.dtype.element_ty).to(tl.float32)
+            a_hi = a_hi.to(x_ptr.dtype.element_ty).to(tl.float32)
+            acc = tl.dot(a_lo, xt_lo.to(tl.float32), acc, input_precision="ieee")
+            acc = tl.dot(a_hi, xt_hi.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a_lo.to(x_ptr.dtype.element_ty), xt_lo, acc)
+            acc = tl.dot(a_hi.to(x_ptr.dtype.element_ty), xt_hi, acc)
+    n2 = rows[:, None]
+    m2 = ms[None, :]
+    out_ptrs = out_ptr + m2.to(tl.int64) * stride_om + n2
+    tile = pid_m * tl.num_programs(1) + pid_n
+    n_tiles = tl.num_programs(0) * tl.num_programs(1)
+    _finish(acc, out_ptrs, (m2 < M) & (n2 < N), part_ptr, cnt_ptr, tile, n_tiles, pid_k, n_split, BN, BM, SPLIT)
+
+
+# --------------------------------------------------------------------------------------------
+# Launch configuration
+
+# Launch tables, chosen by bench/quant_kernels.py --sweep on an H100. Per type:
+# _GEMV: the CUDA-core kernel's (BN output channels, U units per step, num_warps). The tile must
+#   keep x's [1, U, 16] loads (U*16) and, for the 2-byte aligned types, the scales' [BN, U, 1]
+#   loads (BN*U) under the thread count, or the compiler moves the weight tile through shared
+#   memory every step (Q4_K/Q5_K, 16-byte aligned, only need the first).
+# _GEMV16: the 16-row tensor-core kernel's (BN, U, num_warps).
+# _GEMM: the fused GEMM's (BM, BN, U, num_warps, num_stages).
+# _PROGRAMS_PER_SM: the programs split-K aims at, per multiprocessor.
+_GEMV = {"Q4_0": (16, 8, 8), "Q5_0": (16, 8, 8), "Q8_0": (16, 8, 8),
+         "Q4_K": (32, 4, 4), "Q5_K": (32, 4, 4), "Q6_K": (16, 8, 8)}
+_GEMV16 = {name: (64, 4, 4) for name in QUANT_TYPES}
+_GEMM = {name: (128, 128, 2, 8, 3) for name in QUANT_TYPES}
+_PROGRAMS_PER_SM = {name: 8 for name in QUANT_TYPES}
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
+def _units_per_step(n_units: int, want: int) -> int:
+    """The largest power of two <= want dividing the row's units: no tail to mask."""
+    u = want
+    while n_units % u:
+        u //= 2
+    return u
+
+
+def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
+    t = quant_type(qtype)
+    assert raw.dtype == torch.uint8 and raw.dim() == 2 and raw.is_contiguous(), (raw.dtype, tuple(raw.shape))
+    assert raw.shape[1] == t.row_bytes(k), (tuple(raw.shape), qtype, k)
+    return _CODES[qtype]
+
+
+def _check_x(x: torch.Tensor, raw: torch.Tensor, k: int) -> torch.Tensor:
+    assert x.shape[-1] == k, (tuple(x.shape), k)
+    assert x.dtype in _X_DTYPES, x.dtype
+    assert x.device == raw.device, (x.device, raw.device)
+    x2 = x.reshape(-1, k)
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
+def _ieee(x: torch.Tensor) -> bool:
+    """The dot in float32 (IEEE): for float32 x, and for bf16 under the interpreter (its bf16 dot
+    multiplies the raw bits; the weight is still rounded to bf16 first)."""
+    return x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and interpreting())
+
+
+def _out(out: torch.Tensor | None, x: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    if out is None:
+        return torch.empty(m, n, dtype=x.dtype, device=x.device)
+    assert out.shape == (m, n) and out.dtype == x.dtype and out.is_contiguous(), (tuple(out.shape), out.dtype)
+    assert out.device == x.device
+    return out
+
+
+def _split(n_tiles: int, n_iters: int, device: torch.device, split: int | None, per_sm: int) -> tuple[int, int]:
+    """(programs along K, steps each): enough programs for the GPU, no empty split."""
+    if split is None:
+        want = per_sm * sm_count(device)
+        split = 1 if n_tiles >= want else -(-want // n_tiles)
+    split = max(1, min(split, n_iters))
+    per = -(-n_iters // split)
+    return -(-n_iters // per), per
+
+
+def dequantize_triton(raw: torch.Tensor, qtype: str, k: int, out_dtype: torch.dtype = torch.bfloat16,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, row_bytes) uint8 GGUF blocks -> the (N, k) weight in out_dtype (float32: exact to gguf-py)."""
+    qt = _check(raw, qtype, k)
+    n = raw.shape[0]
+    out = torch.empty(n, k, dtype=out_dtype, device=raw.device) if out is None else out
+    assert out.shape == (n, k) and out.stride(1) == 1 and out.dtype == out_dtype, (tuple(out.shape), out.dtype)
+    assert out_dtype in _X_DTYPES
+    if n == 0:
+        return out
+    n_units = k // 32
+    bn, u = 32, _units_per_step(n_units, 4)
+    grid = (triton.cdiv(n, bn), n_units // u)
+    _dequant_kernel[grid](raw, raw.view(torch.int16), out, n, raw.stride(0), out.stride(0),
+                          QT=qt, BN=bn, U=u, num_warps=8)
+    return out
+
+
+def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out: torch.Tensor | None = None,
+                 config: dict | None = None) -> torch.Tensor:
+    """x (..., k) with at most 16 rows @ W^T -> (..., N) in x.dtype; W streamed once, float32 sums.
+
+    Up to FMA_MAX_M rows: CUDA-core FMAs in float32; more: tensor cores on the dequantized tile
+    in x's dtype (IEEE float32 dot for float32 x). `config` (benchmarks) overrides the launch:
+    kind ('fma' or 'dot'), bn, u, warps, split, per_sm.
+    """
+    qt = _check(raw, qtype, k)
+    x2 = _check_x(x, raw, k)
+    m, n = x2.shape[0], raw.shape[0]
+    assert 1 <= m <= 16, f"qgemv_triton takes 1..16 rows, got {m}"
+    out = _out(out, x, m, n)
+    cfg = dict(config or {})
+    kind = cfg.get("kind", "fma" if m <= FMA_MAX_M else "dot")
+    assert kind == "dot" or m <= FMA_MAX_M, (kind, m)
+    bn, u, warps = _GEMV[qtype] if kind == "fma" else _GEMV16[qtype]
+    bn, u, warps = cfg.get("bn", bn), cfg.get("u", u), cfg.get("warps", warps)
+    mp = triton.next_power_of_2(m) if kind == "fma" else 16  # rows of the result tile
+    n_units = k // 32
+    u = _units_per_step(n_units, u)
+    n_iters = n_units // u
+    n_tiles = triton.cdiv(n, bn)
+    split, per = _split(n_tiles, n_iters, x.device, cfg.get("split"), cfg.get("per_sm", _PROGRAMS_PER_SM[qtype]))
+    part = torch.empty(split * n_tiles * mp * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
+    cnt = _counters(x.device, n_tiles)
+    args = (x2, raw, raw.view(torch.int16), out, part, cnt, m, n, n_iters, per, split,
+            x2.stride(0), raw.stride(0), out.stride(0))
+    if kind == "fma":
+        _qgemv_kernel[(n_tiles, split)](*args, QT=qt, BN=bn, U=u, MP=m, MPAD=mp, SPLIT=split > 1,
+                                        num_warps=warps)
+    else:
+        _qdot_kernel[(1, n_tiles, split)](*args, QT=qt, BM=16, BN=bn, U=u, SPLIT=split > 1, IEEE=_ieee(x),
+                                          num_warps=warps)
+    return out.reshape(*x.shape[:-1], n)
+
+
+def qmatmul_fused_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out: torch.Tensor | None = None,
+                         config: dict | None = None) -> torch.Tensor:
+    """The fused tensor-core GEMM for any number of rows (qmatmul_triton's path for 16-bit x
+    from 17 to GEMM_DEQUANT_MIN_M - 1 rows). `config`: bm, bn, u, warps, stages."""
+    qt = _check(raw, qtype, k)
+    x2 = _check_x(x, raw, k)
+    m, n = x2.shape[0], raw.shape[0]
+    out = _out(out, x, m, n)
+    if m == 0 or n == 0:
+        return out.reshape(*x.shape[:-1], n)
+    bm, bn, u, warps, stages = _GEMM[qtype]
+    cfg = config or {}
+    bm, bn, u = cfg.get("bm", bm), cfg.get("bn", bn), cfg.get("u", u)
+    warps, stages = cfg.get("warps", warps), cfg.get("stages", stages)
+    if x.dtype == torch.float32:  # the IEEE float32 dot runs on CUDA cores: small tiles, no spills
+        bm, bn, u, warps = 64, 64, 2, 4
+    u = _units_per_step(k // 32, u)
+    n_iters = k // 32 // u
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), 1)
+    _qdot_kernel[grid](x2, raw, raw.view(torch.int16), out, out, out, m, n, n_iters, n_iters, 1,
+                       x2.stride(0), raw.stride(0), out.stride(0),
+                       QT=qt, BM=bm, BN=bn, U=u, SPLIT=False, IEEE=_ieee(x), num_warps=warps, num_stages=stages)
+    return out.reshape(*x.shape[:-1], n)
+
+
+def qmatmul_dequant_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
+                           out: torch.Tensor | None = None) -> torch.Tensor:
+    """dequantize_triton into a buffer of x's dtype, then torch.matmul (qmatmul_triton's path from
+    GEMM_DEQUANT_MIN_M rows, and for float32 x from 17 rows)."""
+    _check(raw, qtype, k)
+    x2 = _check_x(x, raw, k)
+    m, n = x2.shape[0], raw.shape[0]
+    out = _out(out, x, m, n)
+    w = dequantize_triton(raw, qtype, k, x.dtype)
+    torch.matmul(x2, w.T, out=out)
+    return out.reshape(*x.shape[:-1], n)
+
+
+def qmatmul_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., k) @ W^T -> (..., N) in x.dtype, for any number of rows (see the module docstring).
+    `out`, if given, is the contiguous (rows, N) result buffer."""
+    m = x.numel() // k if k else 0
+    if 1 <= m <= 16:
+        return qgemv_triton(x, raw, qtype, k, out=out)
+    if m >= GEMM_DEQUANT_MIN_M or x.dtype == torch.float32:
+        # float32 x: cuBLAS's float32 GEMM beats the fused kernel's CUDA-core IEEE dot.
+        return qmatmul_dequant_triton(x, raw, qtype, k, out=out)
+    return qmatmul_fused_triton(x, raw, qtype, k, out=out)
