@@ -136,3 +136,22 @@ def test_quant_embedding_looks_up_exact_rows():
 def test_packed_weight_rejects_a_wrong_byte_shape():
     with pytest.raises(ValueError, match="needs uint8"):
         PackedWeight(torch.zeros(4, 143, dtype=torch.uint8), "Q4_K", (4, 256))
+
+
+def test_without_a_compiler_quantized_layers_fall_back_to_torch(monkeypatch, tmp_path):
+    from mlxr.ops.cpu import build
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))
+    build.load_library.cache_clear()
+    try:
+        assert not quant_cpu.available()
+        raw = random_blocks("Q4_K", 16, 256)
+        layer = QuantLinear(PackedWeight(torch.from_numpy(raw), "Q4_K", (16, 256)))
+        emb = QuantEmbedding(PackedWeight(torch.from_numpy(raw), "Q4_K", (16, 256)), torch.float32)
+        x = torch.randn(3, 256)
+        w = torch.from_numpy(gguf_dequant(raw, "Q4_K"))
+        torch.testing.assert_close(layer(x), x @ w.T, rtol=1e-5, atol=1e-5)
+        assert torch.equal(emb(torch.tensor([2, 15])), w[[2, 15]])
+    finally:
+        build.load_library.cache_clear()

@@ -71,6 +71,6 @@ def test_tinyllama_shape_agrees_with_its_fp32_dequantization(file_type):
     2-core CPU, so it is marked slow; bench/quant_cpu.py writes the files."""
     path = TINYLLAMA_FILES / f"tinyllama-shape-{file_type}.gguf"
     if not path.exists():
-        pytest.skip(f"{path} not written; run bench/quant_cpu.py --write-files first")
+        pytest.skip(f"{path} not written; bench/quant_cpu.py writes it")
     torch.manual_seed(0)
     assert teacher_forced_agreement(str(path)) >= 0.99

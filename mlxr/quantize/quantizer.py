@@ -4,7 +4,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,10 +109,7 @@ def _write_tensors(
 ) -> tuple[TensorReport, ...]:
     reports: list[TensorReport] = []
     n = len(source.tensors)
-    for t, c, (name, array) in zip(source.tensors, choices, source.arrays()):
-        if name != t.name:
-            raise ModelFormatError(f"the source yielded tensor {name!r} where {t.name!r} was planned")
-        data = _encode(t, array, c)
+    for t, c, data in _encoded(source, choices):
         w.write_tensor_data(data)
         report = TensorReport(t.name, t.shape, c.qtype.name, c.wanted.name, data.nbytes)
         reports.append(report)
@@ -119,6 +118,24 @@ def _write_tensors(
     if len(reports) != n:
         raise ModelFormatError(f"the source yielded {len(reports)} of its {n} tensors")
     return tuple(reports)
+
+
+def _encoded(source: Source, choices: list[Choice]) -> Iterator[tuple[SourceTensor, Choice, np.ndarray]]:
+    """Encoded tensors in file order. numpy releases the GIL in the block arithmetic, so a few
+    tensors encode at once on threads; the window bounds how many sit in memory."""
+    window = max(1, min(8, os.cpu_count() or 1))
+    pending: deque = deque()
+    with ThreadPoolExecutor(window) as pool:
+        for t, c, (name, array) in zip(source.tensors, choices, source.arrays()):
+            if name != t.name:
+                raise ModelFormatError(f"the source yielded tensor {name!r} where {t.name!r} was planned")
+            pending.append((t, c, pool.submit(_encode, t, array, c)))
+            if len(pending) >= window:
+                t0, c0, fut = pending.popleft()
+                yield t0, c0, fut.result()
+        while pending:
+            t0, c0, fut = pending.popleft()
+            yield t0, c0, fut.result()
 
 
 def _encode(t: SourceTensor, array: np.ndarray, c: Choice) -> np.ndarray:

@@ -1,0 +1,124 @@
+"""Quantized GGUF inference on the CPU: MLXR on the same .gguf files as llama.cpp's figures.
+
+  python bench/quant_cpu.py                 # Gemma 3 270M Q4_K_M + TinyLlama shape Q8_0/Q4_K_M
+  python bench/quant_cpu.py --models gemma3-270m --runs 5
+
+Single stream: 128-token prompt, 64 generated tokens, median of --runs. Batched: 8 concurrent
+requests, decode tok/s over all of them. llama.cpp's figures are BENCHMARKS.md's (llama-cpp-
+python 0.3.36, 2 threads, this kind of machine), not measured in this run. Kernel rows time
+one quantized matrix-vector product per type at the TinyLlama shape. The TinyLlama files are
+written once by `mlxr quantize` from the f16 fixture into .fixtures/tinyllama-quantized/.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from common import device_name, median, print_table, write_result
+from latency import bench_mlxr, prompt_ids
+
+ROOT = Path(__file__).resolve().parent.parent
+TINYLLAMA_DIR = ROOT / ".fixtures" / "tinyllama-quantized"
+# BENCHMARKS.md: llama.cpp on a 2-core AVX-512 machine, 128-token prompt: (prefill, decode) tok/s.
+LLAMA_CPP = {
+    "gemma3-270m": (757.0, 88.0),
+    "tinyllama-shape-q8_0": (101.0, 26.0),
+    "tinyllama-shape-q4_k_m": (142.0, 47.0),
+}
+
+
+def model_file(name: str) -> str:
+    if name == "gemma3-270m":
+        return name
+    file_type = name.rsplit("-", 1)[1]
+    path = TINYLLAMA_DIR / f"{name}.gguf"
+    if not path.exists():
+        from mlxr.testing.fixtures import fixture_paths
+
+        src = fixture_paths("tinyllama-shape", ROOT / ".fixtures").gguf_path
+        TINYLLAMA_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "mlxr.cli", "quantize", str(src), "--type", file_type, str(path)],
+                       check=True, stdout=subprocess.DEVNULL)
+    return str(path)
+
+
+def batched_decode(llm, vocab: int, batch: int, gen: int) -> float:
+    from mlxr import SamplingParams
+
+    params = SamplingParams(max_tokens=gen, temperature=0.0, ignore_eos=True)
+    engine = llm.engine
+    for i in range(batch):
+        engine.add_request(f"batch-{i}", prompt_ids(vocab, 128 + batch)[i:i + 128], params, stream_deltas=True)
+    first, n = None, 0
+    while engine.has_unfinished():
+        outs = engine.step()
+        n += sum(len(o.outputs[0].token_ids) for o in outs)
+        if first is None and n >= batch:
+            first, at_first = time.perf_counter(), n
+    return (n - at_first) / (time.perf_counter() - first)
+
+
+def bench_model(name: str, runs: int, batch: int) -> dict:
+    from mlxr import LLM
+
+    llm = LLM(model_file(name), max_num_seqs=max(batch, 1))
+    vocab = llm.loaded.args.vocab_size
+    row = {"model": name, "quantization": llm.loaded.quantization,
+           **bench_mlxr(llm, "cpu", prompt_ids(vocab, 128), 64, runs)}
+    if batch > 1:
+        row[f"batch{batch}_decode_tok_s"] = batched_decode(llm, vocab, batch, 32)
+    peer_prefill, peer_decode = LLAMA_CPP[name]
+    row.update(llama_cpp_prefill=peer_prefill, llama_cpp_decode=peer_decode,
+               prefill_ratio=row["prefill_tok_s"] / peer_prefill, decode_ratio=row["decode_tok_s"] / peer_decode)
+    return row
+
+
+def bench_kernels(repeats: int = 50) -> list[dict]:
+    import numpy as np
+
+    from mlxr.ops.quant_cpu import qmatmul_cpu
+    from mlxr.ops.quant_types import QUANT_TYPES
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for qtype, t in QUANT_TYPES.items():
+        n, k = 5632, 2048
+        raw = torch.from_numpy(rng.integers(0, 256, (n, t.row_bytes(k)), dtype=np.uint8))
+        raw.view(-1, t.block_bytes)[:, :2] = torch.tensor([0x00, 0x1C], dtype=torch.uint8)  # d = 2^-8
+        if qtype == "Q6_K":
+            raw.view(-1, t.block_bytes)[:, 208:] = torch.tensor([0x00, 0x1C], dtype=torch.uint8)
+        x = torch.randn(1, k)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            qmatmul_cpu(x, raw, qtype, k)
+            times.append(time.perf_counter() - t0)
+        sec = median(times[5:])
+        rows.append({"model": f"kernel {qtype} {n}x{k} m=1", "ms": sec * 1e3, "GB_s": raw.numel() / sec / 1e9})
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="*", default=list(LLAMA_CPP))
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--batch", type=int, default=8)
+    ns = p.parse_args()
+    rows = [bench_model(m, ns.runs, ns.batch) for m in ns.models]
+    kernels = bench_kernels()
+    path = write_result("quant_cpu", {"device": device_name("cpu"), "prompt_len": 128, "gen_len": 64,
+                                      "runs": ns.runs, "peer_source": "BENCHMARKS.md (llama.cpp, 2 threads)",
+                                      "models": rows, "kernels": kernels})
+    print_table(kernels, ["model", "ms", "GB_s"])
+    print_table(rows, ["model", "prefill_tok_s", "llama_cpp_prefill", "prefill_ratio", "decode_tok_s",
+                       "llama_cpp_decode", "decode_ratio", f"batch{ns.batch}_decode_tok_s"])
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
