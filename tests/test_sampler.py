@@ -71,7 +71,9 @@ def test_logprobs_rank_top_match_raw_log_softmax() -> None:
     ]
     out = Sampler()(logits, states)
     assert out[0].token_id == fourth and out[0].rank == 4
-    for row, (tok, n) in enumerate(zip(out, [5, 3, 0])):
+    # A row that asked for no logprobs gets none computed (rank 0: not ranked).
+    assert out[2].rank == 0 and out[2].top_logprobs == []
+    for row, (tok, n) in enumerate(zip(out[:2], [5, 3])):
         lp = ref[row]
         assert tok.logprob == pytest.approx(float(lp[tok.token_id]), abs=1e-5)
         assert tok.rank == 1 + int((lp > lp[tok.token_id]).sum())
@@ -260,7 +262,7 @@ def test_extreme_values_stay_finite(params: dict) -> None:
     logits[1, 33] = 3e33
     logits[2, 10:] = NEG_INF
     logits[2, 20] = -5.0
-    states = [state(prompt=[11, 12], output=[13, 13, 6], **params) for _ in range(4)]
+    states = [state(prompt=[11, 12], output=[13, 13, 6], logprobs=0, **params) for _ in range(4)]
     out = Sampler()(logits, states)
     for row, tok in enumerate(out):
         assert 10 <= tok.token_id < 50 or row == 2
