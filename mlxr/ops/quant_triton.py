@@ -19,17 +19,28 @@ Kernels and the paths of `qmatmul_triton` (x has M rows):
   so whether the compiler contracts `(d*sc)*q - dmin*m` into an FMA does not change the result
   (the FMA's single rounding equals the subtraction's). bfloat16/float16 outputs are that float32
   value rounded to nearest (the GPU's conversion; the CPU interpreter truncates instead).
-- M <= FMA_MAX_M (`qgemv_triton`, CUDA cores): each program owns BN output channels, streams
-  their bytes once, dequantizes in registers and accumulates every row of x with float32 FMAs
-  into a [rows of x, BN, units, 16] register tile, reduced once at the end.
-- FMA_MAX_M < M <= 16 (`qgemv_triton`): the same walk, but the dequantized tile (cast to x's
-  dtype; float32 stays float32 with an IEEE dot) multiplies x on the tensor cores (tl.dot, x
-  padded to 16 rows), float32 accumulation.
-- M > 16 (`qmatmul_triton`): below GEMM_DEQUANT_MIN_M rows, the fused tensor-core GEMM
-  (`_qdot_kernel` with 64..128-row tiles, each weight tile dequantized in registers per row
-  tile); from GEMM_DEQUANT_MIN_M rows on, `dequantize_triton` into a buffer of x's dtype and
-  torch.matmul (cuBLAS), whose larger tiles win once the GEMM is compute-bound. The threshold
-  comes from bench/quant_kernels.py on an H100 (see GEMM_DEQUANT_MIN_M's comment).
+- M <= _FMA_ROWS[type] (2 or 4; `qgemv_triton`, CUDA cores): each program owns BN output
+  channels, streams their bytes once (the next step's loads issued before this step decodes),
+  dequantizes in registers and accumulates each row of x with float32 FMAs into a [BN, units, 16]
+  register tile, reduced once at the end.
+- Up to 16 rows (`qgemv_triton`): the same walk, but the dequantized tile (cast to x's dtype;
+  float32 stays float32 with an IEEE dot) multiplies x on the tensor cores (tl.dot, x padded to
+  16 rows), float32 accumulation.
+- Speed (H200, bench/results/quant_kernels_nvidia_h200.json): short of the 50%-of-HBM goal.
+  At one row, large shapes: 0.9-1.0 TB/s of weight bytes for Q4_0/Q6_K, 1.55 TB/s for Q8_0,
+  0.3-0.5 TB/s for Q4_K/Q5_K (at or below torch.matmul on the bf16 weight in time). Nsight
+  Compute on Q4_K 32000x2048: DRAM 9%, L1TEX 96% busy (94% hits), 65% of stalls on L1TEX
+  results: the many small gathered loads (scale bytes and d per row and unit, the activations
+  re-read by every row of threads) saturate L1, and the unpacking costs ~8-14 SASS instructions
+  per weight. Next steps: one 16-byte header load per super-block shared by its units, the
+  activations staged once per program, fewer unpack instructions (packed half2 tricks).
+- M > 16 (`qmatmul_triton`): `dequantize_triton` into a buffer of x's dtype, then torch.matmul
+  (cuBLAS). The alternative, a Triton GEMM that dequantizes each weight tile in registers and
+  multiplies it with tl.dot (`qmatmul_fused_triton`), was measured against it on an H200 at
+  128..2048 rows and lost everywhere (e.g. Q4_K 5632x2048, bf16: 512 rows 175 us fused vs 38 us
+  dequant+matmul; 2048 rows 526 vs 83 us): the in-register dequantization of every weight tile
+  for every row tile costs more than writing and re-reading the bf16 weight once, and cuBLAS's
+  GEMM is far ahead of this Triton GEMM. GEMM_DEQUANT_MIN_M holds the switch.
 - Split-K: when the output channels give too few programs to fill the GPU, the K walk is split
   across programs; each writes a float32 partial tile, and the last program of a tile (found by
   an atomic counter that it resets) sums the partials in split order and writes the output, so
@@ -48,10 +59,13 @@ from mlxr.ops.quant_types import QUANT_TYPES, quant_type
 _CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
 _X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# Rows of x up to which the CUDA-core FMA kernel runs (above: tensor cores).
+# Rows of x the CUDA-core FMA kernel can take (per type, _FMA_ROWS picks; above: tensor cores).
 FMA_MAX_M = 4
-# Rows of x from which dequantize + torch.matmul beats the fused tensor-core GEMM.
-GEMM_DEQUANT_MIN_M = 1024
+# Rows of x from which qmatmul_triton dequantizes to a buffer and calls torch.matmul. On an H200
+# that beat the fused tensor-core GEMM at every size measured (128..2048 rows, 2048..32000 x
+# 2048..5632, bf16 x: 1.2x to 7x; bench/results/quant_kernels_*.json "gemm_paths"), so it is
+# the path for every M > 16; the fused kernel stays as qmatmul_fused_triton.
+GEMM_DEQUANT_MIN_M = 17
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,7 +269,8 @@ def _qgemv_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters
                   stride_xm, stride_w, stride_om,
                   QT: tl.constexpr, BN: tl.constexpr, U: tl.constexpr, MP: tl.constexpr, MPAD: tl.constexpr,
                   SPLIT: tl.constexpr):
-    """out[m, n] = sum_k x[m, k] w[n, k] for m < M == MP <= 4 (MPAD: MP padded to a power of two), on CUDA cores (float32 FMAs).
+    """out[m, n] = sum_k x[m, k] w[n, k] for m < M == MP <= 4 (MPAD: MP padded to a power of two),
+    on CUDA cores (float32 FMAs).
 
     One [BN, U, 16] accumulator per row of x, each in the weight tile's register layout (x's
     [1, U, 16] loads are small enough for the compiler to load them in that layout too, so
@@ -360,19 +375,22 @@ def _qdot_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters,
 # --------------------------------------------------------------------------------------------
 # Launch configuration
 
-# Launch tables, chosen by bench/quant_kernels.py --sweep on an H100. Per type:
-# _GEMV: the CUDA-core kernel's (BN output channels, U units per step, num_warps). The tile must
-#   keep x's [1, U, 16] loads (U*16) and, for the 2-byte aligned types, the scales' [BN, U, 1]
-#   loads (BN*U) under the thread count, or the compiler moves the weight tile through shared
-#   memory every step (Q4_K/Q5_K, 16-byte aligned, only need the first).
+# Launch tables, chosen by bench/quant_kernels.py --sweep on an H200. Per type:
+# _GEMV: the CUDA-core kernel's (BN output channels, U units per step, num_warps). Keeping x's
+#   [1, U, 16] loads (U*16) and, for the 2-byte aligned types, the scales' [BN, U, 1] loads
+#   (BN*U) under the thread count keeps the compiler from moving the weight tile through shared
+#   memory every step; the sweep's winners are what was fastest either way.
 # _GEMV16: the 16-row tensor-core kernel's (BN, U, num_warps).
 # _GEMM: the fused GEMM's (BM, BN, U, num_warps, num_stages).
 # _PROGRAMS_PER_SM: the programs split-K aims at, per multiprocessor.
-_GEMV = {"Q4_0": (16, 8, 8), "Q5_0": (16, 8, 8), "Q8_0": (16, 8, 8),
-         "Q4_K": (32, 4, 4), "Q5_K": (32, 4, 4), "Q6_K": (16, 8, 8)}
-_GEMV16 = {name: (64, 4, 4) for name in QUANT_TYPES}
+_GEMV = {"Q4_0": (64, 4, 4), "Q5_0": (16, 4, 4), "Q8_0": (32, 4, 8),
+         "Q4_K": (32, 4, 4), "Q5_K": (64, 4, 4), "Q6_K": (16, 4, 4)}
+_GEMV16 = {name: (128, 4, 8) for name in QUANT_TYPES}
 _GEMM = {name: (128, 128, 2, 8, 3) for name in QUANT_TYPES}
-_PROGRAMS_PER_SM = {name: 8 for name in QUANT_TYPES}
+_PROGRAMS_PER_SM = {"Q4_0": 4, "Q5_0": 8, "Q8_0": 4, "Q4_K": 4, "Q5_K": 4, "Q6_K": 8}
+# Rows up to which each type's GEMV stays on CUDA cores (at most FMA_MAX_M): measured at 2..4 rows.
+_FMA_ROWS = {"Q4_0": 2, "Q5_0": 2, "Q8_0": 2, "Q4_K": 4, "Q5_K": 4, "Q6_K": 2}
+_DEQUANT = (32, 4, 8)  # dequantize_triton's (BN, U, num_warps)
 
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
@@ -433,8 +451,9 @@ def _split(n_tiles: int, n_iters: int, device: torch.device, split: int | None, 
 
 
 def dequantize_triton(raw: torch.Tensor, qtype: str, k: int, out_dtype: torch.dtype = torch.bfloat16,
-                      out: torch.Tensor | None = None) -> torch.Tensor:
-    """(N, row_bytes) uint8 GGUF blocks -> the (N, k) weight in out_dtype (float32: exact to gguf-py)."""
+                      out: torch.Tensor | None = None, *, config: dict | None = None) -> torch.Tensor:
+    """(N, row_bytes) uint8 GGUF blocks -> the (N, k) weight in out_dtype (float32: exact to gguf-py).
+    `config` (benchmarks): bn, u, warps."""
     qt = _check(raw, qtype, k)
     n = raw.shape[0]
     out = torch.empty(n, k, dtype=out_dtype, device=raw.device) if out is None else out
@@ -442,11 +461,13 @@ def dequantize_triton(raw: torch.Tensor, qtype: str, k: int, out_dtype: torch.dt
     assert out_dtype in _X_DTYPES
     if n == 0:
         return out
+    cfg = config or {}
+    bn, u, warps = cfg.get("bn", _DEQUANT[0]), cfg.get("u", _DEQUANT[1]), cfg.get("warps", _DEQUANT[2])
     n_units = k // 32
-    bn, u = 32, _units_per_step(n_units, 4)
+    u = _units_per_step(n_units, u)
     grid = (triton.cdiv(n, bn), n_units // u)
     _dequant_kernel[grid](raw, raw.view(torch.int16), out, n, raw.stride(0), out.stride(0),
-                          QT=qt, BN=bn, U=u, num_warps=8)
+                          QT=qt, BN=bn, U=u, num_warps=warps)
     return out
 
 
@@ -454,9 +475,9 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
                  config: dict | None = None) -> torch.Tensor:
     """x (..., k) with at most 16 rows @ W^T -> (..., N) in x.dtype; W streamed once, float32 sums.
 
-    Up to FMA_MAX_M rows: CUDA-core FMAs in float32; more: tensor cores on the dequantized tile
-    in x's dtype (IEEE float32 dot for float32 x). `config` (benchmarks) overrides the launch:
-    kind ('fma' or 'dot'), bn, u, warps, split, per_sm.
+    Up to _FMA_ROWS[qtype] (<= FMA_MAX_M) rows: CUDA-core FMAs in float32; more: tensor cores on
+    the dequantized tile in x's dtype (IEEE float32 dot for float32 x). `config` (benchmarks)
+    overrides the launch: kind ('fma' or 'dot'), bn, u, warps, split, per_sm.
     """
     qt = _check(raw, qtype, k)
     x2 = _check_x(x, raw, k)
@@ -464,7 +485,7 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
     assert 1 <= m <= 16, f"qgemv_triton takes 1..16 rows, got {m}"
     out = _out(out, x, m, n)
     cfg = dict(config or {})
-    kind = cfg.get("kind", "fma" if m <= FMA_MAX_M else "dot")
+    kind = cfg.get("kind", "fma" if m <= _FMA_ROWS[qtype] else "dot")
     assert kind == "dot" or m <= FMA_MAX_M, (kind, m)
     bn, u, warps = _GEMV[qtype] if kind == "fma" else _GEMV16[qtype]
     bn, u, warps = cfg.get("bn", bn), cfg.get("u", u), cfg.get("warps", warps)
