@@ -68,3 +68,18 @@ def test_bf16_teacher_forced_top1_agrees_with_reference_over_512_tokens(monkeypa
     assert hit(ours, fp32)[clear].float().mean().item() >= 0.99
     # The kernels are no further from fp32 than the bf16 reference path is.
     assert hit(ours, fp32).float().mean() >= hit(ref, fp32).float().mean() - 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True])
+def test_gguf_q8_0_model_on_gpu_matches_its_dequantized_run(graphs):
+    """Weights kept as Q8_0 blocks (Triton GEMV for decode, dequantize + cuBLAS for prefill)
+    against the same file dequantized at load, both with fp32 activations."""
+    from paged_probe import paged_logits, rel_err
+
+    path = str(fixture_model("tiny-llama", "q8_0").gguf_path)
+    ids = list(range(5, 90))
+    quant = LLM(path, device="cuda", dtype="float32", max_num_seqs=4, enable_cuda_graphs=graphs)
+    assert quant.loaded.quantization == "gguf"
+    ref = LLM(path, device="cuda", dtype="float32", quantization="none", max_num_seqs=4)
+    assert rel_err(paged_logits(quant, ids, 40), paged_logits(ref, ids, 40)) < 1e-4
