@@ -55,14 +55,29 @@ def test_teacher_forced_128_tokens_match(hf, llm):
     assert agree >= 0.99
 
 
-def test_default_cpu_mode_fp16_weights_stays_close_to_hf(hf):
-    """The CPU default (fp32 activations, fp16 weight storage) against the fp32 reference."""
+def test_dequantized_cpu_mode_fp16_weights_stays_close_to_hf(hf):
+    """`quantization="none"` on CPU (fp32 activations, fp16 weight storage) against HF fp32."""
     from mlxr import LLM
 
-    llm = LLM("gemma3-270m")
+    llm = LLM("gemma3-270m", quantization="none")
     assert llm.loaded.weight_dtype == torch.float16 and llm.loaded.dtype == torch.float32
     model = llm.engine.runner.model
     assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied, one copy
+    ids = llm.tokenizer.encode(TEXT)[:128]
+    with torch.inference_mode():
+        ref = hf(torch.tensor([ids])).logits[0].float()
+    ours = paged_logits(llm, ids, 64)
+    assert rel_err(ours, ref) <= 2e-3
+    assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.99
+
+
+def test_default_cpu_mode_quantized_weights_stays_close_to_hf(hf):
+    """The default: the file's Q4_K/Q5_0/Q6_K/Q8_0 blocks multiplied as they are, against HF
+    transformers running the same file dequantized to fp32."""
+    from mlxr import LLM
+
+    llm = LLM("gemma3-270m")
+    assert llm.loaded.quantization == "gguf"
     ids = llm.tokenizer.encode(TEXT)[:128]
     with torch.inference_mode():
         ref = hf(torch.tensor([ids])).logits[0].float()

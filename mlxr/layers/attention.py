@@ -65,6 +65,9 @@ class PagedAttention(nn.Module):
     ) -> torch.Tensor:
         k_cache, v_cache = kv_cache
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        return paged_attention(
-            q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap
-        )
+        return self.attend(q, kv_cache, meta)
+
+    def attend(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttnMetadata) -> torch.Tensor:
+        """Attention over the cache alone, for callers that already stored this step's K/V."""
+        k_cache, v_cache = kv_cache
+        return paged_attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap)

@@ -9,7 +9,7 @@ from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
 from mlxr.layers.rope import RotaryEmbedding
-from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaForCausalLM
+from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaForCausalLM, input_norm
 
 
 class Gemma3Attention(LlamaAttention):
@@ -46,12 +46,14 @@ class Gemma3Block(nn.Module):
         self.post_feedforward_layernorm = GemmaRMSNorm(dim, eps)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
-    ) -> torch.Tensor:
-        attn = self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
-        h = x + self.post_attention_layernorm(attn)
-        mlp = self.mlp(self.pre_feedforward_layernorm(h))
-        return h + self.post_feedforward_layernorm(mlp)
+        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """As LlamaBlock: returns (post-normed MLP output, residual) for a fused add-and-norm."""
+        normed, residual = input_norm(self.input_layernorm, x, residual)
+        attn = self.self_attn(normed, positions, kv_cache, meta)
+        normed, residual = self.pre_feedforward_layernorm(self.post_attention_layernorm(attn), residual)
+        return self.post_feedforward_layernorm(self.mlp(normed)), residual
 
 
 class Gemma3Backbone(LlamaBackbone):

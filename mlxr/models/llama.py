@@ -9,6 +9,7 @@ from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.ops.rotary import rotary_write_kv
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
 
@@ -41,8 +42,9 @@ class LlamaAttention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
         v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
-        q, k = self.rotary(q, k, positions)
-        out = self.attn(q, k, v, kv_cache, meta)
+        # One fused op rotates q and k and stores k and v at their cache slots.
+        q, _ = rotary_write_kv(q, k, v, positions, self.rotary.inv_freq, *kv_cache, meta.slot_mapping)
+        out = self.attn.attend(q, kv_cache, meta)
         return self.o_proj(out.reshape(t, -1))
 
 
@@ -55,10 +57,22 @@ class LlamaBlock(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
-    ) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this block's MLP output, the residual stream before it): the caller's next norm adds
+        the two in its fused add-and-norm, so no separate residual add runs."""
+        normed, residual = input_norm(self.input_layernorm, x, residual)
+        attn = self.self_attn(normed, positions, kv_cache, meta)
+        normed, residual = self.post_attention_layernorm(attn, residual)
+        return self.mlp(normed), residual
+
+
+def input_norm(norm: nn.Module, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first block gets the embeddings alone; later ones add the carried residual."""
+    if residual is None:
+        return norm(x), x
+    return norm(x, residual)
 
 
 class LlamaBackbone(nn.Module):
@@ -83,10 +97,10 @@ class LlamaBackbone(nn.Module):
         kv_caches: list[KVCache],
         meta: AttnMetadata,
     ) -> torch.Tensor:
-        h = self.embed(input_ids)
+        h, residual = self.embed(input_ids), None
         for layer, kv_cache in zip(self.layers, kv_caches):
-            h = layer(h, positions, kv_cache, meta)
-        return self.norm(h)
+            h, residual = layer(h, positions, kv_cache, meta, residual)
+        return input_norm(self.norm, h, residual)[0]
 
 
 class LlamaForCausalLM(nn.Module):
