@@ -3,7 +3,7 @@ gen 256), prefill of 512, batch 1/8/64/256 decode (prompt 128, gen 128), MLXR be
 transformers on the same weights in the same run, then the kernel microbenchmarks and a
 per-op profile. JSON to bench/results/gpu_sweep-*.json; a table last.
 
-  python bench/gpu_sweep.py [--quick]
+  python bench/gpu_sweep.py [--quick | --skip-hf]
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def hf_figures(hf_kwargs: dict, vocab: int, batches: list[int]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="batches 1 and 8 only, no HF")
+    p.add_argument("--skip-hf", action="store_true", help="every batch size, no HF transformers run")
     a = p.parse_args()
     from mlxr import LLM
 
@@ -57,12 +58,13 @@ def main() -> None:
     ours = mlxr_figures(llm, vocab, batches)
     del llm
     torch.cuda.empty_cache()
-    theirs = {} if a.quick else hf_figures(hf_kwargs, vocab, batches)
+    theirs = {} if a.quick or a.skip_hf else hf_figures(hf_kwargs, vocab, batches)
     rows = [{"work": k, "mlxr_tok_s": v, "hf_tok_s": theirs.get(k), "llama_cpp_tok_s": LLAMA_CPP.get(k),
              "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None} for k, v in ours.items()]
     path = write_result("gpu_sweep", {"model": "tinyllama-shape", "dtype": "bfloat16",
                                       "device": device_name("cuda"), "results": rows})
-    subprocess.run([sys.executable, "kernels.py"], check=False)
+    if not a.skip_hf:
+        subprocess.run([sys.executable, "kernels.py"], check=False)
     subprocess.run([sys.executable, "-m", "mlxr.cli", "bench", "--model", ref, "--device", "cuda",
                     "--dtype", "bfloat16", "--gen-len", "32", "--profile"], check=False)
     print_table(rows, ["work", "mlxr_tok_s", "hf_tok_s", "llama_cpp_tok_s", "vs_llama_cpp"])
