@@ -44,6 +44,12 @@ def rms_norm(
 
         out, new_residual = rms_norm_triton(x, weight, eps, gemma, residual)
         return out if residual is None else (out, new_residual)
+    from mlxr.ops import norm_cpu
+
+    if norm_cpu.fits(x, weight, residual) and torch.is_inference_mode_enabled():
+        done = norm_cpu.rms_norm_cpu(x, weight, eps, gemma, residual)
+        if done is not None:
+            return done[0] if residual is None else done
     if residual is None:
         return rms_norm_reference(x, weight, eps, gemma)
     h = x + residual

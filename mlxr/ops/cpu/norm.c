@@ -1,0 +1,22 @@
+/* RMSNorm (+ residual add) for float32 rows on the CPU: one pass for the sum of squares, one
+ * for the output. A decode step of Gemma 3 runs ~100 of these on 640-wide rows, where torch's
+ * eight small ops per norm cost ~40 us each; this is a few hundred nanoseconds. */
+#include <math.h>
+#include <stdint.h>
+
+void mlxr_rms_norm_f32(const float *x, const float *res, const float *w, float *out, float *new_res,
+                       int64_t rows, int64_t dim, float eps, int gemma) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        float *h = new_res ? new_res + r * dim : o;
+        double ss = 0.0;
+        for (int64_t i = 0; i < dim; i++) {
+            float v = res ? xr[i] + res[r * dim + i] : xr[i];
+            h[i] = v;
+            ss += (double)v * v;
+        }
+        float inv = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
+        for (int64_t i = 0; i < dim; i++) o[i] = gemma ? h[i] * inv * (1.0f + w[i]) : w[i] * (h[i] * inv);
+    }
+}
