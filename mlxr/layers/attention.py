@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from mlxr.ops.paged_attention import paged_attention, write_kv
+from mlxr.ops.rotary import rotary_write_kv
 
 
 @dataclass
@@ -62,12 +63,14 @@ class PagedAttention(nn.Module):
         v: torch.Tensor,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         meta: AttnMetadata,
+        positions: torch.Tensor | None = None,
+        inv_freq: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """With positions and rotary frequencies, q and k are rotated first, in one fused op
+        with the cache write."""
         k_cache, v_cache = kv_cache
-        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        return self.attend(q, kv_cache, meta)
-
-    def attend(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttnMetadata) -> torch.Tensor:
-        """Attention over the cache alone, for callers that already stored this step's K/V."""
-        k_cache, v_cache = kv_cache
+        if inv_freq is None:
+            write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        else:
+            q, _ = rotary_write_kv(q, k, v, positions, inv_freq, k_cache, v_cache, meta.slot_mapping)
         return paged_attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap)

@@ -9,7 +9,6 @@ from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
-from mlxr.ops.rotary import rotary_write_kv
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
 
@@ -42,9 +41,7 @@ class LlamaAttention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
         v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
-        # One fused op rotates q and k and stores k and v at their cache slots.
-        q, _ = rotary_write_kv(q, k, v, positions, self.rotary.inv_freq, *kv_cache, meta.slot_mapping)
-        out = self.attn.attend(q, kv_cache, meta)
+        out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
         return self.o_proj(out.reshape(t, -1))
 
 
