@@ -25,7 +25,7 @@ def paged_logits(llm, ids: list[int], n_prompt: int) -> torch.Tensor:
             bm.allocate(seq, seq.num_tokens)
             _, logits = runner.execute(SchedulerOutput([ScheduledSeq(seq, 1)]))
             seq.num_computed_tokens += 1
-            rows.append(logits)
+            rows.append(logits.clone())  # a graph replay's logits live in its static buffer
     finally:
         bm.free(seq)
     return torch.cat(rows)

@@ -72,7 +72,9 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[Sequence], torch.Tensor | None]:
-        """Run one step; returns the sequences to sample and their logits [S, vocab]."""
+        """Run one step; returns the sequences to sample and their float32 logits [S, vocab].
+        After a CUDA graph replay the logits may be a view of the graph's static output: valid
+        until the next step, so callers that keep them must copy."""
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
