@@ -246,223 +246,6 @@ def _finish(res, out_ptrs, omask, part_ptr, cnt_ptr, tile, n_tiles, pid_k, n_spl
 
 
 # --------------------------------------------------------------------------------------------
-# Device helpers: the word-stream GEMV (x of 1..4 rows; Q4_K, Q5_K, Q6_K)
-#
-# A program owns R output channels and walks K in steps of 8 super-blocks; the 32 lanes of a warp
-# are (super-block s, unit u): u is a quarter of the super-block (64 weights in four 16-weight
-# pieces of two streams, or two pieces of four), so every thread holds R rows of one unit, its
-# scales decoded once, and its x values loaded once for all R rows. Weights arrive as 32-bit words
-# (8-byte vectors where the block layout allows); each byte of a prepared word becomes a float
-# with one PRMT (`_byte_f32`: v = 0.5 + byte / 256, exact), so a weight costs about one PRMT and
-# one FMA per row of x. Per stream (32 weights of one scale), sum_j x_j w_j with w = D q - Mn and
-# q = Z (v - 0.5) is A * sum(x v) - B * sum(x), A = Z D, B = A / 2 + Mn: the scale work happens
-# once per stream, and sum(x) is shared by the R rows.
-
-
-@triton.jit
-def _byte_f32(word, b, ASM: tl.constexpr):
-    """Byte b (a tensor of 0..3) of each uint32 word, a value < 128, as the float 0.5 + byte / 256:
-    the byte placed at bits 16..23 under the exponent byte 0x3F (one PRMT with ASM)."""
-    if ASM:
-        bits = tl.inline_asm_elementwise("prmt.b32 $0, $1, 0x3F000000, $2;", "=r,r,r", [word, 0x7044 + 256 * b],
-                                         dtype=tl.uint32, is_pure=True, pack=1)
-    else:
-        bits = (((word >> (8 * b)) & 0xFF) << 16) | 0x3F000000
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _bytes8(word, ASM: tl.constexpr):
-    """[..., 2] uint32 words -> [..., 8] floats of their bytes in memory order (see _byte_f32)."""
-    b = tl.arange(0, 4)[None, None, None, None, :]
-    f = _byte_f32(word[:, :, :, :, None], b, ASM)
-    return tl.reshape(f, (word.shape[0], word.shape[1], word.shape[2], 4 * word.shape[3]))
-
-
-@triton.jit
-def _funnel(lo, hi, s, ASM: tl.constexpr):
-    """The 32 bits at bit s (0 or 16) of the 64-bit hi:lo: a word at a 2-byte aligned address."""
-    if ASM:
-        return tl.inline_asm_elementwise("shf.r.wrap.b32 $0, $1, $2, $3;", "=r,r,r,r", [lo, hi, s],
-                                         dtype=tl.uint32, is_pure=True, pack=1)
-    else:
-        return (lo >> s) | ((hi << 16) << (16 - s))
-
-
-@triton.jit
-def _half_f32(word, HIGH: tl.constexpr):
-    """The fp16 in the low (or high) half of a uint32 word, as float32."""
-    h = (word >> 16) if HIGH else (word & 0xFFFF)
-    return h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
-
-
-@triton.jit
-def _u8_f32(v):
-    """float32 of the low byte of v (exact: 2**23 + byte assembled in the bits, minus 2**23)."""
-    return ((v & 0xFF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-
-
-@triton.jit
-def _i8_f32(v):
-    """float32 of the low byte of v read as int8."""
-    return (((v & 0xFF) ^ 0x80) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0
-
-
-@triton.jit
-def _k_scales(w1, w2, w3, g):
-    """Q4_K/Q5_K: the 6-bit scales and mins of sub-blocks 2g and 2g + 1 from the 12 packed scale
-    bytes (words w1, w2, w3), each pair decoded in 16-bit lanes: (sc0, sc1, m0, m1) as float32."""
-    up = g >= 2
-    sh = (g & 1) * 16
-    sa = sh + tl.where(up, 2, 0)
-    ma = tl.where(up, 0x3030, 0x3F3F)
-    mc = tl.where(up, 0x0F0F, 0)
-    sc = ((w1 >> sa) & ma) | ((w3 >> sh) & mc)
-    mn = ((w2 >> sa) & ma) | ((w3 >> (sh + 4)) & mc)
-    return _u8_f32(sc), _u8_f32(sc >> 8), _u8_f32(mn), _u8_f32(mn >> 8)
-
-
-@triton.jit
-def _xmul(pv, sx, v, x_row, xo, ok):
-    """pv += v * x, sx += x for x = x_row[xo] (0 where not ok)."""
-    x = tl.load(x_row + xo, mask=ok, other=0.0).to(tl.float32)
-    return pv + v * x, sx + x
-
-
-@triton.jit
-def _stream(vs, xs, xo, ok, A, B, MP: tl.constexpr):
-    """A * sum(x v) - B * sum(x) for each row of x (x_rows xs), over the pieces vs (tuple of
-    [R, 8, 4, 8] floats) whose x columns are xo + 8 * piece."""
-    shape: tl.constexpr = vs[0].shape
-    xshape: tl.constexpr = (1, shape[1], shape[2], shape[3])
-    pv0 = tl.zeros(shape, dtype=tl.float32)
-    pv1 = tl.zeros(shape, dtype=tl.float32)
-    pv2 = tl.zeros(shape, dtype=tl.float32)
-    pv3 = tl.zeros(shape, dtype=tl.float32)
-    sx0 = tl.zeros(xshape, dtype=tl.float32)
-    sx1 = tl.zeros(xshape, dtype=tl.float32)
-    sx2 = tl.zeros(xshape, dtype=tl.float32)
-    sx3 = tl.zeros(xshape, dtype=tl.float32)
-    for p in tl.static_range(len(vs)):
-        pv0, sx0 = _xmul(pv0, sx0, vs[p], xs[0], xo + 8 * p, ok)
-        if MP > 1:
-            pv1, sx1 = _xmul(pv1, sx1, vs[p], xs[1], xo + 8 * p, ok)
-        if MP > 2:
-            pv2, sx2 = _xmul(pv2, sx2, vs[p], xs[2], xo + 8 * p, ok)
-        if MP > 3:
-            pv3, sx3 = _xmul(pv3, sx3, vs[p], xs[3], xo + 8 * p, ok)
-    c0 = A * tl.sum(pv0, axis=3, keep_dims=True) - B * tl.sum(sx0, axis=3, keep_dims=True)
-    c1 = A * tl.sum(pv1, axis=3, keep_dims=True) - B * tl.sum(sx1, axis=3, keep_dims=True)
-    c2 = A * tl.sum(pv2, axis=3, keep_dims=True) - B * tl.sum(sx2, axis=3, keep_dims=True)
-    c3 = A * tl.sum(pv3, axis=3, keep_dims=True) - B * tl.sum(sx3, axis=3, keep_dims=True)
-    return c0, c1, c2, c3
-
-
-@triton.jit
-def _k45_step(xs, w_row, sb, ok, u, QT: tl.constexpr, MP: tl.constexpr, ASM: tl.constexpr):
-    """Q4_K/Q5_K: the [R, 8, 4, 1] contributions (one per row of x) of super-blocks sb ([1, 8, 1, 1])
-    of rows w_row ([R, 1, 1, 1] word pointers), unit u = group g of 64 weights: sub-blocks 2g (low
-    nibbles) and 2g + 1 (high), 32 quant bytes from word 4 (Q4_K) or 12 (Q5_K), whose fifth bits
-    (Q5_K) are bits 2g and 2g + 1 of the 32 qh bytes at word 4."""
-    blk = w_row + sb * (36 if QT == 3 else 44)  # block words: 144 or 176 bytes
-    hdr = blk + u * 0  # every lane of the block reads its header
-    w0 = tl.load(hdr, mask=ok, other=0)
-    sc0, sc1, m0, m1 = _k_scales(tl.load(hdr + 1, mask=ok, other=0), tl.load(hdr + 2, mask=ok, other=0),
-                                 tl.load(hdr + 3, mask=ok, other=0), u)
-    d = _half_f32(w0, False)
-    dmin = _half_f32(w0, True)
-    wi = tl.arange(0, 2)[None, None, None, :]
-    qs = blk + (4 if QT == 3 else 12) + u * 8 + wi
-    q = (tl.load(qs, mask=ok, other=0), tl.load(qs + 2, mask=ok, other=0),
-         tl.load(qs + 4, mask=ok, other=0), tl.load(qs + 6, mask=ok, other=0))
-    if QT == 3:  # nibble n as byte n << 3: v = 0.5 + n / 32
-        Z: tl.constexpr = 32.0
-        lo = (_bytes8((q[0] << 3) & 0x78787878, ASM), _bytes8((q[1] << 3) & 0x78787878, ASM),
-              _bytes8((q[2] << 3) & 0x78787878, ASM), _bytes8((q[3] << 3) & 0x78787878, ASM))
-        hi = (_bytes8((q[0] >> 1) & 0x78787878, ASM), _bytes8((q[1] >> 1) & 0x78787878, ASM),
-              _bytes8((q[2] >> 1) & 0x78787878, ASM), _bytes8((q[3] >> 1) & 0x78787878, ASM))
-    else:  # the 5-bit value as the byte: v = 0.5 + q / 256
-        Z: tl.constexpr = 256.0
-        qh = blk + 4 + u * 0 + wi  # every lane of the block reads all 32 qh bytes
-        h = (tl.load(qh, mask=ok, other=0) >> (2 * u), tl.load(qh + 2, mask=ok, other=0) >> (2 * u),
-             tl.load(qh + 4, mask=ok, other=0) >> (2 * u), tl.load(qh + 6, mask=ok, other=0) >> (2 * u))
-        lo = (_bytes8((q[0] & 0x0F0F0F0F) | ((h[0] << 4) & 0x10101010), ASM),
-              _bytes8((q[1] & 0x0F0F0F0F) | ((h[1] << 4) & 0x10101010), ASM),
-              _bytes8((q[2] & 0x0F0F0F0F) | ((h[2] << 4) & 0x10101010), ASM),
-              _bytes8((q[3] & 0x0F0F0F0F) | ((h[3] << 4) & 0x10101010), ASM))
-        hi = (_bytes8(((q[0] >> 4) & 0x0F0F0F0F) | ((h[0] << 3) & 0x10101010), ASM),
-              _bytes8(((q[1] >> 4) & 0x0F0F0F0F) | ((h[1] << 3) & 0x10101010), ASM),
-              _bytes8(((q[2] >> 4) & 0x0F0F0F0F) | ((h[2] << 3) & 0x10101010), ASM),
-              _bytes8(((q[3] >> 4) & 0x0F0F0F0F) | ((h[3] << 3) & 0x10101010), ASM))
-    a0 = (d * sc0) * Z
-    a1 = (d * sc1) * Z
-    xo = sb * 256 + u * 64 + tl.arange(0, 8)[None, None, None, :]
-    l0, l1, l2, l3 = _stream(lo, xs, xo, ok, a0, 0.5 * a0 + dmin * m0, MP)
-    h0, h1, h2, h3 = _stream(hi, xs, xo + 32, ok, a1, 0.5 * a1 + dmin * m1, MP)
-    return l0 + h0, l1 + h1, l2 + h2, l3 + h3
-
-
-@triton.jit
-def _words2(lo, hi):
-    """Two [R, 8, 4, 1] words -> [R, 8, 4, 2], the pair in one thread."""
-    j = tl.join(lo, hi)
-    return tl.reshape(j, (j.shape[0], j.shape[1], j.shape[2], 2))
-
-
-@triton.jit
-def _q6k_piece(at, ok, s, ASM: tl.constexpr):
-    """Logical words at and at + 1 of a block whose first byte is at bit s of word 0, as [R, 8, 4, 2]."""
-    w0 = tl.load(at, mask=ok, other=0)
-    w1 = tl.load(at + 1, mask=ok, other=0)
-    w2 = tl.load(at + 2, mask=ok, other=0)
-    return _words2(_funnel(w0, w1, s, ASM), _funnel(w1, w2, s, ASM))
-
-
-@triton.jit
-def _q6k_step(xs, w_row, sb, ok, u, MP: tl.constexpr, ASM: tl.constexpr):
-    """Q6_K: as _k45_step. A 210-byte block is word-aligned for even sb and 2 bytes off for odd sb
-    (rows are whole words), so each word is funnelled out of two. Unit u = (half h, l-half lh) of
-    the 128 low-nibble, 64 two-bit and 16 scale bytes: bytes l = 16 lh + 0..15 of ql[64h..] (streams
-    t = 0, 2), ql[64h + 32..] (t = 1, 3) and qh[32h..] (bits 2t, 2t + 1), weights 128h + 32t + l."""
-    byte0 = sb * 210
-    s = ((byte0 & 2) * 8).to(tl.uint32)
-    h = u >> 1
-    lh = u & 1
-    at = w_row + (byte0 >> 2) + u * 0  # the word holding the block's first byte, per lane
-    d = _half_f32(tl.load(at + 52, mask=ok, other=0) >> s, False)  # d at bytes 208..209
-    sw = at + 48 + 2 * h  # scale bytes 8h..8h + 7
-    s0 = tl.load(sw, mask=ok, other=0)
-    s1 = tl.load(sw + 1, mask=ok, other=0)
-    s2 = tl.load(sw + 2, mask=ok, other=0)
-    sc_a = _funnel(s0, s1, s, ASM)
-    sc_b = _funnel(s1, s2, s, ASM)
-    la = at + 16 * h + 4 * lh
-    qh = at + 32 + 8 * h + 4 * lh
-    a = (_q6k_piece(la, ok, s, ASM), _q6k_piece(la + 2, ok, s, ASM))
-    b = (_q6k_piece(la + 8, ok, s, ASM), _q6k_piece(la + 10, ok, s, ASM))
-    c = (_q6k_piece(qh, ok, s, ASM), _q6k_piece(qh + 2, ok, s, ASM))
-    # the 6-bit value as the byte: v = 0.5 + q / 256, w = D (q - 32): A = 256 D, B = 160 D
-    v0 = (_bytes8((a[0] & 0x0F0F0F0F) | ((c[0] << 4) & 0x30303030), ASM),
-          _bytes8((a[1] & 0x0F0F0F0F) | ((c[1] << 4) & 0x30303030), ASM))
-    v1 = (_bytes8((b[0] & 0x0F0F0F0F) | ((c[0] << 2) & 0x30303030), ASM),
-          _bytes8((b[1] & 0x0F0F0F0F) | ((c[1] << 2) & 0x30303030), ASM))
-    v2 = (_bytes8(((a[0] >> 4) & 0x0F0F0F0F) | (c[0] & 0x30303030), ASM),
-          _bytes8(((a[1] >> 4) & 0x0F0F0F0F) | (c[1] & 0x30303030), ASM))
-    v3 = (_bytes8(((b[0] >> 4) & 0x0F0F0F0F) | ((c[0] >> 2) & 0x30303030), ASM),
-          _bytes8(((b[1] >> 4) & 0x0F0F0F0F) | ((c[1] >> 2) & 0x30303030), ASM))
-    d0 = d * _i8_f32(sc_a >> (8 * lh))
-    d1 = d * _i8_f32(sc_a >> (8 * lh + 16))
-    d2 = d * _i8_f32(sc_b >> (8 * lh))
-    d3 = d * _i8_f32(sc_b >> (8 * lh + 16))
-    xo = sb * 256 + 128 * h + 16 * lh + tl.arange(0, 8)[None, None, None, :]
-    p0, p1, p2, p3 = _stream(v0, xs, xo, ok, 256.0 * d0, 160.0 * d0, MP)
-    q0, q1, q2, q3 = _stream(v1, xs, xo + 32, ok, 256.0 * d1, 160.0 * d1, MP)
-    r0, r1, r2, r3 = _stream(v2, xs, xo + 64, ok, 256.0 * d2, 160.0 * d2, MP)
-    t0, t1, t2, t3 = _stream(v3, xs, xo + 96, ok, 256.0 * d3, 160.0 * d3, MP)
-    return p0 + q0 + r0 + t0, p1 + q1 + r1 + t1, p2 + q2 + r2 + t2, p3 + q3 + r3 + t3
-
-
-# --------------------------------------------------------------------------------------------
 # Kernels
 
 
@@ -589,53 +372,6 @@ def _qdot_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters,
     _finish(acc, out_ptrs, (m2 < M) & (n2 < N), part_ptr, cnt_ptr, tile, n_tiles, pid_k, n_split, BN, BM, SPLIT)
 
 
-@triton.jit
-def _wgemv_kernel(x_ptr, w_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_sb, steps_per_split, n_split,
-                  stride_xm, stride_w, stride_om,
-                  QT: tl.constexpr, R: tl.constexpr, MP: tl.constexpr, MPAD: tl.constexpr, SPLIT: tl.constexpr,
-                  WALIGN: tl.constexpr, ASM: tl.constexpr):
-    """out[m, n] = sum_k x[m, k] w[n, k] for m < M == MP <= 4 (MPAD: MP padded to a power of two),
-    the word-stream walk (Q4_K, Q5_K, Q6_K; see its section). stride_w: row words / WALIGN."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = pid_n * R + tl.arange(0, R)
-    row_words = tl.minimum(rows, N - 1).to(tl.int64) * stride_w * WALIGN
-    w_row = w_ptr.to(tl.pointer_type(tl.uint32)) + row_words[:, None, None, None]
-    s = tl.arange(0, 8)[None, :, None, None]
-    u = tl.arange(0, 4)[None, None, :, None]
-    xs = (x_ptr, x_ptr + tl.minimum(1, M - 1) * stride_xm, x_ptr + tl.minimum(2, M - 1) * stride_xm,
-          x_ptr + tl.minimum(3, M - 1) * stride_xm)  # rows >= M are never stored
-    acc0 = tl.zeros([R, 8, 4, 1], dtype=tl.float32)
-    acc1 = tl.zeros([R, 8, 4, 1], dtype=tl.float32)
-    acc2 = tl.zeros([R, 8, 4, 1], dtype=tl.float32)
-    acc3 = tl.zeros([R, 8, 4, 1], dtype=tl.float32)
-    it0 = pid_k * steps_per_split
-    it1 = tl.minimum(it0 + steps_per_split, tl.cdiv(n_sb, 8))
-    for it in range(it0, it1):
-        sb = it * 8 + s
-        ok = sb < n_sb
-        if QT == 5:
-            c0, c1, c2, c3 = _q6k_step(xs, w_row, sb, ok, u, MP, ASM)
-        else:
-            c0, c1, c2, c3 = _k45_step(xs, w_row, sb, ok, u, QT, MP, ASM)
-        acc0 += c0
-        acc1 += c1
-        acc2 += c2
-        acc3 += c3
-    m2 = tl.arange(0, MPAD)[:, None]
-    res = tl.where(m2 == 0, tl.sum(tl.sum(tl.sum(acc0, axis=3), axis=2), axis=1)[None, :], 0.0)  # [MPAD, R]
-    if MP > 1:
-        res += tl.where(m2 == 1, tl.sum(tl.sum(tl.sum(acc1, axis=3), axis=2), axis=1)[None, :], 0.0)
-    if MP > 2:
-        res += tl.where(m2 == 2, tl.sum(tl.sum(tl.sum(acc2, axis=3), axis=2), axis=1)[None, :], 0.0)
-    if MP > 3:
-        res += tl.where(m2 == 3, tl.sum(tl.sum(tl.sum(acc3, axis=3), axis=2), axis=1)[None, :], 0.0)
-    n2 = rows[None, :]
-    out_ptrs = out_ptr + m2 * stride_om + n2
-    _finish(res, out_ptrs, (m2 < M) & (n2 < N), part_ptr, cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split,
-            MPAD, R, SPLIT)
-
-
 # --------------------------------------------------------------------------------------------
 # Launch configuration
 
@@ -655,11 +391,6 @@ _PROGRAMS_PER_SM = {"Q4_0": 4, "Q5_0": 8, "Q8_0": 4, "Q4_K": 4, "Q5_K": 4, "Q6_K
 # Rows up to which each type's GEMV stays on CUDA cores (at most FMA_MAX_M): measured at 2..4 rows.
 _FMA_ROWS = {"Q4_0": 2, "Q5_0": 2, "Q8_0": 2, "Q4_K": 4, "Q5_K": 4, "Q6_K": 2}
 _DEQUANT = (32, 4, 8)  # dequantize_triton's (BN, U, num_warps)
-# The word-stream kernel (_wgemv_kernel) for 1..FMA_MAX_M rows: per type, (output channels per
-# program, num_warps) by rows of x, and the programs split-K aims at per multiprocessor.
-_WGEMV = {name: {1: (4, 1), 2: (4, 1), 3: (2, 1), 4: (2, 1)} for name in ("Q4_K", "Q5_K", "Q6_K")}
-_WGEMV_PER_SM = {name: 8 for name in _WGEMV}
-_WALIGN = {"Q4_K": 4, "Q5_K": 4, "Q6_K": 1}  # row words are a multiple of this (vector loads)
 
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
@@ -754,8 +485,6 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
     assert 1 <= m <= 16, f"qgemv_triton takes 1..16 rows, got {m}"
     out = _out(out, x, m, n)
     cfg = dict(config or {})
-    if cfg.get("kind", "ws") == "ws" and _wgemv_ok(raw, qtype, m):
-        return _wgemv(x2, raw, qtype, k, out, cfg).reshape(*x.shape[:-1], n)
     kind = cfg.get("kind", "fma" if m <= _FMA_ROWS[qtype] else "dot")
     assert kind == "dot" or m <= FMA_MAX_M, (kind, m)
     bn, u, warps = _GEMV[qtype] if kind == "fma" else _GEMV16[qtype]
@@ -777,30 +506,6 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
         _qdot_kernel[(1, n_tiles, split)](*args, QT=qt, BM=16, BN=bn, U=u, SPLIT=split > 1, IEEE=_ieee(x),
                                           num_warps=warps)
     return out.reshape(*x.shape[:-1], n)
-
-
-def _wgemv_ok(raw: torch.Tensor, qtype: str, m: int) -> bool:
-    """Whether the word-stream kernel takes this weight: its types, whole-word rows, aligned base."""
-    return (qtype in _WGEMV and m <= FMA_MAX_M and raw.shape[1] % (4 * _WALIGN[qtype]) == 0
-            and raw.data_ptr() % 16 == 0)
-
-
-def _wgemv(x2: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, out: torch.Tensor, cfg: dict) -> torch.Tensor:
-    m, n = x2.shape[0], raw.shape[0]
-    r, warps = _WGEMV[qtype][m]
-    r, warps = cfg.get("bn", r), cfg.get("warps", warps)
-    mp = triton.next_power_of_2(m)
-    n_sb = k // 256
-    n_tiles = triton.cdiv(n, r)
-    split, per = _split(n_tiles, triton.cdiv(n_sb, 8), x2.device, cfg.get("split"),
-                        cfg.get("per_sm", _WGEMV_PER_SM[qtype]))
-    part = torch.empty(split * n_tiles * mp * r if split > 1 else 1, dtype=torch.float32, device=x2.device)
-    cnt = _counters(x2.device, n_tiles)
-    _wgemv_kernel[(n_tiles, split)](x2, raw, out, part, cnt, m, n, n_sb, per, split,
-                                    x2.stride(0), raw.stride(0) // (4 * _WALIGN[qtype]), out.stride(0),
-                                    QT=_CODES[qtype], R=r, MP=m, MPAD=mp, SPLIT=split > 1,
-                                    WALIGN=_WALIGN[qtype], ASM=not interpreting(), num_warps=warps)
-    return out
 
 
 def qmatmul_fused_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out: torch.Tensor | None = None,
