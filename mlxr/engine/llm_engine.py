@@ -13,15 +13,27 @@ from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
-from mlxr.engine.model_runner import ModelRunner
+from mlxr.engine.model_runner import ModelRunner, PendingTokens
 from mlxr.engine.request_state import RequestState, SeqState, build_output, token_logprobs
-from mlxr.engine.sampler import Sampler, SamplingState, make_generator
-from mlxr.engine.scheduler import Scheduler, SchedulerConfig
-from mlxr.engine.sequence import Request, Sequence
+from mlxr.engine.sampler import SampleFuture, Sampler, SamplingState, make_generator
+from mlxr.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from mlxr.engine.sequence import PLACEHOLDER, Request, Sequence
+from mlxr.engine.staging import to_device
 from mlxr.errors import ContextLengthError, InvalidParameterError, OverloadedError
 from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Launched:
+    """A step queued on the device whose sampled tokens the host has not taken in yet."""
+
+    out: SchedulerOutput
+    touched: set[str]  # request ids scheduled in the step
+    seqs: list[Sequence]  # the sampled sequences, in row order
+    future: SampleFuture | None
+    rows: dict[int, int]  # seq_id -> row of future.tokens
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,10 @@ class LLMEngine:
                 num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch), self.block_manager.blocks_for(self.max_model_len)
             )
         self.sampler = Sampler()
+        # Overlap the host's work with the device's only where the device runs asynchronously.
+        auto = parts.device.type == "cuda"
+        self.overlap = auto if config.overlap_steps is None else config.overlap_steps
+        self._inflight: _Launched | None = None
         self.requests: dict[str, RequestState] = {}
         self.seq_states: dict[int, SeqState] = {}
         self._seq_ids = itertools.count()
@@ -211,39 +227,85 @@ class LLMEngine:
             generation_tokens_total=self.generation_tokens_total,
         )
 
-    # --- one step -----------------------------------------------------------------------------
+    # --- one step ---------------------------------------------------------------------------
+    # On CUDA a step is launched, then the previous step's tokens are taken in while the GPU
+    # runs it: the new step reads each sequence's still-unknown token (a placeholder on the
+    # host) from the previous step's sampled tokens on the device. A sequence that turns out
+    # to have finished had one extra row computed, whose result is dropped. Rows whose
+    # sampling reads earlier tokens on the host (penalties, min_tokens, n > 1 forks) make the
+    # engine take the previous step in first.
     def step(self) -> list[RequestOutput]:
+        if self._inflight is not None and not self._may_overlap():
+            return self._land(self._take_inflight())
         out = self.scheduler.schedule()
         if out.is_empty:
-            return []
+            return self._land(self._take_inflight())
+        self._mark_scheduled(out)
+        try:
+            launched = self._launch(out)
+        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
+            log.exception("model step failed")
+            outputs = self._land(self._take_inflight())
+            self.scheduler.recompute_swapped(out.preempted)  # their swap-out may not have run
+            return outputs + self._fail({s.seq.request_id for s in out.scheduled}, e)
+        outputs = self._land(self._take_inflight())
+        self.scheduler.update(out, skip_finished=True)
+        for seq in launched.seqs:
+            if not seq.is_finished:
+                seq.token_ids.append(PLACEHOLDER)
+        self._inflight = launched
+        if not self.overlap:
+            outputs += self._land(self._take_inflight())
+        return outputs
+
+    def _may_overlap(self) -> bool:
+        sch = self.scheduler
+        return all(self.seq_states[s.seq_id].overlappable for q in (sch.running, sch.waiting, sch.swapped) for s in q)
+
+    def _take_inflight(self) -> "_Launched | None":
+        launched, self._inflight = self._inflight, None
+        return launched
+
+    def _mark_scheduled(self, out) -> None:
         now = time.monotonic()
         for item in out.scheduled:
             metrics = self.requests[item.seq.request_id].metrics
             if metrics.first_scheduled_time is None:
                 metrics.first_scheduled_time = now
-        try:
-            seqs, logits = self.runner.execute(out)
-        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            log.exception("model step failed")
-            self.scheduler.recompute_swapped(out.preempted)  # their swap-out may not have run
-            return self._fail({s.seq.request_id for s in out.scheduled}, e)
-        self.scheduler.update(out)
-        touched = {s.seq.request_id for s in out.scheduled}
-        if seqs:
-            self._sample(seqs, logits)
-        return [self._emit(rid) for rid in touched if rid in self.requests]
 
-    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+    def _launch(self, out) -> "_Launched":
+        prev = self._inflight
+        pending = PendingTokens(prev.future.tokens, prev.rows) if prev is not None else None
+        seqs, logits = self.runner.execute(out, pending)
+        touched = {s.seq.request_id for s in out.scheduled}
+        if not seqs:
+            return _Launched(out, touched, [], None, {})
         owners, rows = [], []
         for i, seq in enumerate(seqs):
             group = self._fork_if_first(seq)
             owners += group
             rows += [i] * len(group)
         if len(rows) != len(seqs):
-            logits = logits[torch.tensor(rows, device=logits.device)]
+            logits = logits[to_device(rows, torch.long, logits.device)]
         states = [self.seq_states[s.seq_id].sampling for s in owners]
-        for seq, sample in zip(owners, self.sampler(logits, states)):
-            self._append_token(self.seq_states[seq.seq_id], sample)
+        future = self.sampler.launch(logits, states)
+        return _Launched(out, touched, owners, future, {s.seq_id: i for i, s in enumerate(owners)})
+
+    def _land(self, launched: "_Launched | None") -> list[RequestOutput]:
+        """Take a launched step's tokens in: append, check stops, emit its requests' outputs."""
+        if launched is None:
+            return []
+        if launched.future is not None:
+            try:
+                samples = launched.future.result()
+            except Exception as e:  # noqa: BLE001 - as a failed launch
+                log.exception("model step failed")
+                return self._fail(launched.touched, e)
+            for seq, sample in zip(launched.seqs, samples):
+                state = self.seq_states.get(seq.seq_id)
+                if state is not None and not seq.is_finished:  # else aborted or stopped meanwhile
+                    self._append_token(state, sample)
+        return [self._emit(rid) for rid in launched.touched if rid in self.requests]
 
     def _fork_if_first(self, seq: Sequence) -> list[Sequence]:
         """When the prompt of an n > 1 request is done, its forks share the prompt blocks."""
@@ -265,7 +327,10 @@ class LLMEngine:
         seq, rs = state.seq, self.requests[state.seq.request_id]
         params = rs.request.params
         token = sample.token_id
-        seq.token_ids.append(token)
+        if seq.token_ids[-1] == PLACEHOLDER:
+            seq.token_ids[-1] = token
+        else:
+            seq.token_ids.append(token)
         state.sampling.output_token_ids.append(token)
         self.generation_tokens_total += 1
         rs.mark_token()

@@ -2,6 +2,7 @@
 and returns the logits of the sequences that reached their last uncomputed token."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +10,8 @@ from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
-from mlxr.engine.sequence import Sequence
+from mlxr.engine.sequence import PLACEHOLDER, Sequence
+from mlxr.engine.staging import to_device
 from mlxr.layers.attention import AttnMetadata
 
 
@@ -20,6 +22,15 @@ class StepInputs:
     meta: AttnMetadata
     logit_rows: list[int]  # flat row of the last token of each sequence that samples
     sampling_seqs: list[Sequence]
+
+
+@dataclass
+class PendingTokens:
+    """The tokens a launched step sampled, still on the device: the next step reads a
+    sequence's placeholder from row rows[seq_id] of tokens."""
+
+    tokens: torch.Tensor  # [R] int64
+    rows: dict[int, int]
 
 
 def slots_for(seq: Sequence, start: int, end: int, block_size: int) -> list[int]:
@@ -39,13 +50,21 @@ class ModelRunner:
 
         self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq)
 
-    def prepare(self, out: SchedulerOutput) -> StepInputs:
+    def prepare(self, out: SchedulerOutput, pending: PendingTokens | None = None) -> StepInputs:
+        """All of the step's index tensors in one pinned host-to-device copy; a placeholder
+        (always a sequence's last token) is filled on the device from pending."""
         bs = self.kv_cache.block_size
         ids, pos, slots, q_lens, seq_lens, rows, sampling = [], [], [], [], [], [], []
+        fill_at, fill_from = [], []
         for item in out.scheduled:
             seq, start = item.seq, item.seq.num_computed_tokens
             end = start + item.num_tokens
-            ids += seq.token_ids[start:end]
+            chunk = seq.token_ids[start:end]
+            if chunk[-1] == PLACEHOLDER:
+                fill_at.append(len(ids) + len(chunk) - 1)
+                fill_from.append(pending.rows[seq.seq_id])
+                chunk[-1] = 0
+            ids += chunk
             pos += range(start, end)
             slots += slots_for(seq, start, end, bs)
             q_lens.append(item.num_tokens)
@@ -54,31 +73,37 @@ class ModelRunner:
                 rows.append(len(ids) - 1)
                 sampling.append(seq)
         width = max(len(s.seq.block_table) for s in out.scheduled)
-        tables = [s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in out.scheduled]
-        starts = [0]
-        for q in q_lens:
-            starts.append(starts[-1] + q)
-        as_tensor = lambda x: torch.tensor(x, dtype=torch.long, device=self.device)  # noqa: E731
+        tables = itertools.chain.from_iterable(
+            s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in out.scheduled)
+        starts = list(itertools.accumulate(q_lens, initial=0))
+        t, n = len(ids), len(q_lens)
+        flat = to_device(ids + pos + slots + starts + seq_lens + list(tables) + fill_at + fill_from, torch.long, self.device)
+        input_ids, positions, slot_t, start_t, lens_t, table_t, fills = flat.split(
+            [t, t, t, n + 1, n, n * width, 2 * len(fill_at)])
+        if fill_at:
+            input_ids[fills[: len(fill_at)]] = pending.tokens[fills[len(fill_at):]]
         meta = AttnMetadata(
-            slot_mapping=as_tensor(slots),
-            block_tables=as_tensor(tables),
-            query_start_loc=as_tensor(starts),
-            seq_lens=as_tensor(seq_lens),
+            slot_mapping=slot_t,
+            block_tables=table_t.view(n, width),
+            query_start_loc=start_t,
+            seq_lens=lens_t,
             query_lens_list=q_lens,
             seq_lens_list=seq_lens,
             block_size=bs,
         )
-        return StepInputs(as_tensor(ids), as_tensor(pos), meta, rows, sampling)
+        return StepInputs(input_ids, positions, meta, rows, sampling)
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> tuple[list[Sequence], torch.Tensor | None]:
-        """Run one step; returns the sequences to sample and their float32 logits [S, vocab].
+    def execute(
+        self, out: SchedulerOutput, pending: PendingTokens | None = None
+    ) -> tuple[list[Sequence], torch.Tensor | None]:
+        """Queue one step; returns the sequences to sample and their float32 logits [S, vocab].
         After a CUDA graph replay the logits may be a view of the graph's static output: valid
         until the next step, so callers that keep them must copy."""
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
-        inputs = self.prepare(out)
+        inputs = self.prepare(out, pending)
         every_row_samples = len(inputs.sampling_seqs) == inputs.meta.num_seqs
         if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
             # Every decode row samples, in order, so the graph's logits are the answer.
@@ -86,7 +111,7 @@ class ModelRunner:
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
         if not inputs.sampling_seqs:
             return [], None
-        rows = torch.tensor(inputs.logit_rows, device=hidden.device)
+        rows = to_device(inputs.logit_rows, torch.long, hidden.device)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         return inputs.sampling_seqs, logits.float()
 

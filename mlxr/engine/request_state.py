@@ -22,6 +22,14 @@ class SeqState:
     sent_text: int = 0  # how much of text/tokens/logprobs earlier deltas carried
     sent_tokens: int = 0
 
+    @property
+    def overlappable(self) -> bool:
+        """Whether this sequence's next token can be sampled before the host knows its last
+        one: not when penalties or min_tokens read the output so far, nor before n > 1 forks."""
+        p = self.sampling.params
+        return (p.n == 1 and p.min_tokens == 0 and p.repetition_penalty == 1.0
+                and p.presence_penalty == 0 and p.frequency_penalty == 0)
+
 
 @dataclass(eq=False)
 class RequestState:

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from mlxr.engine.staging import HostCopy, to_device
 from mlxr.ops import sampling as ops
 from mlxr.types import SamplingParams
 
@@ -79,7 +80,12 @@ def _flat_index(
     rows = torch.repeat_interleave(torch.tensor(row_ids, dtype=torch.long), lengths)
     cols = torch.tensor(list(itertools.chain.from_iterable(id_lists)), dtype=torch.long)
     keep = (cols >= 0) & (cols < vocab)
-    return rows[keep].to(device), cols[keep].to(device)
+    return to_device(rows[keep], torch.long, device), to_device(cols[keep], torch.long, device)
+
+
+def _has_processors(p: SamplingParams) -> bool:
+    return bool(p.logit_bias) or p.min_tokens > 0 or p.repetition_penalty != 1.0 \
+        or p.presence_penalty != 0 or p.frequency_penalty != 0
 
 
 def _top_k(params: SamplingParams, vocab: int) -> int:
@@ -87,7 +93,11 @@ def _top_k(params: SamplingParams, vocab: int) -> int:
 
 
 def _param_tensor(values: list[float], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=device)
+    return to_device(values, torch.float32, device)
+
+
+def _index_tensor(rows: list[int], device: torch.device) -> torch.Tensor:
+    return to_device(rows, torch.long, device)
 
 
 def _on_rows(x: torch.Tensor, rows: list[int], fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -97,31 +107,63 @@ def _on_rows(x: torch.Tensor, rows: list[int], fn: Callable[[torch.Tensor], torc
     if len(rows) == x.shape[0]:
         x.copy_(fn(x))
         return
-    idx = torch.tensor(rows, dtype=torch.long, device=x.device)
+    idx = _index_tensor(rows, x.device)
     x[idx] = fn(x[idx])
 
 
+class SampleFuture:
+    """One step's sampled tokens: on the device at once (`tokens`, for the next step's
+    inputs), on the host when `result()` is called (it waits for the copy, not the stream)."""
+
+    def __init__(self, tokens: torch.Tensor, copy: HostCopy, has_stats: bool, wanted: list[int]) -> None:
+        self.tokens = tokens
+        self._copy, self._has_stats, self._wanted = copy, has_stats, wanted
+
+    def result(self) -> list[SampledToken]:
+        host = self._copy.get()
+        tokens = host[0].tolist()
+        n = len(tokens)
+        logprob, rank = (host[1].tolist(), host[2].tolist()) if self._has_stats else ([float("nan")] * n, [0] * n)
+        tops = _top_lists(host[3], host[4], self._wanted) if len(host) > 3 else [[] for _ in tokens]
+        return [
+            SampledToken(t, LOGPROB_FLOOR if lp != lp or lp == float("-inf") else lp, rk, top)
+            for t, lp, rk, top in zip(tokens, logprob, rank, tops)
+        ]
+
+
+def _top_lists(values: torch.Tensor, ids: torch.Tensor, wanted: list[int]) -> list[list[tuple[int, float]]]:
+    values_l, ids_l = values.tolist(), ids.tolist()
+    return [list(zip(ids_l[i][:n], values_l[i][:n])) for i, n in enumerate(wanted)]
+
+
 class Sampler:
-    """Batched sampler: __call__(logits [B, V], states) -> one SampledToken per row."""
+    """Batched sampler: __call__(logits [B, V], states) -> one SampledToken per row.
+    `launch` queues the same work on the device and returns before it has run."""
 
     def __call__(self, logits: torch.Tensor, states: list[SamplingState]) -> list[SampledToken]:
+        return self.launch(logits, states).result()
+
+    def launch(self, logits: torch.Tensor, states: list[SamplingState]) -> SampleFuture:
+        """Nothing here waits for the device: host-side parameters travel through pinned
+        memory, and the results come back through an event."""
         assert logits.dim() == 2 and logits.shape[0] == len(states), (logits.shape, len(states))
         raw = ops.sanitize(logits)
         tokens = self._choose(self._process(raw, states), states)
-        return self._results(raw, tokens, states)
+        return self._future(raw, tokens, states)
 
     def processed_logits(self, logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
         """float32 logits after bias, min_tokens and penalties (before temperature)."""
         return self._process(ops.sanitize(logits), states)
 
     def _process(self, raw: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+        if not any(_has_processors(s.params) for s in states):
+            return self._rescue_empty_rows(raw, raw)
         x = raw.clone()
         self._apply_logit_bias(x, states)
         self._apply_min_tokens(x, states)
         self._apply_repetition_penalty(x, states)
         self._apply_presence_frequency(x, states)
-        self._rescue_empty_rows(x, raw)
-        return x
+        return self._rescue_empty_rows(x, raw)
 
     # --- logit processors (in place, on the rows that use them) ---
 
@@ -152,14 +194,13 @@ class Sampler:
         prompts = [states[i].prompt_ids_tensor(vocab, device) for i in rows]
         r_out, c_out = _flat_index([states[i].output_token_ids for i in rows], rows, vocab, device)
         total = sum(t.numel() for t in prompts)
-        lengths = torch.tensor([t.numel() for t in prompts], device=device)
-        r_prompt = torch.repeat_interleave(
-            torch.tensor(rows, device=device), lengths, output_size=total)
+        lengths = _index_tensor([t.numel() for t in prompts], device)
+        r_prompt = torch.repeat_interleave(_index_tensor(rows, device), lengths, output_size=total)
         # Repeated (row, token) pairs are harmless: each writes the same penalised value.
         r, c = torch.cat([r_prompt, r_out]), torch.cat(prompts + [c_out])
         penalty = torch.ones(x.shape[0], dtype=torch.float32)
         penalty[rows] = torch.tensor([states[i].params.repetition_penalty for i in rows])
-        ops.repetition_penalty_(x, r, c, penalty.to(x.device))
+        ops.repetition_penalty_(x, r, c, to_device(penalty, torch.float32, device))
 
     def _apply_presence_frequency(self, x: torch.Tensor, states: list[SamplingState]) -> None:
         rows = _rows_where(states, lambda p: p.presence_penalty != 0 or p.frequency_penalty != 0)
@@ -172,16 +213,16 @@ class Sampler:
         frequency = torch.zeros(x.shape[0], dtype=torch.float32)
         presence[rows] = torch.tensor([states[i].params.presence_penalty for i in rows])
         frequency[rows] = torch.tensor([states[i].params.frequency_penalty for i in rows])
-        ops.presence_frequency_(x, r, c, counts, presence.to(x.device), frequency.to(x.device))
+        ops.presence_frequency_(x, r, c, counts, to_device(presence, torch.float32, x.device),
+                                to_device(frequency, torch.float32, x.device))
 
     @staticmethod
-    def _rescue_empty_rows(x: torch.Tensor, raw: torch.Tensor) -> None:
-        """A row with every token masked falls back to its raw logits, then to uniform."""
-        empty = x.amax(dim=-1) == ops.NEG_INF
-        if bool(empty.any()):
-            fallback = torch.where(raw.amax(dim=-1, keepdim=True) == ops.NEG_INF,
-                                   torch.zeros_like(raw), raw)
-            x[empty] = fallback[empty]
+    def _rescue_empty_rows(x: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+        """A row with every token masked falls back to its raw logits, then to uniform
+        (computed for every row: asking whether any row is empty would wait for the device)."""
+        empty = x.amax(dim=-1, keepdim=True) == ops.NEG_INF
+        fallback = raw.masked_fill(raw.amax(dim=-1, keepdim=True) == ops.NEG_INF, 0.0)
+        return torch.where(empty, fallback, x)
 
     # --- choosing tokens ---
 
@@ -193,9 +234,9 @@ class Sampler:
         if not greedy:
             return self._sample(x, states)
         tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
-        idx = torch.tensor(greedy, dtype=torch.long, device=x.device)
+        idx = _index_tensor(greedy, x.device)
         tokens[idx] = x[idx].argmax(dim=-1)
-        idx = torch.tensor(rand, dtype=torch.long, device=x.device)
+        idx = _index_tensor(rand, x.device)
         tokens[idx] = self._sample(x[idx], [states[i] for i in rand])
         return tokens
 
@@ -208,9 +249,12 @@ class Sampler:
         with_k = [i for i, p in enumerate(params) if 0 < p.top_k < vocab]
         only_p = [i for i, p in enumerate(params) if not 0 < p.top_k < vocab and p.top_p < 1.0]
         for rows in (with_k, only_p):
-            k = torch.tensor([_top_k(params[i], vocab) for i in rows], device=device)
+            if not rows:
+                continue
+            ks = [_top_k(params[i], vocab) for i in rows]
+            k = _index_tensor(ks, device)
             p_t = _param_tensor([params[i].top_p for i in rows], device)
-            _on_rows(x, rows, lambda t: ops.apply_top_k_top_p(t, k, p_t))
+            _on_rows(x, rows, lambda t: ops.apply_top_k_top_p(t, k, p_t, max(ks)))
         min_p = [i for i, p in enumerate(params) if p.min_p > 0.0]
         m_t = _param_tensor([params[i].min_p for i in min_p], device)
         _on_rows(x, min_p, lambda t: ops.apply_min_p(t, m_t))
@@ -223,7 +267,7 @@ class Sampler:
         u = torch.empty(len(states), dtype=torch.float64, device=device)
         shared = [i for i, s in enumerate(states) if s.generator is None]
         if shared:
-            idx = torch.tensor(shared, dtype=torch.long, device=device)
+            idx = _index_tensor(shared, device)
             u[idx] = torch.rand(len(shared), dtype=torch.float64, device=device)
         for i, s in enumerate(states):
             if s.generator is not None:
@@ -233,17 +277,19 @@ class Sampler:
     # --- reporting ---
 
     @staticmethod
-    def _results(raw: torch.Tensor, tokens: torch.Tensor,
-                 states: list[SamplingState]) -> list[SampledToken]:
+    def _future(raw: torch.Tensor, tokens: torch.Tensor, states: list[SamplingState]) -> SampleFuture:
+        """Queue the copies of what the host needs: tokens, and logprob figures only when
+        some row asked for them (a logsumexp over a 262k vocabulary costs ms on a CPU)."""
+        wanted = [min(s.params.logprobs or 0, raw.shape[1]) for s in states]
+        if not any(s.params.logprobs is not None for s in states):
+            return SampleFuture(tokens, HostCopy([tokens]), False, wanted)
         logprob, rank, lse = Sampler._logprob_stats(raw, tokens, states)
-        # One device -> host copy for all per-row scalars (ids and ranks are exact in fp64).
-        packed = torch.stack([tokens.double(), logprob.double(), rank.double()])
-        packed = packed.nan_to_num(nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR).tolist()
-        tops = Sampler._top_logprobs(raw, lse, states)
-        return [
-            SampledToken(int(t), float(lp), int(rk), top)
-            for t, lp, rk, top in zip(packed[0], packed[1], packed[2], tops)
-        ]
+        parts = [tokens, logprob, rank]
+        n_max = max(wanted, default=0)
+        if n_max:
+            values, ids = raw.topk(n_max, dim=-1)
+            parts += [(values - lse.unsqueeze(-1)).nan_to_num(nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR), ids]
+        return SampleFuture(tokens, HostCopy(parts), True, wanted)
 
     @staticmethod
     def _logprob_stats(raw: torch.Tensor, tokens: torch.Tensor,
@@ -257,18 +303,6 @@ class Sampler:
         rank = torch.zeros(tokens.shape, dtype=torch.int64, device=raw.device)
         lse = torch.full(tokens.shape, float("nan"), device=raw.device)
         if want:
-            idx = torch.tensor(want, dtype=torch.long, device=raw.device)
+            idx = _index_tensor(want, raw.device)
             logprob[idx], rank[idx], lse[idx] = ops.raw_logprob_stats(raw[idx], tokens[idx])
         return logprob, rank, lse
-
-    @staticmethod
-    def _top_logprobs(raw: torch.Tensor, lse: torch.Tensor,
-                      states: list[SamplingState]) -> list[list[tuple[int, float]]]:
-        wanted = [min(s.params.logprobs or 0, raw.shape[1]) for s in states]
-        n_max = max(wanted, default=0)
-        if n_max == 0:
-            return [[] for _ in states]
-        values, ids = raw.topk(n_max, dim=-1)
-        values = (values - lse.unsqueeze(-1)).nan_to_num(nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR)
-        values_l, ids_l = values.tolist(), ids.tolist()
-        return [list(zip(ids_l[i][:n], values_l[i][:n])) for i, n in enumerate(wanted)]

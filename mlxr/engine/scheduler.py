@@ -184,8 +184,11 @@ class Scheduler:
                 self.waiting.appendleft(seq)
 
     # --- after the model ran -------------------------------------------------------------------
-    def update(self, out: SchedulerOutput) -> None:
-        """Advance computed counts of the sequences that ran and publish full blocks."""
+    def update(self, out: SchedulerOutput, skip_finished: bool = False) -> None:
+        """Advance computed counts of the sequences that ran and publish full blocks
+        (skip_finished: not for those that finished since the step was scheduled)."""
         for s in out.scheduled:
+            if skip_finished and s.seq.is_finished:
+                continue
             s.seq.num_computed_tokens += s.num_tokens
             self.blocks.commit_full_blocks(s.seq)

@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 
 from mlxr.types import SamplingParams
 
+# The token of a step still running on the device: the engine appends it when it launches
+# the step and writes the real id when the step's result reaches the host.
+PLACEHOLDER = -1
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
@@ -43,7 +47,9 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
+        """The tokens known on the host (a trailing placeholder is left out)."""
+        end = -1 if self.token_ids and self.token_ids[-1] == PLACEHOLDER else None
+        return self.token_ids[self.num_prompt_tokens : end]
 
     @property
     def num_uncomputed_tokens(self) -> int:

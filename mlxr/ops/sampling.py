@@ -71,14 +71,17 @@ def apply_temperature(logits: torch.Tensor, temperature: torch.Tensor) -> torch.
     return (logits - row_max).div_(temperature.unsqueeze(-1))
 
 
-def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def apply_top_k_top_p(
+    logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor, k_max: int | None = None
+) -> torch.Tensor:
     """Top-k (1 <= k <= V; V = off), then nucleus top-p on the renormalised rest.
 
     Nucleus keeps the fewest most-likely tokens whose mass reaches p, at least one.
     When every row has k < V only the top k_max are sorted, not the whole vocab.
+    k_max (max of k) may be given by a caller that knows it, saving a wait for the device.
     """
     vocab = logits.shape[-1]
-    k_max = int(k.max().item())
+    k_max = int(k.max().item()) if k_max is None else k_max
     if k_max < vocab:
         sorted_logits, order = logits.topk(k_max, dim=-1)
     else:

@@ -1,0 +1,39 @@
+"""Host <-> device copies that never wait for the GPU.
+
+A plain `torch.tensor(values, device="cuda")` copies from pageable memory and then waits for
+the whole stream, so one such call while the previous step still runs stalls the host until
+the GPU is idle, and no host work overlaps the GPU. These helpers copy through pinned memory
+(PyTorch's caching host allocator keeps a pinned block alive until its copy has run)."""
+from __future__ import annotations
+
+import torch
+
+
+def to_device(values: list | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor of values (a list or a CPU tensor) on device, queued on the current stream
+    without a host wait."""
+    host = values.to(dtype) if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host if device.type == "cpu" else host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+class HostCopy:
+    """Device tensors copied to host memory in the background; .get() waits for them only."""
+
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
+        self.event = None
+        if tensors and tensors[0].is_cuda:
+            self.host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+            for dst, src in zip(self.host, tensors):
+                dst.copy_(src, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = [t.cpu() for t in tensors]
+
+    def get(self) -> list[torch.Tensor]:
+        if self.event is not None:
+            self.event.synchronize()
+            self.event = None
+        return self.host

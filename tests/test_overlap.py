@@ -1,0 +1,111 @@
+"""Overlapped steps (step N+1 launched before step N's tokens reach the host), forced on the
+CPU: every output must equal the synchronous engine's, and no KV block may leak."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import fixture_model
+from mlxr import LLM, SamplingParams
+from test_engine_e2e import GREEDY, random_requests, staggered
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return str(fixture_model("tiny-llama").hf_dir)
+
+
+def engines(model_dir, **kwargs) -> tuple[LLM, LLM]:
+    sync = LLM(model_dir, dtype="float32", overlap_steps=False, **kwargs)
+    overlapped = LLM(model_dir, dtype="float32", overlap_steps=True, **kwargs)
+    return sync, overlapped
+
+
+def texts(llm: LLM, prompts, params) -> list[tuple]:
+    outs = llm.generate(prompts, params)
+    return [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
+
+
+def test_launches_the_next_step_before_taking_in_the_last(model_dir):
+    _, llm = engines(model_dir)
+    events = []
+    real_execute, real_launch = llm.engine.runner.execute, llm.engine.sampler.launch
+
+    def execute(out, pending=None):
+        events.append("execute")
+        return real_execute(out, pending)
+
+    def launch(logits, states):
+        future = real_launch(logits, states)
+        real_result = future.result
+        future.result = lambda: (events.append("result"), real_result())[1]
+        return future
+
+    llm.engine.runner.execute, llm.engine.sampler.launch = execute, launch
+    llm.generate([[5, 6, 7]], SamplingParams(max_tokens=4, **GREEDY))
+    assert events[:5] == ["execute", "execute", "result", "execute", "result"]
+
+
+def test_staggered_batches_match_the_synchronous_engine(model_dir):
+    reqs = random_requests(24, seed=3)
+    sync, overlapped = engines(model_dir, max_num_batched_tokens=48, max_num_seqs=8)
+    want, _ = staggered(sync, reqs)
+    got, stats = staggered(overlapped, reqs)
+    assert got == want
+    assert max(s.num_requests_running for s in stats) > 1
+    assert overlapped.engine.stats().kv_blocks_used == 0
+
+
+@pytest.mark.parametrize("swap", [0.0, 0.001])
+def test_preemption_under_a_tiny_cache_matches(model_dir, swap):
+    reqs = random_requests(64)[:16]
+    kw = dict(num_kv_blocks=12, block_size=4, max_num_batched_tokens=64, max_num_seqs=16,
+              swap_space_gb=swap, enable_prefix_caching=False)
+    sync, overlapped = engines(model_dir, **kw)
+    want, _ = staggered(sync, reqs, per_step=8)
+    got, _ = staggered(overlapped, reqs, per_step=8)
+    final = overlapped.engine.stats()
+    assert got == want and final.num_preemptions > 0 and final.kv_blocks_used == 0
+
+
+def test_stops_found_a_step_late_give_the_same_text(model_dir):
+    sync, overlapped = engines(model_dir)
+    base = sync.generate([[9, 10, 11]], SamplingParams(max_tokens=12, **GREEDY))[0].outputs[0]
+    stop_token = base.token_ids[5]
+    stop_text = base.text[3:6] if len(base.text) > 6 else None
+    cases = [SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=[stop_token]),
+             SamplingParams(max_tokens=12, temperature=0.7, seed=11),
+             SamplingParams(max_tokens=7, temperature=0.0, logprobs=2)]
+    if stop_text:
+        cases.append(SamplingParams(max_tokens=12, temperature=0.0, stop=[stop_text]))
+    for params in cases:
+        assert texts(overlapped, [[9, 10, 11], [4, 5]], params) == texts(sync, [[9, 10, 11], [4, 5]], params)
+    assert overlapped.engine.stats().kv_blocks_used == 0
+
+
+def test_rows_that_read_their_output_make_the_engine_wait(model_dir):
+    """Penalties and min_tokens read the tokens so far: mixed with plain rows, the results
+    still equal the synchronous engine's."""
+    sync, overlapped = engines(model_dir)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    params = [SamplingParams(max_tokens=10, temperature=0.0, repetition_penalty=1.3),
+              SamplingParams(max_tokens=10, temperature=0.0, min_tokens=6, ignore_eos=False),
+              SamplingParams(max_tokens=10, temperature=0.9, seed=3, presence_penalty=0.5)]
+    assert texts(overlapped, prompts, params) == texts(sync, prompts, params)
+
+
+def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):
+    _, llm = engines(model_dir, max_num_seqs=4)
+    engine = llm.engine
+    params = SamplingParams(max_tokens=30, **GREEDY)
+    for i in range(3):
+        engine.add_request(f"r{i}", [5 + i, 6, 7], params)
+    for _ in range(4):
+        engine.step()
+    assert engine._inflight is not None
+    out = engine.abort("r1")
+    assert out.finished and all(t >= 0 for t in out.outputs[0].token_ids)
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.stats().kv_blocks_used == 0
+    llm.generate([[3, 4]], SamplingParams(max_tokens=3, **GREEDY))  # the engine goes on
+    assert engine.stats().kv_blocks_used == 0
