@@ -1,0 +1,94 @@
+"""Where a decode step's time goes on a GPU: the model alone (CUDA-graph replay timed with
+CUDA events) beside the whole engine step, with steps overlapped and not, and a host-side
+profile. JSON to bench/results/step_probe-*.json.
+
+  python bench/step_probe.py [--model tinyllama-shape] [--batches 1 64 256] [--quantization auto]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+
+import torch
+
+from common import device_name, print_table, write_result
+from latency import bench_mlxr, model_paths, prompt_ids
+from throughput import run_mlxr, workload
+
+
+def replay_ms(llm, batch: int, iters: int = 50) -> float | None:
+    graphs = llm.engine.runner.graphs
+    if graphs is None or batch not in graphs.graphs:
+        return None
+    graph, _ = graphs.graphs[batch]
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def host_profile(llm, vocab: int, gen: int) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), gen, 0)
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(22)
+    return text.getvalue()
+
+
+def prefill_profile(llm, vocab: int) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    ids = prompt_ids(vocab, 512)
+    bench_mlxr(llm, "cuda", ids, 2, 0)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        bench_mlxr(llm, "cuda", ids, 2, 0)
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=18)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="tinyllama-shape")
+    p.add_argument("--quantization", default=None)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 64, 256])
+    p.add_argument("--no-profiles", action="store_true")
+    a = p.parse_args()
+    from mlxr import LLM
+
+    ref = a.model if a.model.endswith(".gguf") else model_paths(a.model)[0]
+    rows, profiles = [], {}
+    for overlap in (True, False):
+        llm = LLM(ref, dtype=torch.bfloat16, device="cuda", quantization=a.quantization, max_num_seqs=max(a.batches),
+                  max_num_batched_tokens=8192, kv_cache_memory_gb=8, overlap_steps=overlap)
+        vocab = llm.loaded.args.vocab_size
+        run_mlxr(llm, workload(vocab, 2, 16, 4, False), "cuda")  # warm-up
+        single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)
+        prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)
+        row = {"overlap": overlap, "decode_1_tok_s": single["decode_tok_s"], "prefill_512_tok_s": prefill["prefill_tok_s"]}
+        for b in a.batches:
+            if b > 1:
+                row[f"batch_{b}_tok_s"] = run_mlxr(llm, workload(vocab, b, 128, 128, False), "cuda")["decode_tok_s"]
+            row[f"replay_{b}_ms"] = replay_ms(llm, b)
+        rows.append(row)
+        if overlap and not a.no_profiles:
+            profiles["host_single_stream"] = host_profile(llm, vocab, 128)
+            profiles["prefill_512"] = prefill_profile(llm, vocab)
+        del llm
+        torch.cuda.empty_cache()
+    for name, text in profiles.items():
+        print(f"--- {name}\n{text}")
+    path = write_result("step_probe", {"model": a.model, "quantization": a.quantization, "dtype": "bfloat16",
+                                       "device": device_name("cuda"), "results": rows, "profiles": profiles})
+    print_table(rows, list(rows[0]))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
