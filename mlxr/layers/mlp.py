@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlxr.ops.activation import gated_activation
+from mlxr.layers.fused_linear import merge_linears
+from mlxr.ops.activation import gated_activation, gated_activation_cat
 
 # Config activation name -> the ops' activation kind.
 ACTIVATIONS = {
@@ -23,6 +24,15 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
         self.act = ACTIVATIONS[act]
+        self.gate_up_proj: nn.Module | None = None  # gate and up in one matrix (fuse_projections)
+
+    def fuse_projections(self) -> bool:
+        merged = merge_linears([self.gate_proj, self.up_proj])
+        if merged is not None:
+            self.gate_up_proj, self.gate_proj, self.up_proj = merged, None, None
+        return merged is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up_proj is not None:
+            return self.down_proj(gated_activation_cat(self.gate_up_proj(x), self.act))
         return self.down_proj(gated_activation(self.gate_proj(x), self.up_proj(x), self.act))

@@ -10,6 +10,7 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
+from mlxr.layers.fused_linear import fuse_projections
 from mlxr.layers.linear import store_weights_as
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
 from mlxr.loader.resolve import ModelSource, resolve_model
@@ -86,6 +87,7 @@ def load_model(
     args = _with_canonical_type(args)
     model = materialize(args, weights, dtype, device)
     mode = "gguf" if any(isinstance(m, QuantLinear) for m in model.modules()) else "none"
+    fuse_projections(model)
     if quantization == "fp8":
         from mlxr.layers.fp8_linear import store_weights_fp8
 

@@ -6,6 +6,7 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.layers.attention import AttnMetadata, PagedAttention
+from mlxr.layers.fused_linear import merge_linears
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
@@ -33,14 +34,28 @@ class LlamaAttention(nn.Module):
         )
         self.q_norm: nn.Module = nn.Identity()  # per-head norms: Gemma 3 sets them
         self.k_norm: nn.Module = nn.Identity()
+        self.qkv_proj: nn.Module | None = None  # q, k and v in one matrix (fuse_projections)
+
+    def fuse_projections(self) -> bool:
+        merged = merge_linears([self.q_proj, self.k_proj, self.v_proj])
+        if merged is not None:
+            self.qkv_proj, self.q_proj, self.k_proj, self.v_proj = merged, None, None, None
+        return merged is not None
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        kv = self.n_kv * self.head_dim
+        return self.qkv_proj(x).split([self.n_heads * self.head_dim, kv, kv], dim=-1)
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
     ) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_norm(self.q_proj(x).view(t, self.n_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(t, self.n_kv, self.head_dim))
-        v = self.v_proj(x).view(t, self.n_kv, self.head_dim)
+        q, k, v = self.project_qkv(x)
+        q = self.q_norm(q.view(t, self.n_heads, self.head_dim))
+        k = self.k_norm(k.view(t, self.n_kv, self.head_dim))
+        v = v.view(t, self.n_kv, self.head_dim)
         out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
         return self.o_proj(out.reshape(t, -1))
 
