@@ -43,6 +43,27 @@ def host_profile(llm, vocab: int, gen: int) -> str:
     return text.getvalue()
 
 
+def batch_profile(llm, vocab: int, batch: int, steps: int = 30) -> str:
+    """cProfile of decode steps with `batch` sequences running."""
+    from mlxr import SamplingParams
+
+    engine = llm.engine
+    for i, (ids, n) in enumerate(workload(vocab, batch, 128, 64, False)):
+        engine.add_request(f"prof-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
+    for _ in range(4):
+        engine.step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        engine.step()
+    prof.disable()
+    while engine.has_unfinished():
+        engine.step()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue()
+
+
 def prefill_profile(llm, vocab: int) -> str:
     from torch.profiler import ProfilerActivity, profile
 
@@ -80,6 +101,7 @@ def main() -> None:
         if overlap and not a.no_profiles:
             profiles["host_single_stream"] = host_profile(llm, vocab, 128)
             profiles["prefill_512"] = prefill_profile(llm, vocab)
+            profiles[f"host_batch_{max(a.batches)}"] = batch_profile(llm, vocab, max(a.batches))
         del llm
         torch.cuda.empty_cache()
     for name, text in profiles.items():

@@ -1,0 +1,78 @@
+"""y = x W^T for 16-bit weights and a few rows of x (decode), in Triton.
+
+A decode step reads every weight once per token, so its matrix products are bound by
+memory: each program streams BN whole rows of W, accumulating x * w elementwise in fp32 and
+reducing once at the end (no per-step cross-lane sums)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 4  # rows of x one launch takes (one accumulator tile per row)
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_xm, stride_wn, stride_om,
+                 M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr):
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    cols = tl.arange(0, BK)
+    rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one, never stored
+    w_ptrs = w_ptr + rows_c[:, None].to(tl.int64) * stride_wn + cols[None, :]
+    acc0 = tl.zeros([BN, BK], dtype=tl.float32)
+    acc1 = tl.zeros([BN, BK], dtype=tl.float32)
+    acc2 = tl.zeros([BN, BK], dtype=tl.float32)
+    acc3 = tl.zeros([BN, BK], dtype=tl.float32)
+    for k in range(0, K, BK):
+        if EVEN:
+            w = tl.load(w_ptrs + k).to(tl.float32)
+            xk = x_ptr + k + cols
+            x0 = tl.load(xk).to(tl.float32)
+        else:
+            ok = (k + cols) < K
+            w = tl.load(w_ptrs + k, mask=ok[None, :], other=0.0).to(tl.float32)
+            xk = x_ptr + k + cols
+            x0 = tl.load(xk, mask=ok, other=0.0).to(tl.float32)
+        acc0 += w * x0[None, :]
+        if M > 1:
+            acc1 += w * _x_row(xk, stride_xm, 1, k, K, cols, EVEN)[None, :]
+        if M > 2:
+            acc2 += w * _x_row(xk, stride_xm, 2, k, K, cols, EVEN)[None, :]
+        if M > 3:
+            acc3 += w * _x_row(xk, stride_xm, 3, k, K, cols, EVEN)[None, :]
+    ok_rows = rows < N
+    dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + rows, tl.sum(acc0, axis=1).to(dtype), mask=ok_rows)
+    if M > 1:
+        tl.store(out_ptr + stride_om + rows, tl.sum(acc1, axis=1).to(dtype), mask=ok_rows)
+    if M > 2:
+        tl.store(out_ptr + 2 * stride_om + rows, tl.sum(acc2, axis=1).to(dtype), mask=ok_rows)
+    if M > 3:
+        tl.store(out_ptr + 3 * stride_om + rows, tl.sum(acc3, axis=1).to(dtype), mask=ok_rows)
+
+
+@triton.jit
+def _x_row(xk, stride_xm, m: tl.constexpr, k, K, cols, EVEN: tl.constexpr):
+    if EVEN:
+        return tl.load(xk + m * stride_xm).to(tl.float32)
+    return tl.load(xk + m * stride_xm, mask=(k + cols) < K, other=0.0).to(tl.float32)
+
+
+def gemv_triton(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+                block_n: int = 8, block_k: int = 512, num_warps: int = 4) -> torch.Tensor:
+    """Launcher: x [..., K] with at most MAX_ROWS rows, weight [N, K] (rows contiguous);
+    returns [..., N] in x's dtype."""
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    m, n = x2.shape[0], weight.shape[0]
+    assert 1 <= m <= MAX_ROWS, f"gemv_triton takes 1..{MAX_ROWS} rows, got {m}"
+    assert weight.dim() == 2 and weight.shape[1] == k and weight.stride(1) == 1
+    assert x2.stride(1) == 1 and weight.dtype in (torch.bfloat16, torch.float16)
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
+    assert out.shape == (m, n) and out.stride(1) == 1
+    block_k = min(block_k, triton.next_power_of_2(k))
+    _gemv_kernel[(triton.cdiv(n, block_n),)](
+        x2, weight, out, n, k, x2.stride(0), weight.stride(0), out.stride(0),
+        M=m, BN=block_n, BK=block_k, EVEN=k % block_k == 0, num_warps=num_warps,
+    )
+    return out.reshape(*x.shape[:-1], n)
