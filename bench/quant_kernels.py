@@ -11,6 +11,7 @@ Writes bench/results/quant_kernels_<device>.json (and a copy under --out) and pr
 
   python bench/quant_kernels.py                      # the table
   python bench/quant_kernels.py --sweep              # knob sweep first (its winners run the table)
+  python bench/quant_kernels.py --sweep --ms 1 2 3 4  # GEMV only: word-stream vs fma knobs, then the table
   python bench/quant_kernels.py --compile-only --types Q4_K   # warm Triton's cache, no timing
   python bench/quant_kernels.py --smoke              # CPU interpreter, tiny shapes: checks the script
 """
@@ -35,6 +36,7 @@ import triton.testing  # noqa: E402
 
 from common import RESULTS, device_name, median, print_table  # noqa: E402
 from mlxr.ops import quant_triton as qt  # noqa: E402
+from mlxr.ops.quant_reference import qmatmul_reference  # noqa: E402
 from mlxr.ops.quant_types import QUANT_TYPES, quant_type  # noqa: E402
 
 TYPES = list(QUANT_TYPES)
@@ -135,6 +137,7 @@ def report(row: dict) -> dict:
 # ---- the launch-knob sweep ------------------------------------------------------------------
 
 GEMV_TILES = [(16, 4, 4), (16, 8, 8), (32, 4, 8), (32, 4, 4), (64, 4, 8), (64, 4, 4)]
+WS_TILES = [(1, 1), (2, 1), (4, 1), (8, 1)]  # the word-stream kernel's (output channels per program, num_warps)
 PER_SM = [4, 8]
 GEMV16_TILES = [(64, 4, 4), (32, 4, 4), (128, 4, 8)]
 DEQUANT_TILES = [(32, 4, 8), (16, 4, 4), (64, 4, 8), (32, 4, 4)]
@@ -153,30 +156,17 @@ def sweep(types: list[str], seconds: float) -> tuple[list[dict], dict]:
             return t_type + per_type * frac
         ws = {s: weights(qtype, *s) for s in shapes}
         x1 = {s: torch.randn(1, s[1], device=Ctx.device, dtype=DT) for s in shapes}
-        tiles = GEMV_TILES
-        score = {}
-        refs = {s: qt.qgemv_triton(x1[s], ws[s][0], qtype, s[1], config={"split": 1}).float() for s in shapes}
-        for tile in tiles:
-            for per_sm in PER_SM:
-                if time.time() > until(0.5):
-                    break
-                cfg = {"kind": "fma", "bn": tile[0], "u": tile[1], "warps": tile[2], "per_sm": per_sm}
-                tot = 0.0
-                ok = True
-                for s in shapes:
-                    ms = time_ms([partial(qt.qgemv_triton, x1[s], r, qtype, s[1], config=cfg) for r in ws[s]], 20)
-                    got = qt.qgemv_triton(x1[s], ws[s][0], qtype, s[1], config=cfg).float()
-                    err = ((got - refs[s]).abs().max() / refs[s].abs().max().clamp_min(1e-30)).item()
-                    ok = ok and err < 2e-2
-                    gbps = ws[s][0].numel() / ms / 1e6
-                    tot += ms
-                    rows.append(report({"sweep": "gemv M=1", "type": qtype, "shape": f"{s[0]}x{s[1]}",
-                                        "cfg": str(cfg), "us": 1e3 * ms, "GB/s": gbps, "max_rel_err": err}))
-                if ok:
-                    score[(tile, per_sm)] = tot
+        refs = {s: qmatmul_reference(x1[s], ws[s][0], qtype, s[1]).float() for s in shapes}
+        gemv_knobs = [(tile, per_sm) for tile in GEMV_TILES for per_sm in PER_SM]
+        score = gemv_sweep(qtype, ws, x1, refs, "fma", gemv_knobs, until(0.35), rows)
         if score and not Ctx.compile_only:
             (tile, per_sm) = min(score, key=score.get)
             best.setdefault("gemv", {})[qtype] = [list(tile), per_sm]
+        ws_knobs = [(tile, per_sm) for tile in WS_TILES for per_sm in PER_SM]
+        score = gemv_sweep(qtype, ws, x1, refs, "ws", ws_knobs, until(0.5), rows)
+        if score and not Ctx.compile_only:
+            (tile, per_sm) = min(score, key=score.get)
+            best.setdefault("ws", {})[qtype] = [list(tile), per_sm]
         # 16 rows on the tensor cores; and 2..8 rows: CUDA cores or tensor cores
         s = shapes[0]
         score = {}
@@ -192,8 +182,8 @@ def sweep(types: list[str], seconds: float) -> tuple[list[dict], dict]:
         if score and not Ctx.compile_only:
             best.setdefault("gemv16", {})[qtype] = list(min(score, key=score.get))
         for m in (2, 3, 4, 8):
-            for kind in ("fma", "dot"):
-                if (kind == "fma" and m > 4) or time.time() > until(0.8):
+            for kind in ("ws", "fma", "dot"):
+                if (kind != "dot" and m > qt.FMA_MAX_M) or time.time() > until(0.8):
                     continue
                 xm = torch.randn(m, s[1], device=Ctx.device, dtype=DT)
                 ms = time_ms([partial(qt.qgemv_triton, xm, r, qtype, s[1], config={"kind": kind}) for r in ws[s]], 20)
@@ -221,11 +211,40 @@ def sweep(types: list[str], seconds: float) -> tuple[list[dict], dict]:
     return rows, best
 
 
+def gemv_sweep(qtype: str, ws: dict, x1: dict, refs: dict, kind: str, knobs: list, deadline: float,
+               rows: list[dict]) -> dict:
+    """Time one row of x through qgemv_triton's `kind` kernel for each (tile, per_sm) in knobs, over
+    the shapes of ws, until deadline: {knob: total ms} for the knobs whose results match refs."""
+    score = {}
+    for tile, per_sm in knobs:
+        if time.time() > deadline:
+            break
+        if kind == "ws":
+            cfg = {"kind": kind, "bn": tile[0], "warps": tile[1], "per_sm": per_sm}
+        else:
+            cfg = {"kind": kind, "bn": tile[0], "u": tile[1], "warps": tile[2], "per_sm": per_sm}
+        tot, ok = 0.0, True
+        for s in ws:
+            ms = time_ms([partial(qt.qgemv_triton, x1[s], r, qtype, s[1], config=cfg) for r in ws[s]], 20)
+            got = qt.qgemv_triton(x1[s], ws[s][0], qtype, s[1], config=cfg).float()
+            err = ((got - refs[s]).abs().max() / refs[s].abs().max().clamp_min(1e-30)).item()
+            ok = ok and err < 2e-2
+            tot += ms
+            rows.append(report({"sweep": "gemv M=1", "type": qtype, "shape": f"{s[0]}x{s[1]}", "cfg": str(cfg),
+                                "us": 1e3 * ms, "GB/s": ws[s][0].numel() / ms / 1e6, "max_rel_err": err}))
+        if ok:
+            score[(tuple(tile), per_sm)] = tot
+    return score
+
+
 def apply_best(best: dict) -> None:
     """Run the table with the sweep's winners (print them as the module tables' literals)."""
     for qtype, (tile, per_sm) in best.get("gemv", {}).items():
         qt._GEMV[qtype] = tuple(tile)
         qt._PROGRAMS_PER_SM[qtype] = per_sm
+    for qtype, (tile, per_sm) in best.get("ws", {}).items():
+        qt._WGEMV[qtype][1] = tuple(tile)
+        qt._WGEMV_PER_SM[qtype] = per_sm
     for qtype, tile in best.get("gemv16", {}).items():
         qt._GEMV16[qtype] = tuple(tile)
     for qtype, tile in best.get("gemm", {}).items():
@@ -234,6 +253,8 @@ def apply_best(best: dict) -> None:
     print("dequant (per type; the module keeps one):", best.get("dequant"))
     print("_GEMV =", {q: tuple(v) for q, v in qt._GEMV.items()})
     print("_PROGRAMS_PER_SM =", dict(qt._PROGRAMS_PER_SM))
+    print("_WGEMV (one row of x) =", {q: v[1] for q, v in qt._WGEMV.items()})
+    print("_WGEMV_PER_SM =", dict(qt._WGEMV_PER_SM))
     print("_GEMV16 =", {q: tuple(v) for q, v in qt._GEMV16.items()})
     print("_GEMM =", {q: tuple(v) for q, v in qt._GEMM.items()})
 
@@ -254,6 +275,8 @@ def table(types: list[str], ms_list: list[int], shapes: list[tuple[int, int]]) -
                 if m > 16:
                     row["TFLOP/s"] = 2 * m * n * k / ms / 1e9
                     row["path"] = "dequant+matmul" if m >= qt.GEMM_DEQUANT_MIN_M else "fused"
+                elif m <= qt.FMA_MAX_M and qt._wgemv_ok(ws[0], qtype, m):
+                    row["path"] = "ws"
                 else:
                     row["path"] = "fma" if m <= qt._FMA_ROWS[qtype] else "dot16"
                 if (n, k, m) not in base:
@@ -298,6 +321,7 @@ def slug(name: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--types", nargs="*", default=TYPES)
+    p.add_argument("--ms", nargs="*", type=int, default=None, help="rows of x in the table (default: %s)" % MS)
     p.add_argument("--sweep", action="store_true", help="time launch knobs first and run the table with the best")
     p.add_argument("--sweep-seconds", type=float, default=150.0, help="stop sweeping after this long")
     p.add_argument("--compile-only", action="store_true", help="compile every kernel the run would time, no timing")
@@ -321,6 +345,7 @@ def main() -> None:
         if args.compile_only:
             return
         payload["tables"] = {"_GEMV": qt._GEMV, "_PROGRAMS_PER_SM": qt._PROGRAMS_PER_SM, "_GEMV16": qt._GEMV16,
+                             "_WGEMV": qt._WGEMV, "_WGEMV_PER_SM": qt._WGEMV_PER_SM,
                              "_GEMM": qt._GEMM, "_FMA_ROWS": qt._FMA_ROWS, "_DEQUANT": qt._DEQUANT,
                              "GEMM_DEQUANT_MIN_M": qt.GEMM_DEQUANT_MIN_M}
         payload["seconds"] = time.time() - t0
@@ -334,9 +359,10 @@ def main() -> None:
             apply_best(payload["sweep_best"])
         save()
     ms_list, shapes = (MS, SHAPES) if not args.smoke else ([1, 4, 16, 20], [(64, 512)])
+    ms_list = args.ms or ms_list
     payload["rows"] = rows = table(args.types, ms_list, shapes)
     save()
-    payload["gemm_paths"] = gemm = gemm_paths(args.types)
+    payload["gemm_paths"] = gemm = gemm_paths(args.types) if max(ms_list) > 16 else []
     save()
     if args.compile_only:
         print(f"compiled in {time.time() - t0:.0f} s")

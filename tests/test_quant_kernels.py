@@ -138,7 +138,11 @@ def test_reference_matmul_is_fp32_product():
 # ---- Triton kernels --------------------------------------------------------------------------
 
 triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
 from mlxr.ops.quant_triton import (  # noqa: E402
+    _byte_val,
+    _funnel,
+    _wgemv_ok,
     dequantize_triton,
     qgemv_triton,
     qmatmul_dequant_triton,
@@ -178,8 +182,8 @@ def test_triton_dequantize_matches_reference(device, qtype):
 
 
 def _gemv_shape(device: str, qtype: str) -> list[tuple[int, int]]:
-    if device == "cpu":
-        return [(40, 512)]
+    if device == "cpu":  # the interpreter runs each program's unrolled word-stream code slowly
+        return [(6, 512)]
     return [(300, 768), (2048, 2048)] if quant_type(qtype).block_elems == 256 else [(300, 96), (2048, 2048)]
 
 
@@ -203,12 +207,13 @@ def test_triton_qgemv_matches_reference(device, qtype, m, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("qtype", TYPES)
 def test_triton_qgemv_launch_variants(device, qtype):
-    """Split-K off and on, both kernels, a 3-D x: the same result."""
-    n, k = (24, 512) if device == "cpu" else (1000, 2048)
+    """Split-K off and on, each kernel (word-stream, fma, dot), a 3-D x: the same result."""
+    n, k = (6, 512) if device == "cpu" else (1000, 2048)
     raw = raw_tensor(qtype, n, k, device)
     x = rand_x(4, k, torch.float32, device).reshape(2, 2, k)
     ref = qmatmul_reference(x.cpu(), raw.cpu(), qtype, k)
-    for cfg in ({"split": 1}, {"split": 3}, {"kind": "dot", "split": 1}, {"kind": "dot"}):
+    for cfg in ({"split": 1}, {"split": 3}, {"kind": "fma", "split": 1}, {"kind": "fma", "split": 3},
+                {"kind": "dot", "split": 1}, {"kind": "dot"}):
         got = qgemv_triton(x, raw, qtype, k, config=cfg)
         assert got.shape == (2, 2, n)
         assert_close_scaled(got.cpu(), ref, torch.float32)
@@ -216,6 +221,131 @@ def test_triton_qgemv_launch_variants(device, qtype):
     assert torch.equal(a, b), "split-K sums in a fixed order"
     x3 = x.reshape(4, k)[:3]
     assert_close_scaled(qgemv_triton(x3, raw, qtype, k).cpu(), ref.reshape(4, n)[:3], torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_triton_word_stream_gemv_steps(device, qtype, m):
+    """The word-stream kernel over several K steps (the last one partial), whole and split-K, and
+    the fallback for rows of an odd number of 2-byte aligned blocks (not whole words)."""
+    n, k = (3, 2560) if device == "cpu" else (2050, 5632)
+    raw = raw_tensor(qtype, n, k, device)
+    if not _wgemv_ok(raw, qtype, m):
+        pytest.skip(f"the word-stream kernel is off for {qtype}")
+    x = rand_x(m, k, torch.bfloat16, device)
+    ref = qmatmul_reference(x.cpu(), raw.cpu(), qtype, k)
+    for cfg in ({"split": 1}, {"split": 2}):
+        assert_close_scaled(qgemv_triton(x, raw, qtype, k, config=cfg).cpu(), ref, torch.bfloat16)
+    if qtype in ("Q4_K", "Q5_K") or device == "cpu":
+        return
+    k = 256 * 3 if qtype == "Q6_K" else 32 * 3
+    raw = raw_tensor(qtype, 5, k, device)
+    x = rand_x(m, k, torch.bfloat16, device)
+    assert_close_scaled(qgemv_triton(x, raw, qtype, k).cpu(), qmatmul_reference(x.cpu(), raw.cpu(), qtype, k),
+                        torch.bfloat16)
+
+
+class _AsmResult:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def get_result(self, i):
+        return self.handle
+
+
+def _emulate_ptx(self, asm, constraints, values, types, is_pure, pack):
+    """The interpreter's inline-asm hook for the two PTX instructions of the word-stream kernel,
+    from their PTX ISA definitions. `prmt.b32 d, a, b, c`: byte i of d is byte (c >> 4i) & 7 of
+    the 8 bytes {b, a} (a: bytes 0..3), or that byte's sign bit repeated when (c >> 4i) & 8.
+    `shf.r.wrap.b32 d, a, b, c`: the low 32 bits of {b, a} >> (c & 31)."""
+    from triton.runtime import interpreter
+
+    op, operands = asm.strip().rstrip(";").split(None, 1)
+    names = [o.strip() for o in operands.split(",")]
+    assert constraints.startswith("=r,") and names[0] == "$0", (asm, constraints)
+
+    def operand(name):
+        if name.startswith("$"):
+            return values[int(name[1:]) - 1].data.astype(np.uint64)
+        return np.uint64(int(name, 0))
+
+    a, b, c = (operand(o) for o in names[1:])
+    pool = (b << np.uint64(32)) | a
+    if op == "prmt.b32":
+        d = np.zeros(np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c)), dtype=np.uint64)
+        for i in range(4):
+            sel = (c >> np.uint64(4 * i)) & np.uint64(15)
+            byte = (pool >> (np.uint64(8) * (sel & np.uint64(7)))) & np.uint64(0xFF)
+            sign = np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0))
+            d = d | (np.where(sel & np.uint64(8), sign, byte) << np.uint64(8 * i))
+    elif op == "shf.r.wrap.b32":
+        d = (pool >> (c & np.uint64(31))) & np.uint64(0xFFFFFFFF)
+    else:
+        raise NotImplementedError(asm)
+    return _AsmResult(interpreter.TensorHandle(d.astype(np.uint32), tl.uint32))
+
+
+def _emulate_ptx_on(device: str, monkeypatch) -> None:
+    """On the interpreter ("cpu"), inline PTX runs through _emulate_ptx."""
+    if device == "cpu":
+        from triton.runtime import interpreter
+
+        monkeypatch.setattr(interpreter.InterpreterBuilder, "create_inline_asm", _emulate_ptx)
+
+
+@triton.jit
+def _ws_helpers_kernel(w_ptr, val_ptr, fun_ptr, QT: tl.constexpr, ASM: tl.constexpr):
+    i = tl.arange(0, 256)
+    lo = tl.load(w_ptr + i).to(tl.uint32, bitcast=True)  # the kernel's words are uint32
+    hi = tl.load(w_ptr + (i + 1) % 256).to(tl.uint32, bitcast=True)
+    for b in tl.static_range(4):
+        tl.store(val_ptr + 256 * b + i, _byte_val(lo, b, QT, ASM))
+    tl.store(fun_ptr + i, _funnel(lo, hi, 16, ASM))
+    tl.store(fun_ptr + 256 + i, _funnel(lo, hi, (i & 1).to(tl.uint32) * 16, ASM))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("asm", [False, True])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0"])
+def test_word_stream_helpers_bits(device, qtype, asm, monkeypatch):
+    """_byte_val and _funnel, plain and PTX branches (emulated on the interpreter), on every byte
+    value at every byte position: a prepared byte v reads as 0.5 + v / 256 (v < 128; Q8_0: the
+    int8 v ^ 0x80), a funnel is the word at a 2-byte offset."""
+    _emulate_ptx_on(device, monkeypatch)
+    q8 = qtype == "Q8_0"
+    j = np.arange(256, dtype=np.uint32)
+    byte = [(j * 7 + 61 * b) % (256 if q8 else 128) for b in range(4)]  # each position takes each value
+    words = byte[0] | (byte[1] << 8) | (byte[2] << 16) | (byte[3] << 24)
+    w = torch.from_numpy(words.astype(np.uint32).view(np.int32).copy()).to(device)
+    val = torch.empty(4, 256, dtype=torch.float32, device=device)
+    fun = torch.empty(2, 256, dtype=torch.int32, device=device)
+    _ws_helpers_kernel[(1,)](w, val, fun, QT=quant_type(qtype).code, ASM=asm)
+    for b in range(4):
+        want = (byte[b].astype(np.int32) ^ 0x80).astype(np.int8) if q8 else 0.5 + byte[b] / 256
+        assert np.array_equal(val[b].cpu().numpy(), np.asarray(want, dtype=np.float32)), b
+    hi = np.roll(words, -1).astype(np.uint64)
+    wide = (hi << np.uint64(32)) | words.astype(np.uint64)
+    want16 = ((wide >> np.uint64(16)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    got = fun.cpu().numpy().view(np.uint32)
+    assert np.array_equal(got[0], want16)
+    assert np.array_equal(got[1], np.where(j & 1, want16, words))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qtype", TYPES)
+def test_word_stream_other_branches(device, qtype, monkeypatch):
+    """The word-stream kernel's branches a device does not take by default: the inline-PTX ones on
+    the interpreter (the instructions emulated), the plain ones compiled for the GPU."""
+    _emulate_ptx_on(device, monkeypatch)
+    n, k, m = (3, 2560, 2) if device == "cpu" else (300, 2560, 2)
+    raw = raw_tensor(qtype, n, k, device)
+    if not _wgemv_ok(raw, qtype, m):
+        pytest.skip(f"the word-stream kernel is off for {qtype}")
+    x = rand_x(m, k, torch.float32, device)
+    ref = qmatmul_reference(x.cpu(), raw.cpu(), qtype, k)
+    cfg = {"asm": device == "cpu", "split": 2}
+    assert_close_scaled(qgemv_triton(x, raw, qtype, k, config=cfg).cpu(), ref, torch.float32)
 
 
 def _gemm_ms(device: str) -> list[int]:
