@@ -43,6 +43,56 @@ def host_profile(llm, vocab: int, gen: int) -> str:
     return text.getvalue()
 
 
+def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
+    """Host milliseconds per decode step in each engine phase, with `batch` sequences running;
+    "wait" is the time spent waiting for the device's tokens."""
+    import time
+    from collections import Counter
+
+    from mlxr import SamplingParams
+    from mlxr.engine import staging
+
+    engine, spent = llm.engine, Counter()
+
+    def timed(obj, name: str, key: str) -> None:
+        fn = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t0
+        setattr(obj, name, wrapper)
+
+    wrapped = ((engine.scheduler, "schedule"), (engine.runner, "prepare"), (engine.runner, "execute"),
+               (engine.sampler, "launch"), (engine, "_land"), (engine.scheduler, "update"))
+    for obj, name in wrapped:
+        timed(obj, name, name.strip("_"))
+    real_get = staging.HostCopy.get
+    staging.HostCopy.get = lambda self: (lambda t0: (real_get(self), spent.update(wait=time.perf_counter() - t0))[0])(
+        time.perf_counter())
+    try:
+        for i, (ids, n) in enumerate(workload(vocab, batch, 128, 64, False)):
+            engine.add_request(f"ph-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
+        for _ in range(4):
+            engine.step()
+        spent.clear()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        total, timed_spent = time.perf_counter() - t0, dict(spent)
+        while engine.has_unfinished():
+            engine.step()
+    finally:
+        staging.HostCopy.get = real_get
+        for obj, name in wrapped:
+            delattr(obj, name)  # the class's method again
+    out = {k: 1e3 * v / steps for k, v in timed_spent.items()}
+    out["step"] = 1e3 * total / steps
+    return out
+
+
 def batch_profile(llm, vocab: int, batch: int, steps: int = 30) -> str:
     """cProfile of decode steps with `batch` sequences running."""
     from mlxr import SamplingParams
@@ -84,7 +134,7 @@ def main() -> None:
     from mlxr import LLM
 
     ref = a.model if a.model.endswith(".gguf") else model_paths(a.model)[0]
-    rows, profiles = [], {}
+    rows, profiles, phases = [], {}, {}
     for overlap in (True, False):
         llm = LLM(ref, dtype=torch.bfloat16, device="cuda", quantization=a.quantization, max_num_seqs=max(a.batches),
                   max_num_batched_tokens=8192, kv_cache_memory_gb=8, overlap_steps=overlap)
@@ -98,6 +148,8 @@ def main() -> None:
                 row[f"batch_{b}_tok_s"] = run_mlxr(llm, workload(vocab, b, 128, 128, False), "cuda")["decode_tok_s"]
             row[f"replay_{b}_ms"] = replay_ms(llm, b)
         rows.append(row)
+        for b in a.batches:
+            phases[f"overlap={overlap} batch={b}"] = phase_ms(llm, vocab, b)
         if overlap and not a.no_profiles:
             profiles["host_single_stream"] = host_profile(llm, vocab, 128)
             profiles["prefill_512"] = prefill_profile(llm, vocab)
@@ -106,8 +158,10 @@ def main() -> None:
         torch.cuda.empty_cache()
     for name, text in profiles.items():
         print(f"--- {name}\n{text}")
+    for name, ms in phases.items():
+        print(name, " ".join(f"{k} {v:.2f}" for k, v in ms.items()))
     path = write_result("step_probe", {"model": a.model, "quantization": a.quantization, "dtype": "bfloat16",
-                                       "device": device_name("cuda"), "results": rows, "profiles": profiles})
+                                       "device": device_name("cuda"), "results": rows, "phases_ms": phases, "profiles": profiles})
     print_table(rows, list(rows[0]))
     print(path)
 

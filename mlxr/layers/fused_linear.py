@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mlxr.layers.linear import Linear
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear
 
 
@@ -15,7 +16,7 @@ def merge_linears(linears: list[nn.Module]) -> nn.Module | None:
     they cannot be merged (other layer kinds, mixed dtypes, quant types or biases)."""
     if all(type(m) is QuantLinear for m in linears):
         return _merge_quantized(linears)
-    if not all(type(m) is nn.Linear for m in linears):
+    if not all(type(m) in (nn.Linear, Linear) for m in linears):
         return None
     weights = [m.weight for m in linears]
     if len({(w.dtype, w.device, w.shape[1]) for w in weights}) != 1:
@@ -23,7 +24,7 @@ def merge_linears(linears: list[nn.Module]) -> nn.Module | None:
     biases = [m.bias for m in linears]
     if any(b is None for b in biases) != all(b is None for b in biases):
         return None
-    merged = nn.Linear(weights[0].shape[1], sum(w.shape[0] for w in weights), bias=biases[0] is not None,
+    merged = Linear(weights[0].shape[1], sum(w.shape[0] for w in weights), bias=biases[0] is not None,
                        device="meta")
     merged.weight = nn.Parameter(torch.cat([w.detach() for w in weights]), requires_grad=False)
     if biases[0] is not None:

@@ -10,6 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlxr.ops.linear import linear
+
+
+class Linear(nn.Linear):
+    """nn.Linear through the dense-linear dispatcher (a Triton GEMV for decode on CUDA)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
 
 # Up to about this many rows fp16 beats upcasting to fp32 on CPU (bench/linear.py).
 GEMV_MAX_ROWS = 32

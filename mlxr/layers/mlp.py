@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from mlxr.layers.fused_linear import merge_linears
+from mlxr.layers.linear import Linear
 from mlxr.ops.activation import gated_activation, gated_activation_cat
 
 # Config activation name -> the ops' activation kind.
@@ -20,9 +21,9 @@ class GatedMLP(nn.Module):
         super().__init__()
         if act not in ACTIVATIONS:
             raise ValueError(f"unsupported activation {act!r}")
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_proj = Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
         self.act = ACTIVATIONS[act]
         self.gate_up_proj: nn.Module | None = None  # gate and up in one matrix (fuse_projections)
 

@@ -7,6 +7,7 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.fused_linear import merge_linears
+from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
@@ -23,10 +24,10 @@ class LlamaAttention(nn.Module):
             args.head_dim,
         )
         bias = args.attention_bias
-        self.q_proj = nn.Linear(args.hidden_size, self.n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(args.hidden_size, self.n_kv * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(args.hidden_size, self.n_kv * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
+        self.q_proj = Linear(args.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(args.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = Linear(args.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
         self.rotary = RotaryEmbedding(self.head_dim, args.rope_theta, args.rope_scaling)
         window = args.sliding_window if args.is_sliding(layer) else None
         self.attn = PagedAttention(
@@ -124,7 +125,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.args = args
         self.model = self.backbone_class(args)
-        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
