@@ -78,7 +78,7 @@ def bench_model(name: str, runs: int, batch: int) -> dict:
     return row
 
 
-def bench_kernels(repeats: int = 50) -> list[dict]:
+def bench_kernels(repeats: int = 50, ms: tuple[int, ...] = (1,), types: list[str] | None = None) -> list[dict]:
     import numpy as np
 
     from mlxr.ops.quant_cpu import qmatmul_cpu
@@ -87,19 +87,22 @@ def bench_kernels(repeats: int = 50) -> list[dict]:
     rows = []
     rng = np.random.default_rng(0)
     for qtype, t in QUANT_TYPES.items():
+        if types and qtype not in types:
+            continue
         n, k = 5632, 2048
         raw = torch.from_numpy(rng.integers(0, 256, (n, t.row_bytes(k)), dtype=np.uint8))
         raw.view(-1, t.block_bytes)[:, :2] = torch.tensor([0x00, 0x1C], dtype=torch.uint8)  # d = 2^-8
         if qtype == "Q6_K":
             raw.view(-1, t.block_bytes)[:, 208:] = torch.tensor([0x00, 0x1C], dtype=torch.uint8)
-        x = torch.randn(1, k)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            qmatmul_cpu(x, raw, qtype, k)
-            times.append(time.perf_counter() - t0)
-        sec = median(times[5:])
-        rows.append({"model": f"kernel {qtype} {n}x{k} m=1", "ms": sec * 1e3, "GB_s": raw.numel() / sec / 1e9})
+        for m in ms:
+            x = torch.randn(m, k)
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                qmatmul_cpu(x, raw, qtype, k)
+                times.append(time.perf_counter() - t0)
+            sec = median(times[5:])
+            rows.append({"model": f"kernel {qtype} {n}x{k} m={m}", "ms": sec * 1e3, "GB_s": raw.numel() / sec / 1e9})
     return rows
 
 
@@ -108,9 +111,16 @@ def main() -> None:
     p.add_argument("--models", nargs="*", default=list(LLAMA_CPP))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--kernels-only", action="store_true", help="time the kernel rows only, no model runs")
+    p.add_argument("--m", type=int, nargs="*", default=[1], help="activation rows of the kernel rows")
+    p.add_argument("--types", nargs="*", default=None, help="kernel rows of these types only")
+    p.add_argument("--repeats", type=int, default=50)
     ns = p.parse_args()
-    rows = [bench_model(m, ns.runs, ns.batch) for m in ns.models]
-    kernels = bench_kernels()
+    rows = [] if ns.kernels_only else [bench_model(m, ns.runs, ns.batch) for m in ns.models]
+    kernels = bench_kernels(ns.repeats, tuple(ns.m), ns.types)
+    if ns.kernels_only:
+        print_table(kernels, ["model", "ms", "GB_s"])
+        return
     path = write_result("quant_cpu", {"device": device_name("cpu"), "prompt_len": 128, "gen_len": 64,
                                       "runs": ns.runs, "peer_source": "BENCHMARKS.md (llama.cpp, 2 threads)",
                                       "models": rows, "kernels": kernels})

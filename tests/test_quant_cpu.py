@@ -103,6 +103,24 @@ def test_qmatmul_matches_dequantize_then_matmul(build, qtype, m, k):
     assert np.linalg.norm(ours - exact) <= 1e-4 * np.linalg.norm(exact)
 
 
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("m", [1, 3, 8, 11])
+@pytest.mark.parametrize("k", [96, 640])
+def test_qmatmul_at_widths_that_end_in_a_partial_group(build, qtype, m, k):
+    """32-column types whose rows end inside a 256-column group (Gemma 3's k=640), and row
+    counts that fill one row tile, several, or leave a short last tile."""
+    lib = quant_cpu.library(build)
+    if lib is None:
+        pytest.skip(f"cannot build the {build} variant")
+    raw = random_blocks(qtype, 29, k, seed=k + m)
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    w = gguf_dequant(raw, qtype).astype(np.float64)
+    ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), qtype, k, lib=lib).numpy()
+    seen = kernel_activations(x)
+    assert np.all(np.abs(ours - seen @ w.T) <= 1e-5 * (np.abs(seen) @ np.abs(w).T) + 1e-6)
+
+
 def test_kernel_builds_report_their_simd_level():
     assert quant_cpu.library("native").mlxr_simd_level() in (0, 1)
     portable = quant_cpu.library("x86-64")

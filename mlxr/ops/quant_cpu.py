@@ -41,15 +41,19 @@ def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
 
 def qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """x (..., k) float32 times the (n, k) quantized weight transposed -> (..., n) float32."""
-    code = _check(raw, qtype, k)
+    # Decode calls this per layer per token on small matrices, so it avoids torch calls it can
+    # (each costs about a microsecond): no reshape for 2-D contiguous x, checks on attributes.
+    t = quant_type(qtype)
+    assert raw.dtype == torch.uint8 and raw.is_cpu and raw.dim() == 2 and raw.shape[1] == t.row_bytes(k), (tuple(raw.shape), qtype, k)
     assert x.shape[-1] == k and x.dtype == torch.float32, (tuple(x.shape), x.dtype)
-    rows = x.reshape(-1, k).contiguous()
-    out = torch.empty(rows.shape[0], raw.shape[0], dtype=torch.float32)
-    status = (lib or library()).mlxr_qmatmul(code, raw.data_ptr(), raw.shape[0], k, rows.data_ptr(), rows.shape[0],
-                                    out.data_ptr(), torch.get_num_threads())
+    rows = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()  # reshape: a view if it can
+    n = raw.shape[0]
+    out = torch.empty(rows.shape[0], n, dtype=torch.float32)
+    status = (lib or library()).mlxr_qmatmul(t.code, raw.data_ptr(), n, k, rows.data_ptr(), rows.shape[0],
+                                             out.data_ptr(), torch.get_num_threads())
     if status != 0:
         raise MemoryError(f"quantized matmul failed ({status})")
-    return out.reshape(*x.shape[:-1], raw.shape[0])
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], n)
 
 
 def dequantize_cpu(raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:

@@ -10,6 +10,14 @@
  *     sum w*x = dx * (s * sum(u*xq) - o * sum(xq)).
  * The per-32 sums of xq are computed once per activation row.
  *
+ * Speed (AVX-512 VNNI + GFNI build): on these CPUs vpdpbusd, FMAs, permutes and
+ * gf2p8affine share two pipes, so the kernel is bound by how many of those a 256-column
+ * group needs. Codes are unpacked with one gf2p8affine per vector (shift and mask in one
+ * op) and arranged so every int32 lane stays in one sub-block across a group's four vectors
+ * (activations are stored in that order): a group costs 8 vpdpbusd and one FMA per row,
+ * not one FMA and one permute per 32 columns. Rows are taken in tiles of up to 8 activation
+ * rows, so a group's codes are unpacked once for all of them.
+ *
  * Dequantization is exact to gguf-py's numpy reference: the same fp32 operations in the same
  * order, built with -ffp-contract=off so no multiply-add is fused.
  */
@@ -20,7 +28,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__GFNI__)
 #include <immintrin.h>
 #define MLXR_VNNI 1
 #endif
@@ -144,47 +152,131 @@ void mlxr_dequant_rows_f32(int t, const uint8_t *w, int64_t k, const int64_t *ro
 
 /* ---------------------------------------------------------------- activation quantization */
 
+#define ROW_TILE 8
+
+/* 32 activations to hi, lo with x ~ d * (256*hi + lo); returns d, the sums of 256*hi + lo over
+ * columns 0-15 and 16-31 in s[0], s[1]. */
+static inline float quant32(const float *x, int8_t *hi, int8_t *lo, int32_t *s) {
+#ifdef MLXR_VNNI
+    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+#else
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+#endif
+    float d1 = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    float d = d1 / 256.0f, id2 = amax > 0.0f ? 1.0f / d : 0.0f;
+#ifdef MLXR_VNNI
+    /* the scalar arithmetic below, 16 lanes at once (round to nearest even, no FMA) */
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+    __m512 vid = _mm512_set1_ps(id), vd1 = _mm512_set1_ps(d1), vid2 = _mm512_set1_ps(id2);
+    for (int h = 0; h < 2; h++) {
+        __m512 xv = h ? x1 : x0;
+        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(xv, vid)), lim), nlim);
+        __m512 rest = _mm512_sub_ps(xv, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vd1));
+        __m512i r = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(rest, vid2)), lim), nlim);
+        _mm_storeu_si128((__m128i *)(hi + 16 * h), _mm512_cvtepi32_epi8(q));
+        _mm_storeu_si128((__m128i *)(lo + 16 * h), _mm512_cvtepi32_epi8(r));
+        s[h] = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, 8), r));
+    }
+#else
+    s[0] = s[1] = 0;
+    for (int i = 0; i < 32; i++) {
+        int h = (int)nearbyintf(x[i] * id);
+        h = h > 127 ? 127 : (h < -127 ? -127 : h);
+        int l = (int)nearbyintf((x[i] - (float)h * d1) * id2);
+        l = l > 127 ? 127 : (l < -127 ? -127 : l);
+        hi[i] = (int8_t)h;
+        lo[i] = (int8_t)l;
+        s[i / 16] += 256 * h + l;
+    }
+#endif
+    return d;
+}
+
+#ifdef MLXR_VNNI
+/* Laid out for the kernel: rows in tiles of ROW_TILE (the last may be shorter, mr rows), k
+ * padded with zeros to kp, a multiple of 256. Within a tile, per 256 columns, per row: 256
+ * bytes of hi then 256 of lo, each as four 64-byte vectors where vector i holds columns
+ * 32j + 8i .. 32j + 8i + 7 at bytes 8j.. (the order the kernel reads weight codes in); and 32
+ * floats: d per 32 columns (8), d * sum(xq) per 32 columns (8; for the weights' offsets) and
+ * per 16 columns (16; Q6_K). So one pointer walks each and every row's data sits at a
+ * constant offset. */
+typedef struct {
+    int8_t *q;
+    float *s;
+    int64_t kp;
+} acts_t;
+
+static int64_t padded(int64_t k) { return (k + 255) / 256 * 256; }
+
+static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
+    a->kp = padded(k);
+    a->q = (int8_t *)aligned_alloc(64, (size_t)(2 * m * a->kp));
+    a->s = (float *)aligned_alloc(64, sizeof(float) * (size_t)(m * a->kp / 8));
+    if (a->q && a->s) return 0;
+    free(a->q);
+    free(a->s);
+    return -1;
+}
+
+static void acts_free(acts_t *a) { free(a->q); free(a->s); }
+
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
+    const int64_t kp = a->kp;
+    memset(a->q, 0, (size_t)(2 * m * kp));
+    memset(a->s, 0, sizeof(float) * (size_t)(m * kp / 8));
+    for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
+        int64_t mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE;
+        int8_t *tq = a->q + 2 * m0 * kp;
+        float *ts = a->s + m0 * kp / 8;
+        for (int64_t r = 0; r < mr; r++) {
+            for (int64_t b = 0; b < k / 32; b++) {
+                int8_t hi[32], lo[32], *at = tq + (b / 8 * mr + r) * 512 + 8 * (b % 8);
+                float *sc = ts + (b / 8 * mr + r) * 32;
+                int32_t sums[2];
+                float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
+                for (int i = 0; i < 4; i++) {
+                    memcpy(at + 64 * i, hi + 8 * i, 8);
+                    memcpy(at + 256 + 64 * i, lo + 8 * i, 8);
+                }
+                sc[b % 8] = d;
+                sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
+                sc[16 + 2 * (b % 8)] = d * (float)sums[0];
+                sc[17 + 2 * (b % 8)] = d * (float)sums[1];
+            }
+        }
+    }
+}
+#else
 typedef struct {
     int8_t *q;      /* m * k: high int8 part */
     int8_t *q2;     /* m * k: low int8 part */
     float *d;       /* m * k/32 */
     int32_t *s16;   /* m * k/16: sums of q per 16 columns */
-    float *a32;     /* m * k/32: d * (sum of q per 32 columns), for the weights' offsets */
-    float *a16;     /* m * k/16: d * (sum of q per 16 columns) */
 } acts_t;
 
-static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
-    int64_t nb = k / 32;
-    for (int64_t r = 0; r < m; r++) {
-        for (int64_t b = 0; b < nb; b++) {
-            const float *xb = x + r * k + 32 * b;
-            int8_t *qb = a->q + r * k + 32 * b, *qb2 = a->q2 + r * k + 32 * b;
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
-            float d1 = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            float d = d1 / 256.0f, id2 = amax > 0.0f ? 1.0f / d : 0.0f;
-            a->d[r * nb + b] = d;
-            int32_t s0 = 0, s1 = 0;
-            for (int i = 0; i < 32; i++) {
-                int hi = (int)nearbyintf(xb[i] * id);
-                hi = hi > 127 ? 127 : (hi < -127 ? -127 : hi);
-                int lo = (int)nearbyintf((xb[i] - (float)hi * d1) * id2);
-                lo = lo > 127 ? 127 : (lo < -127 ? -127 : lo);
-                qb[i] = (int8_t)hi;
-                qb2[i] = (int8_t)lo;
-                int v = 256 * hi + lo;
-                if (i < 16) s0 += v; else s1 += v;
-            }
-            a->s16[r * 2 * nb + 2 * b] = s0;
-            a->s16[r * 2 * nb + 2 * b + 1] = s1;
-            a->a16[r * 2 * nb + 2 * b] = d * (float)s0;
-            a->a16[r * 2 * nb + 2 * b + 1] = d * (float)s1;
-            a->a32[r * nb + b] = d * (float)(s0 + s1);
-        }
-    }
+static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
+    a->q = (int8_t *)malloc((size_t)(2 * m * k));
+    a->d = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
+    a->s16 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m * (k / 16)));
+    a->q2 = a->q + m * k;
+    if (a->q && a->d && a->s16) return 0;
+    free(a->q); free(a->d); free(a->s16);
+    return -1;
 }
 
-/* ---------------------------------------------------------------- block headers */
+static void acts_free(acts_t *a) { free(a->q); free(a->d); free(a->s16); }
+
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b = 0; b < k / 32; b++)
+            a->d[r * (k / 32) + b] = quant32(x + r * k + 32 * b, a->q + r * k + 32 * b, a->q2 + r * k + 32 * b, a->s16 + r * (k / 16) + 2 * b);
+}
+#endif
+
+/* ---------------------------------------------------------------- matmul */
+
 #ifndef MLXR_VNNI
 
 /* Scales and offsets of one block's 16-column groups: w = s[g]*u - o[g]. */
@@ -212,57 +304,7 @@ static inline int block_header(int t, const uint8_t *b, float *s, float *o) {
     }
     }
 }
-#endif
 
-/* ---------------------------------------------------------------- unsigned codes per 32 columns */
-
-#ifdef MLXR_VNNI
-static inline __m256i nibbles(__m256i q, int high) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    return _mm256_and_si256(high ? _mm256_srli_epi16(q, 4) : q, low4);
-}
-
-static inline __m256i codes(int t, const uint8_t *b, int j) {
-    switch (t) {
-    case T_Q4_0: {
-        __m128i q = _mm_loadu_si128((const __m128i *)(b + 2));
-        __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-        return _mm256_set_m128i(hi, lo);
-    }
-    case T_Q5_0: {
-        __m128i q = _mm_loadu_si128((const __m128i *)(b + 6));
-        __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-        uint32_t qh;
-        memcpy(&qh, b + 2, 4);
-        return _mm256_or_si256(_mm256_set_m128i(hi, lo), _mm256_maskz_set1_epi8((__mmask32)qh, 16));
-    }
-    case T_Q8_0:
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
-    case T_Q4_K:
-        return nibbles(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (j / 2))), j & 1);
-    case T_Q5_K: {
-        __m256i lo = nibbles(_mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (j / 2))), j & 1);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
-        __mmask32 bit = _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << j)));
-        return _mm256_or_si256(lo, _mm256_maskz_set1_epi8(bit, 16));
-    }
-    default: { /* Q6_K: j = 4*half + s */
-        int h = j / 4, s = j % 4;
-        __m256i lo = nibbles(_mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (s & 1))), s >> 1);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
-        __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), _mm256_set1_epi8(3));
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
-    }
-    }
-}
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-#else
 static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
     for (int l = 0; l < 32; l++) {
         int e, v;
@@ -286,13 +328,7 @@ static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
         u[l] = (uint8_t)v;
     }
 }
-#endif
 
-/* ---------------------------------------------------------------- matmul */
-
-#define ROW_TILE 4
-
-#ifndef MLXR_VNNI
 /* Rows [m0, m0+mr) of activations against one weight row (portable C). */
 static inline __attribute__((always_inline)) void dot_rows(
     int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
@@ -321,137 +357,237 @@ static inline __attribute__((always_inline)) void dot_rows(
     }
     for (int r = 0; r < mr; r++) out[r] = accs[r] - off[r];
 }
-#else
+#else /* MLXR_VNNI */
+
+/* A weight row is walked in groups of 256 columns: one K-quant block or eight 32-column
+ * blocks, eight 32-column sub-blocks j either way. A group's codes are read as four 512-bit
+ * vectors in which 64-bit lane j always holds 8 codes of sub-block j (vector i: its columns
+ * 8i..8i+7; the activations are stored in the same order, see acts_t). So every int32 lane of
+ * a vpdpbusd belongs to one sub-block in all four vectors: the group's four dot products
+ * accumulate in one register, and one convert and one FMA with the 16 lanes' scales finish
+ * the group. */
+
 static inline float f16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
 }
 
-/* The fp16 scales at the start of 8 consecutive blocks `bb` bytes apart. */
-static inline __m256 first_halfs8(const uint8_t *b, int bb) {
-    uint16_t h[8];
-    for (int i = 0; i < 8; i++) memcpy(&h[i], b + i * bb, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+static inline __m512i lanes16(void) { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+
+/* Per 64-bit lane q, with a bit matrix m(q): gf2p8affine's output bit i is the parity of
+ * (byte 7-i of the lane's matrix) & input byte, so one op moves and masks bits. */
+#define AFFINE(x, m) _mm512_gf2p8affine_epi64_epi8((x), (m), 0)
+static inline long long mat_nibble(int high) { return high ? 0x1020408000000000LL : 0x0102040800000000LL; }
+static inline long long mat_bit_to4(int b) { return (1LL << b) << 24; }
+static inline long long mat_bits_to45(int b) { return ((1LL << b) << 24) | ((1LL << (b + 1)) << 16); }
+
+/* Lane q of a vector from a per-lane function of q. */
+#define PER_LANE(f) _mm512_set_epi64(f(7), f(6), f(5), f(4), f(3), f(2), f(1), f(0))
+
+
+/* Q4_K/Q5_K nibbles: lane q of vector i is the low (q even) or high nibble of qs' 64-bit word
+ * 4*(q/2) + i (sub-block q = 2p + h is nibble h of the 32 bytes at 32p). */
+static inline __m512i k_nibbles(__m512i qs0, __m512i qs1, int i) {
+#define NIB_WORD(q) (4 * ((q) / 2) + i)
+#define NIB_MAT(q) mat_nibble((q) & 1)
+    return AFFINE(_mm512_permutex2var_epi64(qs0, PER_LANE(NIB_WORD), qs1), PER_LANE(NIB_MAT));
 }
 
-static inline __m256 lane(__m256 v, int i) { return _mm256_permutexvar_ps(_mm256_set1_epi32(i), v); }
-
-static inline __m256 bytes8_ps(uint64_t v, int is_signed) {
-    __m128i b = _mm_cvtsi64_si128((long long)v);
-    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+/* Q6_K: sub-block q = 4H + s; low 4 bits from ql byte 64H + 32(s&1) + l, nibble s/2; top 2 bits
+ * from qh byte 32H + l, bits 2s and 2s+1. */
+static inline __m512i q6_codes(__m512i ql0, __m512i ql1, const uint8_t *qh, int i) {
+#define QL_WORD(q) (8 * ((q) / 4) + 4 * ((q) & 1) + i)
+#define QL_MAT(q) mat_nibble(((q) & 3) >> 1)
+#define QH_MAT(q) mat_bits_to45(2 * ((q) & 3))
+    __m512i lo = AFFINE(_mm512_permutex2var_epi64(ql0, PER_LANE(QL_WORD), ql1), PER_LANE(QL_MAT));
+    long long h0, h1; /* qh words i (lanes 0-3) and 4 + i (lanes 4-7) */
+    memcpy(&h0, qh + 8 * i, 8);
+    memcpy(&h1, qh + 32 + 8 * i, 8);
+    __m512i hv = _mm512_mask_set1_epi64(_mm512_set1_epi64(h0), 0xF0, h1);
+    return _mm512_or_si512(lo, AFFINE(hv, PER_LANE(QH_MAT)));
 }
 
-/* Q4_K/Q5_K: the 8 six-bit scales and mins of a block, one byte each. */
-static inline void kscales(const uint8_t *q, uint64_t *sc, uint64_t *mn) {
-    uint32_t w[3];
-    memcpy(w, q, 12);
-    uint64_t sc_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    uint64_t mn_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    *sc = (w[0] & 0x3f3f3f3fu) | (sc_hi << 32);
-    *mn = (w[1] & 0x3f3f3f3fu) | (mn_hi << 32);
+/* A group's 32-column blocks: b[j] is block j, or an all-zero block (zero scale) past the
+ * row's end, so a row's last, partial group needs no copy. */
+static const uint8_t ZERO_BLOCK[34];
+
+static inline void group_blocks(const uint8_t *g, int bb, int nblk, const uint8_t *b[8]) {
+    for (int j = 0; j < 8; j++) b[j] = j < nblk ? g + j * bb : ZERO_BLOCK;
 }
 
-/* sum(u * (256*hi + lo)) per 4 columns, as floats (exact: |sum| < 2^28 fits int32). */
-static inline __m256 dot32(__m256i u, const acts_t *a, int64_t at) {
-    __m256i hi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)(a->q + at)));
-    __m256i both = _mm256_dpbusd_epi32(_mm256_slli_epi32(hi, 8), u, _mm256_loadu_si256((const __m256i *)(a->q2 + at)));
-    return _mm256_cvtepi32_ps(both);
+/* 16 bytes at b[j] + off in 128-bit lane j - j0 (4 lanes). */
+static inline __m512i four_x16(const uint8_t *const *b, int j0, int off) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b[j0] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b[j0 + 1] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b[j0 + 2] + off)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(b[j0 + 3] + off)), 3);
 }
 
-/* Rows [m0, m0+mr) of activations against one weight row (AVX-512 VNNI). The combined
- * weight x activation scales of 8 sub-blocks are built as one vector per block group, and
- * each sub-block takes its lane with a permute instead of scalar multiplies. */
+/* 32 bytes at b[j] + 2 in the low half, b[j+1] + 2 in the high half. */
+static inline __m512i two_x32(const uint8_t *const *b, int j) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b[j] + 2))), _mm256_loadu_si256((const __m256i *)(b[j + 1] + 2)), 1);
+}
+
+/* The 32-bit words at byte `at` of a group's (up to) 8 blocks, zeros past the row's end. */
+static inline __m256i block_words(const uint8_t *g, int bb, int nblk, int at) {
+    if (nblk < 8) { /* a gather can skip lanes; slower than scalar loads for a full group */
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bb));
+        return _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), (__mmask8)((1u << nblk) - 1), idx, (const void *)(g + at), 1);
+    }
+    uint32_t w[8];
+    for (int j = 0; j < 8; j++) memcpy(&w[j], g + j * bb + at, 4);
+    return _mm256_loadu_si256((const __m256i *)w);
+}
+
+/* Q5_0: bit 8i + e of block q's 32-bit qh is the fifth bit of code byte e of lane q in vector i. */
+static inline void q5_0_high(const uint8_t *g, int nblk, __m512i u[4]) {
+    __m512i words = _mm512_cvtepu32_epi64(block_words(g, 22, nblk, 2));
+    for (int i = 0; i < 4; i++) {
+        const long long even = 0x0101010101010101LL * i, odd = 0x0101010101010101LL * (8 + i); /* byte i of the lane's word */
+        __m512i byte_i = _mm512_shuffle_epi8(words, _mm512_set_epi64(odd, even, odd, even, odd, even, odd, even));
+        __mmask64 set = _mm512_test_epi8_mask(byte_i, _mm512_set1_epi64(0x8040201008040201LL));
+        u[i] = _mm512_mask_add_epi8(u[i], set, u[i], _mm512_set1_epi8(16));
+    }
+}
+
+/* The unsigned codes of a group (nblk < 8: a 32-column type's partial last group), in the
+ * order above. */
+static inline void group_codes(int t, const uint8_t *g, int nblk, __m512i u[4]) {
+    const uint8_t *b[8];
+    if (BLOCK_ELEMS[t] == 32) group_blocks(g, BLOCK_BYTES[t], nblk, b);
+    switch (t) {
+    case T_Q4_0:
+    case T_Q5_0: { /* vector i: nibble i/2 of each block's 64-bit word i%2 */
+        const int qs = t == T_Q4_0 ? 2 : 6;
+        __m512i lo4 = four_x16(b, 0, qs), hi4 = four_x16(b, 4, qs);
+        __m512i w0 = _mm512_permutex2var_epi64(lo4, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), hi4);
+        __m512i w1 = _mm512_permutex2var_epi64(lo4, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), hi4);
+        const __m512i lo = _mm512_set1_epi64(mat_nibble(0)), hi = _mm512_set1_epi64(mat_nibble(1));
+        u[0] = AFFINE(w0, lo), u[1] = AFFINE(w1, lo), u[2] = AFFINE(w0, hi), u[3] = AFFINE(w1, hi);
+        if (t == T_Q5_0) q5_0_high(g, nblk, u);
+        break;
+    }
+    case T_Q8_0: { /* vector i: each block's 64-bit word i, by a 4x8 transpose of 64-bit words */
+        __m512i z0 = two_x32(b, 0), z1 = two_x32(b, 2), z2 = two_x32(b, 4), z3 = two_x32(b, 6);
+        const __m512i even = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13), odd = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+        __m512i t0 = _mm512_permutex2var_epi64(z0, even, z1), t1 = _mm512_permutex2var_epi64(z0, odd, z1);
+        __m512i t2 = _mm512_permutex2var_epi64(z2, even, z3), t3 = _mm512_permutex2var_epi64(z2, odd, z3);
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        u[0] = _mm512_xor_si512(_mm512_shuffle_i64x2(t0, t2, 0x44), flip);
+        u[1] = _mm512_xor_si512(_mm512_shuffle_i64x2(t0, t2, 0xEE), flip);
+        u[2] = _mm512_xor_si512(_mm512_shuffle_i64x2(t1, t3, 0x44), flip);
+        u[3] = _mm512_xor_si512(_mm512_shuffle_i64x2(t1, t3, 0xEE), flip);
+        break;
+    }
+    case T_Q4_K:
+    case T_Q5_K: {
+        const uint8_t *qs = g + (t == T_Q4_K ? 16 : 48);
+        __m512i qs0 = _mm512_loadu_si512((const void *)qs), qs1 = _mm512_loadu_si512((const void *)(qs + 64));
+        for (int i = 0; i < 4; i++) u[i] = k_nibbles(qs0, qs1, i);
+        if (t == T_Q5_K) /* bit q of qh byte 8i + e */
+            for (int i = 0; i < 4; i++)
+                u[i] = _mm512_or_si512(u[i], AFFINE(_mm512_set1_epi64(*(const long long *)(g + 16 + 8 * i)), PER_LANE(mat_bit_to4)));
+        break;
+    }
+    default: { /* Q6_K */
+        __m512i ql0 = _mm512_loadu_si512((const void *)g), ql1 = _mm512_loadu_si512((const void *)(g + 64));
+        for (int i = 0; i < 4; i++) u[i] = q6_codes(ql0, ql1, g + 128, i);
+    }
+    }
+}
+
+/* The fp16 scales at the start of a group's blocks. */
+static inline __m256 block_halfs(const uint8_t *g, int bb, int nblk) {
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(block_words(g, bb, nblk, 0)));
+}
+
+/* Q4_K/Q5_K: lanes 0-7 the sub-block scales d*sc, lanes 8-15 the offsets dmin*mn, from the
+ * 12 bytes of packed six-bit values (see scale_min_k4). */
+static inline __m512 kscales(const uint8_t *b) {
+    __m128i q = _mm_loadu_si128((const __m128i *)(b + 4)); /* 12 bytes and 4 of the codes */
+    /* dwords sc0-3, sc4-7, mn0-3, mn4-7: low bits from bytes 0-3, 8-11 (low nibbles), 4-7, 8-11 (high) */
+    __m128i lo = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    lo = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4)), _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    /* top two bits of sc4-7 and mn4-7: bits 6-7 of bytes 0-3 and 4-7 */
+    __m128i hi = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    hi = _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_set1_epi8(0x30));
+    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_or_si128(lo, hi)));
+    int32_t dd;
+    memcpy(&dd, b, 4);
+    __m512 scale = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes16(), 3), _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(dd))));
+    return _mm512_mul_ps(v, scale);
+}
+
+/* sum(u * (256*hi + lo)) per int32 lane over n code vectors (exact: < 2^31 for 4 vectors). */
+static inline __m512 dot_group(const __m512i *u, const int8_t *q, int n) {
+    __m512i h = _mm512_setzero_si512();
+    for (int i = 0; i < n; i++) h = _mm512_dpbusd_epi32(h, u[i], _mm512_load_si512((const void *)(q + 64 * i)));
+    h = _mm512_slli_epi32(h, 8);
+    for (int i = 0; i < n; i++) h = _mm512_dpbusd_epi32(h, u[i], _mm512_load_si512((const void *)(q + 256 + 64 * i)));
+    return _mm512_cvtepi32_ps(h);
+}
+
+/* One group against the tile's mr activation rows: q and sc point at the group's data. */
+static inline __attribute__((always_inline)) void group_rows(
+    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc, __m512 *off) {
+    __m512i u[4];
+    group_codes(t, g, nblk, u);
+    if (t == T_Q6_K) { /* scales per 16 columns: lane l's codes are in 16-column group l&~1 (vectors 0, 1) or l|1 */
+        __m512 ws = _mm512_mul_ps(_mm512_set1_ps(f16(g + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(g + 192)))));
+        __m512 wa = _mm512_permutexvar_ps(_mm512_andnot_si512(_mm512_set1_epi32(1), lanes16()), ws);
+        __m512 wb = _mm512_permutexvar_ps(_mm512_or_si512(_mm512_set1_epi32(1), lanes16()), ws);
+#pragma GCC unroll 8
+        for (int r = 0; r < mr; r++) {
+            const float *rec = sc + 32 * r;
+            __m512 dx = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes16(), 1), _mm512_load_ps(rec));
+            off[r] = _mm512_fmadd_ps(ws, _mm512_load_ps(rec + 16), off[r]);
+            acc[r] = _mm512_fmadd_ps(dot_group(u, q + 512 * r, 2), _mm512_mul_ps(wa, dx), acc[r]);
+            acc[r] = _mm512_fmadd_ps(dot_group(u + 2, q + 512 * r + 128, 2), _mm512_mul_ps(wb, dx), acc[r]);
+        }
+        return;
+    }
+    /* lanes 0-7 the weight scales s, lanes 8-15 the offsets o (32-column types: o = s, scaled
+     * by 8, 16 or 128 at the end); times the record's d and d * sum(xq) */
+    __m512 wso;
+    if (t == T_Q4_K || t == T_Q5_K) {
+        wso = kscales(g);
+    } else {
+        __m256 d = block_halfs(g, BLOCK_BYTES[t], nblk);
+        wso = _mm512_insertf32x8(_mm512_castps256_ps512(d), d, 1);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        __m512 s = _mm512_mul_ps(wso, _mm512_load_ps(sc + 32 * r));
+        off[r] = _mm512_mask_add_ps(off[r], 0xFF00, off[r], s);
+        acc[r] = _mm512_fmadd_ps(dot_group(u, q + 512 * r, 4), _mm512_permutexvar_ps(_mm512_srli_epi32(lanes16(), 1), s), acc[r]);
+    }
+}
+
+/* Rows [m0, m0+mr) of activations against one weight row (AVX-512 VNNI). */
 static inline __attribute__((always_inline)) void dot_rows(
     int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
-    const int be = BLOCK_ELEMS[t], bb = BLOCK_BYTES[t];
-    const int64_t nb = k / be, n32 = k / 32, n16 = k / 16;
-    __m256 acc[ROW_TILE], offv[ROW_TILE], sv[ROW_TILE];
-    float offs[ROW_TILE];
-    for (int r = 0; r < ROW_TILE; r++) { acc[r] = offv[r] = _mm256_setzero_ps(); offs[r] = 0.0f; }
-    if (be == 32) {
-        const float ofs = t == T_Q4_0 ? 8.0f : (t == T_Q5_0 ? 16.0f : 128.0f);
-        int64_t ib = 0;
-        for (; ib + 8 <= nb; ib += 8) {
-            const uint8_t *blk = wrow + ib * bb;
-            __m256 dw = first_halfs8(blk, bb);
-            for (int r = 0; r < mr; r++) {
-                int64_t row = m0 + r;
-                sv[r] = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + row * n32 + ib));
-                offv[r] = _mm256_fmadd_ps(dw, _mm256_loadu_ps(a->a32 + row * n32 + ib), offv[r]);
-            }
-            for (int j = 0; j < 8; j++) {
-                __m256i uv = codes(t, blk + j * bb, 0);
-                for (int r = 0; r < mr; r++)
-                    acc[r] = _mm256_fmadd_ps(dot32(uv, a, (m0 + r) * k + 32 * (ib + j)), lane(sv[r], j), acc[r]);
-            }
-        }
-        for (; ib < nb; ib++) {
-            const uint8_t *blk = wrow + ib * bb;
-            float d = f16(blk);
-            __m256i uv = codes(t, blk, 0);
-            for (int r = 0; r < mr; r++) {
-                int64_t row = m0 + r;
-                acc[r] = _mm256_fmadd_ps(dot32(uv, a, row * k + 32 * ib), _mm256_set1_ps(d * a->d[row * n32 + ib]), acc[r]);
-                offs[r] += d * a->a32[row * n32 + ib];
-            }
-        }
-        for (int r = 0; r < mr; r++) out[r] = hsum8(acc[r]) - ofs * (hsum8(offv[r]) + offs[r]);
-    } else if (t == T_Q6_K) {
-        const __m256i lo_pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi_pairs = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
-        for (int64_t ib = 0; ib < nb; ib++) {
-            const uint8_t *blk = wrow + ib * bb;
-            __m256 d = _mm256_set1_ps(f16(blk + 208));
-            uint64_t sc[2];
-            memcpy(sc, blk + 192, 16);
-            __m256 glo = _mm256_mul_ps(d, bytes8_ps(sc[0], 1)), ghi = _mm256_mul_ps(d, bytes8_ps(sc[1], 1));
-            __m256 slo[ROW_TILE], shi[ROW_TILE];
-            for (int r = 0; r < mr; r++) {
-                int64_t row = m0 + r;
-                __m256 dxv = _mm256_loadu_ps(a->d + row * n32 + 8 * ib);
-                slo[r] = _mm256_mul_ps(glo, _mm256_permutexvar_ps(lo_pairs, dxv));
-                shi[r] = _mm256_mul_ps(ghi, _mm256_permutexvar_ps(hi_pairs, dxv));
-                offv[r] = _mm256_fmadd_ps(glo, _mm256_loadu_ps(a->a16 + row * n16 + 16 * ib), offv[r]);
-                offv[r] = _mm256_fmadd_ps(ghi, _mm256_loadu_ps(a->a16 + row * n16 + 16 * ib + 8), offv[r]);
-            }
-            for (int j = 0; j < 8; j++) {
-                __m256i uv = codes(t, blk, j);
-                int g = 2 * (j & 3);
-                __m256i idx = _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1);
-                for (int r = 0; r < mr; r++) {
-                    __m256 s = _mm256_permutexvar_ps(idx, j < 4 ? slo[r] : shi[r]);
-                    acc[r] = _mm256_fmadd_ps(dot32(uv, a, (m0 + r) * k + 256 * ib + 32 * j), s, acc[r]);
-                }
-            }
-        }
-        for (int r = 0; r < mr; r++) out[r] = hsum8(acc[r]) - 32.0f * hsum8(offv[r]);
-    } else { /* Q4_K, Q5_K */
-        for (int64_t ib = 0; ib < nb; ib++) {
-            const uint8_t *blk = wrow + ib * bb;
-            uint64_t sc, mn;
-            kscales(blk + 4, &sc, &mn);
-            __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(f16(blk)), bytes8_ps(sc, 0));
-            __m256 dmn = _mm256_mul_ps(_mm256_set1_ps(f16(blk + 2)), bytes8_ps(mn, 0));
-            for (int r = 0; r < mr; r++) {
-                int64_t row = m0 + r;
-                sv[r] = _mm256_mul_ps(dsc, _mm256_loadu_ps(a->d + row * n32 + 8 * ib));
-                offv[r] = _mm256_fmadd_ps(dmn, _mm256_loadu_ps(a->a32 + row * n32 + 8 * ib), offv[r]);
-            }
-            for (int j = 0; j < 8; j++) {
-                __m256i uv = codes(t, blk, j);
-                for (int r = 0; r < mr; r++)
-                    acc[r] = _mm256_fmadd_ps(dot32(uv, a, (m0 + r) * k + 256 * ib + 32 * j), lane(sv[r], j), acc[r]);
-            }
-        }
-        for (int r = 0; r < mr; r++) out[r] = hsum8(acc[r]) - hsum8(offv[r]);
-    }
+    const int bb = BLOCK_BYTES[t], per_group = BLOCK_ELEMS[t] == 32 ? 8 : 1;
+    const int64_t nb = k / BLOCK_ELEMS[t];
+    const int8_t *q = a->q + 2 * m0 * a->kp;
+    const float *sc = a->s + m0 * a->kp / 8;
+    __m512 acc[ROW_TILE], off[ROW_TILE];
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) acc[r] = off[r] = _mm512_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + per_group <= nb; ib += per_group, q += 512 * mr, sc += 32 * mr) group_rows(t, wrow + ib * bb, 8, q, sc, mr, acc, off);
+    if (ib < nb) group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
+    const float ofs = t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) out[r] = _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[r], acc[r]));
 }
 #endif
 
-static inline __attribute__((always_inline)) void matmul_typed(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int nthreads) {
+/* Weight rows [c0, c1) of one type. */
+static inline __attribute__((always_inline)) void matmul_range(
+    int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int64_t c0, int64_t c1) {
     int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t col = 0; col < n; col++) {
+    for (int64_t col = c0; col < c1; col++) {
         float out[ROW_TILE];
         for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
             int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
@@ -461,6 +597,10 @@ static inline __attribute__((always_inline)) void matmul_typed(int t, const uint
             case 1: dot_rows(t, w + col * rb, k, a, m0, 1, out); break;
             case 2: dot_rows(t, w + col * rb, k, a, m0, 2, out); break;
             case 3: dot_rows(t, w + col * rb, k, a, m0, 3, out); break;
+            case 4: dot_rows(t, w + col * rb, k, a, m0, 4, out); break;
+            case 5: dot_rows(t, w + col * rb, k, a, m0, 5, out); break;
+            case 6: dot_rows(t, w + col * rb, k, a, m0, 6, out); break;
+            case 7: dot_rows(t, w + col * rb, k, a, m0, 7, out); break;
             default: dot_rows(t, w + col * rb, k, a, m0, ROW_TILE, out); break;
             }
             for (int r = 0; r < mr; r++) y[(m0 + r) * n + col] = out[r];
@@ -468,8 +608,14 @@ static inline __attribute__((always_inline)) void matmul_typed(int t, const uint
     }
 }
 
-/* One specialised copy per type, so the switches above fold away. */
-#define TYPED(T) static void matmul_##T(const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int th) { matmul_typed(T, w, n, k, a, m, y, th); }
+typedef void (*range_fn)(const uint8_t *, int64_t, int64_t, const acts_t *, int64_t, float *, int64_t, int64_t);
+
+/* One specialised copy per type, so the type switches fold away (the OpenMP region below
+ * is outlined once, so it must not be where the type becomes a constant). */
+#define TYPED(T) \
+    static void range_##T(const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int64_t c0, int64_t c1) { \
+        matmul_range(T, w, n, k, a, m, y, c0, c1); \
+    }
 TYPED(T_Q4_0)
 TYPED(T_Q5_0)
 TYPED(T_Q8_0)
@@ -477,29 +623,28 @@ TYPED(T_Q4_K)
 TYPED(T_Q5_K)
 TYPED(T_Q6_K)
 
+static const range_fn RANGES[6] = {range_T_Q4_0, range_T_Q5_0, range_T_Q8_0, range_T_Q4_K, range_T_Q5_K, range_T_Q6_K};
+
+static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int nthreads) {
+    range_fn f = RANGES[t];
+#pragma omp parallel num_threads(nthreads)
+    {
+        int64_t th = 0, nth = 1;
+#ifdef _OPENMP
+        th = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        f(w, n, k, a, m, y, n * th / nth, n * (th + 1) / nth);
+    }
+}
+
 int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
     if (t < 0 || t > 5 || k % BLOCK_ELEMS[t]) return -1;
     acts_t a;
-    a.q = (int8_t *)malloc((size_t)(m * k));
-    a.q2 = (int8_t *)malloc((size_t)(m * k));
-    a.d = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
-    a.s16 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m * (k / 16)));
-    a.a32 = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
-    a.a16 = (float *)malloc(sizeof(float) * (size_t)(m * (k / 16)));
-    if (!a.q || !a.q2 || !a.d || !a.s16 || !a.a32 || !a.a16) {
-        free(a.q); free(a.q2); free(a.d); free(a.s16); free(a.a32); free(a.a16);
-        return -2;
-    }
+    if (acts_alloc(&a, m, k)) return -2;
     quantize_acts(x, m, k, &a);
-    switch (t) {
-    case T_Q4_0: matmul_T_Q4_0(w, n, k, &a, m, y, nthreads); break;
-    case T_Q5_0: matmul_T_Q5_0(w, n, k, &a, m, y, nthreads); break;
-    case T_Q8_0: matmul_T_Q8_0(w, n, k, &a, m, y, nthreads); break;
-    case T_Q4_K: matmul_T_Q4_K(w, n, k, &a, m, y, nthreads); break;
-    case T_Q5_K: matmul_T_Q5_K(w, n, k, &a, m, y, nthreads); break;
-    default: matmul_T_Q6_K(w, n, k, &a, m, y, nthreads); break;
-    }
-    free(a.q); free(a.q2); free(a.d); free(a.s16); free(a.a32); free(a.a16);
+    matmul(t, w, n, k, &a, m, y, nthreads);
+    acts_free(&a);
     return 0;
 }
 
