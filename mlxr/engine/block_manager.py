@@ -57,6 +57,10 @@ class BlockManager:
         need = max(0, self.blocks_for(num_tokens) - len(seq.block_table))
         return need + (1 if self._needs_copy(seq) else 0)
 
+    def fits(self, seq: Sequence, num_tokens: int) -> bool:
+        """Whether seq's blocks already hold num_tokens with no copy-on-write to do."""
+        return num_tokens <= len(seq.block_table) * self.block_size and not self._needs_copy(seq)
+
     # --- allocation ------------------------------------------------------------------------
     def _take_free_block(self) -> int:
         block, _ = self.free_blocks.popitem(last=False)

@@ -41,15 +41,16 @@ class IncrementalDetokenizer:
         self._ids.append(token_id)
         return self._advance(final=False)
 
-    def flush(self) -> str:
-        """Text still held back at the end (an incomplete UTF-8 sequence decodes to U+FFFD)."""
-        return self._advance(final=True)
+    def push(self, token_id: int) -> None:
+        """Append one token whose text `accept` will take (see `advance_all`)."""
+        self._ids.append(token_id)
 
-    def _advance(self, final: bool) -> str:
-        if self._read == len(self._ids):
-            return ""
-        before = self._decode(self._prefix, self._read)
-        after = self._decode(self._prefix, len(self._ids))
+    def windows(self) -> tuple[list[int], list[int]]:
+        """The two id windows whose decoded texts `accept` takes: before and after the new ids."""
+        return self._ids[self._prefix : self._read], self._ids[self._prefix :]
+
+    def accept(self, before: str, after: str, final: bool = False) -> str:
+        """The text that became final, given the decoded windows."""
         if len(after) <= len(before) or (after.endswith(REPLACEMENT_CHAR) and not final):
             return ""
         self._prefix, self._read = self._read, len(self._ids)
@@ -59,10 +60,30 @@ class IncrementalDetokenizer:
         self._prefix = 0
         return after[len(before):]
 
+    def flush(self) -> str:
+        """Text still held back at the end (an incomplete UTF-8 sequence decodes to U+FFFD)."""
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> str:
+        if self._read == len(self._ids):
+            return ""
+        return self.accept(self._decode(self._prefix, self._read), self._decode(self._prefix, len(self._ids)), final)
+
     def _decode(self, start: int, end: int) -> str:
         if start == end:
             return ""
         return self._tokenizer.decode(self._ids[start:end], skip_special_tokens=self._skip)
+
+
+def advance_all(tokenizer: TokenDecoder, detoks: list[IncrementalDetokenizer]) -> list[str]:
+    """`add`'s text for each detokenizer whose new token was `push`ed. (One call per window:
+    the tokenizers library's batched decode runs threads that lose on a busy 2-core host.)"""
+    out = []
+    for d in detoks:
+        before, after = d.windows()
+        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=d._skip) if ids else ""  # noqa: E731
+        out.append(d.accept(decode(before), decode(after)))
+    return out
 
 
 class StopStringMatcher:

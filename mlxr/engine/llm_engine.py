@@ -11,7 +11,7 @@ import torch
 
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
-from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher, advance_all
 from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
 from mlxr.engine.model_runner import ModelRunner, PendingTokens
 from mlxr.engine.request_state import RequestState, SeqState, build_output, token_logprobs
@@ -301,11 +301,18 @@ class LLMEngine:
             except Exception as e:  # noqa: BLE001 - as a failed launch
                 log.exception("model step failed")
                 return self._fail(launched.touched, e)
-            for seq, sample in zip(launched.seqs, samples):
-                state = self.seq_states.get(seq.seq_id)
-                if state is not None and not seq.is_finished:  # else aborted or stopped meanwhile
-                    self._append_token(state, sample)
+            self._take_tokens(launched.seqs, samples)
         return [self._emit(rid) for rid in launched.touched if rid in self.requests]
+
+    def _take_tokens(self, seqs: list[Sequence], samples: list) -> None:
+        """Record each live sequence's token, detokenize them all in one batch, then stop."""
+        live = [(self.seq_states[seq.seq_id], sample) for seq, sample in zip(seqs, samples)
+                if not seq.is_finished and seq.seq_id in self.seq_states]  # else aborted or stopped
+        reasons = [self._record_token(state, sample) for state, sample in live]
+        texting = [state for (state, _), reason in zip(live, reasons) if reason is None]
+        deltas = iter(advance_all(self.tokenizer, [state.detok for state in texting]))
+        for (state, _), reason in zip(live, reasons):
+            self._finish_if_done(state, reason, next(deltas) if reason is None else "")
 
     def _fork_if_first(self, seq: Sequence) -> list[Sequence]:
         """When the prompt of an n > 1 request is done, its forks share the prompt blocks."""
@@ -323,10 +330,11 @@ class LLMEngine:
             forks.append(child)
         return [seq, *forks]
 
-    def _append_token(self, state: SeqState, sample) -> None:
+    def _record_token(self, state: SeqState, sample) -> str | None:
+        """Store the token (over its placeholder); "stop" for a stop token or EOS, whose text
+        is never shown; otherwise the token goes to the detokenizer and None is returned."""
         seq, rs = state.seq, self.requests[state.seq.request_id]
-        params = rs.request.params
-        token = sample.token_id
+        params, token = rs.request.params, sample.token_id
         if seq.token_ids[-1] == PLACEHOLDER:
             seq.token_ids[-1] = token
         else:
@@ -336,7 +344,23 @@ class LLMEngine:
         rs.mark_token()
         if state.logprobs is not None:
             state.logprobs.append(token_logprobs(sample, self._decode_one))
-        reason = self._stop_reason(state, token, params)
+        # The sampler keeps EOS and stop tokens out until min_tokens, so no check is needed here.
+        if token in params.stop_token_ids:
+            state.stop_reason = token
+            return "stop"
+        if not params.ignore_eos and token in state.sampling.eos_token_ids:
+            return "stop"
+        state.detok.push(token)
+        return None
+
+    def _finish_if_done(self, state: SeqState, reason: str | None, delta: str) -> None:
+        seq, rs = state.seq, self.requests[state.seq.request_id]
+        if reason is None:
+            safe, hit = state.stops.feed(delta)
+            state.text += safe
+            if hit:
+                state.stop_reason = state.stops.matched
+                reason = "stop"
         if reason is None and seq.num_output_tokens >= rs.max_tokens:
             reason = "length"
         if reason is not None:
@@ -344,20 +368,6 @@ class LLMEngine:
                 safe, _ = state.stops.feed(state.detok.flush())
                 state.text += safe + (state.stops.flush() if not state.stops.hit else "")
             self.scheduler.finish(seq, reason)
-
-    def _stop_reason(self, state: SeqState, token: int, params: SamplingParams) -> str | None:
-        # The sampler keeps EOS and stop tokens out until min_tokens, so no check is needed here.
-        if token in params.stop_token_ids:
-            state.stop_reason = token
-            return "stop"
-        if not params.ignore_eos and token in state.sampling.eos_token_ids:
-            return "stop"
-        safe, hit = state.stops.feed(state.detok.add(token))
-        state.text += safe
-        if hit:
-            state.stop_reason = state.stops.matched
-            return "stop"
-        return None
 
     def _decode_one(self, token: int) -> str:
         return self.tokenizer.decode([token], skip_special_tokens=False)

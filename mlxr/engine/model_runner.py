@@ -57,27 +57,40 @@ class ModelRunner:
         ids, pos, slots, q_lens, seq_lens, rows, sampling = [], [], [], [], [], [], []
         fill_at, fill_from = [], []
         for item in out.scheduled:
-            seq, start = item.seq, item.seq.num_computed_tokens
-            end = start + item.num_tokens
-            chunk = seq.token_ids[start:end]
-            if chunk[-1] == PLACEHOLDER:
-                fill_at.append(len(ids) + len(chunk) - 1)
-                fill_from.append(pending.rows[seq.seq_id])
-                chunk[-1] = 0
-            ids += chunk
-            pos += range(start, end)
-            slots += slots_for(seq, start, end, bs)
-            q_lens.append(item.num_tokens)
+            seq, start, n = item.seq, item.seq.num_computed_tokens, item.num_tokens
+            end = start + n
+            if n == 1:  # decode rows: the common case, without the slicing below
+                token = seq.token_ids[start]
+                if token == PLACEHOLDER:
+                    fill_at.append(len(ids))
+                    fill_from.append(pending.rows[seq.seq_id])
+                    token = 0
+                ids.append(token)
+                pos.append(start)
+                slots.append(seq.block_table[start // bs] * bs + start % bs)
+            else:
+                chunk = seq.token_ids[start:end]
+                if chunk[-1] == PLACEHOLDER:
+                    fill_at.append(len(ids) + n - 1)
+                    fill_from.append(pending.rows[seq.seq_id])
+                    chunk[-1] = 0
+                ids += chunk
+                pos += range(start, end)
+                slots += slots_for(seq, start, end, bs)
+            q_lens.append(n)
             seq_lens.append(end)
             if end == seq.num_tokens:
                 rows.append(len(ids) - 1)
                 sampling.append(seq)
         width = max(len(s.seq.block_table) for s in out.scheduled)
-        tables = itertools.chain.from_iterable(
-            s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in out.scheduled)
+        tables = []
+        for s in out.scheduled:
+            tables += s.seq.block_table
+            if len(s.seq.block_table) < width:
+                tables += [0] * (width - len(s.seq.block_table))
         starts = list(itertools.accumulate(q_lens, initial=0))
         t, n = len(ids), len(q_lens)
-        flat = to_device(ids + pos + slots + starts + seq_lens + list(tables) + fill_at + fill_from, torch.long, self.device)
+        flat = to_device(ids + pos + slots + starts + seq_lens + tables + fill_at + fill_from, torch.long, self.device)
         input_ids, positions, slot_t, start_t, lens_t, table_t, fills = flat.split(
             [t, t, t, n + 1, n, n * width, 2 * len(fill_at)])
         if fill_at:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from mlxr.engine.sampler import SampledToken, SamplingState
-from mlxr.engine.sequence import Request, Sequence
+from mlxr.engine.sequence import PLACEHOLDER, Request, Sequence
 from mlxr.types import CompletionOutput, Logprob, RequestMetrics, RequestOutput, TokenLogprobs
 
 
@@ -61,18 +61,19 @@ def token_logprobs(sample: SampledToken, decode) -> TokenLogprobs:
 def completion_of(state: SeqState, delta: bool) -> CompletionOutput:
     seq = state.seq
     text_from, tok_from = (state.sent_text, state.sent_tokens) if delta else (0, 0)
-    out_ids = seq.output_token_ids
+    ids = seq.token_ids
+    end = len(ids) - (1 if ids and ids[-1] == PLACEHOLDER else 0)
     logprobs = state.logprobs[tok_from:] if state.logprobs is not None else None
     out = CompletionOutput(
         index=seq.index,
         text=state.text[text_from:],
-        token_ids=out_ids[tok_from:],
+        token_ids=ids[seq.num_prompt_tokens + tok_from : end],  # one copy, of the new part only
         finish_reason=seq.finish_reason,
         logprobs=logprobs,
         stop_reason=state.stop_reason,
     )
     if delta:
-        state.sent_text, state.sent_tokens = len(state.text), len(out_ids)
+        state.sent_text, state.sent_tokens = len(state.text), end - seq.num_prompt_tokens
     return out
 
 
@@ -81,7 +82,8 @@ def build_output(rs: RequestState) -> RequestOutput:
     finished = rs.finished
     if finished and rs.metrics.finished_time is None:
         rs.metrics.finished_time = time.monotonic()
-    outputs = [completion_of(s, rs.stream_deltas) for s in sorted(rs.seqs, key=lambda s: s.seq.index)]
+    seqs = rs.seqs if len(rs.seqs) == 1 else sorted(rs.seqs, key=lambda s: s.seq.index)
+    outputs = [completion_of(s, rs.stream_deltas) for s in seqs]
     return RequestOutput(
         request_id=req.request_id,
         prompt=req.prompt,

@@ -101,9 +101,11 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_uncomputed_tokens, budget)
-            if not self._make_room(seq, seq.num_computed_tokens + n, out):
-                break  # seq itself was preempted; everything after it already was
-            out.blocks_to_copy += self.blocks.allocate(seq, seq.num_computed_tokens + n)
+            total = seq.num_computed_tokens + n
+            if not self.blocks.fits(seq, total):  # most decode steps fit: no allocation work
+                if not self._make_room(seq, total, out):
+                    break  # seq itself was preempted; everything after it already was
+                out.blocks_to_copy += self.blocks.allocate(seq, total)
             out.scheduled.append(ScheduledSeq(seq, n))
             budget -= n
             i += 1

@@ -77,4 +77,9 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        return len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
+        if len(self.seqs) != self.params.n:
+            return False
+        for s in self.seqs:  # a loop, not all(): this runs for every request every step
+            if s.status is not SequenceStatus.FINISHED:
+                return False
+        return True
