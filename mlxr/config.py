@@ -67,6 +67,8 @@ class EngineConfig:
     # Graph block tables span the whole context; the Triton decode kernel skips the empty
     # part, the torch reference does not (set 32 with MLXR_KERNELS=reference).
     cuda_graph_max_batch: int = 256
+    # Prefill chunks of one sequence replay graphs captured at 64..2048 tokens (Triton kernels only).
+    enable_prefill_graphs: bool = True
     # Launch step N+1 before taking in step N's tokens, so host work overlaps the GPU.
     # None: on CUDA only (on the CPU nothing runs asynchronously); True also on the CPU (tests).
     overlap_steps: bool | None = None

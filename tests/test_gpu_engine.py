@@ -100,3 +100,25 @@ def test_overlapped_steps_match_synchronous_steps_on_the_gpu():
     a, b = fast.generate(PROMPTS, params), sync.generate(PROMPTS, params)
     assert [(o.outputs[0].text, o.outputs[0].token_ids) for o in a] == [(o.outputs[0].text, o.outputs[0].token_ids) for o in b]
     assert fast.engine.stats().kv_blocks_used == 0
+
+
+def test_prefill_graphs_equal_eager_prefill():
+    """One sequence's prompt chunks replay graphs at padded token counts: the tokens and
+    logprobs equal the eager path's, for lengths around the buckets, a cached prefix and
+    chunked prompts."""
+    path = str(fixture_model("tiny-llama").hf_dir)
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True, logprobs=3)
+    eager = LLM(path, dtype="float32", device="cuda", enable_prefill_graphs=False)
+    fast = LLM(path, dtype="float32", device="cuda")
+    chunked = LLM(path, dtype="float32", device="cuda", max_num_batched_tokens=64)
+    assert fast.engine.runner.prefill_graphs.graphs and eager.engine.runner.prefill_graphs is None
+    prompts = [list(range(5, 5 + n)) for n in (2, 63, 64, 65, 200)] + [list(range(5, 69)) + [7, 8, 9]]
+    for prompt in prompts:  # one at a time, so each prompt is a one-sequence chunk
+        want = eager.generate([prompt], params)[0].outputs[0]
+        for llm in (fast, chunked):
+            got = llm.generate([prompt], params)[0].outputs[0]
+            assert got.token_ids == want.token_ids
+            for a, b in zip(got.logprobs, want.logprobs):
+                tok = next(iter(b))
+                assert a[tok].logprob == pytest.approx(b[tok].logprob, abs=1e-4)
+    assert fast.engine.stats().prefix_cache_hit_tokens > 0

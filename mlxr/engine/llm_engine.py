@@ -69,7 +69,9 @@ class LLMEngine:
         self.runner = ModelRunner(parts.model, kv, parts.device)
         if parts.device.type == "cuda" and config.enable_cuda_graphs:
             self.runner.enable_cuda_graphs(
-                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch), self.block_manager.blocks_for(self.max_model_len)
+                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch),
+                self.block_manager.blocks_for(self.max_model_len),
+                min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,
             )
         self.sampler = Sampler()
         # Overlap the host's work with the device's only where the device runs asynchronously.

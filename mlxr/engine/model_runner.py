@@ -13,6 +13,7 @@ from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
 from mlxr.engine.sequence import PLACEHOLDER, Sequence
 from mlxr.engine.staging import to_device
 from mlxr.layers.attention import AttnMetadata
+from mlxr.ops.backend import use_triton
 
 
 @dataclass
@@ -44,11 +45,18 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.device = device
         self.graphs = None  # DecodeGraphs, set by the engine on CUDA
+        self.prefill_graphs = None  # PrefillGraphs, likewise
 
-    def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int) -> None:
+    def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int,
+                           max_prefill_tokens: int = 0) -> None:
         from mlxr.engine.cuda_graphs import DecodeGraphs
+        from mlxr.engine.prefill_graphs import PrefillGraphs
 
         self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq)
+        # Prefill graphs bake in the Triton kernels' launch grids; the reference ops read host lengths.
+        if max_prefill_tokens and use_triton(self.kv_cache.layers[0][0]):
+            self.prefill_graphs = PrefillGraphs(self.model, self.kv_cache, scratch_block, max_prefill_tokens,
+                                                max_blocks_per_seq, self.graphs.pool)
 
     def prepare(self, out: SchedulerOutput, pending: PendingTokens | None = None) -> StepInputs:
         """All of the step's index tensors in one pinned host-to-device copy; a placeholder
@@ -116,6 +124,11 @@ class ModelRunner:
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
+        if self._prefill_graph_fits(out):
+            seq, n = out.scheduled[0].seq, out.scheduled[0].num_tokens
+            start = seq.num_computed_tokens
+            logits = self.prefill_graphs.run(seq.token_ids[start : start + n], start, seq.block_table)
+            return ([seq], logits.float()) if start + n == seq.num_tokens else ([], None)
         inputs = self.prepare(out, pending)
         every_row_samples = len(inputs.sampling_seqs) == inputs.meta.num_seqs
         if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
@@ -127,6 +140,15 @@ class ModelRunner:
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         return inputs.sampling_seqs, logits.float()
+
+    def _prefill_graph_fits(self, out: SchedulerOutput) -> bool:
+        """One sequence's prompt chunk (no placeholder in it) that a captured bucket holds."""
+        if self.prefill_graphs is None or len(out.scheduled) != 1:
+            return False
+        item = out.scheduled[0]
+        seq, n = item.seq, item.num_tokens
+        return (n > 1 and seq.token_ids[seq.num_computed_tokens + n - 1] != PLACEHOLDER
+                and self.prefill_graphs.bucket(n, len(seq.block_table)) is not None)
 
     @torch.inference_mode()
     def hidden_states(self, seq: Sequence) -> torch.Tensor:

@@ -18,6 +18,12 @@ def to_device(values: list | torch.Tensor, dtype: torch.dtype, device: torch.dev
     return host.pin_memory().to(device, non_blocking=True)
 
 
+def copy_into(dst: torch.Tensor, values: list) -> None:
+    """dst[:len(values)] = values, queued without a host wait (dst on a CUDA device)."""
+    host = torch.tensor(values, dtype=dst.dtype)
+    dst[: len(values)].copy_(host.pin_memory() if dst.is_cuda else host, non_blocking=True)
+
+
 class HostCopy:
     """Device tensors copied to host memory in the background; .get() waits for them only."""
 
