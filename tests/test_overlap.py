@@ -82,6 +82,16 @@ def test_stops_found_a_step_late_give_the_same_text(model_dir):
     assert overlapped.engine.stats().kv_blocks_used == 0
 
 
+def test_chunked_prompts_with_steps_that_sample_nothing(model_dir):
+    """A long prompt alone takes several chunks, none of which samples until the last."""
+    sync, overlapped = engines(model_dir, max_num_batched_tokens=16)
+    prompts = [list(range(5, 45)), list(range(7, 60))]
+    params = SamplingParams(max_tokens=5, **GREEDY)
+    for prompt in prompts:
+        assert texts(overlapped, [prompt], params) == texts(sync, [prompt], params)
+    assert texts(overlapped, prompts, params) == texts(sync, prompts, params)
+
+
 def test_rows_that_read_their_output_make_the_engine_wait(model_dir):
     """Penalties and min_tokens read the tokens so far: mixed with plain rows, the results
     still equal the synchronous engine's."""

@@ -277,7 +277,8 @@ class LLMEngine:
 
     def _launch(self, out) -> "_Launched":
         prev = self._inflight
-        pending = PendingTokens(prev.future.tokens, prev.rows) if prev is not None else None
+        # A step that finished no prompt sampled nothing, and left no placeholder.
+        pending = PendingTokens(prev.future.tokens, prev.rows) if prev is not None and prev.future else None
         seqs, logits = self.runner.execute(out, pending)
         touched = {s.seq.request_id for s in out.scheduled}
         if not seqs:
