@@ -75,7 +75,10 @@ def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
     try:
         for i, (ids, n) in enumerate(workload(vocab, batch, 128, 64, False)):
             engine.add_request(f"ph-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
-        for _ in range(4):
+        sch = engine.scheduler
+        while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):  # until all decode
+            engine.step()
+        for _ in range(2):
             engine.step()
         spent.clear()
         t0 = time.perf_counter()

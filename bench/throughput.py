@@ -47,16 +47,21 @@ def run_mlxr(llm, reqs, device: str) -> dict:
             if k:
                 started.add(out.request_id)
         if all_started is None and len(started) == len(reqs):
-            all_started, gen_at_start = time.perf_counter(), generated
+            all_started, gen_at_start, decode_from = time.perf_counter(), generated, len(step_times)
     sync(device)
     t1 = time.perf_counter()
     decode_tokens = generated - gen_at_start
+    decode_steps = sorted(step_times[decode_from:])
     return {
         "total_s": t1 - t0,
         "gen_tok_s": generated / (t1 - t0),
         "decode_tok_s": decode_tokens / max(1e-9, t1 - all_started),
         "step_ms_median": 1000 * median(step_times),
         "steps": len(step_times),
+        # The decode phase's step times: a long tail (host pauses) shows against the median.
+        "decode_step_ms_p50": 1000 * median(decode_steps),
+        "decode_step_ms_p90": 1000 * decode_steps[int(0.9 * (len(decode_steps) - 1))] if decode_steps else None,
+        "decode_step_ms_sum_over_3x_median": 1000 * sum(t for t in decode_steps if t > 3 * median(decode_steps)),
     }
 
 
