@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from mlxr.ops.paged_attention import paged_attention, write_kv
-from mlxr.ops.rotary import rotary_write_kv
+from mlxr.ops.rotary import rotary_write_kv_query
 
 
 @dataclass
@@ -72,5 +72,5 @@ class PagedAttention(nn.Module):
         if inv_freq is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
-            q, _ = rotary_write_kv(q, k, v, positions, inv_freq, k_cache, v_cache, meta.slot_mapping)
+            q = rotary_write_kv_query(q, k, v, positions, inv_freq, k_cache, v_cache, meta.slot_mapping)
         return paged_attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap)

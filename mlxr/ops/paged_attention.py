@@ -139,11 +139,18 @@ def paged_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), else the
-    torch reference. Decode-only batches take the split-K decode kernel, others prefill."""
+    """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C decode
+    kernel for fp32 CPU tensors under inference mode, else the torch reference. Decode-only
+    batches take the decode kernels, others prefill."""
     if use_triton(q, k_cache):
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop
+        if q.is_cpu:
+            from mlxr.ops.attention_cpu import paged_decode_cpu
+
+            out = paged_decode_cpu(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window, softcap)
+            if out is not None:
+                return out
         return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
 

@@ -1,8 +1,9 @@
 """Dispatch for GGUF-quantized weights: the C kernels on CPU, Triton on CUDA, torch otherwise.
 
-CPU: few rows (decode) run the integer-dot kernel, which reads each weight byte once; many
-rows (prefill, large batches) are compute-bound, so the weight is dequantized to fp32 and
-multiplied by torch's fp32 GEMM (bench/quant_cpu.py measures both). Not bf16: its rounding of
+CPU: the AVX-512 VNNI integer-dot kernel takes every row count: it reads each weight byte
+once for decode, and for prefill its int8 dot products beat dequantizing to fp32 and torch's
+fp32 GEMM (2x at 128 rows, bench/quant_cpu.py --m 128). The portable-C build is slower than
+that GEMM from CPU_GEMM_MIN_ROWS rows, so there many rows take the GEMM. Not bf16: its rounding of
 weights and activations (~0.4%) flips 2-3% of top-1 tokens of the TinyLlama shape against the
 fp32 reference, where the kernel's 16-bit activations flip none.
 """
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from mlxr.ops.backend import use_triton
 
-# Rows from which dequantize + fp32 GEMM beats the integer-dot kernel on CPU (bench/quant_cpu.py).
+# Rows from which dequantize + fp32 GEMM beats the portable-C integer kernel (bench/quant_cpu.py).
 CPU_GEMM_MIN_ROWS = 16
 
 
@@ -49,7 +50,7 @@ def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torc
 
         return qmatmul_reference(x, raw, qtype, k)
     rows = x.numel() // k
-    if rows < CPU_GEMM_MIN_ROWS:
+    if rows < CPU_GEMM_MIN_ROWS or quant_cpu.vectorized():
         return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
     weight = quant_cpu.dequantize_cpu(raw, qtype, k)
     return F.linear(x.float(), weight).to(x.dtype)

@@ -7,6 +7,7 @@ bytes, not by fp32 arithmetic. `dequantize_cpu` is exact to gguf-py.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -30,6 +31,12 @@ def library(march: str = "native") -> ctypes.CDLL | None:
 
 def available() -> bool:
     return library() is not None
+
+
+@functools.cache
+def vectorized() -> bool:
+    """True when the kernels were built with AVX-512 VNNI (else portable C)."""
+    return bool(library().mlxr_simd_level())
 
 
 def _check(raw: torch.Tensor, qtype: str, k: int) -> int:

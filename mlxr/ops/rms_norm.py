@@ -39,17 +39,19 @@ def rms_norm(
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """norm(x), or (norm(x + residual), x + residual) when a residual is given."""
-    if _triton_fits(x, weight, gemma) and (residual is None or residual.dtype == x.dtype):
+    if x.is_cpu:  # first: a decode step runs ~100 norms, so the CPU path skips the CUDA checks
+        from mlxr.ops import norm_cpu
+
+        done = None
+        if norm_cpu.fits(x, weight, residual) and torch.is_inference_mode_enabled():
+            done = norm_cpu.rms_norm_cpu(x, weight, eps, gemma, residual)
+        if done is not None:
+            return done[0] if residual is None else done
+    elif _triton_fits(x, weight, gemma) and (residual is None or residual.dtype == x.dtype):
         from mlxr.ops.rms_norm_triton import rms_norm_triton
 
         out, new_residual = rms_norm_triton(x, weight, eps, gemma, residual)
         return out if residual is None else (out, new_residual)
-    from mlxr.ops import norm_cpu
-
-    if norm_cpu.fits(x, weight, residual) and torch.is_inference_mode_enabled():
-        done = norm_cpu.rms_norm_cpu(x, weight, eps, gemma, residual)
-        if done is not None:
-            return done[0] if residual is None else done
     if residual is None:
         return rms_norm_reference(x, weight, eps, gemma)
     h = x + residual

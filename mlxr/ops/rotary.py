@@ -62,3 +62,24 @@ def rotary_write_kv(
     q, k = rotary_reference(q, k, positions, inv_freq)
     write_kv(k, v, k_cache, v_cache, slot_mapping)
     return q, k
+
+
+def rotary_write_kv_query(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """As rotary_write_kv, for callers that need only the rotated q: on CPU (fp32) one C call
+    does it all, without the rotated k as a tensor."""
+    if q.is_cpu:
+        from mlxr.ops.attention_cpu import rope_write_kv_cpu
+
+        done = rope_write_kv_cpu(q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping)
+        if done is not None:
+            return done
+    return rotary_write_kv(q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping)[0]

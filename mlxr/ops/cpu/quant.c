@@ -583,27 +583,33 @@ static inline __attribute__((always_inline)) void dot_rows(
 }
 #endif
 
-/* Weight rows [c0, c1) of one type. */
+/* Weight rows [c0, c1) of one type. Rows are taken in chunks of COL_CHUNK so that with
+ * several activation tiles (prefill) a tile stays in L1 while the chunk's weight rows, in L2,
+ * pass over it; weight row by weight row, the tiles would evict each other. */
+#define COL_CHUNK 16
 static inline __attribute__((always_inline)) void matmul_range(
     int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int64_t c0, int64_t c1) {
     int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
-    for (int64_t col = c0; col < c1; col++) {
-        float out[ROW_TILE];
+    for (int64_t cc = c0; cc < c1; cc += COL_CHUNK) {
+        int64_t ce = cc + COL_CHUNK < c1 ? cc + COL_CHUNK : c1;
         for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
             int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
-            /* A literal row count per call, so the row loops unroll and the accumulators
-             * stay in registers (a runtime count spills them to the stack). */
-            switch (mr) {
-            case 1: dot_rows(t, w + col * rb, k, a, m0, 1, out); break;
-            case 2: dot_rows(t, w + col * rb, k, a, m0, 2, out); break;
-            case 3: dot_rows(t, w + col * rb, k, a, m0, 3, out); break;
-            case 4: dot_rows(t, w + col * rb, k, a, m0, 4, out); break;
-            case 5: dot_rows(t, w + col * rb, k, a, m0, 5, out); break;
-            case 6: dot_rows(t, w + col * rb, k, a, m0, 6, out); break;
-            case 7: dot_rows(t, w + col * rb, k, a, m0, 7, out); break;
-            default: dot_rows(t, w + col * rb, k, a, m0, ROW_TILE, out); break;
+            for (int64_t col = cc; col < ce; col++) {
+                float out[ROW_TILE];
+                /* A literal row count per call, so the row loops unroll and the accumulators
+                 * stay in registers (a runtime count spills them to the stack). */
+                switch (mr) {
+                case 1: dot_rows(t, w + col * rb, k, a, m0, 1, out); break;
+                case 2: dot_rows(t, w + col * rb, k, a, m0, 2, out); break;
+                case 3: dot_rows(t, w + col * rb, k, a, m0, 3, out); break;
+                case 4: dot_rows(t, w + col * rb, k, a, m0, 4, out); break;
+                case 5: dot_rows(t, w + col * rb, k, a, m0, 5, out); break;
+                case 6: dot_rows(t, w + col * rb, k, a, m0, 6, out); break;
+                case 7: dot_rows(t, w + col * rb, k, a, m0, 7, out); break;
+                default: dot_rows(t, w + col * rb, k, a, m0, ROW_TILE, out); break;
+                }
+                for (int r = 0; r < mr; r++) y[(m0 + r) * n + col] = out[r];
             }
-            for (int r = 0; r < mr; r++) y[(m0 + r) * n + col] = out[r];
         }
     }
 }
