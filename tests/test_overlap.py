@@ -25,8 +25,8 @@ def texts(llm: LLM, prompts, params) -> list[tuple]:
     return [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
 
 
-def test_launches_the_next_step_before_taking_in_the_last(model_dir):
-    _, llm = engines(model_dir)
+def trace(llm: LLM) -> list[str]:
+    """Record, in order, each step's launch ("execute") and each wait for its tokens ("result")."""
     events = []
     real_execute, real_launch = llm.engine.runner.execute, llm.engine.sampler.launch
 
@@ -34,13 +34,19 @@ def test_launches_the_next_step_before_taking_in_the_last(model_dir):
         events.append("execute")
         return real_execute(out, pending)
 
-    def launch(logits, states):
-        future = real_launch(logits, states)
+    def launch(logits, states, pending=None):
+        future = real_launch(logits, states, pending)
         real_result = future.result
         future.result = lambda: (events.append("result"), real_result())[1]
         return future
 
     llm.engine.runner.execute, llm.engine.sampler.launch = execute, launch
+    return events
+
+
+def test_launches_the_next_step_before_taking_in_the_last(model_dir):
+    _, llm = engines(model_dir)
+    events = trace(llm)
     llm.generate([[5, 6, 7]], SamplingParams(max_tokens=4, **GREEDY))
     assert events[:5] == ["execute", "execute", "result", "execute", "result"]
 
@@ -92,15 +98,31 @@ def test_chunked_prompts_with_steps_that_sample_nothing(model_dir):
     assert texts(overlapped, prompts, params) == texts(sync, prompts, params)
 
 
-def test_rows_that_read_their_output_make_the_engine_wait(model_dir):
-    """Penalties and min_tokens read the tokens so far: mixed with plain rows, the results
-    still equal the synchronous engine's."""
+def test_penalties_and_min_tokens_count_the_token_still_on_the_device(model_dir):
+    """Penalties and min_tokens read the tokens so far, the last one from the device: the
+    results equal the synchronous engine's, and the steps still overlap."""
     sync, overlapped = engines(model_dir)
-    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    params = [SamplingParams(max_tokens=10, temperature=0.0, repetition_penalty=1.3),
-              SamplingParams(max_tokens=10, temperature=0.0, min_tokens=6, ignore_eos=False),
-              SamplingParams(max_tokens=10, temperature=0.9, seed=3, presence_penalty=0.5)]
-    assert texts(overlapped, prompts, params) == texts(sync, prompts, params)
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14, 15]]
+    eos = sync.tokenizer.stop_token_ids
+    params = [SamplingParams(max_tokens=16, temperature=0.0, repetition_penalty=1.3),
+              SamplingParams(max_tokens=16, temperature=0.0, min_tokens=6, ignore_eos=False,
+                             logit_bias={t: 30.0 for t in eos}),  # EOS wins as soon as it may
+              SamplingParams(max_tokens=16, temperature=0.9, seed=3, presence_penalty=0.5, frequency_penalty=0.7),
+              SamplingParams(max_tokens=16, temperature=0.0, repetition_penalty=0.7, frequency_penalty=-0.4)]
+    want = texts(sync, prompts, params)
+    assert texts(overlapped, prompts, params) == want
+    assert len(want[1][0]) == 7 and want[1][2] == "stop"  # 6 forced tokens, then EOS
+    events = trace(overlapped)
+    overlapped.generate([prompts[0]], params[0])
+    assert events[:5] == ["execute", "execute", "result", "execute", "result"]  # overlapped
+
+
+def test_n_greater_than_one_makes_the_engine_wait(model_dir):
+    sync, overlapped = engines(model_dir)
+    params = SamplingParams(n=3, max_tokens=8, temperature=1.0, seed=9)
+    got = overlapped.generate([[5, 6, 7]], params)[0]
+    want = sync.generate([[5, 6, 7]], params)[0]
+    assert [o.token_ids for o in got.outputs] == [o.token_ids for o in want.outputs]
 
 
 def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):

@@ -17,7 +17,7 @@ from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher, a
 from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
 from mlxr.engine.model_runner import ModelRunner, PendingTokens
 from mlxr.engine.request_state import RequestState, SeqState, build_output, token_logprobs
-from mlxr.engine.sampler import SampleFuture, Sampler, SamplingState, make_generator
+from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler, SamplingState, make_generator
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from mlxr.engine.sequence import PLACEHOLDER, Request, Sequence
 from mlxr.engine.staging import to_device
@@ -299,8 +299,16 @@ class LLMEngine:
         if len(rows) != len(seqs):
             logits = logits[to_device(rows, torch.long, logits.device)]
         states = [self.seq_states[s.seq_id].sampling for s in owners]
-        future = self.sampler.launch(logits, states)
+        future = self.sampler.launch(logits, states, self._pending_for(owners, prev))
         return _Launched(out, touched, owners, future, {s.seq_id: i for i, s in enumerate(owners)})
+
+    @staticmethod
+    def _pending_for(seqs: list[Sequence], prev: "_Launched | None") -> LastTokens | None:
+        """Where each sequence's placeholder token sits in the previous step's samples."""
+        if prev is None or prev.future is None:
+            return None
+        rows = [prev.rows.get(s.seq_id) if s.token_ids[-1] == PLACEHOLDER else None for s in seqs]
+        return LastTokens(prev.future.tokens, rows)
 
     def _land(self, launched: "_Launched | None") -> list[RequestOutput]:
         """Take a launched step's tokens in: append, check stops, emit its requests' outputs."""

@@ -25,10 +25,9 @@ class SeqState:
     @property
     def overlappable(self) -> bool:
         """Whether this sequence's next token can be sampled before the host knows its last
-        one: not when penalties or min_tokens read the output so far, nor before n > 1 forks."""
-        p = self.sampling.params
-        return (p.n == 1 and p.min_tokens == 0 and p.repetition_penalty == 1.0
-                and p.presence_penalty == 0 and p.frequency_penalty == 0)
+        one (penalties and min_tokens count it from the device): not for n > 1, whose forks
+        are made on the host when the prompt is done."""
+        return self.sampling.params.n == 1
 
 
 @dataclass(eq=False)

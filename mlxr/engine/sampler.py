@@ -111,6 +111,29 @@ def _on_rows(x: torch.Tensor, rows: list[int], fn: Callable[[torch.Tensor], torc
     x[idx] = fn(x[idx])
 
 
+@dataclass
+class LastTokens:
+    """Each row's last token while it is still on the device only (overlapped steps):
+    row i's is tokens[rows[i]], or it has none (rows[i] is None). Penalties and min_tokens
+    count it as an output token."""
+
+    tokens: torch.Tensor
+    rows: list[int | None]
+
+    def pairs(self, rows: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, token) index tensors of the given rows' pending tokens."""
+        have = [i for i in rows if self.rows[i] is not None]
+        r = _index_tensor(have, device)
+        return r, self.tokens[_index_tensor([self.rows[i] for i in have], device)]
+
+    def count(self, i: int) -> int:
+        return 0 if self.rows[i] is None else 1
+
+    @staticmethod
+    def none(device: torch.device, n: int) -> "LastTokens":
+        return LastTokens(torch.empty(0, dtype=torch.long, device=device), [None] * n)
+
+
 class SampleFuture:
     """One step's sampled tokens: on the device at once (`tokens`, for the next step's
     inputs), on the host when `result()` is called (it waits for the copy, not the stream)."""
@@ -143,26 +166,29 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, states: list[SamplingState]) -> list[SampledToken]:
         return self.launch(logits, states).result()
 
-    def launch(self, logits: torch.Tensor, states: list[SamplingState]) -> SampleFuture:
+    def launch(self, logits: torch.Tensor, states: list[SamplingState],
+               pending: LastTokens | None = None) -> SampleFuture:
         """Nothing here waits for the device: host-side parameters travel through pinned
         memory, and the results come back through an event."""
         assert logits.dim() == 2 and logits.shape[0] == len(states), (logits.shape, len(states))
         raw = ops.sanitize(logits)
-        tokens = self._choose(self._process(raw, states), states)
+        pending = pending or LastTokens.none(raw.device, len(states))
+        tokens = self._choose(self._process(raw, states, pending), states)
         return self._future(raw, tokens, states)
 
     def processed_logits(self, logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
         """float32 logits after bias, min_tokens and penalties (before temperature)."""
-        return self._process(ops.sanitize(logits), states)
+        raw = ops.sanitize(logits)
+        return self._process(raw, states, LastTokens.none(raw.device, len(states)))
 
-    def _process(self, raw: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+    def _process(self, raw: torch.Tensor, states: list[SamplingState], pending: LastTokens) -> torch.Tensor:
         if not any(_has_processors(s.params) for s in states):
             return self._rescue_empty_rows(raw, raw)
         x = raw.clone()
         self._apply_logit_bias(x, states)
-        self._apply_min_tokens(x, states)
-        self._apply_repetition_penalty(x, states)
-        self._apply_presence_frequency(x, states)
+        self._apply_min_tokens(x, states, pending)
+        self._apply_repetition_penalty(x, states, pending)
+        self._apply_presence_frequency(x, states, pending)
         return self._rescue_empty_rows(x, raw)
 
     # --- logit processors (in place, on the rows that use them) ---
@@ -176,9 +202,10 @@ class Sampler:
         values = [v for b in biases for t, v in b.items() if 0 <= t < x.shape[1]]
         ops.add_values_(x, r, c, _param_tensor(values, x.device))
 
-    def _apply_min_tokens(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+    def _apply_min_tokens(self, x: torch.Tensor, states: list[SamplingState], pending: LastTokens) -> None:
         # Masked even with ignore_eos: that flag only changes stopping, not sampling.
-        rows = [i for i, s in enumerate(states) if len(s.output_token_ids) < s.params.min_tokens]
+        rows = [i for i, s in enumerate(states)
+                if len(s.output_token_ids) + pending.count(i) < s.params.min_tokens]
         if not rows:
             return
         banned = [sorted(states[i].eos_token_ids | set(states[i].params.stop_token_ids or []))
@@ -186,7 +213,7 @@ class Sampler:
         r, c = _flat_index(banned, rows, x.shape[1], x.device)
         ops.set_values_(x, r, c, torch.full((r.numel(),), ops.NEG_INF, device=x.device))
 
-    def _apply_repetition_penalty(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+    def _apply_repetition_penalty(self, x: torch.Tensor, states: list[SamplingState], pending: LastTokens) -> None:
         rows = _rows_where(states, lambda p: p.repetition_penalty != 1.0)
         if not rows:
             return
@@ -196,19 +223,21 @@ class Sampler:
         total = sum(t.numel() for t in prompts)
         lengths = _index_tensor([t.numel() for t in prompts], device)
         r_prompt = torch.repeat_interleave(_index_tensor(rows, device), lengths, output_size=total)
+        r_pend, c_pend = pending.pairs(rows, device)
         # Repeated (row, token) pairs are harmless: each writes the same penalised value.
-        r, c = torch.cat([r_prompt, r_out]), torch.cat(prompts + [c_out])
+        r, c = torch.cat([r_prompt, r_out, r_pend]), torch.cat(prompts + [c_out, c_pend])
         penalty = torch.ones(x.shape[0], dtype=torch.float32)
         penalty[rows] = torch.tensor([states[i].params.repetition_penalty for i in rows])
         ops.repetition_penalty_(x, r, c, to_device(penalty, torch.float32, device))
 
-    def _apply_presence_frequency(self, x: torch.Tensor, states: list[SamplingState]) -> None:
+    def _apply_presence_frequency(self, x: torch.Tensor, states: list[SamplingState], pending: LastTokens) -> None:
         rows = _rows_where(states, lambda p: p.presence_penalty != 0 or p.frequency_penalty != 0)
-        rows = [i for i in rows if states[i].output_token_ids]
+        rows = [i for i in rows if states[i].output_token_ids or pending.count(i)]
         if not rows:
             return
         r, c = _flat_index([states[i].output_token_ids for i in rows], rows, x.shape[1], x.device)
-        r, c, counts = ops.unique_pairs(r, c, x.shape[1])
+        r_pend, c_pend = pending.pairs(rows, x.device)
+        r, c, counts = ops.unique_pairs(torch.cat([r, r_pend]), torch.cat([c, c_pend]), x.shape[1])
         presence = torch.zeros(x.shape[0], dtype=torch.float32)
         frequency = torch.zeros(x.shape[0], dtype=torch.float32)
         presence[rows] = torch.tensor([states[i].params.presence_penalty for i in rows])
