@@ -393,8 +393,9 @@ class LLMEngine:
 
     def _emit(self, request_id: str) -> RequestOutput:
         rs = self.requests[request_id]
-        output = build_output(rs)
-        if rs.finished:
+        finished = rs.finished
+        output = build_output(rs, finished)
+        if finished:
             for s in rs.seqs:
                 self.finished_by_reason[s.seq.finish_reason or "error"] += 1
             self._forget(rs)

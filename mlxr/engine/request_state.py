@@ -76,20 +76,19 @@ def completion_of(state: SeqState, delta: bool) -> CompletionOutput:
     return out
 
 
-def build_output(rs: RequestState) -> RequestOutput:
+def build_output(rs: RequestState, finished: bool | None = None) -> RequestOutput:
+    """The request's output now (finished: rs.finished, when the caller has it already).
+    Runs for every running request every step, hence the plain code."""
     req = rs.request
-    finished = rs.finished
+    if finished is None:
+        finished = rs.finished
     if finished and rs.metrics.finished_time is None:
         rs.metrics.finished_time = time.monotonic()
-    seqs = rs.seqs if len(rs.seqs) == 1 else sorted(rs.seqs, key=lambda s: s.seq.index)
-    outputs = [completion_of(s, rs.stream_deltas) for s in seqs]
-    return RequestOutput(
-        request_id=req.request_id,
-        prompt=req.prompt,
-        prompt_token_ids=req.prompt_token_ids,
-        outputs=outputs,
-        finished=finished,
-        metrics=rs.metrics,
-        error=rs.error,
-        num_cached_tokens=rs.seqs[0].seq.num_cached_tokens if rs.seqs else 0,
-    )
+    seqs = rs.seqs
+    if len(seqs) == 1:
+        outputs = [completion_of(seqs[0], rs.stream_deltas)]
+    else:
+        outputs = [completion_of(s, rs.stream_deltas) for s in sorted(seqs, key=lambda s: s.seq.index)]
+    cached = seqs[0].seq.num_cached_tokens if seqs else 0
+    return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outputs, finished, rs.metrics,
+                         rs.error, cached)
