@@ -141,3 +141,47 @@ def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):
     assert engine.stats().kv_blocks_used == 0
     llm.generate([[3, 4]], SamplingParams(max_tokens=3, **GREEDY))  # the engine goes on
     assert engine.stats().kv_blocks_used == 0
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_forks_start_from_the_computed_prompt(model_dir, overlap):
+    """n > 1: the forks made when the prompt is done share its computed blocks and decode
+    one token a step, never recomputing (and rewriting) the shared prompt."""
+    llm = LLM(model_dir, dtype="float32", block_size=16, overlap_steps=overlap)
+    engine, prompt = llm.engine, list(range(5, 45))  # 40 tokens: 2 full blocks and a partial
+    engine.add_request("n2", prompt, SamplingParams(n=2, max_tokens=6, temperature=1.0, seed=4))
+    engine.step()
+    seqs = engine.requests["n2"].request.seqs
+    assert len(seqs) == 2 and all(s.num_computed_tokens == 40 for s in seqs)
+    assert seqs[1].block_hashes == seqs[0].block_hashes and len(seqs[1].block_hashes) == 2
+    out = engine.scheduler.schedule()
+    assert sorted(s.num_tokens for s in out.scheduled) == [1, 1]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_error_taking_in_one_token_fails_only_its_request(model_dir, overlap):
+    llm = LLM(model_dir, dtype="float32", overlap_steps=overlap)
+    engine = llm.engine
+    real = engine._record_token
+    calls = {"n": 0}
+
+    def record(state, sample):
+        if state.seq.request_id == "bad":
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("injected")
+        return real(state, sample)
+
+    engine._record_token = record
+    params = SamplingParams(max_tokens=8, **GREEDY)
+    for rid in ("a", "bad", "c"):
+        engine.add_request(rid, [5, 6, 7], params)
+    finals = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            if o.finished:
+                finals[o.request_id] = o
+    assert "injected" in finals["bad"].error
+    assert finals["a"].error is None and finals["c"].error is None
+    assert len(finals["a"].outputs[0].token_ids) == len(finals["c"].outputs[0].token_ids) == 8
+    assert engine.stats().kv_blocks_used == 0

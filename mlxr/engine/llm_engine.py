@@ -27,12 +27,27 @@ from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParam
 log = logging.getLogger(__name__)
 
 
+_FROZEN = False
+
+
+def _freeze_startup_objects() -> None:
+    """Once per process, after the first model loads: the objects of loading (weights' Python
+    wrappers, vocabularies) live on, and the cyclic collector walking them in every full
+    collection paused a busy decode loop for ~100 ms. Later loads stay collectable."""
+    global _FROZEN
+    if not _FROZEN:
+        _FROZEN = True
+        gc.collect()
+        gc.freeze()
+        atexit.register(gc.unfreeze)  # frozen objects are never freed at exit; bindings complain
+
+
 @dataclass
 class _Launched:
     """A step queued on the device whose sampled tokens the host has not taken in yet."""
 
     out: SchedulerOutput
-    touched: set[str]  # request ids scheduled in the step
+    touched: dict[str, RequestState]  # the requests scheduled in the step (an id may be reused later)
     seqs: list[Sequence]  # the sampled sequences, in row order
     future: SampleFuture | None
     rows: dict[int, int]  # seq_id -> row of future.tokens
@@ -90,9 +105,7 @@ class LLMEngine:
         # The objects of loading (weights' Python wrappers, vocabularies) live as long as the
         # engine: keep the cyclic collector from walking them again in every full collection,
         # which otherwise pauses a busy decode loop for ~100 ms.
-        gc.collect()
-        gc.freeze()
-        atexit.register(gc.unfreeze)  # frozen objects are never freed at exit; bindings complain
+        _freeze_startup_objects()
 
     def _auto_num_blocks(self) -> int:
         """The memory budget's worth of blocks, but no more than max_num_seqs full-length
@@ -257,7 +270,7 @@ class LLMEngine:
             log.exception("model step failed")
             outputs = self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted)  # their swap-out may not have run
-            return outputs + self._fail({s.seq.request_id for s in out.scheduled}, e)
+            return outputs + self._fail(self._requests_of(out), e)
         outputs = self._land(self._take_inflight())
         self.scheduler.update(out, skip_finished=True)
         for seq in launched.seqs:
@@ -288,12 +301,13 @@ class LLMEngine:
         # A step that finished no prompt sampled nothing, and left no placeholder.
         pending = PendingTokens(prev.future.tokens, prev.rows) if prev is not None and prev.future else None
         seqs, logits = self.runner.execute(out, pending)
-        touched = {s.seq.request_id for s in out.scheduled}
+        touched = self._requests_of(out)
+        tokens_this_step = {s.seq.seq_id: s.num_tokens for s in out.scheduled}
         if not seqs:
             return _Launched(out, touched, [], None, {})
         owners, rows = [], []
         for i, seq in enumerate(seqs):
-            group = self._fork_if_first(seq)
+            group = self._fork_if_first(seq, tokens_this_step[seq.seq_id])
             owners += group
             rows += [i] * len(group)
         if len(rows) != len(seqs):
@@ -321,20 +335,35 @@ class LLMEngine:
                 log.exception("model step failed")
                 return self._fail(launched.touched, e)
             self._take_tokens(launched.seqs, samples)
-        return [self._emit(rid) for rid in launched.touched if rid in self.requests]
+        return [self._emit(rid) for rid, rs in launched.touched.items() if self.requests.get(rid) is rs]
+
+    def _requests_of(self, out: SchedulerOutput) -> dict[str, RequestState]:
+        return {s.seq.request_id: self.requests[s.seq.request_id] for s in out.scheduled}
 
     def _take_tokens(self, seqs: list[Sequence], samples: list) -> None:
         """Record each live sequence's token, detokenize them all in one batch, then stop."""
         live = [(self.seq_states[seq.seq_id], sample) for seq, sample in zip(seqs, samples)
                 if not seq.is_finished and seq.seq_id in self.seq_states]  # else aborted or stopped
-        reasons = [self._record_token(state, sample) for state, sample in live]
+        reasons = [self._guarded(state, self._record_token, state, sample) for state, sample in live]
         texting = [state for (state, _), reason in zip(live, reasons) if reason is None]
         deltas = iter(advance_all(self.tokenizer, [state.detok for state in texting]))
         for (state, _), reason in zip(live, reasons):
-            self._finish_if_done(state, reason, next(deltas) if reason is None else "")
+            delta = next(deltas) if reason is None else ""
+            if reason != "error":
+                self._guarded(state, self._finish_if_done, state, reason, delta)
 
-    def _fork_if_first(self, seq: Sequence) -> list[Sequence]:
-        """When the prompt of an n > 1 request is done, its forks share the prompt blocks."""
+    def _guarded(self, state: SeqState, fn, *args):
+        """fn(*args); an error fails this sequence's request alone (returns "error")."""
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - one request's bad token must not fail the batch
+            log.exception("taking in a token failed")
+            self._fail_quietly(self.requests[state.seq.request_id], e)
+            return "error"
+
+    def _fork_if_first(self, seq: Sequence, num_tokens: int) -> list[Sequence]:
+        """When the prompt of an n > 1 request is done (in this step, of num_tokens), its forks
+        share the prompt blocks, computed as of the end of the step."""
         rs = self.requests[seq.request_id]
         n = rs.request.params.n
         if n == 1 or len(rs.seqs) == n:
@@ -342,9 +371,10 @@ class LLMEngine:
         forks = []
         for index in range(1, n):
             child = self._new_seq(rs, index, list(seq.token_ids))
-            child.num_computed_tokens = seq.num_computed_tokens
+            child.num_computed_tokens = seq.num_computed_tokens + num_tokens
             child.num_cached_tokens = seq.num_cached_tokens
             self.block_manager.fork(seq, child)
+            self.block_manager.commit_full_blocks(child)
             self.scheduler.add_running(child)
             forks.append(child)
         return [seq, *forks]
@@ -406,15 +436,18 @@ class LLMEngine:
         for s in rs.seqs:
             self.seq_states.pop(s.seq.seq_id, None)
 
-    def _fail(self, request_ids: set[str], error: Exception) -> list[RequestOutput]:
+    def _fail(self, requests: dict[str, RequestState], error: Exception) -> list[RequestOutput]:
         outputs = []
-        for rid in request_ids:
-            rs = self.requests.get(rid)
-            if rs is None:
+        for rid, rs in requests.items():
+            if self.requests.get(rid) is not rs:  # finished, or its id reused since
                 continue
-            rs.error = f"{type(error).__name__}: {error}"
-            for s in rs.seqs:
-                if not s.seq.is_finished:
-                    self.scheduler.finish(s.seq, "error")
+            self._fail_quietly(rs, error)
             outputs.append(self._emit(rid))
         return outputs
+
+    def _fail_quietly(self, rs: RequestState, error: Exception) -> None:
+        """Mark rs failed and free its sequences; its output goes out with the others."""
+        rs.error = rs.error or f"{type(error).__name__}: {error}"
+        for s in rs.seqs:
+            if not s.seq.is_finished:
+                self.scheduler.finish(s.seq, "error")

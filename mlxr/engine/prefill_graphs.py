@@ -75,9 +75,12 @@ class PrefillGraphs:
         return self.model.compute_logits(hidden.index_select(0, self.row))
 
     def bucket(self, num_tokens: int, num_blocks: int) -> int | None:
+        """The smallest bucket that holds the chunk, if it was captured (a larger one would
+        waste its padding)."""
         if num_blocks > self.width:
             return None
-        return next((t for t in sorted(self.graphs) if t >= num_tokens), None)
+        t = next((t for t in self.sizes if t >= num_tokens), None)
+        return t if t in self.graphs else None
 
     def _host_inputs(self, token_ids: list[int], start: int, table: list[int]) -> list[int]:
         n, m, bs = len(token_ids), self.m, self.kv.block_size
