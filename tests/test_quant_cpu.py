@@ -131,7 +131,8 @@ def test_kernel_builds_report_their_simd_level():
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "Q6_K"])
 @pytest.mark.parametrize("rows", [1, CPU_GEMM_MIN_ROWS, 40])
 def test_quant_linear_agrees_with_float_linear_on_both_paths(qtype, rows):
-    """Few rows take the integer kernel, many the fp32 GEMM over the dequantized weight."""
+    """The integer kernel at every row count (VNNI build); the portable build takes the fp32
+    GEMM over the dequantized weight from CPU_GEMM_MIN_ROWS rows."""
     raw = random_blocks(qtype, 48, 512)
     packed = PackedWeight(torch.from_numpy(raw), qtype, (48, 512))
     bias = torch.randn(48)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mlxr.ops import quant_cpu
 from mlxr.ops.backend import use_triton
 
 # Rows from which dequantize + fp32 GEMM beats the portable-C integer kernel (bench/quant_cpu.py).
@@ -20,7 +21,7 @@ CPU_GEMM_MIN_ROWS = 16
 
 def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
-    if x.device.type == "cpu":
+    if x.is_cpu:
         return _qmatmul_cpu(x, raw, qtype, k)
     if use_triton(x, raw):
         from mlxr.ops.quant_triton import qmatmul_triton
@@ -33,8 +34,6 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
 
 def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """Rows of the weight in float32: an embedding lookup."""
-    from mlxr.ops import quant_cpu
-
     if raw.device.type == "cpu" and quant_cpu.available():
         return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
     from mlxr.ops.quant_reference import dequantize_rows as reference_rows
@@ -43,14 +42,12 @@ def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -
 
 
 def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
-    from mlxr.ops import quant_cpu
-
+    # Called ~100 times a decode step: the common case (VNNI build) checks one cached flag.
+    if quant_cpu.vectorized() or (quant_cpu.available() and x.numel() // k < CPU_GEMM_MIN_ROWS):
+        return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
     if not quant_cpu.available():
         from mlxr.ops.quant_reference import qmatmul_reference
 
         return qmatmul_reference(x, raw, qtype, k)
-    rows = x.numel() // k
-    if rows < CPU_GEMM_MIN_ROWS or quant_cpu.vectorized():
-        return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
     weight = quant_cpu.dequantize_cpu(raw, qtype, k)
     return F.linear(x.float(), weight).to(x.dtype)

@@ -7,7 +7,6 @@ bytes, not by fp32 arithmetic. `dequantize_cpu` is exact to gguf-py.
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import torch
 
@@ -25,6 +24,7 @@ def library(march: str = "native") -> ctypes.CDLL | None:
         lib.mlxr_dequant_f32.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
         lib.mlxr_dequant_rows_f32.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
         lib.mlxr_simd_level.restype = _INT
+        lib._vnni = bool(lib.mlxr_simd_level())
         lib._typed = True
     return lib
 
@@ -33,10 +33,10 @@ def available() -> bool:
     return library() is not None
 
 
-@functools.cache
 def vectorized() -> bool:
-    """True when the kernels were built with AVX-512 VNNI (else portable C)."""
-    return bool(library().mlxr_simd_level())
+    """True when the kernels were built with AVX-512 VNNI (False: portable C or none)."""
+    lib = library()
+    return lib is not None and lib._vnni
 
 
 def _check(raw: torch.Tensor, qtype: str, k: int) -> int:

@@ -586,16 +586,24 @@ static inline __attribute__((always_inline)) void dot_rows(
 /* Weight rows [c0, c1) of one type. Rows are taken in chunks of COL_CHUNK so that with
  * several activation tiles (prefill) a tile stays in L1 while the chunk's weight rows, in L2,
  * pass over it; weight row by weight row, the tiles would evict each other. */
-#define COL_CHUNK 16
+#define COL_CHUNK 32
+/* Weight rows are requested about this many bytes ahead: with the hardware prefetcher alone
+ * the single-row (decode) kernel read DRAM-resident Q4_K/Q8_0 weights at 35-43 GB/s, with
+ * this at 40-60 GB/s (a decode step of TinyLlama Q4_K_M: 20.9 -> 18.5 ms). */
+#define PREFETCH_BYTES 12288
+static inline void prefetch(const uint8_t *p, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 0);
+}
 static inline __attribute__((always_inline)) void matmul_range(
     int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int64_t c0, int64_t c1) {
-    int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
+    int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t], ahead = (PREFETCH_BYTES + rb - 1) / rb;
     for (int64_t cc = c0; cc < c1; cc += COL_CHUNK) {
         int64_t ce = cc + COL_CHUNK < c1 ? cc + COL_CHUNK : c1;
         for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
             int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
             for (int64_t col = cc; col < ce; col++) {
                 float out[ROW_TILE];
+                if (m0 == 0 && col + ahead < c1) prefetch(w + (col + ahead) * rb, rb);
                 /* A literal row count per call, so the row loops unroll and the accumulators
                  * stay in registers (a runtime count spills them to the stack). */
                 switch (mr) {

@@ -1,0 +1,88 @@
+"""Launchers for the CPU attention kernels (mlxr/ops/cpu/attention.c): float32 only.
+
+Called once per layer per step, so they check tensor attributes rather than run torch ops,
+and return None where the kernel does not apply (the caller then runs the torch reference)."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from mlxr.ops.cpu.build import load_library
+
+_I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+MAX_HEAD_DIM = 1024  # the kernel's angle tables
+
+
+def _library() -> ctypes.CDLL | None:
+    lib = load_library("attention")
+    if lib is not None and not getattr(lib, "_typed", False):
+        lib.mlxr_rope_write_kv_f32.argtypes = [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64,
+                                               _I64, _I64, _PTR, _PTR, _PTR, _PTR]
+        lib.mlxr_paged_decode_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64,
+                                              _F32, _I64, _F32, _PTR, ctypes.c_int]
+        lib.mlxr_paged_decode_f32.restype = ctypes.c_int
+        lib._typed = True
+    return lib
+
+
+def _f32_cpu(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.float32 and t.is_cpu for t in tensors)
+
+
+def _heads_dense(x: torch.Tensor) -> bool:
+    """[T, heads, d] with each token's heads back to back (rows may be apart: split views)."""
+    return x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == x.shape[2]
+
+
+def _int64_cpu(x: torch.Tensor) -> bool:
+    return x.dtype == torch.int64 and x.is_cpu and x.is_contiguous()
+
+
+def rope_write_kv_cpu(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None,
+    inv_freq: torch.Tensor | None, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
+) -> torch.Tensor | None:
+    """Rotated q (a new tensor; q itself without inv_freq) after rotated k and v were stored
+    at their slots; None when the kernel does not apply."""
+    rotating = inv_freq is not None
+    if not (_f32_cpu(q, k, v, k_cache, v_cache) and _heads_dense(q) and _heads_dense(k) and _heads_dense(v)
+            and k_cache.is_contiguous() and v_cache.is_contiguous() and _int64_cpu(slots)
+            and q.shape[2] <= MAX_HEAD_DIM and torch.is_inference_mode_enabled()):
+        return None
+    if rotating and not (_int64_cpu(positions) and inv_freq.dtype == torch.float32 and inv_freq.is_contiguous()):
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    t, h, d = q.shape
+    q_out = torch.empty(t, h, d) if rotating else q
+    lib.mlxr_rope_write_kv_f32(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
+                               positions.data_ptr() if rotating else None,
+                               inv_freq.data_ptr() if rotating else None, t, h, k.shape[1], d,
+                               q_out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr())
+    return q_out
+
+
+def paged_decode_cpu(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    seq_lens: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None,
+) -> torch.Tensor | None:
+    """One new token per sequence (q [S, H, D]) over its paged context; None when the kernel
+    does not apply."""
+    if not (_f32_cpu(q, k_cache, v_cache) and q.is_contiguous() and k_cache.is_contiguous()
+            and v_cache.is_contiguous() and _int64_cpu(block_tables) and _int64_cpu(seq_lens)
+            and torch.is_inference_mode_enabled()):
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    n, h, d = q.shape
+    _, bs, kh, _ = k_cache.shape
+    out = torch.empty(n, h, d)
+    status = lib.mlxr_paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+                                       block_tables.shape[1], seq_lens.data_ptr(), n, h, kh, d, bs, scale,
+                                       sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("paged decode attention: no scratch memory")
+    return out
