@@ -185,3 +185,15 @@ def test_an_error_taking_in_one_token_fails_only_its_request(model_dir, overlap)
     assert finals["a"].error is None and finals["c"].error is None
     assert len(finals["a"].outputs[0].token_ids) == len(finals["c"].outputs[0].token_ids) == 8
     assert engine.stats().kv_blocks_used == 0
+
+
+def test_no_step_is_computed_past_max_tokens(model_dir):
+    """A sequence whose last token is in flight is not scheduled again (that row would be
+    thrown away): overlapped and synchronous engines run the same number of steps."""
+    sync, overlapped = engines(model_dir)
+    counts = []
+    for llm in (sync, overlapped):
+        events = trace(llm)
+        llm.generate([[5, 6, 7], [8, 9]], [SamplingParams(max_tokens=5, **GREEDY), SamplingParams(max_tokens=9, **GREEDY)])
+        counts.append(events.count("execute"))
+    assert counts[0] == counts[1] == 9

@@ -177,6 +177,7 @@ class LLMEngine:
     def _new_seq(self, rs: RequestState, index: int, token_ids: list[int]) -> Sequence:
         req = rs.request
         seq = Sequence(next(self._seq_ids), req.request_id, index, token_ids, len(req.prompt_token_ids), req.arrival_time)
+        seq.max_output_tokens = rs.max_tokens
         params = req.params
         seed = None if params.seed is None else (params.seed + index) % (1 << 64)
         sampling = SamplingState(

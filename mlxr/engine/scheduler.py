@@ -100,6 +100,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if seq.has_all_outputs:  # its last token is still in flight; it ends when that lands
+                i += 1
+                continue
             n = min(seq.num_uncomputed_tokens, budget)
             total = seq.num_computed_tokens + n
             if not self.blocks.fits(seq, total):  # most decode steps fit: no allocation work

@@ -36,6 +36,12 @@ class Sequence:
     host_block_table: list[int] = field(default_factory=list)  # while swapped out
     finish_reason: str | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    max_output_tokens: int | None = None  # the request's max_tokens
+
+    @property
+    def has_all_outputs(self) -> bool:
+        """Its last output token is known or in flight: nothing left to compute."""
+        return self.max_output_tokens is not None and self.num_output_tokens >= self.max_output_tokens
 
     @property
     def num_tokens(self) -> int:
