@@ -36,3 +36,13 @@ def test_dispatcher_takes_the_kernel_in_inference_mode_only(monkeypatch):
         rms_norm(x, w, 1e-6)
         rms_norm(x.half(), w.half(), 1e-6)  # not float32: the reference
     assert calls == [1]
+
+
+def test_kernel_takes_strided_and_empty_inputs_in_their_shape():
+    g = torch.Generator().manual_seed(3)
+    x, res, w = torch.randn(4, 3, 64, generator=g).transpose(0, 1), torch.randn(3, 4, 64, generator=g), torch.randn(64)
+    out, new_res = norm_cpu.rms_norm_cpu(x, w, 1e-6, True, res)
+    assert out.shape == new_res.shape == (3, 4, 64) and out.is_contiguous()
+    assert torch.equal(new_res, x + res)
+    torch.testing.assert_close(out, rms_norm_reference(x + res, w, 1e-6, True), rtol=2e-6, atol=2e-6)
+    assert norm_cpu.rms_norm_cpu(torch.empty(0, 2, 64), w, 1e-6, False, None)[0].shape == (0, 2, 64)

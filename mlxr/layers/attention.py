@@ -32,7 +32,7 @@ class AttnMetadata:
 
     @property
     def is_decode_only(self) -> bool:
-        return all(q == 1 for q in self.query_lens_list)
+        return self.query_lens_list.count(1) == len(self.query_lens_list)  # per layer: no generator
 
 
 class PagedAttention(nn.Module):

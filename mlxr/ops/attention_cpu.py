@@ -27,12 +27,18 @@ def _library() -> ctypes.CDLL | None:
 
 
 def _f32_cpu(*tensors: torch.Tensor) -> bool:
-    return all(t.dtype == torch.float32 and t.is_cpu for t in tensors)
+    for t in tensors:  # a loop, not all() over a generator: these run several times a layer
+        if t.dtype != torch.float32 or not t.is_cpu:
+            return False
+    return True
 
 
 def _heads_dense(x: torch.Tensor) -> bool:
     """[T, heads, d] with each token's heads back to back (rows may be apart: split views)."""
-    return x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == x.shape[2]
+    if x.dim() != 3:
+        return False
+    _, s1, s2 = x.stride()
+    return s2 == 1 and s1 == x.shape[2]
 
 
 def _int64_cpu(x: torch.Tensor) -> bool:

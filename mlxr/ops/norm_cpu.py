@@ -23,10 +23,6 @@ def fits(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -
             and (residual is None or (residual.dtype == f32 and residual.is_cpu and residual.shape == x.shape)))
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, x.shape[-1]).contiguous()
-
-
 def rms_norm_cpu(
     x: torch.Tensor, weight: torch.Tensor, eps: float, gemma: bool, residual: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -35,14 +31,14 @@ def rms_norm_cpu(
     lib = _library()
     if lib is None:
         return None
-    rows = _rows(x)
-    res = None if residual is None else _rows(residual)
+    # Contiguous rows of any rank go in as they are: a reshape or view costs ~0.7 us.
+    x = x if x.is_contiguous() else x.contiguous()
+    res = None if residual is None else residual if residual.is_contiguous() else residual.contiguous()
     w = weight if weight.is_contiguous() else weight.contiguous()
-    out = torch.empty_like(rows)
-    new_res = None if res is None else torch.empty_like(rows)
-    lib.mlxr_rms_norm_f32(rows.data_ptr(), None if res is None else res.data_ptr(), w.data_ptr(), out.data_ptr(),
-                          None if new_res is None else new_res.data_ptr(), rows.shape[0], rows.shape[1],
+    dim = x.shape[-1]
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    new_res = None if res is None else torch.empty_like(out)
+    lib.mlxr_rms_norm_f32(x.data_ptr(), None if res is None else res.data_ptr(), w.data_ptr(), out.data_ptr(),
+                          None if new_res is None else new_res.data_ptr(), x.numel() // dim if dim else 0, dim,
                           eps, int(gemma))
-    if rows is x:
-        return out, new_res
-    return out.view(x.shape), None if new_res is None else new_res.view(x.shape)
+    return out, new_res

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from mlxr.ops.attention_cpu import paged_decode_cpu
 from mlxr.ops.backend import use_triton
 
 if TYPE_CHECKING:
@@ -142,12 +143,10 @@ def paged_attention(
     """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C decode
     kernel for fp32 CPU tensors under inference mode, else the torch reference. Decode-only
     batches take the decode kernels, others prefill."""
-    if use_triton(q, k_cache):
+    if not q.is_cpu and use_triton(q, k_cache):  # CPU first: decode runs this once a layer
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop
         if q.is_cpu:
-            from mlxr.ops.attention_cpu import paged_decode_cpu
-
             out = paged_decode_cpu(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window, softcap)
             if out is not None:
                 return out

@@ -44,6 +44,8 @@ def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -
 def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     # Called ~100 times a decode step: the common case (VNNI build) checks one cached flag.
     if quant_cpu.vectorized() or (quant_cpu.available() and x.numel() // k < CPU_GEMM_MIN_ROWS):
+        if x.dtype == torch.float32:  # .float() and .to() cost ~1 us even when they copy nothing
+            return quant_cpu.qmatmul_cpu(x, raw, qtype, k)
         return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
     if not quant_cpu.available():
         from mlxr.ops.quant_reference import qmatmul_reference

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from mlxr.ops import norm_cpu
 from mlxr.ops.backend import use_triton
 
 
@@ -40,8 +41,6 @@ def rms_norm(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """norm(x), or (norm(x + residual), x + residual) when a residual is given."""
     if x.is_cpu:  # first: a decode step runs ~100 norms, so the CPU path skips the CUDA checks
-        from mlxr.ops import norm_cpu
-
         done = None
         if norm_cpu.fits(x, weight, residual) and torch.is_inference_mode_enabled():
             done = norm_cpu.rms_norm_cpu(x, weight, eps, gemma, residual)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from mlxr.ops.attention_cpu import rope_write_kv_cpu
 from mlxr.ops.backend import use_triton
 from mlxr.ops.paged_attention import write_kv
 
@@ -77,8 +78,6 @@ def rotary_write_kv_query(
     """As rotary_write_kv, for callers that need only the rotated q: on CPU (fp32) one C call
     does it all, without the rotated k as a tensor."""
     if q.is_cpu:
-        from mlxr.ops.attention_cpu import rope_write_kv_cpu
-
         done = rope_write_kv_cpu(q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping)
         if done is not None:
             return done
