@@ -36,6 +36,7 @@ import triton.testing  # noqa: E402
 
 from common import RESULTS, device_name, median, print_table  # noqa: E402
 from mlxr.ops import quant_triton as qt  # noqa: E402
+from mlxr.ops import quant_wgemv_triton as wst  # noqa: E402
 from mlxr.ops.quant_reference import qmatmul_reference  # noqa: E402
 from mlxr.ops.quant_types import QUANT_TYPES, quant_type  # noqa: E402
 
@@ -243,8 +244,8 @@ def apply_best(best: dict) -> None:
         qt._GEMV[qtype] = tuple(tile)
         qt._PROGRAMS_PER_SM[qtype] = per_sm
     for qtype, (tile, per_sm) in best.get("ws", {}).items():
-        qt._WGEMV[qtype][1] = tuple(tile)
-        qt._WGEMV_PER_SM[qtype] = per_sm
+        wst._WGEMV[qtype][1] = tuple(tile)
+        wst._WGEMV_PER_SM[qtype] = per_sm
     for qtype, tile in best.get("gemv16", {}).items():
         qt._GEMV16[qtype] = tuple(tile)
     for qtype, tile in best.get("gemm", {}).items():
@@ -253,8 +254,8 @@ def apply_best(best: dict) -> None:
     print("dequant (per type; the module keeps one):", best.get("dequant"))
     print("_GEMV =", {q: tuple(v) for q, v in qt._GEMV.items()})
     print("_PROGRAMS_PER_SM =", dict(qt._PROGRAMS_PER_SM))
-    print("_WGEMV (one row of x) =", {q: v[1] for q, v in qt._WGEMV.items()})
-    print("_WGEMV_PER_SM =", dict(qt._WGEMV_PER_SM))
+    print("_WGEMV (one row of x) =", {q: v[1] for q, v in wst._WGEMV.items()})
+    print("_WGEMV_PER_SM =", dict(wst._WGEMV_PER_SM))
     print("_GEMV16 =", {q: tuple(v) for q, v in qt._GEMV16.items()})
     print("_GEMM =", {q: tuple(v) for q, v in qt._GEMM.items()})
 
@@ -275,7 +276,7 @@ def table(types: list[str], ms_list: list[int], shapes: list[tuple[int, int]]) -
                 if m > 16:
                     row["TFLOP/s"] = 2 * m * n * k / ms / 1e9
                     row["path"] = "dequant+matmul" if m >= qt.GEMM_DEQUANT_MIN_M else "fused"
-                elif m <= qt.FMA_MAX_M and qt._wgemv_ok(ws[0], qtype, m):
+                elif m <= qt.FMA_MAX_M and wst.wgemv_fits(ws[0], qtype, m):
                     row["path"] = "ws"
                 else:
                     row["path"] = "fma" if m <= qt._FMA_ROWS[qtype] else "dot16"
@@ -345,7 +346,7 @@ def main() -> None:
         if args.compile_only:
             return
         payload["tables"] = {"_GEMV": qt._GEMV, "_PROGRAMS_PER_SM": qt._PROGRAMS_PER_SM, "_GEMV16": qt._GEMV16,
-                             "_WGEMV": qt._WGEMV, "_WGEMV_PER_SM": qt._WGEMV_PER_SM,
+                             "_WGEMV": wst._WGEMV, "_WGEMV_PER_SM": wst._WGEMV_PER_SM,
                              "_GEMM": qt._GEMM, "_FMA_ROWS": qt._FMA_ROWS, "_DEQUANT": qt._DEQUANT,
                              "GEMM_DEQUANT_MIN_M": qt.GEMM_DEQUANT_MIN_M}
         payload["seconds"] = time.time() - t0

@@ -140,15 +140,13 @@ def test_reference_matmul_is_fp32_product():
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 from mlxr.ops.quant_triton import (  # noqa: E402
-    _byte_val,
-    _funnel,
-    _wgemv_ok,
     dequantize_triton,
     qgemv_triton,
     qmatmul_dequant_triton,
     qmatmul_fused_triton,
     qmatmul_triton,
 )
+from mlxr.ops.quant_wgemv_triton import _byte_val, _funnel, wgemv_fits  # noqa: E402
 
 
 def _truncate_bf16(t: torch.Tensor) -> torch.Tensor:
@@ -231,7 +229,7 @@ def test_triton_word_stream_gemv_steps(device, qtype, m):
     the fallback for rows of an odd number of 2-byte aligned blocks (not whole words)."""
     n, k = (3, 2560) if device == "cpu" else (2050, 5632)
     raw = raw_tensor(qtype, n, k, device)
-    if not _wgemv_ok(raw, qtype, m):
+    if not wgemv_fits(raw, qtype, m):
         pytest.skip(f"the word-stream kernel is off for {qtype}")
     x = rand_x(m, k, torch.bfloat16, device)
     ref = qmatmul_reference(x.cpu(), raw.cpu(), qtype, k)
@@ -340,7 +338,7 @@ def test_word_stream_other_branches(device, qtype, monkeypatch):
     _emulate_ptx_on(device, monkeypatch)
     n, k, m = (3, 2560, 2) if device == "cpu" else (300, 2560, 2)
     raw = raw_tensor(qtype, n, k, device)
-    if not _wgemv_ok(raw, qtype, m):
+    if not wgemv_fits(raw, qtype, m):
         pytest.skip(f"the word-stream kernel is off for {qtype}")
     x = rand_x(m, k, torch.float32, device)
     ref = qmatmul_reference(x.cpu(), raw.cpu(), qtype, k)
