@@ -34,8 +34,8 @@ class PendingTokens:
     rows: dict[int, int]
 
 
-def slots_for(seq: Sequence, start: int, end: int, block_size: int) -> list[int]:
-    table = seq.block_table
+def slots_for(table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """Cache slots of positions start..end-1 of the sequence whose block table is table."""
     return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
 
 
@@ -84,7 +84,7 @@ class ModelRunner:
                     chunk[-1] = 0
                 ids += chunk
                 pos += range(start, end)
-                slots += slots_for(seq, start, end, bs)
+                slots += slots_for(seq.block_table, start, end, bs)
             q_lens.append(n)
             seq_lens.append(end)
             if end == seq.num_tokens:

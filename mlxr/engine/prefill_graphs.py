@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
+from mlxr.engine.model_runner import slots_for
 from mlxr.engine.staging import copy_into
 from mlxr.layers.attention import AttnMetadata
 
@@ -86,7 +87,7 @@ class PrefillGraphs:
         n, m, bs = len(token_ids), self.m, self.kv.block_size
         pad = m - n
         scratch_slot = self.scratch_block * bs
-        slots = [table[p // bs] * bs + p % bs for p in range(start, start + n)]
+        slots = slots_for(table, start, start + n, bs)
         return (token_ids + [0] * pad + list(range(start, start + n)) + [0] * pad + slots + [scratch_slot] * pad
                 + table + [self.scratch_block] * (self.width - len(table)) + [start + n, 0, n, n - 1])
 
