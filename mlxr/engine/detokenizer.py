@@ -78,11 +78,13 @@ class IncrementalDetokenizer:
 def advance_all(tokenizer: TokenDecoder, detoks: list[IncrementalDetokenizer]) -> list[str]:
     """`add`'s text for each detokenizer whose new token was `push`ed. (One call per window:
     the tokenizers library's batched decode runs threads that lose on a busy 2-core host.)"""
+    # The backend's own decode where there is one: it takes the window lists as they are.
+    decode = getattr(tokenizer, "decode_list", tokenizer.decode)
     out = []
     for d in detoks:
         before, after = d.windows()
-        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=d._skip) if ids else ""  # noqa: E731
-        out.append(d.accept(decode(before), decode(after)))
+        skip = d._skip
+        out.append(d.accept(decode(before, skip) if before else "", decode(after, skip) if after else ""))
     return out
 
 
@@ -106,6 +108,11 @@ class StopStringMatcher:
     @property
     def hit(self) -> bool:
         return self.matched is not None
+
+    @property
+    def active(self) -> bool:
+        """Whether there are stop strings to look for (else feed passes text through)."""
+        return bool(self._stops)
 
     def feed(self, delta: str) -> tuple[str, bool]:
         """Add `delta`; return (text safe to emit now, whether a stop string was hit)."""

@@ -86,6 +86,7 @@ class LLMEngine(StepLoop):
         self._inflight = None  # the launched step not yet taken in (step_loop.py)
         self.requests: dict[str, RequestState] = {}
         self.seq_states: dict[int, SeqState] = {}
+        self._forking: set[RequestState] = set()  # live n > 1 requests (step_loop.py)
         self._seq_ids = itertools.count()
         self.finished_by_reason: Counter[str] = Counter()
         self.num_aborted = 0
@@ -126,6 +127,8 @@ class LLMEngine(StepLoop):
         req = Request(request_id, text, ids, params, now)
         rs = RequestState(req, RequestMetrics(now), stream_deltas, max_tokens)
         self.requests[request_id] = rs
+        if params.n > 1:
+            self._forking.add(rs)
         self._new_seq(rs, index=0, token_ids=list(ids))
         self.scheduler.add(req.seqs[0])
         self.prompt_tokens_total += len(ids)
@@ -179,6 +182,7 @@ class LLMEngine(StepLoop):
             IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids),
             StopStringMatcher(params.stop),
             logprobs=[] if params.logprobs is not None else None,
+            request=rs,
         )
         req.seqs.append(seq)
         rs.seqs.append(state)

@@ -21,13 +21,7 @@ class SeqState:
     stop_reason: str | int | None = None
     sent_text: int = 0  # how much of text/tokens/logprobs earlier deltas carried
     sent_tokens: int = 0
-
-    @property
-    def overlappable(self) -> bool:
-        """Whether this sequence's next token can be sampled before the host knows its last
-        one (penalties and min_tokens count it from the device): not for n > 1, whose forks
-        are made on the host when the prompt is done."""
-        return self.sampling.params.n == 1
+    request: RequestState | None = None  # its request's state (saves a lookup per token)
 
 
 @dataclass(eq=False)

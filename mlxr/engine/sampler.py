@@ -35,6 +35,11 @@ class SamplingState:
     _prompt_key: tuple[int, int, str] = field(default=(-1, -1, ""), init=False, repr=False,
                                               compare=False)
 
+    def __post_init__(self) -> None:
+        p = self.params
+        # Greedy with nothing to adjust or report: argmax alone (checked per row every step).
+        self.plain = p.greedy and not _has_processors(p) and p.logprobs is None
+
     def prompt_ids_tensor(self, vocab: int, device: torch.device) -> torch.Tensor:
         """Distinct prompt ids in [0, vocab) as a long tensor on device (cached)."""
         key = (len(self.prompt_token_ids), vocab, str(device))
@@ -145,6 +150,8 @@ class SampleFuture:
     def result(self) -> list[SampledToken]:
         host = self._copy.get()
         tokens = host[0].tolist()
+        if not self._has_stats and len(host) == 1:
+            return [SampledToken(t, LOGPROB_FLOOR, 0, []) for t in tokens]
         n = len(tokens)
         logprob, rank = (host[1].tolist(), host[2].tolist()) if self._has_stats else ([float("nan")] * n, [0] * n)
         tops = _top_lists(host[3], host[4], self._wanted) if len(host) > 3 else [[] for _ in tokens]
@@ -171,6 +178,10 @@ class Sampler:
         """Nothing here waits for the device: host-side parameters travel through pinned
         memory, and the results come back through an event."""
         assert logits.dim() == 2 and logits.shape[0] == len(states), (logits.shape, len(states))
+        if all(s.plain for s in states):
+            # An all -inf row picks token 0 here as after _rescue_empty_rows: that step is moot.
+            tokens = ops.sanitize(logits).argmax(dim=-1)
+            return SampleFuture(tokens, HostCopy([tokens]), False, [])
         raw = ops.sanitize(logits)
         pending = pending or LastTokens.none(raw.device, len(states))
         tokens = self._choose(self._process(raw, states, pending), states)

@@ -39,9 +39,10 @@ class _Launched:
 
 class StepLoop:
     """LLMEngine's stepping half: uses its scheduler, runner, sampler, block_manager,
-    tokenizer, requests, seq_states, overlap flag, counters and _new_seq."""
+    tokenizer, requests, seq_states, _forking, overlap flag, counters and _new_seq."""
 
     _inflight: _Launched | None = None
+    _forking: set[RequestState]  # live requests with n > 1
 
     def step(self) -> list[RequestOutput]:
         if self._inflight is not None and not self._may_overlap():
@@ -68,8 +69,9 @@ class StepLoop:
         return outputs
 
     def _may_overlap(self) -> bool:
-        sch = self.scheduler
-        return all(self.seq_states[s.seq_id].overlappable for q in (sch.running, sch.waiting, sch.swapped) for s in q)
+        """Not while an n > 1 request lives: its forks are made on the host when its prompt
+        is done, so its next step needs the last one's result first."""
+        return not self._forking
 
     def _take_inflight(self) -> _Launched | None:
         launched, self._inflight = self._inflight, None
@@ -88,19 +90,27 @@ class StepLoop:
         pending = PendingTokens(prev.future.tokens, prev.rows) if prev is not None and prev.future else None
         seqs, logits = self.runner.execute(out, pending)
         touched = self._requests_of(out)
-        tokens_this_step = {s.seq.seq_id: s.num_tokens for s in out.scheduled}
         if not seqs:
             return _Launched(out, touched, [], None, {})
-        owners, rows = [], []
-        for i, seq in enumerate(seqs):
-            group = self._fork_if_first(seq, tokens_this_step[seq.seq_id])
-            owners += group
-            rows += [i] * len(group)
+        owners, rows = self._owners(out, seqs)
         if len(rows) != len(seqs):
             logits = logits[to_device(rows, torch.long, logits.device)]
         states = [self.seq_states[s.seq_id].sampling for s in owners]
         future = self.sampler.launch(logits, states, self._pending_for(owners, prev))
         return _Launched(out, touched, owners, future, {s.seq_id: i for i, s in enumerate(owners)})
+
+    def _owners(self, out, seqs: list[Sequence]) -> tuple[list[Sequence], list[int]]:
+        """The sequences each sampled row is for, and their rows: an n > 1 request whose
+        prompt just finished samples its forks from the parent's row."""
+        if not self._forking:
+            return seqs, list(range(len(seqs)))
+        tokens_this_step = {s.seq.seq_id: s.num_tokens for s in out.scheduled}
+        owners, rows = [], []
+        for i, seq in enumerate(seqs):
+            group = self._fork_if_first(seq, tokens_this_step[seq.seq_id])
+            owners += group
+            rows += [i] * len(group)
+        return owners, rows
 
     @staticmethod
     def _pending_for(seqs: list[Sequence], prev: _Launched | None) -> LastTokens | None:
@@ -121,31 +131,39 @@ class StepLoop:
                 log.exception("model step failed")
                 return self._fail(launched.touched, e)
             self._take_tokens(launched.seqs, samples)
-        return [self._emit(rid) for rid, rs in launched.touched.items() if self.requests.get(rid) is rs]
+        requests = self.requests
+        return [self._emit(rs) for rid, rs in launched.touched.items() if requests.get(rid) is rs]
 
     def _requests_of(self, out: SchedulerOutput) -> dict[str, RequestState]:
         return {s.seq.request_id: self.requests[s.seq.request_id] for s in out.scheduled}
 
     def _take_tokens(self, seqs: list[Sequence], samples: list) -> None:
-        """Record each live sequence's token, detokenize them all in one batch, then stop."""
-        live = [(self.seq_states[seq.seq_id], sample) for seq, sample in zip(seqs, samples)
-                if not seq.is_finished and seq.seq_id in self.seq_states]  # else aborted or stopped
-        reasons = [self._guarded(state, self._record_token, state, sample) for state, sample in live]
-        texting = [state for (state, _), reason in zip(live, reasons) if reason is None]
-        deltas = iter(advance_all(self.tokenizer, [state.detok for state in texting]))
-        for (state, _), reason in zip(live, reasons):
-            delta = next(deltas) if reason is None else ""
-            if reason != "error":
-                self._guarded(state, self._finish_if_done, state, reason, delta)
+        """Record each live sequence's token, detokenize them all in one batch, then stop.
+        A token that fails fails its own request alone, never the batch."""
+        states, live, reasons = self.seq_states, [], []
+        for seq, sample in zip(seqs, samples):
+            state = states.get(seq.seq_id)
+            if state is None or seq.is_finished:  # aborted or stopped meanwhile
+                continue
+            try:
+                reason = self._record_token(state, sample)
+            except Exception as e:  # noqa: BLE001
+                reason = self._token_failed(state, e)
+            live.append(state)
+            reasons.append(reason)
+        deltas = iter(advance_all(self.tokenizer, [st.detok for st, r in zip(live, reasons) if r is None]))
+        for state, reason in zip(live, reasons):
+            if reason == "error":
+                continue
+            try:
+                self._finish_if_done(state, reason, next(deltas) if reason is None else "")
+            except Exception as e:  # noqa: BLE001
+                self._token_failed(state, e)
 
-    def _guarded(self, state: SeqState, fn, *args):
-        """fn(*args); an error fails this sequence's request alone (returns "error")."""
-        try:
-            return fn(*args)
-        except Exception as e:  # noqa: BLE001 - one request's bad token must not fail the batch
-            log.exception("taking in a token failed")
-            self._fail_quietly(self.requests[state.seq.request_id], e)
-            return "error"
+    def _token_failed(self, state: SeqState, error: Exception) -> str:
+        log.exception("taking in a token failed")
+        self._fail_quietly(state.request, error)
+        return "error"
 
     def _fork_if_first(self, seq: Sequence, num_tokens: int) -> list[Sequence]:
         """When the prompt of an n > 1 request is done (in this step, of num_tokens), its forks
@@ -168,15 +186,17 @@ class StepLoop:
     def _record_token(self, state: SeqState, sample) -> str | None:
         """Store the token (over its placeholder); "stop" for a stop token or EOS, whose text
         is never shown; otherwise the token goes to the detokenizer and None is returned."""
-        seq, rs = state.seq, self.requests[state.seq.request_id]
+        seq, rs = state.seq, state.request
         params, token = rs.request.params, sample.token_id
-        if seq.token_ids[-1] == PLACEHOLDER:
-            seq.token_ids[-1] = token
+        ids = seq.token_ids
+        if ids[-1] == PLACEHOLDER:
+            ids[-1] = token
         else:
-            seq.token_ids.append(token)
+            ids.append(token)
         state.sampling.output_token_ids.append(token)
         self.generation_tokens_total += 1
-        rs.mark_token()
+        if rs.metrics.first_token_time is None:
+            rs.mark_token()
         if state.logprobs is not None:
             state.logprobs.append(token_logprobs(sample, self._decode_one))
         # The sampler keeps EOS and stop tokens out until min_tokens, so no check is needed here.
@@ -189,36 +209,37 @@ class StepLoop:
         return None
 
     def _finish_if_done(self, state: SeqState, reason: str | None, delta: str) -> None:
-        seq, rs = state.seq, self.requests[state.seq.request_id]
+        seq, stops = state.seq, state.stops
         if reason is None:
-            safe, hit = state.stops.feed(delta)
-            state.text += safe
-            if hit:
-                state.stop_reason = state.stops.matched
-                reason = "stop"
-        if reason is None and seq.num_output_tokens >= rs.max_tokens:
+            if stops.active:
+                delta, hit = stops.feed(delta)
+                if hit:
+                    state.stop_reason = stops.matched
+                    reason = "stop"
+            state.text += delta
+        if reason is None and seq.num_output_tokens >= state.request.max_tokens:
             reason = "length"
         if reason is not None:
-            if not state.stops.hit:  # text held back for a possible stop string is real text
-                safe, _ = state.stops.feed(state.detok.flush())
-                state.text += safe + (state.stops.flush() if not state.stops.hit else "")
+            if not stops.hit:  # text held back for a possible stop string is real text
+                safe, _ = stops.feed(state.detok.flush())
+                state.text += safe + (stops.flush() if not stops.hit else "")
             self.scheduler.finish(seq, reason)
 
     def _decode_one(self, token: int) -> str:
         return self.tokenizer.decode([token], skip_special_tokens=False)
 
-    def _emit(self, request_id: str) -> RequestOutput:
-        rs = self.requests[request_id]
+    def _emit(self, rs: RequestState) -> RequestOutput:
         finished = rs.finished
         output = build_output(rs, finished)
         if finished:
             for s in rs.seqs:
                 self.finished_by_reason[s.seq.finish_reason or "error"] += 1
             self._forget(rs)
-            del self.requests[request_id]
+            del self.requests[rs.request.request_id]
         return output
 
     def _forget(self, rs: RequestState) -> None:
+        self._forking.discard(rs)
         for s in rs.seqs:
             self.seq_states.pop(s.seq.seq_id, None)
 
@@ -228,7 +249,7 @@ class StepLoop:
             if self.requests.get(rid) is not rs:  # finished, or its id reused since
                 continue
             self._fail_quietly(rs, error)
-            outputs.append(self._emit(rid))
+            outputs.append(self._emit(rs))
         return outputs
 
     def _fail_quietly(self, rs: RequestState, error: Exception) -> None:

@@ -119,6 +119,11 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    @property
+    def decode_list(self):
+        """decode for a list of ids, without the copy (the streaming detokenizer's hot path)."""
+        return self._backend.decode
+
     def id_to_token(self, token_id: int) -> str:
         if not 0 <= token_id < self._vocab_size:
             raise InvalidParameterError("token_id", f"{token_id} is outside the vocabulary")
