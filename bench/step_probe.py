@@ -33,6 +33,32 @@ def replay_ms(llm, batch: int, iters: int = 50) -> float | None:
     return start.elapsed_time(end) / iters
 
 
+def replay_kernels(llm, batch: int, iters: int = 20) -> list[dict]:
+    """GPU time per decode step of each kernel in the captured graph (CUPTI traces the
+    graph's kernels one by one), largest first, with the step's kernel count."""
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity, profile
+
+    graphs = llm.engine.runner.graphs
+    if graphs is None or batch not in graphs.graphs:
+        return []
+    graph, _ = graphs.graphs[batch]
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            graph.replay()
+        torch.cuda.synchronize()
+    us, calls = defaultdict(float), defaultdict(int)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            us[e.name[:60]] += e.device_time / iters
+            calls[e.name[:60]] += 1
+    return sorted(({"kernel": k, "us_per_step": v, "per_step": calls[k] / iters} for k, v in us.items()),
+                  key=lambda r: -r["us_per_step"])
+
+
 def host_profile(llm, vocab: int, gen: int) -> str:
     prof = cProfile.Profile()
     prof.enable()
@@ -153,6 +179,12 @@ def main() -> None:
         rows.append(row)
         for b in a.batches:
             phases[f"overlap={overlap} batch={b}"] = phase_ms(llm, vocab, b)
+        if overlap:
+            for b in a.batches:
+                profiles[f"graph_kernels_batch_{b}"] = kernels = replay_kernels(llm, b)
+                print(f"--- graph kernels, batch {b}: {sum(r['per_step'] for r in kernels):.0f} a step, "
+                      f"{sum(r['us_per_step'] for r in kernels):.0f} us busy")
+                print_table(kernels[:25], ["kernel", "us_per_step", "per_step"])
         if overlap and not a.no_profiles:
             profiles["host_single_stream"] = host_profile(llm, vocab, 128)
             profiles["prefill_512"] = prefill_profile(llm, vocab)
@@ -160,7 +192,8 @@ def main() -> None:
         del llm
         torch.cuda.empty_cache()
     for name, text in profiles.items():
-        print(f"--- {name}\n{text}")
+        if isinstance(text, str):
+            print(f"--- {name}\n{text}")
     for name, ms in phases.items():
         print(name, " ".join(f"{k} {v:.2f}" for k, v in ms.items()))
     path = write_result("step_probe", {"model": a.model, "quantization": a.quantization, "dtype": "bfloat16",

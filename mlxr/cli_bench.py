@@ -41,9 +41,11 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     vocab = llm.loaded.args.vocab_size
     prompts = [torch.randint(10, vocab - 10, (ns.prompt_len,), generator=g).tolist() for _ in range(ns.batch)]
     params = SamplingParams(max_tokens=ns.gen_len, temperature=0, ignore_eos=True)
-    llm.generate([p[:8] for p in prompts], SamplingParams(max_tokens=2, temperature=0))  # warm-up
+    # Warm-up at the timed run's shapes, so that no kernel compiles inside it (rotated
+    # prompts: the timed run must not hit the prefix cache).
+    _timed_run(llm, [p[1:] + p[:1] for p in prompts], params)
     prof = OpProfiler(llm.engine.runner.model) if ns.profile else None
-    figures = _timed_run(llm, prompts, params)
+    figures = _timed_run(llm, prompts, params, on_first_token=prof.reset if prof else None)
     print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}, "
           f"quantization {llm.loaded.quantization}), "
           f"batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
@@ -58,7 +60,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _timed_run(llm, prompts, params) -> dict:
+def _timed_run(llm, prompts, params, on_first_token=None) -> dict:
+    """Prefill and decode tok/s; steps counts the decode steps (after every first token)."""
     engine, device = llm.engine, llm.loaded.device
     for i, p in enumerate(prompts):
         engine.add_request(f"bench-{i}", p, params, stream_deltas=True)
@@ -70,7 +73,9 @@ def _timed_run(llm, prompts, params) -> dict:
         generated += sum(len(o.outputs[0].token_ids) for o in outs)
         if first is None and generated >= len(prompts):
             _sync(device)
-            first, at_first = time.perf_counter(), generated
+            first, at_first, steps = time.perf_counter(), generated, 0
+            if on_first_token is not None:
+                on_first_token()
     _sync(device)
     t1 = time.perf_counter()
     return {"prefill_tok_s": sum(map(len, prompts)) / (first - t0),

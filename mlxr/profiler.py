@@ -80,6 +80,12 @@ class OpProfiler:
             self.calls[op] += 1
         self.pending.clear()
 
+    def reset(self) -> None:
+        """Forget what was timed so far (e.g. the prefill, when decode steps are wanted)."""
+        self.collect()
+        self.totals.clear()
+        self.calls.clear()
+
     def breakdown(self) -> list[OpTime]:
         self.collect()
         return sorted((OpTime(op, self.calls[op], self.totals[op]) for op in self.totals), key=lambda t: -t.total_ms)
