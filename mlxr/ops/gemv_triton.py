@@ -58,10 +58,19 @@ def _x_row(xk, stride_xm, m: tl.constexpr, k, K, cols, EVEN: tl.constexpr):
     return tl.load(xk + m * stride_xm, mask=(k + cols) < K, other=0.0).to(tl.float32)
 
 
+def launch_config(n: int, k: int) -> tuple[int, int, int]:
+    """(block_n, block_k, num_warps) for an [n, k] weight, from bench/gemv.py's sweep with
+    the weights out of L2 (H200, gemv-20261123T185529Z): long rows want one row a program,
+    short ones 1024 columns a step and a few rows."""
+    if k >= 4096:
+        return 1, 512, 4
+    return (2 if n <= 4096 else 4), 1024, 4
+
+
 def gemv_triton(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-                block_n: int = 8, block_k: int = 512, num_warps: int = 4) -> torch.Tensor:
+                block_n: int | None = None, block_k: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Launcher: x [..., K] with at most MAX_ROWS rows, weight [N, K] (rows contiguous);
-    returns [..., N] in x's dtype."""
+    returns [..., N] in x's dtype. Launch knobs left out come from launch_config."""
     k = x.shape[-1]
     x2 = x.reshape(-1, k)
     m, n = x2.shape[0], weight.shape[0]
@@ -70,6 +79,8 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     assert x2.stride(1) == 1 and weight.dtype in (torch.bfloat16, torch.float16)
     out = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
     assert out.shape == (m, n) and out.stride(1) == 1
+    default = launch_config(n, k)
+    block_n, block_k, num_warps = block_n or default[0], block_k or default[1], num_warps or default[2]
     block_k = min(block_k, triton.next_power_of_2(k))
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x2, weight, out, n, k, x2.stride(0), weight.stride(0), out.stride(0),

@@ -21,7 +21,7 @@ from mlxr.ops.attention_tiles_triton import (
 )
 from mlxr.ops.backend import sm_count
 
-MIN_PART_TOKENS = 256  # below this a partition's fixed cost outweighs the parallelism
+MIN_PART_TOKENS = 128  # below this a partition's fixed cost outweighs the parallelism (one bf16 tile)
 MAX_PARTS = 512
 PROGRAMS_PER_SM = 2  # split until the grid holds about this many programs per multiprocessor
 

@@ -11,20 +11,21 @@ CacheWrite = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 @triton.jit
-def _rotate_heads(src_ptr, dst_ptr, stride_src, stride_dst, cos, sin, offs_f, n_heads,
-                  HALF: tl.constexpr, H_PAD: tl.constexpr, F_PAD: tl.constexpr):
-    """Rotate n_heads rows of one token; returns the rotated halves (fp32)."""
+def _load_heads(src_ptr, stride_src, offs_f, n_heads, HALF: tl.constexpr, H_PAD: tl.constexpr):
+    """The two halves (fp32) of n_heads rows of one token, and their mask."""
     heads = tl.arange(0, H_PAD)
     ok = (heads < n_heads)[:, None] & (offs_f < HALF)[None, :]
     lo = heads[:, None] * stride_src + offs_f[None, :]
     x1 = tl.load(src_ptr + lo, mask=ok, other=0.0).to(tl.float32)
     x2 = tl.load(src_ptr + lo + HALF, mask=ok, other=0.0).to(tl.float32)
-    y1 = x1 * cos[None, :] - x2 * sin[None, :]
-    y2 = x2 * cos[None, :] + x1 * sin[None, :]
-    out = heads[:, None] * stride_dst + offs_f[None, :]
+    return x1, x2, ok
+
+
+@triton.jit
+def _store_heads(dst_ptr, stride_dst, y1, y2, ok, offs_f, HALF: tl.constexpr, H_PAD: tl.constexpr):
+    out = tl.arange(0, H_PAD)[:, None] * stride_dst + offs_f[None, :]
     tl.store(dst_ptr + out, y1.to(dst_ptr.dtype.element_ty), mask=ok)
     tl.store(dst_ptr + out + HALF, y2.to(dst_ptr.dtype.element_ty), mask=ok)
-    return y1, y2, ok
 
 
 @triton.jit
@@ -37,29 +38,29 @@ def _rope_kernel(
     HALF: tl.constexpr, F_PAD: tl.constexpr, H_PAD: tl.constexpr, KH_PAD: tl.constexpr,
     WRITE_CACHE: tl.constexpr,
 ):
+    # Every load is issued before the first store: a decode step runs this for one token,
+    # where the time is memory round trips, and a load after a store waits for it.
     tok = tl.program_id(0).to(tl.int64)
     offs_f = tl.arange(0, F_PAD)
     pos = tl.load(pos_ptr + tok).to(tl.float32)
-    freq = pos * tl.load(inv_freq_ptr + offs_f, mask=offs_f < HALF, other=0.0).to(tl.float32)
-    cos = tl.cos(freq)
-    sin = tl.sin(freq)
-    _rotate_heads(q_ptr + tok * stride_qt, q_out_ptr + tok * stride_qot, stride_qh, stride_qoh,
-                  cos, sin, offs_f, n_heads, HALF, H_PAD, F_PAD)
-    k1, k2, ok = _rotate_heads(k_ptr + tok * stride_kt, k_out_ptr + tok * stride_kot, stride_kh,
-                               stride_koh, cos, sin, offs_f, n_kv, HALF, KH_PAD, F_PAD)
+    inv_freq = tl.load(inv_freq_ptr + offs_f, mask=offs_f < HALF, other=0.0).to(tl.float32)
+    q1, q2, q_ok = _load_heads(q_ptr + tok * stride_qt, stride_qh, offs_f, n_heads, HALF, H_PAD)
+    k1, k2, k_ok = _load_heads(k_ptr + tok * stride_kt, stride_kh, offs_f, n_kv, HALF, KH_PAD)
     if WRITE_CACHE:
         slot = tl.load(slot_ptr + tok)
+        v1, v2, _ = _load_heads(v_ptr + tok * stride_vt, stride_vh, offs_f, n_kv, HALF, KH_PAD)
+    freq = pos * inv_freq
+    cos = tl.cos(freq)[None, :]
+    sin = tl.sin(freq)[None, :]
+    _store_heads(q_out_ptr + tok * stride_qot, stride_qoh, q1 * cos - q2 * sin, q2 * cos + q1 * sin,
+                 q_ok, offs_f, HALF, H_PAD)
+    rk1, rk2 = k1 * cos - k2 * sin, k2 * cos + k1 * sin
+    _store_heads(k_out_ptr + tok * stride_kot, stride_koh, rk1, rk2, k_ok, offs_f, HALF, KH_PAD)
+    if WRITE_CACHE:
         if slot >= 0:  # a negative slot marks a padding token with nowhere to go
             base = (slot // block_size) * stride_cb + (slot % block_size) * stride_ct
-            dst = base + tl.arange(0, KH_PAD)[:, None] * stride_ch + offs_f[None, :]
-            ty = k_cache_ptr.dtype.element_ty
-            tl.store(k_cache_ptr + dst, k1.to(ty), mask=ok)
-            tl.store(k_cache_ptr + dst + HALF, k2.to(ty), mask=ok)
-            src = tok * stride_vt + tl.arange(0, KH_PAD)[:, None] * stride_vh + offs_f[None, :]
-            v1 = tl.load(v_ptr + src, mask=ok, other=0.0)
-            v2 = tl.load(v_ptr + src + HALF, mask=ok, other=0.0)
-            tl.store(v_cache_ptr + dst, v1.to(ty), mask=ok)
-            tl.store(v_cache_ptr + dst + HALF, v2.to(ty), mask=ok)
+            _store_heads(k_cache_ptr + base, stride_ch, rk1, rk2, k_ok, offs_f, HALF, KH_PAD)
+            _store_heads(v_cache_ptr + base, stride_ch, v1, v2, k_ok, offs_f, HALF, KH_PAD)
 
 
 def _check_cache_write(k: torch.Tensor, cache: CacheWrite) -> None:
