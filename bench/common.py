@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -20,6 +21,9 @@ def device_name(device: str) -> str:
 
 
 def git_commit() -> str:
+    """MLXR_COMMIT where set (the lent GPU machine's copy of the tree may carry a stale .git)."""
+    if os.environ.get("MLXR_COMMIT"):
+        return os.environ["MLXR_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         return out.stdout.strip() or "unknown"
