@@ -8,6 +8,7 @@ import platform
 import statistics
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -60,3 +61,23 @@ def _fmt(v) -> str:
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def time_engine_phases(engine, spent) -> Callable[[], object]:
+    """Wrap the engine's step phases (schedule, prepare, execute, launch, land, update) so each
+    adds its seconds to spent[phase]; returns the function that unwraps them."""
+    import time
+
+    targets = {"schedule": engine.scheduler, "prepare": engine.runner, "execute": engine.runner,
+               "launch": engine.sampler, "_land": engine, "update": engine.scheduler}
+    for name, obj in targets.items():
+        fn = getattr(obj, name)
+
+        def wrapper(*args, _fn=fn, _key=name.strip("_"), **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                spent[_key] += time.perf_counter() - t0
+        setattr(obj, name, wrapper)
+    return lambda: [delattr(obj, name) for name, obj in targets.items()]

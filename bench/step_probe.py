@@ -13,7 +13,7 @@ import pstats
 
 import torch
 
-from common import device_name, print_table, write_result
+from common import device_name, print_table, time_engine_phases, write_result
 from latency import bench_mlxr, model_paths, prompt_ids
 from throughput import run_mlxr, workload
 
@@ -79,22 +79,7 @@ def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
     from mlxr.engine import staging
 
     engine, spent = llm.engine, Counter()
-
-    def timed(obj, name: str, key: str) -> None:
-        fn = getattr(obj, name)
-
-        def wrapper(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[key] += time.perf_counter() - t0
-        setattr(obj, name, wrapper)
-
-    wrapped = ((engine.scheduler, "schedule"), (engine.runner, "prepare"), (engine.runner, "execute"),
-               (engine.sampler, "launch"), (engine, "_land"), (engine.scheduler, "update"))
-    for obj, name in wrapped:
-        timed(obj, name, name.strip("_"))
+    unwrap = time_engine_phases(engine, spent)
     real_get = staging.HostCopy.get
     staging.HostCopy.get = lambda self: (lambda t0: (real_get(self), spent.update(wait=time.perf_counter() - t0))[0])(
         time.perf_counter())
@@ -115,8 +100,7 @@ def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
             engine.step()
     finally:
         staging.HostCopy.get = real_get
-        for obj, name in wrapped:
-            delattr(obj, name)  # the class's method again
+        unwrap()  # the classes' methods again
     out = {k: 1e3 * v / steps for k, v in timed_spent.items()}
     out["step"] = 1e3 * total / steps
     return out

@@ -12,28 +12,9 @@ from collections import Counter
 
 import torch
 
-from common import device_name, median, print_table, sync, write_result
+from common import device_name, median, print_table, sync, time_engine_phases, write_result
 from latency import model_paths
 from throughput import workload
-
-PHASES = ("schedule", "prepare", "execute", "launch", "_land", "update")
-
-
-def _wrap(engine, spent: Counter):
-    targets = {"schedule": engine.scheduler, "prepare": engine.runner, "execute": engine.runner,
-               "launch": engine.sampler, "_land": engine, "update": engine.scheduler}
-    for name, obj in targets.items():
-        fn = getattr(obj, name)
-
-        def wrapper(*args, _fn=fn, _key=name.strip("_"), **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return _fn(*args, **kwargs)
-            finally:
-                spent[_key] += time.perf_counter() - t0
-        setattr(obj, name, wrapper)
-    return lambda: [delattr(obj, name) for name, obj in targets.items()]
-
 
 def gpu_ms_per_step(prof, steps: int) -> float:
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -52,7 +33,7 @@ def run(llm, batch: int, windows: list[tuple[int, int]]) -> dict:
     sch = engine.scheduler
     while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):
         engine.step()
-    unwrap = _wrap(engine, spent)
+    unwrap = time_engine_phases(engine, spent)
     out, times, k = {}, [], 0
     try:
         while engine.has_unfinished():

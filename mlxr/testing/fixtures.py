@@ -99,6 +99,10 @@ CONFIGS: dict[str, FixtureSpec] = {
         num_attention_heads=32, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
         torch_dtype="bfloat16"), ft.LLAMA, weight_std=0.02, safetensors_dtype="BF16",
         gguf_type="f16", shard_bytes=1 << 30),
+    # The TinyLlama shape's vocabulary and tokenizer with almost no model: host-cost benchmarks.
+    "tinyllama-vocab": FixtureSpec("llama", _llama_config(
+        vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=512), ft.LLAMA, seed=5),
 }
 
 
