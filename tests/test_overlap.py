@@ -165,12 +165,12 @@ def test_an_error_taking_in_one_token_fails_only_its_request(model_dir, overlap)
     real = engine._record_token
     calls = {"n": 0}
 
-    def record(state, sample):
+    def record(state, *args):
         if state.seq.request_id == "bad":
             calls["n"] += 1
             if calls["n"] == 3:
                 raise RuntimeError("injected")
-        return real(state, sample)
+        return real(state, *args)
 
     engine._record_token = record
     params = SamplingParams(max_tokens=8, **GREEDY)

@@ -293,6 +293,21 @@ def test_nan_and_posinf_logits_do_not_poison_the_row() -> None:
     assert all(math.isfinite(v) for t in out for v in [t.logprob] + [v for _, v in t.top_logprobs])
 
 
+def test_plain_greedy_batch_handles_nan_inf_and_empty_rows() -> None:
+    # Every row greedy with nothing to adjust: the sampler's argmax-only path.
+    logits = torch.tensor([[0.0, float("nan"), float("inf"), 1.0], [NEG_INF] * 4, [0.5, 3.0, 2.0, 1.0]])
+    states = [state(temperature=0.0) for _ in range(3)]
+    assert all(s.plain for s in states)
+    assert [t.token_id for t in Sampler()(logits, states)] == [2, 0, 1]
+
+
+def test_one_penalised_row_keeps_a_greedy_batch_off_the_plain_path() -> None:
+    logits = torch.tensor([[0.5, 3.0, 2.0, 1.0]] * 2)
+    states = [state(temperature=0.0), state(temperature=0.0, output=[1], repetition_penalty=50.0)]
+    assert not states[1].plain
+    assert [t.token_id for t in Sampler()(logits, states)] == [1, 2]
+
+
 def test_mixed_greedy_and_random_batch() -> None:
     torch.manual_seed(9)
     logits = torch.randn(6, 200)

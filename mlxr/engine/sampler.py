@@ -139,6 +139,20 @@ class LastTokens:
         return LastTokens(torch.empty(0, dtype=torch.long, device=device), [None] * n)
 
 
+@dataclass
+class Samples:
+    """One step's tokens on the host, one a row; `stats` (one SampledToken a row) only when
+    some row asked for logprobs: a large greedy batch builds no object per row."""
+
+    token_ids: list[int]
+    stats: list[SampledToken] | None
+
+    def as_list(self) -> list[SampledToken]:
+        if self.stats is not None:
+            return self.stats
+        return [SampledToken(t, LOGPROB_FLOOR, 0, []) for t in self.token_ids]
+
+
 class SampleFuture:
     """One step's sampled tokens: on the device at once (`tokens`, for the next step's
     inputs), on the host when `result()` is called (it waits for the copy, not the stream)."""
@@ -147,18 +161,17 @@ class SampleFuture:
         self.tokens = tokens
         self._copy, self._has_stats, self._wanted = copy, has_stats, wanted
 
-    def result(self) -> list[SampledToken]:
+    def result(self) -> Samples:
         host = self._copy.get()
         tokens = host[0].tolist()
-        if not self._has_stats and len(host) == 1:
-            return [SampledToken(t, LOGPROB_FLOOR, 0, []) for t in tokens]
-        n = len(tokens)
-        logprob, rank = (host[1].tolist(), host[2].tolist()) if self._has_stats else ([float("nan")] * n, [0] * n)
+        if not self._has_stats:
+            return Samples(tokens, None)
+        logprob, rank = host[1].tolist(), host[2].tolist()
         tops = _top_lists(host[3], host[4], self._wanted) if len(host) > 3 else [[] for _ in tokens]
-        return [
+        return Samples(tokens, [
             SampledToken(t, LOGPROB_FLOOR if lp != lp or lp == float("-inf") else lp, rk, top)
             for t, lp, rk, top in zip(tokens, logprob, rank, tops)
-        ]
+        ])
 
 
 def _top_lists(values: torch.Tensor, ids: torch.Tensor, wanted: list[int]) -> list[list[tuple[int, float]]]:
@@ -171,7 +184,7 @@ class Sampler:
     `launch` queues the same work on the device and returns before it has run."""
 
     def __call__(self, logits: torch.Tensor, states: list[SamplingState]) -> list[SampledToken]:
-        return self.launch(logits, states).result()
+        return self.launch(logits, states).result().as_list()
 
     def launch(self, logits: torch.Tensor, states: list[SamplingState],
                pending: LastTokens | None = None) -> SampleFuture:

@@ -17,7 +17,7 @@ import torch
 from mlxr.engine.detokenizer import advance_all
 from mlxr.engine.model_runner import PendingTokens
 from mlxr.engine.request_state import RequestState, SeqState, build_output, token_logprobs
-from mlxr.engine.sampler import LastTokens, SampleFuture
+from mlxr.engine.sampler import LastTokens, SampledToken, SampleFuture, Samples
 from mlxr.engine.scheduler import SchedulerOutput
 from mlxr.engine.sequence import PLACEHOLDER, Sequence
 from mlxr.engine.staging import to_device
@@ -137,16 +137,17 @@ class StepLoop:
     def _requests_of(self, out: SchedulerOutput) -> dict[str, RequestState]:
         return {s.seq.request_id: self.requests[s.seq.request_id] for s in out.scheduled}
 
-    def _take_tokens(self, seqs: list[Sequence], samples: list) -> None:
+    def _take_tokens(self, seqs: list[Sequence], samples: Samples) -> None:
         """Record each live sequence's token, detokenize them all in one batch, then stop.
         A token that fails fails its own request alone, never the batch."""
         states, live, reasons = self.seq_states, [], []
-        for seq, sample in zip(seqs, samples):
+        tokens, stats = samples.token_ids, samples.stats
+        for i, seq in enumerate(seqs):
             state = states.get(seq.seq_id)
             if state is None or seq.is_finished:  # aborted or stopped meanwhile
                 continue
             try:
-                reason = self._record_token(state, sample)
+                reason = self._record_token(state, tokens[i], stats[i] if stats is not None else None)
             except Exception as e:  # noqa: BLE001
                 reason = self._token_failed(state, e)
             live.append(state)
@@ -183,11 +184,12 @@ class StepLoop:
             forks.append(child)
         return [seq, *forks]
 
-    def _record_token(self, state: SeqState, sample) -> str | None:
+    def _record_token(self, state: SeqState, token: int, stats: SampledToken | None) -> str | None:
         """Store the token (over its placeholder); "stop" for a stop token or EOS, whose text
-        is never shown; otherwise the token goes to the detokenizer and None is returned."""
+        is never shown; otherwise the token goes to the detokenizer and None is returned.
+        stats: the token's logprob figures, present when its request asked for logprobs."""
         seq, rs = state.seq, state.request
-        params, token = rs.request.params, sample.token_id
+        params = rs.request.params
         ids = seq.token_ids
         if ids[-1] == PLACEHOLDER:
             ids[-1] = token
@@ -198,7 +200,7 @@ class StepLoop:
         if rs.metrics.first_token_time is None:
             rs.mark_token()
         if state.logprobs is not None:
-            state.logprobs.append(token_logprobs(sample, self._decode_one))
+            state.logprobs.append(token_logprobs(stats, self._decode_one))
         # The sampler keeps EOS and stop tokens out until min_tokens, so no check is needed here.
         if token in params.stop_token_ids:
             state.stop_reason = token
