@@ -45,13 +45,17 @@ class OpProfiler:
         self.pending: list[tuple[str, object, object]] = []
         self.totals: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
-        self.handles = []
+        self.forwards = 0  # model forward passes timed (a step that only lands its tokens runs none)
+        self.handles = [model.register_forward_hook(self._count_forward)]
         for name, module in model.named_modules():
             op = op_name(name, module)
             if op is not None:
                 self.handles.append(module.register_forward_pre_hook(self._start(op)))
                 self.handles.append(module.register_forward_hook(self._stop(op)))
         self._open: dict[str, list] = defaultdict(list)
+
+    def _count_forward(self, module, args, out) -> None:
+        self.forwards += 1
 
     def _mark(self):
         if self.cuda:
@@ -85,6 +89,7 @@ class OpProfiler:
         self.collect()
         self.totals.clear()
         self.calls.clear()
+        self.forwards = 0
 
     def breakdown(self) -> list[OpTime]:
         self.collect()

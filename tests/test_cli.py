@@ -47,7 +47,8 @@ def test_bench_profile_breaks_a_step_into_ops(tmp_path):
     figures = json.loads(out.read_text())
     ops = {row["op"]: row for row in figures["profile"]}
     assert {"attention (paged)", "attn matmuls", "mlp matmuls", "lm_head", "rmsnorm"} <= set(ops)
-    assert ops["attention (paged)"]["calls"] == 2 * figures["steps"]  # two layers a step
+    assert ops["attention (paged)"]["calls"] == 2 * figures["profiled_forwards"]  # two layers a pass
+    assert figures["profiled_forwards"] == figures["steps"] == 3  # decode only: gen 4, first token in prefill
     assert figures["decode_tok_s"] > 0 and "ms/step" in res.stdout
 
 

@@ -197,3 +197,23 @@ def test_no_step_is_computed_past_max_tokens(model_dir):
         llm.generate([[5, 6, 7], [8, 9]], [SamplingParams(max_tokens=5, **GREEDY), SamplingParams(max_tokens=9, **GREEDY)])
         counts.append(events.count("execute"))
     assert counts[0] == counts[1] == 9
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_finished_requests_are_freed_without_the_garbage_collector(model_dir, overlap):
+    import gc
+    import weakref
+
+    llm = LLM(model_dir, dtype="float32", overlap_steps=overlap)
+    engine = llm.engine
+    for rid, n in (("one", 1), ("two", 2)):
+        engine.add_request(rid, [5, 6, 7], SamplingParams(max_tokens=4, n=n, **GREEDY))
+    refs = [weakref.ref(rs) for rs in engine.requests.values()]
+    gc.collect()
+    gc.disable()
+    try:
+        while engine.has_unfinished():
+            engine.step()
+        assert [r() for r in refs] == [None, None]  # no cycle keeps a request's state alive
+    finally:
+        gc.enable()

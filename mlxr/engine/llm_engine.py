@@ -126,11 +126,11 @@ class LLMEngine(StepLoop):
         now = arrival_time or time.monotonic()
         req = Request(request_id, text, ids, params, now)
         rs = RequestState(req, RequestMetrics(now), stream_deltas, max_tokens)
+        self._new_seq(rs, index=0, token_ids=list(ids))
+        self.scheduler.add(req.seqs[0])
         self.requests[request_id] = rs
         if params.n > 1:
             self._forking.add(rs)
-        self._new_seq(rs, index=0, token_ids=list(ids))
-        self.scheduler.add(req.seqs[0])
         self.prompt_tokens_total += len(ids)
 
     def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:

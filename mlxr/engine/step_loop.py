@@ -139,7 +139,7 @@ class StepLoop:
 
     def _take_tokens(self, seqs: list[Sequence], samples: Samples) -> None:
         """Record each live sequence's token, detokenize them all in one batch, then stop.
-        A token that fails fails its own request alone, never the batch."""
+        Recording or finishing a token that fails fails its own request alone."""
         states, live, reasons = self.seq_states, [], []
         tokens, stats = samples.token_ids, samples.stats
         for i, seq in enumerate(seqs):
@@ -244,6 +244,7 @@ class StepLoop:
         self._forking.discard(rs)
         for s in rs.seqs:
             self.seq_states.pop(s.seq.seq_id, None)
+            s.request = None  # breaks the request <-> state cycle: freed without the GC
 
     def _fail(self, requests: dict[str, RequestState], error: Exception) -> list[RequestOutput]:
         outputs = []
