@@ -57,14 +57,10 @@ def completion_of(state: SeqState, delta: bool) -> CompletionOutput:
     ids = seq.token_ids
     end = len(ids) - (1 if ids and ids[-1] == PLACEHOLDER else 0)
     logprobs = state.logprobs[tok_from:] if state.logprobs is not None else None
-    out = CompletionOutput(
-        index=seq.index,
-        text=state.text[text_from:],
-        token_ids=ids[seq.num_prompt_tokens + tok_from : end],  # one copy, of the new part only
-        finish_reason=seq.finish_reason,
-        logprobs=logprobs,
-        stop_reason=state.stop_reason,
-    )
+    # Positional: this runs for every running sequence every step. (index, text, token_ids
+    # of the new part only, finish_reason, logprobs, stop_reason)
+    out = CompletionOutput(seq.index, state.text[text_from:], ids[seq.num_prompt_tokens + tok_from : end],
+                           seq.finish_reason, logprobs, state.stop_reason)
     if delta:
         state.sent_text, state.sent_tokens = len(state.text), end - seq.num_prompt_tokens
     return out

@@ -83,9 +83,12 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        if len(self.seqs) != self.params.n:
+        seqs = self.seqs
+        if len(seqs) == 1 and self.params.n == 1:  # the common case, checked every step
+            return seqs[0].status is SequenceStatus.FINISHED
+        if len(seqs) != self.params.n:
             return False
-        for s in self.seqs:  # a loop, not all(): this runs for every request every step
+        for s in seqs:  # a loop, not all(): this runs for every request every step
             if s.status is not SequenceStatus.FINISHED:
                 return False
         return True
