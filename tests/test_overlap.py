@@ -217,3 +217,27 @@ def test_finished_requests_are_freed_without_the_garbage_collector(model_dir, ov
         assert [r() for r in refs] == [None, None]  # no cycle keeps a request's state alive
     finally:
         gc.enable()
+
+
+def test_steady_decode_steps_advance_the_last_ones_arrays(model_dir, monkeypatch):
+    """Same sequences, one token on: the runner advances the last step's index arrays. Tokens
+    must match the synchronous engine across block boundaries, shared prompt blocks
+    (copy-on-write), and sequences that end early (the batch changes, then steadies again)."""
+    from mlxr.engine import steady_decode
+
+    advanced = []
+    real = steady_decode.SteadyDecode.advance
+
+    def advance(self, out, rows):
+        arrays = real(self, out, rows)
+        advanced.append(arrays is not None)
+        return arrays
+
+    monkeypatch.setattr(steady_decode.SteadyDecode, "advance", advance)
+    prompts = [[5, 6, 7, 8, 9] * 4] * 3 + [[11, 12, 13], [14] * 17]  # three share a prompt
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in (40, 23, 40, 9, 35)]
+    sync, overlapped = engines(model_dir)
+    want = [o.outputs[0].token_ids for o in sync.generate(prompts, params)]
+    got = [o.outputs[0].token_ids for o in overlapped.generate(prompts, params)]
+    assert got == want
+    assert sum(advanced) > 25 and not all(advanced)  # mostly advanced; rebuilt when the batch changed

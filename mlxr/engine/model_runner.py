@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -12,6 +13,7 @@ from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
 from mlxr.engine.sequence import PLACEHOLDER, Sequence
 from mlxr.engine.staging import to_device
+from mlxr.engine.steady_decode import DecodeArrays, SteadyDecode
 from mlxr.layers.attention import AttnMetadata
 from mlxr.ops.backend import use_triton
 
@@ -44,6 +46,7 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
+        self.steady = SteadyDecode(kv_cache.block_size)  # the last decode step's arrays
         self.graphs = None  # DecodeGraphs, set by the engine on CUDA
         self.prefill_graphs = None  # PrefillGraphs, likewise
 
@@ -61,6 +64,10 @@ class ModelRunner:
     def prepare(self, out: SchedulerOutput, pending: PendingTokens | None = None) -> StepInputs:
         """All of the step's index tensors in one pinned host-to-device copy; a placeholder
         (always a sequence's last token) is filled on the device from pending."""
+        if pending is not None:
+            steady = self.steady.advance(out, pending.rows)
+            if steady is not None:
+                return self._steady_inputs(steady, out, pending)
         bs = self.kv_cache.block_size
         ids, pos, slots, q_lens, seq_lens, rows, sampling = [], [], [], [], [], [], []
         fill_at, fill_from = [], []
@@ -98,6 +105,10 @@ class ModelRunner:
                 tables += [0] * (width - len(s.seq.block_table))
         starts = list(itertools.accumulate(q_lens, initial=0))
         t, n = len(ids), len(q_lens)
+        if t == n == len(rows):  # every row one token, every row samples: next may advance it
+            self.steady.remember(out, tables, width)
+        else:
+            self.steady.forget()
         flat = to_device(ids + pos + slots + starts + seq_lens + tables + fill_at + fill_from, torch.long, self.device)
         input_ids, positions, slot_t, start_t, lens_t, table_t, fills = flat.split(
             [t, t, t, n + 1, n, n * width, 2 * len(fill_at)])
@@ -113,6 +124,25 @@ class ModelRunner:
             block_size=bs,
         )
         return StepInputs(input_ids, positions, meta, rows, sampling)
+
+    def _steady_inputs(self, a: DecodeArrays, out: SchedulerOutput, pending: PendingTokens) -> StepInputs:
+        """StepInputs of a steady decode step from its advanced arrays (see steady_decode.py)."""
+        n, width = len(a.seq_ids), a.tables.shape[1]
+        lens = a.positions + 1
+        flat = to_device(torch.from_numpy(np.concatenate(
+            [a.positions, a.slots, np.arange(n + 1, dtype=np.int64), lens, a.tables.reshape(-1),
+             np.array(a.fill_from, dtype=np.int64)])), torch.long, self.device)
+        positions, slot_t, start_t, lens_t, table_t, fill_t = flat.split([n, n, n + 1, n, n * width, n])
+        meta = AttnMetadata(
+            slot_mapping=slot_t,
+            block_tables=table_t.view(n, width),
+            query_start_loc=start_t,
+            seq_lens=lens_t,
+            query_lens_list=[1] * n,
+            seq_lens_list=lens.tolist(),
+            block_size=self.kv_cache.block_size,
+        )
+        return StepInputs(pending.tokens[fill_t], positions, meta, list(range(n)), [item.seq for item in out.scheduled])
 
     @torch.inference_mode()
     def execute(

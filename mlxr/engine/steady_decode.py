@@ -1,0 +1,74 @@
+"""The steady state of overlapped decoding: the same sequences as the last step, in the same
+order, each one token further on, each on the token the last step sampled (still on the
+device). The runner then advances the last step's index arrays instead of rebuilding them
+row by row: a few list comprehensions and numpy operations instead of ~20 Python operations
+a row (bench/host_phases.py, at batch 256)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlxr.engine.scheduler import SchedulerOutput
+from mlxr.engine.sequence import PLACEHOLDER
+
+
+@dataclass
+class DecodeArrays:
+    """One decode step's index arrays (int64), one row a sequence, in schedule order."""
+
+    seq_ids: list[int]
+    positions: np.ndarray  # [n] position of the token each row computes
+    slots: np.ndarray  # [n] its cache slot
+    tables: np.ndarray  # [n, width] block tables, padded with 0
+    fill_from: list[int]  # row of the last step's sampled tokens that holds each row's token
+
+
+class SteadyDecode:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.last: DecodeArrays | None = None
+
+    def remember(self, out: SchedulerOutput, tables: list[int], width: int) -> None:
+        """Keep a just-built all-decode step's arrays (positions and tables) for the next."""
+        seqs = [item.seq for item in out.scheduled]
+        positions = np.array([s.num_computed_tokens for s in seqs], dtype=np.int64)
+        self.last = DecodeArrays([s.seq_id for s in seqs], positions, positions,
+                                 np.array(tables, dtype=np.int64).reshape(len(seqs), width), [])
+
+    def forget(self) -> None:
+        self.last = None
+
+    def advance(self, out: SchedulerOutput, pending_rows: dict[int, int]) -> DecodeArrays | None:
+        """This step's arrays if it is the last one advanced by a token; else None (the caller
+        builds them row by row). Only each row's current block is read again: the blocks
+        before it never change while a sequence keeps running (copy-on-write replaces the
+        block a token is about to be written into, which is the current one)."""
+        last = self.last
+        scheduled = out.scheduled
+        if last is None or len(scheduled) != len(last.seq_ids):
+            return None
+        seqs = [item.seq for item in scheduled]
+        if [s.seq_id for s in seqs] != last.seq_ids or sum(item.num_tokens for item in scheduled) != len(seqs):
+            return None
+        positions = np.array([s.num_computed_tokens for s in seqs], dtype=np.int64)
+        ends = np.array([len(s.token_ids) for s in seqs], dtype=np.int64)
+        if not (np.array_equal(positions, last.positions + 1) and np.array_equal(ends, positions + 1)):
+            return None
+        if [s.token_ids[-1] for s in seqs].count(PLACEHOLDER) != len(seqs):
+            return None
+        fill_from = [pending_rows.get(sid, -1) for sid in last.seq_ids]
+        if -1 in fill_from:
+            return None
+        block_idx = positions // self.block_size
+        tables = last.tables
+        if int(block_idx.max()) >= tables.shape[1]:
+            return None  # a sequence outgrew the table's width
+        try:
+            current = np.array([s.block_table[b] for s, b in zip(seqs, block_idx.tolist())], dtype=np.int64)
+        except IndexError:  # not expected: the scheduler allocated the block; rebuild to be safe
+            return None
+        tables[np.arange(len(seqs)), block_idx] = current
+        slots = current * self.block_size + positions % self.block_size
+        self.last = DecodeArrays(last.seq_ids, positions, slots, tables, fill_from)
+        return self.last
