@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from common import device_name, print_table, write_result
+from common import device_name, median, print_table, write_result
 from latency import bench_hf, bench_mlxr, model_paths, prompt_ids
 from throughput import run_hf, run_mlxr, workload
 
@@ -21,12 +21,16 @@ from throughput import run_hf, run_mlxr, workload
 LLAMA_CPP = {"decode_1": 767, "prefill_512": 68105, "batch_64": 20506, "batch_256": 31911}
 
 
-def mlxr_figures(llm, vocab: int, batches: list[int]) -> dict:
-    single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)
-    prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)
+def mlxr_figures(llm, vocab: int, batches: list[int], runs: int = 3) -> dict:
+    """Medians of `runs` timed runs each. A batch's decode lasts well under a second, so one
+    run is at the mercy of a host hiccup (one batch-256 run measured 62k tok/s where the next
+    ones gave 83-96k); each run draws new prompts, so none is served from the prefix cache."""
+    single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, runs)
+    prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, runs)
     out = {"decode_1": single["decode_tok_s"], "prefill_512": prefill["prefill_tok_s"]}
     for b in batches:
-        out[f"batch_{b}"] = run_mlxr(llm, workload(vocab, b, 128, 128, False), "cuda")["decode_tok_s"]
+        out[f"batch_{b}"] = median([run_mlxr(llm, workload(vocab, b, 128, 128, False, seed=b * 10 + r), "cuda")
+                                    ["decode_tok_s"] for r in range(runs)])
     return out
 
 
@@ -62,7 +66,7 @@ def main() -> None:
     rows = [{"work": k, "mlxr_tok_s": v, "hf_tok_s": theirs.get(k), "llama_cpp_tok_s": LLAMA_CPP.get(k),
              "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None} for k, v in ours.items()]
     path = write_result("gpu_sweep", {"model": "tinyllama-shape", "dtype": "bfloat16",
-                                      "device": device_name("cuda"), "results": rows})
+                                      "device": device_name("cuda"), "runs_per_figure": 3, "results": rows})
     if not a.skip_hf:
         subprocess.run([sys.executable, "kernels.py"], check=False)
     subprocess.run([sys.executable, "-m", "mlxr.cli", "bench", "--model", ref, "--device", "cuda",

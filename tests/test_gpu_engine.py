@@ -39,23 +39,32 @@ def test_graph_replay_equals_eager_logits(kernels, monkeypatch):
             assert la[tok].logprob == pytest.approx(lb[tok].logprob, abs=1e-4)
 
 
-def test_bf16_teacher_forced_top1_agrees_with_reference_over_512_tokens(monkeypatch):
+@pytest.mark.parametrize("name, n, fused", [("tiny-gemma3", 512, False), ("tiny-llama3", 512, True),
+                                             ("tiny-qwen2", 256, True)])
+def test_bf16_teacher_forced_top1_agrees_with_reference(name, n, fused, monkeypatch):
     """bf16 on the GPU with the Triton kernels and CUDA graphs against the bf16 torch
-    reference path on the same GPU: 256 prompt positions, then 256 decode steps."""
+    reference path on the same GPU: n/2 prompt positions, then n/2 decode steps (512 where the
+    model's positions allow). Llama and Qwen2 (q/k/v biases) decode through the fused
+    projection + rope + cache-write kernel; Gemma 3's per-head norms keep it unfused."""
     import torch
 
+    import mlxr.ops.qkv_rope_triton as fused_module
     from paged_probe import paged_logits
 
-    path = str(fixture_model("tiny-gemma3").hf_dir)  # max_position_embeddings 512
+    path = str(fixture_model(name).hf_dir)
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 500, (512,), generator=g).tolist()
+    ids = torch.randint(3, 500, (n,), generator=g).tolist()
     monkeypatch.setenv("MLXR_KERNELS", "reference")
-    ref = paged_logits(LLM(path, dtype="bfloat16", device="cuda", enable_cuda_graphs=False), ids, 256)
+    ref = paged_logits(LLM(path, dtype="bfloat16", device="cuda", enable_cuda_graphs=False), ids, n // 2)
     monkeypatch.setenv("MLXR_KERNELS", "auto")
+    calls = []
+    kernel = fused_module.qkv_rope_triton
+    monkeypatch.setattr(fused_module, "qkv_rope_triton", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     fast = LLM(path, dtype="bfloat16", device="cuda")
     assert fast.engine.runner.graphs is not None
-    ours = paged_logits(fast, ids, 256)
-    fp32 = paged_logits(LLM(path, dtype="float32", device="cpu"), ids, 256)
+    assert bool(calls) == fused, "the batch-1 graph captures the fused kernel exactly where it applies"
+    ours = paged_logits(fast, ids, n // 2)
+    fp32 = paged_logits(LLM(path, dtype="float32", device="cpu"), ids, n // 2)
     hit = lambda a, b: (a.cpu().argmax(-1) == b.cpu().argmax(-1))  # noqa: E731
     top2 = fp32.topk(2, -1).values
     # A random-weight model has many near-ties (17% of positions within 0.05 here), where any

@@ -79,8 +79,19 @@ def test_decode_unsplit_and_softcap_interpreted(softcap, window):
 
 @cpu_only
 def test_decode_many_partitions_interpreted():
-    # 19 partitions: the merge kernel walks them in chunks of 16.
+    # 19 partitions for the long sequence (merged by the last to finish), one for the short.
     check_decode([300, 2], (4, 1), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
+
+
+@cpu_only
+def test_decode_leaves_its_merge_tickets_at_zero_for_the_next_launch():
+    """The last partition of a (sequence, KV head) merges and resets the group's counter: a
+    second launch (a replayed graph) merges again, and the counters end at zero."""
+    from mlxr.ops.backend import ticket_counters
+
+    for _ in range(2):
+        check_decode([70, 33, 5], (8, 2), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
+    assert not ticket_counters(torch.device("cpu"), 6).any()
 
 
 @cpu_only

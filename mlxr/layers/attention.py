@@ -73,4 +73,8 @@ class PagedAttention(nn.Module):
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
             q = rotary_write_kv_query(q, k, v, positions, inv_freq, k_cache, v_cache, meta.slot_mapping)
-        return paged_attention(q, k_cache, v_cache, meta, self.scale, self.sliding_window, self.softcap)
+        return self.attend(q, kv_cache, meta)
+
+    def attend(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttnMetadata) -> torch.Tensor:
+        """Attention over the cache alone, for callers that already stored this step's K/V."""
+        return paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.sliding_window, self.softcap)

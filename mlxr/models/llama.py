@@ -11,6 +11,7 @@ from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.ops.rotary import qkv_rope_write_kv
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
 
@@ -55,10 +56,24 @@ class LlamaAttention(nn.Module):
         self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
     ) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.project_qkv(x)
-        q, k = self.q_norm(q), self.k_norm(k)
-        out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
+        q = self._fused_decode_qkv(x, positions, kv_cache, meta)
+        if q is not None:
+            out = self.attn.attend(q, kv_cache, meta)
+        else:
+            q, k, v = self.project_qkv(x)
+            q, k = self.q_norm(q), self.k_norm(k)
+            out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
         return self.o_proj(out.reshape(t, -1))
+
+    def _fused_decode_qkv(self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache,
+                          meta: AttnMetadata) -> torch.Tensor | None:
+        """One decode token's rotated q, its K/V already in the cache, from one kernel; None where
+        it does not apply (see qkv_rope_write_kv; per-head norms sit between projection and rope)."""
+        proj = self.qkv_proj
+        if type(proj) is not Linear or type(self.q_norm) is not nn.Identity or type(self.k_norm) is not nn.Identity:
+            return None
+        return qkv_rope_write_kv(x, proj.weight, proj.bias, self.n_heads, self.n_kv, positions,
+                                 self.rotary.inv_freq, kv_cache[0], kv_cache[1], meta.slot_mapping)
 
 
 class LlamaBlock(nn.Module):

@@ -45,3 +45,17 @@ def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return num_sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def ticket_counters(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed int32 counters for kernels whose last program of a group does the group's final
+    step (split-K sums, attention partition merges); each kernel sets its counters back to
+    zero, so launches share the buffer. Outgrown buffers stay alive: a CUDA graph captured
+    with one keeps its address."""
+    bufs = _COUNTERS.setdefault(device, [])
+    if not bufs or bufs[-1].numel() < n:
+        bufs.append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
+    return bufs[-1]

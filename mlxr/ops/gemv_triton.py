@@ -16,9 +16,26 @@ MAX_ROWS = 4  # rows of x one launch takes (one accumulator tile per row)
 def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_xm, stride_wn, stride_om,
                  M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    cols = tl.arange(0, BK)
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one, never stored
-    w_ptrs = w_ptr + rows_c[:, None].to(tl.int64) * stride_wn + cols[None, :]
+    s0, s1, s2, s3 = row_dots(x_ptr, w_ptr, rows_c, K, stride_xm, stride_wn, M, BN, BK, EVEN)
+    ok_rows = rows < N
+    dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + rows, s0.to(dtype), mask=ok_rows)
+    if M > 1:
+        tl.store(out_ptr + stride_om + rows, s1.to(dtype), mask=ok_rows)
+    if M > 2:
+        tl.store(out_ptr + 2 * stride_om + rows, s2.to(dtype), mask=ok_rows)
+    if M > 3:
+        tl.store(out_ptr + 3 * stride_om + rows, s3.to(dtype), mask=ok_rows)
+
+
+@triton.jit
+def row_dots(x_ptr, w_ptr, rows, K, stride_xm, stride_wn,
+             M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr):
+    """fp32 dot products of the given BN weight rows with each of M rows of x (the sums of
+    rows M..3 are zeros): the whole K loop of a GEMV program."""
+    cols = tl.arange(0, BK)
+    w_ptrs = w_ptr + rows[:, None].to(tl.int64) * stride_wn + cols[None, :]
     acc0 = tl.zeros([BN, BK], dtype=tl.float32)
     acc1 = tl.zeros([BN, BK], dtype=tl.float32)
     acc2 = tl.zeros([BN, BK], dtype=tl.float32)
@@ -40,15 +57,7 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_xm, stride_wn, stride_om,
             acc2 += w * _x_row(xk, stride_xm, 2, k, K, cols, EVEN)[None, :]
         if M > 3:
             acc3 += w * _x_row(xk, stride_xm, 3, k, K, cols, EVEN)[None, :]
-    ok_rows = rows < N
-    dtype = out_ptr.dtype.element_ty
-    tl.store(out_ptr + rows, tl.sum(acc0, axis=1).to(dtype), mask=ok_rows)
-    if M > 1:
-        tl.store(out_ptr + stride_om + rows, tl.sum(acc1, axis=1).to(dtype), mask=ok_rows)
-    if M > 2:
-        tl.store(out_ptr + 2 * stride_om + rows, tl.sum(acc2, axis=1).to(dtype), mask=ok_rows)
-    if M > 3:
-        tl.store(out_ptr + 3 * stride_om + rows, tl.sum(acc3, axis=1).to(dtype), mask=ok_rows)
+    return tl.sum(acc0, axis=1), tl.sum(acc1, axis=1), tl.sum(acc2, axis=1), tl.sum(acc3, axis=1)
 
 
 @triton.jit

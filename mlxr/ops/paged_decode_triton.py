@@ -1,9 +1,12 @@
 """Paged decode attention in Triton: one query token per sequence, split-K over the context.
 
 Grid (sequence, KV head, partition). A program takes every query head of one KV head (GQA:
-each K/V tile is read once for the group) over one partition of the visible context; a
-second kernel merges the partitions' running max / sum / output. With one partition the
-first kernel writes the normalised output itself.
+each K/V tile is read once for the group) over one partition of the visible context. The grid
+covers the longest context the block table holds; partitions past a sequence's context exit
+at once. With one partition holding context the program writes the normalised output itself;
+with several, each stores its running max / sum / output and the last of them to finish (a
+ticket counter) merges them: no second kernel, which at batch 1 was a launch of its own per
+layer (bench/step_probe.py).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from mlxr.ops.attention_tiles_triton import (
     online_softmax_step,
     scaled_scores,
 )
-from mlxr.ops.backend import sm_count
+from mlxr.ops.backend import sm_count, ticket_counters
 
 MIN_PART_TOKENS = 128  # below this a partition's fixed cost outweighs the parallelism (one bf16 tile)
 MAX_PARTS = 512
@@ -28,12 +31,12 @@ PROGRAMS_PER_SM = 2  # split until the grid holds about this many programs per m
 
 @triton.jit
 def _decode_partition_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr, cnt_ptr,
     scale, softcap, window, part_tokens, num_parts,
     stride_qs, stride_qh, stride_b, stride_t, stride_h, stride_ts, stride_os, stride_oh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, SPLIT: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -44,72 +47,68 @@ def _decode_partition_kernel(
     if USE_WINDOW:
         first = tl.maximum(seq_len - window, 0)  # the oldest visible position
     # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
-    start = (first // BLOCK_N) * BLOCK_N + part * part_tokens
-    end = tl.minimum(start + part_tokens, seq_len)
+    aligned = (first // BLOCK_N) * BLOCK_N
+    n_valid = tl.cdiv(seq_len - aligned, part_tokens)  # partitions holding context: >= 1
+    if part < n_valid:
+        start = aligned + part * part_tokens
+        end = tl.minimum(start + part_tokens, seq_len)
+        offs_g = tl.arange(0, G_PAD)
+        offs_d = tl.arange(0, HEAD_DIM)
+        offs_n = tl.arange(0, BLOCK_N)
+        heads = kvh * GROUP + offs_g
+        head_ok = offs_g < GROUP
+        q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
+                    mask=head_ok[:, None], other=0.0)
+        table_row = table_ptr + seq * stride_ts
+        m = tl.full([G_PAD], float("-inf"), tl.float32)
+        l = tl.zeros([G_PAD], tl.float32)
+        acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+        for t0 in range(start, end, BLOCK_N):
+            t = t0 + offs_n
+            valid = (t < end) & (t >= first)
+            rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
+            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+            s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
 
-    offs_g = tl.arange(0, G_PAD)
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = tl.arange(0, BLOCK_N)
-    heads = kvh * GROUP + offs_g
-    q = tl.load(
-        q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
-        mask=(offs_g < GROUP)[:, None],
-        other=0.0,
-    )
-    table_row = table_ptr + seq * stride_ts
-    m = tl.full([G_PAD], float("-inf"), tl.float32)
-    l = tl.zeros([G_PAD], tl.float32)
-    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
-    for t0 in range(start, end, BLOCK_N):
-        t = t0 + offs_n
-        valid = (t < end) & (t >= first)
-        rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
-        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
-
-    head_ok = offs_g < GROUP
-    if SPLIT:
-        # Unnormalised partials; an empty partition leaves m = -inf, l = 0 and weighs nothing.
-        n_heads = tl.num_programs(1) * GROUP
-        idx = (seq * n_heads + heads) * num_parts + part
-        tl.store(part_m_ptr + idx, m, mask=head_ok)
-        tl.store(part_l_ptr + idx, l, mask=head_ok)
-        o_ptrs = part_o_ptr + idx[:, None] * HEAD_DIM + offs_d[None, :]
-        tl.store(o_ptrs, acc, mask=head_ok[:, None])
-    else:
-        out = acc / tl.where(l > 0, l, 1.0)[:, None]
         o_ptrs = out_ptr + seq * stride_os + heads[:, None] * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+        if n_valid == 1:
+            out = acc / tl.where(l > 0, l, 1.0)[:, None]
+            tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+        else:
+            # Unnormalised partials; the last partition to finish merges them.
+            base = (seq * tl.num_programs(1) * GROUP + heads) * num_parts
+            tl.store(part_m_ptr + base + part, m, mask=head_ok)
+            tl.store(part_l_ptr + base + part, l, mask=head_ok)
+            tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=head_ok[:, None])
+            tl.debug_barrier()  # every thread's partial is written before the release below
+            counter = cnt_ptr + seq * tl.num_programs(1) + kvh
+            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == n_valid - 1:
+                out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
+                                        G_PAD, HEAD_DIM)
+                tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+                tl.atomic_xchg(counter, 0)  # ready for the next launch
 
 
 @triton.jit
-def _decode_reduce_kernel(
-    part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, num_parts, stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, P_PAD: tl.constexpr, P_CHUNK: tl.constexpr,
-):
-    seq = tl.program_id(0)
-    head = tl.program_id(1)
-    offs_d = tl.arange(0, HEAD_DIM)
-    base = (seq * tl.num_programs(1) + head) * num_parts
-    offs_p = tl.arange(0, P_PAD)
-    m_all = tl.load(part_m_ptr + base + offs_p, mask=offs_p < num_parts, other=float("-inf"))
-    m_max = tl.max(m_all, 0)  # finite: the partition holding the newest token is never empty
-    acc = tl.zeros([HEAD_DIM], tl.float32)
-    den = 0.0
-    # Partitions in chunks, so a [chunk, head_dim] tile bounds the registers.
-    for p0 in range(0, num_parts, P_CHUNK):
-        p = p0 + tl.arange(0, P_CHUNK)
-        ok = p < num_parts
-        m = tl.load(part_m_ptr + base + p, mask=ok, other=float("-inf"))
-        l = tl.load(part_l_ptr + base + p, mask=ok, other=0.0)
-        o = tl.load(part_o_ptr + (base + p)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
-        w = tl.exp2(m - m_max)
-        acc += tl.sum(w[:, None] * o, 0)
-        den += tl.sum(w * l, 0)
-    tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, (acc / den).to(out_ptr.dtype.element_ty))
+def _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
+                      G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The normalised output of a group's heads from its n_valid partitions' partials
+    (loaded past L1: other multiprocessors wrote them)."""
+    m_max = tl.load(part_m_ptr + base, mask=head_ok, other=0.0, cache_modifier=".cg")
+    for p in range(1, n_valid):
+        m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg"))
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+    den = tl.zeros([G_PAD], tl.float32)
+    for p in range(0, n_valid):
+        w = tl.exp2(tl.load(part_m_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg") - m_max)
+        den += w * tl.load(part_l_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg")
+        o = tl.load(part_o_ptr + (base + p)[:, None] * HEAD_DIM + offs_d[None, :], mask=head_ok[:, None],
+                    other=0.0, cache_modifier=".cg")
+        acc += w[:, None] * o
+    return acc / tl.where(den > 0, den, 1.0)[:, None]
 
 
 def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int]:
@@ -171,20 +170,16 @@ def paged_decode_triton(
     part_m = torch.empty((n_seqs, n_heads, parts) if split else (1,), **f32)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((n_seqs, n_heads, parts, dim) if split else (1,), **f32)
+    counters = ticket_counters(q.device, n_seqs * n_kv)
     prec, upcast = dot_flags(q.dtype)
     _decode_partition_kernel[(n_seqs, n_kv, parts)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o,
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o, counters,
         scale, softcap or 0.0, sliding_window or 0, part_tokens, parts,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
-        USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None, SPLIT=split,
+        USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
         PREC=prec, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages,
     )
-    if split:
-        _decode_reduce_kernel[(n_seqs, n_heads)](
-            part_m, part_l, part_o, out, parts, out.stride(0), out.stride(1),
-            HEAD_DIM=dim, P_PAD=max(2, triton.next_power_of_2(parts)), P_CHUNK=16, num_warps=4,
-        )
     return out

@@ -59,7 +59,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.backend import interpreting, sm_count
+from mlxr.ops.backend import interpreting, sm_count, ticket_counters
 from mlxr.ops.quant_types import QUANT_TYPES, quant_type
 
 _CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
@@ -398,17 +398,6 @@ _PROGRAMS_PER_SM = {"Q4_0": 4, "Q5_0": 8, "Q8_0": 4, "Q4_K": 4, "Q5_K": 4, "Q6_K
 _FMA_ROWS = {"Q4_0": 2, "Q5_0": 2, "Q8_0": 2, "Q4_K": 4, "Q5_K": 4, "Q6_K": 2}
 _DEQUANT = (32, 4, 8)  # dequantize_triton's (BN, U, num_warps)
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-    return buf
-
-
 def _units_per_step(n_units: int, want: int) -> int:
     """The largest power of two <= want dividing the row's units: no tail to mask."""
     u = want
@@ -511,7 +500,7 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
     n_tiles = triton.cdiv(n, bn)
     split, per = _split(n_tiles, n_iters, x.device, cfg.get("split"), cfg.get("per_sm", _PROGRAMS_PER_SM[qtype]))
     part = torch.empty(split * n_tiles * mp * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
-    cnt = _counters(x.device, n_tiles)
+    cnt = ticket_counters(x.device, n_tiles)
     args = (x2, raw, raw.view(torch.int16), out, part, cnt, m, n, n_iters, per, split,
             x2.stride(0), raw.stride(0), out.stride(0))
     if kind == "fma":

@@ -21,8 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.backend import interpreting
-from mlxr.ops.quant_triton import _CODES, FMA_MAX_M, _counters, _finish, _split
+from mlxr.ops.backend import interpreting, ticket_counters
+from mlxr.ops.quant_triton import _CODES, FMA_MAX_M, _finish, _split
 from mlxr.ops.quant_types import QUANT_TYPES
 
 # The word-stream kernel (_wgemv_kernel) for 1..FMA_MAX_M rows: per type, (output channels per
@@ -402,7 +402,7 @@ def wgemv_triton(x2: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, out: t
                         cfg.get("per_sm", _WGEMV_PER_SM[qtype]))
     walign = _WALIGN.get(qtype, 1)
     part = torch.empty(split * n_tiles * mp * r if split > 1 else 1, dtype=torch.float32, device=x2.device)
-    cnt = _counters(x2.device, n_tiles)
+    cnt = ticket_counters(x2.device, n_tiles)
     _wgemv_kernel[(n_tiles, split)](x2, raw, out, part, cnt, m, n, n_units, per, split,
                                     x2.stride(0), raw.stride(0) // (4 * walign), out.stride(0),
                                     QT=_CODES[qtype], R=r, MP=m, MPAD=mp, SPLIT=split > 1,

@@ -82,3 +82,30 @@ def rotary_write_kv_query(
         if done is not None:
             return done
     return rotary_write_kv(q, k, v, positions, inv_freq, k_cache, v_cache, slot_mapping)[0]
+
+
+def qkv_rope_write_kv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    n_heads: int,
+    n_kv: int,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor | None:
+    """The rotated q [1, H, D] of one decode token, its rotated k and v stored in the cache, in
+    one Triton kernel (projection, rope and cache write); None where that kernel does not apply
+    (more than one token, not CUDA, weights other than 16-bit floats of x's dtype, another
+    cache dtype): the caller then projects and calls rotary_write_kv_query."""
+    if x.numel() != x.shape[-1] or weight.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    if not (x.dtype == weight.dtype == k_cache.dtype) or weight.stride(-1) != 1 \
+            or not use_triton(x, weight, k_cache, positions):
+        return None
+    from mlxr.ops.qkv_rope_triton import qkv_rope_triton
+
+    return qkv_rope_triton(x.reshape(1, -1), weight, bias, n_heads, n_kv, positions, inv_freq,
+                           k_cache, v_cache, slot_mapping)
