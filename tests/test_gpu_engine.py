@@ -94,21 +94,29 @@ def test_gguf_q8_0_model_on_gpu_matches_its_dequantized_run(graphs):
     assert rel_err(paged_logits(quant, ids, 40), paged_logits(ref, ids, 40)) < 1e-4
 
 
-def test_overlapped_steps_match_synchronous_steps_on_the_gpu():
+def test_overlapped_steps_match_synchronous_steps_on_the_gpu(monkeypatch):
     """On CUDA step N+1 is queued before step N's tokens reach the host (the default); with
-    staggered arrivals, seeds and stop strings the outputs equal the synchronous engine's."""
+    staggered arrivals, seeds and stop strings the outputs equal the synchronous engine's.
+    Steady steps (the same batch one token on) fill their graph from host arrays."""
     from test_engine_e2e import random_requests, staggered
+
+    from mlxr.engine.cuda_graphs import DecodeGraphs
 
     path = str(fixture_model("tiny-llama").hf_dir)
     sync = LLM(path, dtype="float32", device="cuda", overlap_steps=False, max_num_seqs=8)
     fast = LLM(path, dtype="float32", device="cuda", max_num_seqs=8)
     assert fast.engine.overlap
+    steady_batches = []
+    run_steady = DecodeGraphs.run_steady
+    monkeypatch.setattr(DecodeGraphs, "run_steady",
+                        lambda self, a, tokens: steady_batches.append(len(a.seq_ids)) or run_steady(self, a, tokens))
     reqs = random_requests(20, seed=7)
     assert staggered(fast, reqs)[0] == staggered(sync, reqs)[0]
     params = SamplingParams(max_tokens=20, temperature=0.8, seed=5, stop=["a", "e"], logprobs=2)
     a, b = fast.generate(PROMPTS, params), sync.generate(PROMPTS, params)
     assert [(o.outputs[0].text, o.outputs[0].token_ids) for o in a] == [(o.outputs[0].text, o.outputs[0].token_ids) for o in b]
     assert fast.engine.stats().kv_blocks_used == 0
+    assert 8 in steady_batches and len(set(steady_batches)) > 2, "padded sizes (3 -> 4, ...) included"
 
 
 def test_prefill_graphs_equal_eager_prefill():

@@ -7,15 +7,52 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import torch
 from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
+from mlxr.engine.steady_decode import DecodeArrays
 from mlxr.layers.attention import AttnMetadata
 
 log = logging.getLogger(__name__)
 
 BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+
+
+class GraphInputs:
+    """One graph's static inputs: positions, slots, context lengths, token sources and block
+    tables in one int64 buffer (one host-to-device copy fills a step), the token ids beside it
+    (gathered on the device from the last step's samples)."""
+
+    def __init__(self, b: int, width: int, device: torch.device) -> None:
+        self.b, self.width = b, width
+        self.buf = torch.zeros(4 * b + b * width, dtype=torch.long, device=device)
+        self.positions, self.slots, self.seq_lens, self.fill, tables = self.buf.split([b, b, b, b, b * width])
+        self.tables = tables.view(b, width)
+        self.input_ids = torch.zeros(b, dtype=torch.long, device=device)
+        self.query_start = torch.arange(b + 1, dtype=torch.long, device=device)
+
+    def meta(self, block_size: int) -> AttnMetadata:
+        return AttnMetadata(
+            slot_mapping=self.slots,
+            block_tables=self.tables,
+            query_start_loc=self.query_start,
+            seq_lens=self.seq_lens,
+            query_lens_list=[1] * self.b,
+            seq_lens_list=[1] * self.b,  # only the count is read on the decode path
+            block_size=block_size,
+        )
+
+    def host_arrays(self, n: int, scratch_block: int, block_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """A host buffer in buf's layout, rows n.. already padding (they attend to one token of
+        the scratch block and write their K/V there), and its sections."""
+        host = np.empty(self.buf.numel(), dtype=np.int64)
+        pos, slots, lens, fill, tables = np.split(host, np.cumsum([self.b] * 4))
+        pos[n:], slots[n:], lens[n:], fill[n:] = 0, scratch_block * block_size, 1, 0
+        tables = tables.reshape(self.b, self.width)
+        tables[n:] = scratch_block
+        return host, [pos, slots, lens, fill, tables]
 
 
 class DecodeGraphs:
@@ -32,65 +69,47 @@ class DecodeGraphs:
         self.scratch_block = scratch_block
         self.width = max_blocks_per_seq
         self.sizes = [b for b in BATCH_SIZES if b <= max_batch]
-        device = kv_cache.layers[0][0].device
-        m = max(self.sizes)
-        long = dict(dtype=torch.long, device=device)
-        self.input_ids = torch.zeros(m, **long)
-        self.positions = torch.zeros(m, **long)
-        self.slots = torch.zeros(m, **long)
-        self.tables = torch.zeros(m, self.width, **long)
-        self.seq_lens = torch.ones(m, **long)
-        self.query_start = torch.arange(m + 1, **long)
+        self.device = kv_cache.layers[0][0].device
+        self.inputs = {b: GraphInputs(b, self.width, self.device) for b in self.sizes}
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None
         self._capture_all(capture_budget_s)
 
-    def _meta(self, b: int) -> AttnMetadata:
-        return AttnMetadata(
-            slot_mapping=self.slots[:b],
-            block_tables=self.tables[:b],
-            query_start_loc=self.query_start[: b + 1],
-            seq_lens=self.seq_lens[:b],
-            query_lens_list=[1] * b,
-            seq_lens_list=[1] * b,  # only the count is read on the decode path
-            block_size=self.kv.block_size,
-        )
-
-    def _reset_padding(self, start: int) -> None:
-        self.input_ids[start:] = 0
-        self.positions[start:] = 0
-        self.slots[start:] = self.scratch_block * self.kv.block_size
-        self.tables[start:] = self.scratch_block
-        self.seq_lens[start:] = 1
+    def _fill_padding(self, g: GraphInputs, start: int) -> None:
+        g.input_ids[start:] = 0
+        g.positions[start:] = 0
+        g.slots[start:] = self.scratch_block * self.kv.block_size
+        g.tables[start:] = self.scratch_block
+        g.seq_lens[start:] = 1
 
     @torch.inference_mode()
     def _capture_all(self, budget_s: float) -> None:
         t0 = time.perf_counter()
-        self._reset_padding(0)
         for b in sorted(self.sizes, reverse=True):  # largest first, so smaller ones reuse its pool
             if time.perf_counter() - t0 > budget_s:
                 log.warning("CUDA graph capture stopped at the %.0fs budget; batch %d and below run eagerly", budget_s, b)
                 break
-            self.graphs[b] = self._capture(b)
+            self._fill_padding(self.inputs[b], 0)
+            self.graphs[b] = self._capture(self.inputs[b])
         log.info("captured %d decode graphs in %.1fs", len(self.graphs), time.perf_counter() - t0)
 
-    def _capture(self, b: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        meta = self._meta(b)
+    def _capture(self, g: GraphInputs) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        meta = g.meta(self.kv.block_size)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up outside the graph (allocator, autotuning)
             for _ in range(2):
-                self._forward(b, meta)
+                self._forward(g, meta)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            logits = self._forward(b, meta)
+            logits = self._forward(g, meta)
         self.pool = graph.pool()
         return graph, logits
 
-    def _forward(self, b: int, meta: AttnMetadata) -> torch.Tensor:
-        hidden = self.model(self.input_ids[:b], self.positions[:b], self.kv.layers, meta)
-        return self.model.compute_logits(hidden)
+    def _forward(self, g: GraphInputs, meta: AttnMetadata) -> torch.Tensor:
+        hidden = self.model(g.input_ids, g.positions, self.kv.layers, meta)
+        return self.model.compute_logits(hidden).float()  # the sampler's dtype, cast in the graph
 
     def padded_size(self, n: int) -> int | None:
         return next((b for b in sorted(self.graphs) if b >= n), None)
@@ -102,18 +121,38 @@ class DecodeGraphs:
             and meta.block_tables.shape[1] <= self.width
         )
 
+    def fits(self, n: int, width: int) -> bool:
+        return width <= self.width and self.padded_size(n) is not None
+
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttnMetadata) -> torch.Tensor:
-        """Logits [n, vocab] of a decode batch of n sequences, by graph replay."""
+        """float32 logits [n, vocab] of a decode batch of n sequences, by graph replay."""
         n = meta.num_seqs
         b = self.padded_size(n)
-        self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(positions)
-        self.slots[:n].copy_(meta.slot_mapping)
-        self.tables[:n, : meta.block_tables.shape[1]].copy_(meta.block_tables)
-        self.tables[:n, meta.block_tables.shape[1]:] = self.scratch_block
-        self.seq_lens[:n].copy_(meta.seq_lens)
-        self._reset_padding(n)
+        g = self.inputs[b]
+        g.input_ids[:n].copy_(input_ids)
+        g.positions[:n].copy_(positions)
+        g.slots[:n].copy_(meta.slot_mapping)
+        g.tables[:n, : meta.block_tables.shape[1]].copy_(meta.block_tables)
+        g.tables[:n, meta.block_tables.shape[1]:] = self.scratch_block
+        g.seq_lens[:n].copy_(meta.seq_lens)
+        self._fill_padding(g, n)
         graph, logits = self.graphs[b]
+        graph.replay()
+        return logits[:n]
+
+    @torch.inference_mode()
+    def run_steady(self, a: DecodeArrays, tokens: torch.Tensor) -> torch.Tensor:
+        """As run, for a steady decode step (steady_decode.py) from its host arrays: one copy
+        fills the graph's inputs and one gather its token ids, where run takes a dozen small
+        copies (at batch 1 each costs about as much GPU time as a layer's smallest kernel)."""
+        n, width = len(a.seq_ids), a.tables.shape[1]
+        g = self.inputs[self.padded_size(n)]
+        host, (pos, slots, lens, fill, tables) = g.host_arrays(n, self.scratch_block, self.kv.block_size)
+        pos[:n], slots[:n], lens[:n], fill[:n] = a.positions, a.slots, a.positions + 1, a.fill_from
+        tables[:n, :width], tables[:n, width:] = a.tables, self.scratch_block
+        g.buf.copy_(torch.from_numpy(host).pin_memory(), non_blocking=True)
+        torch.index_select(tokens, 0, g.fill, out=g.input_ids)
+        graph, logits = self.graphs[g.b]
         graph.replay()
         return logits[:n]

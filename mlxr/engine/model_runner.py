@@ -68,6 +68,10 @@ class ModelRunner:
             steady = self.steady.advance(out, pending.rows)
             if steady is not None:
                 return self._steady_inputs(steady, out, pending)
+        return self._build_inputs(out, pending)
+
+    def _build_inputs(self, out: SchedulerOutput, pending: PendingTokens | None) -> StepInputs:
+        """prepare's general path: the arrays built row by row."""
         bs = self.kv_cache.block_size
         ids, pos, slots, q_lens, seq_lens, rows, sampling = [], [], [], [], [], [], []
         fill_at, fill_from = [], []
@@ -159,11 +163,14 @@ class ModelRunner:
             start = seq.num_computed_tokens
             logits = self.prefill_graphs.run(seq.token_ids[start : start + n], start, seq.block_table)
             return ([seq], logits.float()) if start + n == seq.num_tokens else ([], None)
-        inputs = self.prepare(out, pending)
+        steady = self.steady.advance(out, pending.rows) if pending is not None else None
+        if steady is not None and self.graphs is not None and self.graphs.fits(len(steady.seq_ids), steady.tables.shape[1]):
+            return [item.seq for item in out.scheduled], self.graphs.run_steady(steady, pending.tokens)
+        inputs = self._steady_inputs(steady, out, pending) if steady is not None else self._build_inputs(out, pending)
         every_row_samples = len(inputs.sampling_seqs) == inputs.meta.num_seqs
         if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
             # Every decode row samples, in order, so the graph's logits are the answer.
-            return inputs.sampling_seqs, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta).float()
+            return inputs.sampling_seqs, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
         if not inputs.sampling_seqs:
             return [], None
