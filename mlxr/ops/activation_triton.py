@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 from mlxr.ops.activation import KINDS
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 BLOCK = 1024
 
@@ -13,8 +14,9 @@ BLOCK = 1024
 @triton.jit
 def _gated_kernel(
     gate_ptr, up_ptr, out_ptr, n_cols, stride_g, stride_u, stride_o,
-    GELU: tl.constexpr, BLOCK: tl.constexpr,
+    GELU: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < n_cols
@@ -58,6 +60,6 @@ def gated_activation_triton(
     if o2.shape[0] > 0 and inter > 0:
         _gated_kernel[(o2.shape[0], triton.cdiv(inter, BLOCK))](
             g2, u2, o2, inter, g2.stride(0), u2.stride(0), o2.stride(0),
-            GELU=kind == "gelu_tanh", BLOCK=BLOCK, num_warps=4,
+            GELU=kind == "gelu_tanh", BLOCK=BLOCK, num_warps=4, **pdl_launch(gate.device),
         )
     return out

@@ -9,12 +9,15 @@ import torch
 import triton
 import triton.language as tl
 
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
+
 MAX_ROWS = 4  # rows of x one launch takes (one accumulator tile per row)
 
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_xm, stride_wn, stride_om,
-                 M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr):
+                 M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rows_c = tl.minimum(rows, N - 1)  # out-of-range rows re-read the last one, never stored
     s0, s1, s2, s3 = row_dots(x_ptr, w_ptr, rows_c, K, stride_xm, stride_wn, M, BN, BK, EVEN)
@@ -93,6 +96,6 @@ def gemv_triton(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     block_k = min(block_k, triton.next_power_of_2(k))
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x2, weight, out, n, k, x2.stride(0), weight.stride(0), out.stride(0),
-        M=m, BN=block_n, BK=block_k, EVEN=k % block_k == 0, num_warps=num_warps,
+        M=m, BN=block_n, BK=block_k, EVEN=k % block_k == 0, num_warps=num_warps, **pdl_launch(x.device),
     )
     return out.reshape(*x.shape[:-1], n)

@@ -23,6 +23,7 @@ from mlxr.ops.attention_tiles_triton import (
     scaled_scores,
 )
 from mlxr.ops.backend import sm_count, ticket_counters
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 MIN_PART_TOKENS = 128  # below this a partition's fixed cost outweighs the parallelism (one bf16 tile)
 MAX_PARTS = 512
@@ -37,8 +38,9 @@ def _decode_partition_kernel(
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     part = tl.program_id(2)
@@ -180,6 +182,6 @@ def paged_decode_triton(
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages,
+        PREC=prec, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
     return out

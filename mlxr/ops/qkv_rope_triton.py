@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from mlxr.ops.gemv_triton import launch_config, row_dots
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 
 @triton.jit
@@ -20,8 +21,9 @@ def _qkv_rope_kernel(
     x_ptr, w_ptr, bias_ptr, pos_ptr, inv_freq_ptr, slot_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr,
     K, stride_wn, stride_cb, stride_ct, stride_ch, block_size,
     N_HEADS: tl.constexpr, N_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BK: tl.constexpr, EVEN: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BK: tl.constexpr, EVEN: tl.constexpr, HAS_BIAS: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     HALF: tl.constexpr = HEAD_DIM // 2
     Q_ROWS: tl.constexpr = N_HEADS * HEAD_DIM
     KV_ROWS: tl.constexpr = N_KV * HEAD_DIM
@@ -85,6 +87,6 @@ def qkv_rope_triton(
         x, weight, weight if bias is None else bias, positions, inv_freq, slot_mapping, q_out,
         k_cache, v_cache, hidden, weight.stride(0), *k_cache.stride()[:3], k_cache.shape[1],
         N_HEADS=n_heads, N_KV=n_kv, HEAD_DIM=dim, BK=block_k, EVEN=hidden % block_k == 0,
-        HAS_BIAS=bias is not None, num_warps=4,
+        HAS_BIAS=bias is not None, num_warps=4, **pdl_launch(x.device),
     )
     return q_out

@@ -5,13 +5,16 @@ import torch
 import triton
 import triton.language as tl
 
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
+
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, eps,
     stride_x, stride_r, stride_o, stride_nr, n_cols,
-    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GEMMA: tl.constexpr,
+    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GEMMA: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < n_cols
@@ -69,6 +72,6 @@ def rms_norm_triton(
             x2, r2, weight, out2, nr2, eps,
             x2.stride(0), r2.stride(0), out2.stride(0), nr2.stride(0), dim,
             BLOCK=block, HAS_RESIDUAL=residual is not None, GEMMA=gemma,
-            num_warps=min(16, max(1, block // 256)),
+            num_warps=min(16, max(1, block // 256)), **pdl_launch(x.device),
         )
     return out, new_res
