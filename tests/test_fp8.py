@@ -79,4 +79,7 @@ def test_fp8_model_follows_its_bf16_run():
     assert fp8.loaded.quantization == "fp8"
     bf16 = LLM(path, device="cuda", max_num_seqs=1)
     ours, ref = paged_logits(fp8, ids, 8), paged_logits(bf16, ids, 8)
-    assert float((ours - ref).norm() / ref.norm()) < 0.1
+    # E4M3 keeps 3 mantissa bits: ~3.6% RMS rounding on each weight and activation, ~5% on
+    # each product, and this model runs eight quantized ones a token (measured 0.115 on an
+    # H200, against 0.014 for bf16 vs fp32). A broken scale or layout lands near 1.
+    assert float((ours - ref).norm() / ref.norm()) < 0.2

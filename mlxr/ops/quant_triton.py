@@ -60,6 +60,7 @@ import triton
 import triton.language as tl
 
 from mlxr.ops.backend import interpreting, sm_count, ticket_counters
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 from mlxr.ops.quant_types import QUANT_TYPES, quant_type
 
 _CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
@@ -274,7 +275,7 @@ def _dequant_kernel(w_ptr, h_ptr, out_ptr, N, stride_w, stride_o,
 def _qgemv_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters, iters_per_split, n_split,
                   stride_xm, stride_w, stride_om,
                   QT: tl.constexpr, BN: tl.constexpr, U: tl.constexpr, MP: tl.constexpr, MPAD: tl.constexpr,
-                  SPLIT: tl.constexpr):
+                  SPLIT: tl.constexpr, PDL: tl.constexpr):
     """out[m, n] = sum_k x[m, k] w[n, k] for m < M == MP <= 4 (MPAD: MP padded to a power of two),
     on CUDA cores (float32 FMAs).
 
@@ -282,6 +283,7 @@ def _qgemv_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters
     [1, U, 16] loads are small enough for the compiler to load them in that layout too, so
     nothing goes through shared memory in the loop); reduced once after it.
     """
+    wait_for_inputs(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)
@@ -505,7 +507,7 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
             x2.stride(0), raw.stride(0), out.stride(0))
     if kind == "fma":
         _qgemv_kernel[(n_tiles, split)](*args, QT=qt, BN=bn, U=u, MP=m, MPAD=mp, SPLIT=split > 1,
-                                        num_warps=warps)
+                                        num_warps=warps, **pdl_launch(x.device))
     else:
         _qdot_kernel[(1, n_tiles, split)](*args, QT=qt, BM=16, BN=bn, U=u, SPLIT=split > 1, IEEE=_ieee(x),
                                           num_warps=warps)

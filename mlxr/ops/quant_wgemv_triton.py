@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from mlxr.ops.backend import interpreting, ticket_counters
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 from mlxr.ops.quant_triton import _CODES, FMA_MAX_M, _finish, _split
 from mlxr.ops.quant_types import QUANT_TYPES
 
@@ -351,9 +352,10 @@ def _ws_step(accs, x_rows, w_rows, un, ok, QT: tl.constexpr, R: tl.constexpr, MP
 def _wgemv_kernel(x_ptr, w_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_units, steps_per_split, n_split,
                   stride_xm, stride_w, stride_om,
                   QT: tl.constexpr, R: tl.constexpr, MP: tl.constexpr, MPAD: tl.constexpr, SPLIT: tl.constexpr,
-                  WALIGN: tl.constexpr, ASM: tl.constexpr):
+                  WALIGN: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr):
     """out[m, n] = sum_k x[m, k] w[n, k] for m < M == MP <= 4 (MPAD: MP padded to a power of two),
     one warp, the word-stream walk (see its section): n_units = K / 64. stride_w: row words / WALIGN."""
+    wait_for_inputs(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     wp = w_ptr.to(tl.pointer_type(tl.uint32))
@@ -406,5 +408,6 @@ def wgemv_triton(x2: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, out: t
     _wgemv_kernel[(n_tiles, split)](x2, raw, out, part, cnt, m, n, n_units, per, split,
                                     x2.stride(0), raw.stride(0) // (4 * walign), out.stride(0),
                                     QT=_CODES[qtype], R=r, MP=m, MPAD=mp, SPLIT=split > 1,
-                                    WALIGN=walign, ASM=cfg.get("asm", not interpreting()), num_warps=warps)
+                                    WALIGN=walign, ASM=cfg.get("asm", not interpreting()), num_warps=warps,
+                                    **pdl_launch(x2.device))
     return out
