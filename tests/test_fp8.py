@@ -50,7 +50,7 @@ def test_store_weights_fp8_swaps_every_linear_but_the_lm_head():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 7, 64, 300])
+@pytest.mark.parametrize("rows", [2, 7, 64, 300])
 def test_hardware_fp8_matmul_equals_its_fp32_arithmetic(rows):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("needs FP8 tensor cores")
@@ -62,6 +62,29 @@ def test_hardware_fp8_matmul_equals_its_fp32_arithmetic(rows):
     ours = gpu(x.cuda().bfloat16()).float().cpu()
     ref = cpu(x.bfloat16().float())
     assert float((ours - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_one_row_takes_the_fp8_gemv_on_unrounded_activations(dtype, monkeypatch):
+    """Decode at batch 1: the Triton GEMV reads the E4M3 weights and their scales, and the
+    activations stay in their dtype (no per-token rounding to E4M3)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("needs FP8 tensor cores")
+    import mlxr.ops.gemv_triton as gemv_module
+
+    torch.manual_seed(1)
+    w, b, x = torch.randn(2560, 2048), torch.randn(2560), torch.randn(1, 1, 2048)
+    layer = FP8Linear(w.cuda().to(dtype), b.cuda().to(dtype))
+    wq, ws = quantize_rows_fp8(w.to(dtype).float())
+    xr = x.to(dtype).double()
+    ref = xr @ (wq.double() * ws.double()).t() + b.to(dtype).double()
+    calls = []
+    kernel = gemv_module.gemv_triton
+    monkeypatch.setattr(gemv_module, "gemv_triton", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    ours = layer(x.cuda().to(dtype)).double().cpu()
+    assert calls and ours.shape == (1, 1, 2560)
+    assert float((ours - ref).norm() / ref.norm()) < 5e-3
 
 
 @pytest.mark.gpu

@@ -1,5 +1,9 @@
 """FP8 (E4M3) weights with one scale per output channel, multiplied by the GPU's FP8 tensor
 cores (torch._scaled_mm, row-wise scales) with activations quantized per token on the fly.
+A single row of 16-bit activations (decode at batch 1) goes through the Triton GEMV instead,
+which reads the FP8 weights and keeps the activations unrounded: a matrix product for one row
+cannot use the tensor cores, and quantizing the row plus _scaled_mm is ten launches a layer
+where the GEMV is one (bench/gpu_quant.py: FP8 decode 344 tok/s before, see the README after).
 
 The lm_head stays in the activation dtype, as vLLM's fp8 mode does: it is one matrix, and
 its rounding shows directly in the sampled tokens.
@@ -10,6 +14,7 @@ import torch
 from torch import nn
 
 from mlxr.layers.linear import StoredLinear
+from mlxr.ops.backend import use_triton
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -36,6 +41,11 @@ class FP8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
+        if rows.shape[0] == 1 and x.dtype in (torch.bfloat16, torch.float16) and use_triton(x):
+            from mlxr.ops.gemv_triton import gemv_triton
+
+            y = gemv_triton(rows, self.weight_fp8, scale=self.weight_scale).reshape(*x.shape[:-1], self.out_features)
+            return y if self.bias is None else y + self.bias
         xq, x_scale = quantize_rows_fp8(rows)
         if rows.is_cuda:
             y = torch._scaled_mm(xq, self.weight_fp8.t(), scale_a=x_scale, scale_b=self.weight_scale,

@@ -6,6 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
+
 # (v, k_cache, v_cache, slot_mapping) for the fused cache write
 CacheWrite = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -36,10 +38,11 @@ def _rope_kernel(
     stride_qot, stride_qoh, stride_kot, stride_koh, stride_cb, stride_ct, stride_ch,
     n_heads, n_kv, block_size,
     HALF: tl.constexpr, F_PAD: tl.constexpr, H_PAD: tl.constexpr, KH_PAD: tl.constexpr,
-    WRITE_CACHE: tl.constexpr,
+    WRITE_CACHE: tl.constexpr, PDL: tl.constexpr,
 ):
     # Every load is issued before the first store: a decode step runs this for one token,
     # where the time is memory round trips, and a load after a store waits for it.
+    wait_for_inputs(PDL)
     tok = tl.program_id(0).to(tl.int64)
     offs_f = tl.arange(0, F_PAD)
     pos = tl.load(pos_ptr + tok).to(tl.float32)
@@ -104,5 +107,6 @@ def rotary_triton(
         n_heads, k.shape[1], block_size,
         HALF=half, F_PAD=triton.next_power_of_2(half), H_PAD=triton.next_power_of_2(n_heads),
         KH_PAD=triton.next_power_of_2(k.shape[1]), WRITE_CACHE=cache is not None, num_warps=4,
+        **pdl_launch(q.device),
     )
     return q_out, k_out
