@@ -128,6 +128,9 @@ def test_decode_gpu(heads, dim, block_size, window):
     dtype = DTYPES[(dim // 64 + block_size) % 3]
     lens = [1, 17, 300, 1500, 4100]
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda")  # split-K (planned)
+    # Up to 9 partitions merged by the last to finish; 33, by the reduce kernel.
+    for part_tokens in (512, 128):
+        check_decode(lens, heads, dim, block_size, window, dtype, "cuda", part_tokens=part_tokens)
     # Unsplit, soft-capped; block_n = block_size takes the one-block-per-tile path.
     blocks = {"block_n": block_size} if block_size >= 16 else {}
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda", 30.0, part_tokens=8192, **blocks)

@@ -4,9 +4,11 @@ Grid (sequence, KV head, partition). A program takes every query head of one KV 
 each K/V tile is read once for the group) over one partition of the visible context. The grid
 covers the longest context the block table holds; partitions past a sequence's context exit
 at once. With one partition holding context the program writes the normalised output itself;
-with several, each stores its running max / sum / output and the last of them to finish (a
-ticket counter) merges them: no second kernel, which at batch 1 was a launch of its own per
-layer (bench/step_probe.py).
+with several, each stores its running max / sum / output, merged by:
+- a grid of at most INLINE_MERGE_PARTS partitions: the last of them to finish (a ticket
+  counter), so no second kernel runs (at batch 1 that launch cost as much as the merge);
+- a larger grid: a second kernel, one program per head, which reads the partials in chunks
+  (the inline merge walks them one at a time: 2-4x slower at 32k tokens on one sequence).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 MIN_PART_TOKENS = 128  # below this a partition's fixed cost outweighs the parallelism (one bf16 tile)
 MAX_PARTS = 512
+INLINE_MERGE_PARTS = 16
 PROGRAMS_PER_SM = 2  # split until the grid holds about this many programs per multiprocessor
 
 
@@ -38,19 +41,14 @@ def _decode_partition_kernel(
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, INLINE_MERGE: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     part = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
-    first = 0
-    if USE_WINDOW:
-        first = tl.maximum(seq_len - window, 0)  # the oldest visible position
-    # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
-    aligned = (first // BLOCK_N) * BLOCK_N
-    n_valid = tl.cdiv(seq_len - aligned, part_tokens)  # partitions holding context: >= 1
+    first, aligned, n_valid = _context_partitions(seq_len, window, part_tokens, USE_WINDOW, BLOCK_N)
     if part < n_valid:
         start = aligned + part * part_tokens
         end = tl.minimum(start + part_tokens, seq_len)
@@ -80,18 +78,63 @@ def _decode_partition_kernel(
             out = acc / tl.where(l > 0, l, 1.0)[:, None]
             tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
         else:
-            # Unnormalised partials; the last partition to finish merges them.
+            # Unnormalised partials, merged by the last partition to finish or the reduce kernel.
             base = (seq * tl.num_programs(1) * GROUP + heads) * num_parts
             tl.store(part_m_ptr + base + part, m, mask=head_ok)
             tl.store(part_l_ptr + base + part, l, mask=head_ok)
             tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=head_ok[:, None])
-            tl.debug_barrier()  # every thread's partial is written before the release below
-            counter = cnt_ptr + seq * tl.num_programs(1) + kvh
-            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == n_valid - 1:
-                out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
-                                        G_PAD, HEAD_DIM)
-                tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-                tl.atomic_xchg(counter, 0)  # ready for the next launch
+            if INLINE_MERGE:
+                tl.debug_barrier()  # every thread's partial is written before the release below
+                counter = cnt_ptr + seq * tl.num_programs(1) + kvh
+                if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == n_valid - 1:
+                    out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
+                                            G_PAD, HEAD_DIM)
+                    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+                    tl.atomic_xchg(counter, 0)  # ready for the next launch
+
+
+@triton.jit
+def _context_partitions(seq_len, window, part_tokens, USE_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(first visible position, the BLOCK_N-aligned start of the partitions, how many
+    partitions hold context: at least 1)."""
+    first = 0
+    if USE_WINDOW:
+        first = tl.maximum(seq_len - window, 0)  # the oldest visible position
+    # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
+    aligned = (first // BLOCK_N) * BLOCK_N
+    return first, aligned, tl.cdiv(seq_len - aligned, part_tokens)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, seq_lens_ptr, window, part_tokens, num_parts,
+    stride_os, stride_oh,
+    HEAD_DIM: tl.constexpr, P_CHUNK: tl.constexpr, USE_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    wait_for_inputs(PDL)
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    n_valid = _context_partitions(tl.load(seq_lens_ptr + seq), window, part_tokens, USE_WINDOW, BLOCK_N)[2]
+    if n_valid > 1:  # one partition wrote its output itself
+        offs_d = tl.arange(0, HEAD_DIM)
+        base = (seq * tl.num_programs(1) + head) * num_parts
+        m_max = tl.load(part_m_ptr + base)
+        for p0 in range(0, n_valid, P_CHUNK):
+            p = p0 + tl.arange(0, P_CHUNK)
+            m_max = tl.maximum(m_max, tl.max(tl.load(part_m_ptr + base + p, mask=p < n_valid, other=float("-inf")), 0))
+        acc = tl.zeros([HEAD_DIM], tl.float32)
+        den = 0.0
+        # Partitions in chunks, so a [chunk, head_dim] tile bounds the registers.
+        for p0 in range(0, n_valid, P_CHUNK):
+            p = p0 + tl.arange(0, P_CHUNK)
+            ok = p < n_valid
+            w = tl.exp2(tl.load(part_m_ptr + base + p, mask=ok, other=float("-inf")) - m_max)
+            l = tl.load(part_l_ptr + base + p, mask=ok, other=0.0)
+            o = tl.load(part_o_ptr + (base + p)[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
+            acc += tl.sum(w[:, None] * o, 0)
+            den += tl.sum(w * l, 0)
+        tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, (acc / den).to(out_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -182,6 +225,13 @@ def paged_decode_triton(
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast, num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
+        PREC=prec, UPCAST=upcast, INLINE_MERGE=parts <= INLINE_MERGE_PARTS,
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
+    if parts > INLINE_MERGE_PARTS:
+        _decode_reduce_kernel[(n_seqs, n_heads)](
+            part_m, part_l, part_o, out, seq_lens, sliding_window or 0, part_tokens, parts,
+            out.stride(0), out.stride(1), HEAD_DIM=dim, P_CHUNK=16, USE_WINDOW=sliding_window is not None,
+            BLOCK_N=block_n, num_warps=4, **pdl_launch(q.device),
+        )
     return out
