@@ -109,8 +109,8 @@ def _context_partitions(seq_len, window, part_tokens, USE_WINDOW: tl.constexpr, 
 def _decode_reduce_kernel(
     part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, seq_lens_ptr, window, part_tokens, num_parts,
     stride_os, stride_oh,
-    HEAD_DIM: tl.constexpr, P_CHUNK: tl.constexpr, USE_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr,
-    PDL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, P_PAD: tl.constexpr, P_CHUNK: tl.constexpr, USE_WINDOW: tl.constexpr,
+    BLOCK_N: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
@@ -119,10 +119,8 @@ def _decode_reduce_kernel(
     if n_valid > 1:  # one partition wrote its output itself
         offs_d = tl.arange(0, HEAD_DIM)
         base = (seq * tl.num_programs(1) + head) * num_parts
-        m_max = tl.load(part_m_ptr + base)
-        for p0 in range(0, n_valid, P_CHUNK):
-            p = p0 + tl.arange(0, P_CHUNK)
-            m_max = tl.maximum(m_max, tl.max(tl.load(part_m_ptr + base + p, mask=p < n_valid, other=float("-inf")), 0))
+        offs_p = tl.arange(0, P_PAD)  # every partition's max in one load
+        m_max = tl.max(tl.load(part_m_ptr + base + offs_p, mask=offs_p < n_valid, other=float("-inf")), 0)
         acc = tl.zeros([HEAD_DIM], tl.float32)
         den = 0.0
         # Partitions in chunks, so a [chunk, head_dim] tile bounds the registers.
@@ -231,7 +229,8 @@ def paged_decode_triton(
     if parts > INLINE_MERGE_PARTS:
         _decode_reduce_kernel[(n_seqs, n_heads)](
             part_m, part_l, part_o, out, seq_lens, sliding_window or 0, part_tokens, parts,
-            out.stride(0), out.stride(1), HEAD_DIM=dim, P_CHUNK=16, USE_WINDOW=sliding_window is not None,
+            out.stride(0), out.stride(1), HEAD_DIM=dim, P_PAD=triton.next_power_of_2(parts), P_CHUNK=16,
+            USE_WINDOW=sliding_window is not None,
             BLOCK_N=block_n, num_warps=4, **pdl_launch(q.device),
         )
     return out
