@@ -63,17 +63,20 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+PHASE_NAMES = {"plan_step": "prepare"}  # the runner's input building, whichever path it takes
+
+
 def time_engine_phases(engine, spent) -> Callable[[], object]:
     """Wrap the engine's step phases (schedule, prepare, execute, launch, land, update) so each
     adds its seconds to spent[phase]; returns the function that unwraps them."""
     import time
 
-    targets = {"schedule": engine.scheduler, "prepare": engine.runner, "execute": engine.runner,
+    targets = {"schedule": engine.scheduler, "plan_step": engine.runner, "execute": engine.runner,
                "launch": engine.sampler, "_land": engine, "update": engine.scheduler}
     for name, obj in targets.items():
         fn = getattr(obj, name)
 
-        def wrapper(*args, _fn=fn, _key=name.strip("_"), **kwargs):
+        def wrapper(*args, _fn=fn, _key=PHASE_NAMES.get(name, name.strip("_")), **kwargs):
             t0 = time.perf_counter()
             try:
                 return _fn(*args, **kwargs)

@@ -64,11 +64,7 @@ class ModelRunner:
     def prepare(self, out: SchedulerOutput, pending: PendingTokens | None = None) -> StepInputs:
         """All of the step's index tensors in one pinned host-to-device copy; a placeholder
         (always a sequence's last token) is filled on the device from pending."""
-        if pending is not None:
-            steady = self.steady.advance(out, pending.rows)
-            if steady is not None:
-                return self._steady_inputs(steady, out, pending)
-        return self._build_inputs(out, pending)
+        return self.plan_step(out, pending, graph_ok=False)
 
     def _build_inputs(self, out: SchedulerOutput, pending: PendingTokens | None) -> StepInputs:
         """prepare's general path: the arrays built row by row."""
@@ -163,10 +159,9 @@ class ModelRunner:
             start = seq.num_computed_tokens
             logits = self.prefill_graphs.run(seq.token_ids[start : start + n], start, seq.block_table)
             return ([seq], logits.float()) if start + n == seq.num_tokens else ([], None)
-        steady = self.steady.advance(out, pending.rows) if pending is not None else None
-        if steady is not None and self.graphs is not None and self.graphs.fits(len(steady.seq_ids), steady.tables.shape[1]):
-            return [item.seq for item in out.scheduled], self.graphs.run_steady(steady, pending.tokens)
-        inputs = self._steady_inputs(steady, out, pending) if steady is not None else self._build_inputs(out, pending)
+        inputs = self.plan_step(out, pending)
+        if isinstance(inputs, DecodeArrays):
+            return [item.seq for item in out.scheduled], self.graphs.run_steady(inputs, pending.tokens)
         every_row_samples = len(inputs.sampling_seqs) == inputs.meta.num_seqs
         if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
             # Every decode row samples, in order, so the graph's logits are the answer.
@@ -177,6 +172,17 @@ class ModelRunner:
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         return inputs.sampling_seqs, logits.float()
+
+    def plan_step(self, out: SchedulerOutput, pending: PendingTokens | None,
+                  graph_ok: bool = True) -> StepInputs | DecodeArrays:
+        """The step's inputs; with graph_ok, a steady decode step that a captured graph can take
+        stays as its host arrays (the graph's inputs are filled from them in one copy)."""
+        steady = self.steady.advance(out, pending.rows) if pending is not None else None
+        if steady is None:
+            return self._build_inputs(out, pending)
+        if graph_ok and self.graphs is not None and self.graphs.fits(len(steady.seq_ids), steady.tables.shape[1]):
+            return steady
+        return self._steady_inputs(steady, out, pending)
 
     def _prefill_graph_fits(self, out: SchedulerOutput) -> bool:
         """One sequence's prompt chunk (no placeholder in it) that a captured bucket holds."""
