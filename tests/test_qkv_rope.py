@@ -3,22 +3,14 @@ torch reference (matmul, rotate-half rope, cache write): on the CPU interpreter 
 on the GPU (`gpu`) with it; outputs and cache poisoned so an unwritten element fails."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
-pytest.importorskip("triton")
+from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
 from mlxr.ops.paged_attention import write_kv  # noqa: E402
 from mlxr.ops.qkv_rope_triton import qkv_rope_triton  # noqa: E402
 from mlxr.ops.rotary import qkv_rope_write_kv, rotary_reference  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="interpreter grid")),
-           pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def shapes(device: str) -> list[tuple[int, int, int, int]]:

@@ -2,21 +2,13 @@
 interpreter without CUDA, on the GPU (`gpu`) with it; and the dense-linear dispatcher."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
-pytest.importorskip("triton")
+from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
 from mlxr.ops.gemv_triton import gemv_triton  # noqa: E402
 from mlxr.ops.linear import linear  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="interpreter grid")),
-           pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def shapes(device: str) -> list[tuple[int, int, int, int]]:
