@@ -2,15 +2,9 @@
 torch references: on the CPU interpreter without CUDA, on the GPU (`gpu`) with it."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    # Must precede the first import of a kernel module: @triton.jit reads it then.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-pytest.importorskip("triton")
+from triton_grid import DEVICES, INTERPRETED  # first: it picks the interpreter before a kernel module loads
 
 from mlxr.layers.mlp import GatedMLP  # noqa: E402
 from mlxr.layers.norm import GemmaRMSNorm, RMSNorm  # noqa: E402
@@ -23,9 +17,6 @@ from mlxr.ops.rms_norm_triton import rms_norm_triton  # noqa: E402
 from mlxr.ops.rotary import rotary_reference, rotary_write_kv  # noqa: E402
 from mlxr.ops.rotary_triton import rotary_triton  # noqa: E402
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="interpreter grid")),
-           pytest.param("cuda", marks=pytest.mark.gpu)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # The interpreter truncates fp32 -> bf16 (the GPU rounds to nearest): two roundings, 2 ulp.
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 3e-2 if INTERPRETED else 1.6e-2}
