@@ -8,7 +8,7 @@ export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 case "$1" in
   tests)
     timeout 540 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf tests/test_gpu_engine.py \
-      tests/test_triton_attention.py tests/test_triton_fused.py tests/test_triton_gemv.py \
+      tests/test_triton_attention.py tests/test_triton_fused.py tests/test_triton_gemv.py tests/test_qkv_rope.py \
       tests/test_quant_kernels.py tests/test_fp8.py tests/test_sampler.py 2>&1 | tail -15 ;;
   sweep)
     cd bench && timeout 540 python3 gpu_sweep.py 2>&1 | grep -v "Loading weights" ;;
