@@ -84,6 +84,20 @@ def test_decode_many_partitions_interpreted():
 
 
 @cpu_only
+@pytest.mark.parametrize("part_tokens", [16, 64])  # 19 partitions (reduce kernel), 5 (inline merge)
+def test_decode_row_with_no_context_is_written_as_zeros(part_tokens):
+    """A zero-length row (no caller sends one today) gets zeros, not the buffer's garbage."""
+    q, kc, vc, meta = make([1, 1], [300, 300], (8, 2), 64, 16, torch.float32, "cpu")
+    ref = paged_attention_reference(q, kc, vc, meta, 0.3)
+    out = torch.full_like(q, float("nan"))
+    lens = meta.seq_lens.clone()
+    lens[0] = 0
+    paged_decode_triton(q, kc, vc, meta.block_tables, lens, 0.3, part_tokens=part_tokens, block_n=16, out=out)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert rel_err(out[1:], ref[1:]) < TOL[torch.float32]
+
+
+@cpu_only
 def test_decode_leaves_its_merge_tickets_at_zero_for_the_next_launch():
     """The last partition of a (sequence, KV head) merges and resets the group's counter: a
     second launch (a replayed graph) merges again, and the counters end at zero."""

@@ -102,7 +102,7 @@ def _context_partitions(seq_len, window, part_tokens, USE_WINDOW: tl.constexpr, 
         first = tl.maximum(seq_len - window, 0)  # the oldest visible position
     # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
     aligned = (first // BLOCK_N) * BLOCK_N
-    return first, aligned, tl.cdiv(seq_len - aligned, part_tokens)
+    return first, aligned, tl.maximum(tl.cdiv(seq_len - aligned, part_tokens), 1)  # an empty row writes zeros
 
 
 @triton.jit
