@@ -241,3 +241,22 @@ def test_steady_decode_steps_advance_the_last_ones_arrays(model_dir, monkeypatch
     got = [o.outputs[0].token_ids for o in overlapped.generate(prompts, params)]
     assert got == want
     assert sum(advanced) > 25 and not all(advanced)  # mostly advanced; rebuilt when the batch changed
+
+
+def test_steady_decode_rebuilds_a_step_that_swaps_blocks_in():
+    """A swapped-in sequence comes back with new blocks everywhere: the step is rebuilt."""
+    from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
+    from mlxr.engine.sequence import PLACEHOLDER, Sequence
+    from mlxr.engine.steady_decode import SteadyDecode
+
+    seq = Sequence(0, "r", 0, [1, 2, 3, PLACEHOLDER], 3, 0.0)
+    seq.num_computed_tokens, seq.block_table = 3, [7]
+    steady = SteadyDecode(block_size=16)
+    steady.remember(SchedulerOutput([ScheduledSeq(seq, 1)]), [7], 1)
+    seq.num_computed_tokens = 4
+    seq.token_ids[-1] = 9
+    seq.token_ids.append(PLACEHOLDER)
+    plain = SchedulerOutput([ScheduledSeq(seq, 1)])
+    swapping = SchedulerOutput([ScheduledSeq(seq, 1)], blocks_to_swap_in=[(0, 7)])
+    assert steady.advance(swapping, {0: 0}) is None
+    assert steady.advance(plain, {0: 0}) is not None

@@ -46,8 +46,8 @@ class SteadyDecode:
         block a token is about to be written into, which is the current one)."""
         last = self.last
         scheduled = out.scheduled
-        if last is None or len(scheduled) != len(last.seq_ids):
-            return None
+        if last is None or len(scheduled) != len(last.seq_ids) or out.blocks_to_swap_in:
+            return None  # (a swapped-in sequence has all new blocks, not only its current one)
         seqs = [item.seq for item in scheduled]
         if [s.seq_id for s in seqs] != last.seq_ids or sum(item.num_tokens for item in scheduled) != len(seqs):
             return None
