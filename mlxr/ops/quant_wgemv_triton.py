@@ -23,7 +23,8 @@ import triton.language as tl
 
 from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant_triton import _CODES, FMA_MAX_M, _finish, _split
+from mlxr.ops.quant_blocks_triton import _CODES, _finish
+from mlxr.ops.quant_triton import FMA_MAX_M, _split
 from mlxr.ops.quant_types import QUANT_TYPES
 
 # The word-stream kernel (_wgemv_kernel) for 1..FMA_MAX_M rows: per type, (output channels per
