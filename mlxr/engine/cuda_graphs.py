@@ -45,14 +45,19 @@ class GraphInputs:
         )
 
     def host_arrays(self, n: int, scratch_block: int, block_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
-        """A host buffer in buf's layout, rows n.. already padding (they attend to one token of
-        the scratch block and write their K/V there), and its sections."""
+        """A host buffer in buf's layout, rows n.. already padding, and its sections."""
         host = np.empty(self.buf.numel(), dtype=np.int64)
         pos, slots, lens, fill, tables = np.split(host, np.cumsum([self.b] * 4))
-        pos[n:], slots[n:], lens[n:], fill[n:] = 0, scratch_block * block_size, 1, 0
         tables = tables.reshape(self.b, self.width)
-        tables[n:] = scratch_block
+        pos[n:], slots[n:], lens[n:], tables[n:] = padding_row(scratch_block, block_size)
+        fill[n:] = 0
         return host, [pos, slots, lens, fill, tables]
+
+
+def padding_row(scratch_block: int, block_size: int) -> tuple[int, int, int, int]:
+    """(position, slot, context length, block table entry) of a graph's padding row: it attends
+    to one token of the scratch block and writes its K/V there."""
+    return 0, scratch_block * block_size, 1, scratch_block
 
 
 class DecodeGraphs:
@@ -76,11 +81,12 @@ class DecodeGraphs:
         self._capture_all(capture_budget_s)
 
     def _fill_padding(self, g: GraphInputs, start: int) -> None:
+        position, slot, length, block = padding_row(self.scratch_block, self.kv.block_size)
         g.input_ids[start:] = 0
-        g.positions[start:] = 0
-        g.slots[start:] = self.scratch_block * self.kv.block_size
-        g.tables[start:] = self.scratch_block
-        g.seq_lens[start:] = 1
+        g.positions[start:] = position
+        g.slots[start:] = slot
+        g.tables[start:] = block
+        g.seq_lens[start:] = length
 
     @torch.inference_mode()
     def _capture_all(self, budget_s: float) -> None:
@@ -115,13 +121,10 @@ class DecodeGraphs:
         return next((b for b in sorted(self.graphs) if b >= n), None)
 
     def can_run(self, meta: AttnMetadata) -> bool:
-        return (
-            meta.is_decode_only
-            and self.padded_size(meta.num_seqs) is not None
-            and meta.block_tables.shape[1] <= self.width
-        )
+        return meta.is_decode_only and self.fits(meta.num_seqs, meta.block_tables.shape[1])
 
     def fits(self, n: int, width: int) -> bool:
+        """Whether a graph takes n decode rows with block tables `width` wide."""
         return width <= self.width and self.padded_size(n) is not None
 
     @torch.inference_mode()
