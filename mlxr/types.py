@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mlxr.errors import InvalidParameterError
 
@@ -104,7 +104,7 @@ class Logprob:
 TokenLogprobs = dict[int, Logprob]
 
 
-@dataclass
+@dataclass(slots=True)
 class CompletionOutput:
     index: int
     text: str
@@ -124,7 +124,7 @@ class RequestMetrics:
     finished_time: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """The state of one request: complete text, or (when streaming) the delta since last."""
 
@@ -136,7 +136,6 @@ class RequestOutput:
     metrics: RequestMetrics | None = None
     error: str | None = None
     num_cached_tokens: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer, make_detokenizer
 from mlxr.errors import InvalidParameterError
 from mlxr.loader.tokenizer import Tokenizer
 
@@ -33,9 +33,20 @@ def gemma() -> Tokenizer:
     return Tokenizer.from_gguf_metadata(open_gguf(assemble()).metadata)
 
 
-def _stream(tok: Any, prompt: list[int], ids: list[int], skip: bool = True) -> list[str]:
-    detok = IncrementalDetokenizer(tok, prompt, skip_special_tokens=skip)
-    return [detok.add(i) for i in ids] + [detok.flush()]
+@pytest.fixture(params=["python", "rust-stream"])
+def stream(request):
+    """Detokenize a stream (the deltas, then the flush) with each detokenizer: the Python
+    window, and the tokenizer's Rust decode stream that the engine uses."""
+
+    def run(tok: Any, prompt: list[int], ids: list[int], skip: bool = True) -> list[str]:
+        if request.param == "python":
+            detok = IncrementalDetokenizer(tok, prompt, skip_special_tokens=skip)
+        else:
+            detok = make_detokenizer(tok, prompt, skip)
+            assert isinstance(detok, StreamDetokenizer)
+        return [detok.add(i) for i in ids] + [detok.flush()]
+
+    return run
 
 
 def _is_byte_token(tok: Tokenizer, token_id: int) -> bool:
@@ -45,31 +56,31 @@ def _is_byte_token(tok: Tokenizer, token_id: int) -> bool:
 
 @pytest.mark.parametrize("text", TEXTS)
 @pytest.mark.parametrize("skip", [True, False])
-def test_deltas_concatenate_to_full_decode(gemma: Tokenizer, text: str, skip: bool) -> None:
+def test_deltas_concatenate_to_full_decode(stream, gemma: Tokenizer, text: str, skip: bool) -> None:
     ids = gemma.encode(text, add_special_tokens=False)
     for prompt in ([], [2], gemma.encode("Some earlier prompt text.")):
-        deltas = _stream(gemma, prompt, ids, skip)
+        deltas = stream(gemma, prompt, ids, skip)
         assert "".join(deltas) == gemma.decode(ids, skip_special_tokens=skip)
         assert not any("\ufffd" in d for d in deltas)
 
 
-def test_byte_fallback_is_held_until_the_character_completes(gemma: Tokenizer) -> None:
+def test_byte_fallback_is_held_until_the_character_completes(stream, gemma: Tokenizer) -> None:
     ids = gemma.encode("x𓀀y", add_special_tokens=False)
     byte_ids = [i for i in ids if _is_byte_token(gemma, i)]
     assert len(byte_ids) == 4  # U+13000 is not in the vocabulary: four UTF-8 bytes
-    deltas = _stream(gemma, [2], ids)
+    deltas = stream(gemma, [2], ids)
     assert deltas[: len(ids)] == ["x", "", "", "", "𓀀", "y"]
 
 
-def test_invalid_bytes_give_one_replacement_once_known(gemma: Tokenizer) -> None:
+def test_invalid_bytes_give_one_replacement_once_known(stream, gemma: Tokenizer) -> None:
     lead = gemma.token_to_id("<0xE4>")  # starts a 3-byte sequence
     a = gemma.encode("a", add_special_tokens=False)
     assert lead is not None and len(a) == 1
-    assert _stream(gemma, [2], [lead] + a) == ["", "\ufffda", ""]
-    assert _stream(gemma, [2], a + [lead]) == ["a", "", "\ufffd"]  # only flush can tell
+    assert stream(gemma, [2], [lead] + a) == ["", "\ufffda", ""]
+    assert stream(gemma, [2], a + [lead]) == ["a", "", "\ufffd"]  # only flush can tell
 
 
-def test_sentencepiece_leading_space_is_kept() -> None:
+def test_sentencepiece_leading_space_is_kept(stream) -> None:
     metadata = {
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "\u2581", "a", "b", "\u2581a", "\u2581b"],
@@ -81,8 +92,24 @@ def test_sentencepiece_leading_space_is_kept() -> None:
     tok = Tokenizer.from_gguf_metadata(metadata)
     prompt = tok.encode("a")
     assert prompt == [1, 6] and tok.decode([7]) == "b"  # the decoder strips a leading space
-    assert _stream(tok, prompt, [7, 6, 4]) == [" b", " a", "a", ""]
-    assert "".join(_stream(tok, [], [6, 7])) == tok.decode([6, 7]) == "a b"
+    assert stream(tok, prompt, [7, 6, 4]) == [" b", " a", "a", ""]
+    assert "".join(stream(tok, [], [6, 7])) == tok.decode([6, 7]) == "a b"
+
+
+def test_a_decoder_that_rewrites_earlier_text_falls_back_to_the_python_window() -> None:
+    """The Rust stream refuses text that does not extend the old (here "ab" becomes "X"); the
+    detokenizer then goes on as the Python window would, without an error."""
+    from tokenizers import Tokenizer as Backend, decoders, models
+
+    backend = Backend(models.WordLevel({"a": 0, "b": 1, "c": 2, "[UNK]": 3}, unk_token="[UNK]"))
+    backend.decoder = decoders.Sequence([decoders.Fuse(), decoders.Replace("ab", "X")])
+    tok = Tokenizer(backend)
+    ids = [2, 0, 1, 2, 0, 0, 1, 1]
+    fast = make_detokenizer(tok, [2])
+    slow = IncrementalDetokenizer(tok, [2])
+    got = [fast.add(i) for i in ids] + [fast.flush()]
+    assert got == [slow.add(i) for i in ids] + [slow.flush()]
+    assert fast._python is not None  # the stream did refuse, so the fallback ran
 
 
 # -- stop strings -------------------------------------------------------------------------------
@@ -126,6 +153,7 @@ def _splits(text: str, parts: int) -> list[list[str]]:
         ("<|im_end|> right away", ["<|im_end|>"], ""),
     ],
 )
+
 def test_stop_at_every_split(text: str, stops: list[str], expected: str) -> None:
     assert _reference_cut(text, stops)[0] == expected
     first = min((text.find(s) for s in stops if s in text), default=len(text))

@@ -42,14 +42,10 @@ class IncrementalDetokenizer:
         return self._advance(final=False)
 
     def push(self, token_id: int) -> None:
-        """Append one token whose text `accept` will take (see `advance_all`)."""
+        """Append one token whose text a later `add` or `flush` gives."""
         self._ids.append(token_id)
 
-    def windows(self) -> tuple[list[int], list[int]]:
-        """The two id windows whose decoded texts `accept` takes: before and after the new ids."""
-        return self._ids[self._prefix : self._read], self._ids[self._prefix :]
-
-    def accept(self, before: str, after: str, final: bool = False) -> str:
+    def _accept(self, before: str, after: str, final: bool = False) -> str:
         """The text that became final, given the decoded windows."""
         if len(after) <= len(before) or (after.endswith(REPLACEMENT_CHAR) and not final):
             return ""
@@ -67,7 +63,7 @@ class IncrementalDetokenizer:
     def _advance(self, final: bool) -> str:
         if self._read == len(self._ids):
             return ""
-        return self.accept(self._decode(self._prefix, self._read), self._decode(self._prefix, len(self._ids)), final)
+        return self._accept(self._decode(self._prefix, self._read), self._decode(self._prefix, len(self._ids)), final)
 
     def _decode(self, start: int, end: int) -> str:
         if start == end:
@@ -75,17 +71,55 @@ class IncrementalDetokenizer:
         return self._tokenizer.decode(self._ids[start:end], skip_special_tokens=self._skip)
 
 
-def advance_all(tokenizer: TokenDecoder, detoks: list[IncrementalDetokenizer]) -> list[str]:
-    """`add`'s text for each detokenizer whose new token was `push`ed. (One call per window:
-    the tokenizers library's batched decode runs threads that lose on a busy 2-core host.)"""
-    # The backend's own decode where there is one: it takes the window lists as they are.
-    decode = getattr(tokenizer, "decode_list", tokenizer.decode)
-    out = []
-    for d in detoks:
-        before, after = d.windows()
-        skip = d._skip
-        out.append(d.accept(decode(before, skip) if before else "", decode(after, skip) if after else ""))
-    return out
+class StreamDetokenizer:
+    """IncrementalDetokenizer's add/flush over the tokenizer's own decode stream (the same
+    windowed decode, in Rust, in one call a token: half the host's detokenizing time at batch
+    256). Should the stream refuse a token (it checks that new text only appends to the old,
+    which a decoder rewriting earlier text breaks), the Python window takes over."""
+
+    def __init__(self, tokenizer: TokenDecoder, step, context: list[int], skip_special_tokens: bool) -> None:
+        self._tokenizer, self._step, self._skip = tokenizer, step, skip_special_tokens
+        self._context = context  # ids whose text came out last: the window's start
+        self._pending: list[int] = []  # ids since, whose text is held back
+        self._python: IncrementalDetokenizer | None = None
+
+    def add(self, token_id: int) -> str:
+        if self._python is not None:
+            return self._python.add(token_id)
+        pending = self._pending
+        pending.append(token_id)
+        try:
+            text = self._step(token_id)
+        except Exception:  # noqa: BLE001 - the tokenizers library raises plain Exception
+            self._python = self._window(pending[:-1])
+            return self._python.add(token_id)
+        if text is None:
+            return ""
+        self._context, self._pending = pending, []
+        return text
+
+    def flush(self) -> str:
+        window = self._python or self._window(self._pending)
+        return window.flush()
+
+    def _window(self, held: list[int]) -> IncrementalDetokenizer:
+        """The Python detokenizer after the last emitted ids, holding `held`."""
+        window = IncrementalDetokenizer(self._tokenizer, self._context, self._skip)
+        for token_id in held:
+            window.push(token_id)
+        return window
+
+
+def make_detokenizer(tokenizer: TokenDecoder, prompt_token_ids: Sequence[int],
+                     skip_special_tokens: bool = True) -> IncrementalDetokenizer | StreamDetokenizer:
+    """The tokenizer's decode stream where it has one (`decode_stream(context, skip)`, giving
+    a step function or None), else the Python window."""
+    context = list(prompt_token_ids[max(0, len(prompt_token_ids) - PROMPT_CONTEXT_TOKENS):])
+    factory = getattr(tokenizer, "decode_stream", None)
+    step = factory(context, skip_special_tokens) if factory is not None else None
+    if step is None:
+        return IncrementalDetokenizer(tokenizer, prompt_token_ids, skip_special_tokens)
+    return StreamDetokenizer(tokenizer, step, context, skip_special_tokens)
 
 
 class StopStringMatcher:

@@ -13,7 +13,7 @@ import torch
 
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
-from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from mlxr.engine.detokenizer import StopStringMatcher, make_detokenizer
 from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
 from mlxr.engine.model_runner import ModelRunner
 from mlxr.engine.request_state import RequestState, SeqState, build_output
@@ -179,7 +179,7 @@ class LLMEngine(StepLoop):
         state = SeqState(
             seq,
             sampling,
-            IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids),
+            make_detokenizer(self.tokenizer, req.prompt_token_ids),
             StopStringMatcher(params.stop),
             logprobs=[] if params.logprobs is not None else None,
             request=rs,

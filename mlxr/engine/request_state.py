@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer
 from mlxr.engine.sampler import SampledToken, SamplingState
 from mlxr.engine.sequence import PLACEHOLDER, Request, Sequence
 from mlxr.types import CompletionOutput, Logprob, RequestMetrics, RequestOutput, TokenLogprobs
@@ -14,7 +14,7 @@ from mlxr.types import CompletionOutput, Logprob, RequestMetrics, RequestOutput,
 class SeqState:
     seq: Sequence
     sampling: SamplingState
-    detok: IncrementalDetokenizer
+    detok: IncrementalDetokenizer | StreamDetokenizer
     stops: StopStringMatcher
     text: str = ""
     logprobs: list[TokenLogprobs] | None = None

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from mlxr.engine.detokenizer import advance_all
 from mlxr.engine.model_runner import PendingTokens
 from mlxr.engine.request_state import RequestState, SeqState, build_output, token_logprobs
 from mlxr.engine.sampler import LastTokens, SampledToken, SampleFuture, Samples
@@ -138,33 +137,24 @@ class StepLoop:
         return {s.seq.request_id: self.requests[s.seq.request_id] for s in out.scheduled}
 
     def _take_tokens(self, seqs: list[Sequence], samples: Samples) -> None:
-        """Record each live sequence's token, detokenize them all in one batch, then stop.
-        Recording or finishing a token that fails fails its own request alone."""
-        states, live, reasons = self.seq_states, [], []
+        """Take each live sequence's token in: record it, its text, its stops. A token whose
+        taking in fails fails its own request alone."""
+        states = self.seq_states
         tokens, stats = samples.token_ids, samples.stats
         for i, seq in enumerate(seqs):
             state = states.get(seq.seq_id)
             if state is None or seq.is_finished:  # aborted or stopped meanwhile
                 continue
+            token = tokens[i]
             try:
-                reason = self._record_token(state, tokens[i], stats[i] if stats is not None else None)
-            except Exception as e:  # noqa: BLE001
-                reason = self._token_failed(state, e)
-            live.append(state)
-            reasons.append(reason)
-        deltas = iter(advance_all(self.tokenizer, [st.detok for st, r in zip(live, reasons) if r is None]))
-        for state, reason in zip(live, reasons):
-            if reason == "error":
-                continue
-            try:
-                self._finish_if_done(state, reason, next(deltas) if reason is None else "")
+                reason = self._record_token(state, token, stats[i] if stats is not None else None)
+                self._finish_if_done(state, reason, state.detok.add(token) if reason is None else "")
             except Exception as e:  # noqa: BLE001
                 self._token_failed(state, e)
 
-    def _token_failed(self, state: SeqState, error: Exception) -> str:
+    def _token_failed(self, state: SeqState, error: Exception) -> None:
         log.exception("taking in a token failed")
         self._fail_quietly(state.request, error)
-        return "error"
 
     def _fork_if_first(self, seq: Sequence, num_tokens: int) -> list[Sequence]:
         """When the prompt of an n > 1 request is done (in this step, of num_tokens), its forks
@@ -186,7 +176,7 @@ class StepLoop:
 
     def _record_token(self, state: SeqState, token: int, stats: SampledToken | None) -> str | None:
         """Store the token (over its placeholder); "stop" for a stop token or EOS, whose text
-        is never shown; otherwise the token goes to the detokenizer and None is returned.
+        is never shown; otherwise None (the token's text is to be taken).
         stats: the token's logprob figures, present when its request asked for logprobs."""
         seq, rs = state.seq, state.request
         params = rs.request.params
@@ -207,7 +197,6 @@ class StepLoop:
             return "stop"
         if not params.ignore_eos and token in state.sampling.eos_token_ids:
             return "stop"
-        state.detok.push(token)
         return None
 
     def _finish_if_done(self, state: SeqState, reason: str | None, delta: str) -> None:

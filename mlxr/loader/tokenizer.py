@@ -1,6 +1,7 @@
 """The tokenizer the engine and server use: encode/decode, special ids, chat template."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
@@ -119,10 +120,17 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    @property
-    def decode_list(self):
-        """decode for a list of ids, without the copy (the streaming detokenizer's hot path)."""
-        return self._backend.decode
+    def decode_stream(self, context_ids: list[int], skip_special_tokens: bool = True):
+        """The step function of a Rust decode stream that starts after context_ids: takes the
+        next token id, gives the text that became final or None while it is held back (see
+        engine/detokenizer.py). None where the installed tokenizers has no such stream."""
+        try:
+            from tokenizers.decoders import DecodeStream
+
+            stream = DecodeStream(ids=context_ids, skip_special_tokens=skip_special_tokens)
+        except (ImportError, TypeError):  # tokenizers before 0.21 has none; before 0.22, no starting ids
+            return None
+        return functools.partial(stream.step, self._backend)
 
     def id_to_token(self, token_id: int) -> str:
         if not 0 <= token_id < self._vocab_size:
