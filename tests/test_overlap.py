@@ -260,3 +260,28 @@ def test_steady_decode_rebuilds_a_step_that_swaps_blocks_in():
     swapping = SchedulerOutput([ScheduledSeq(seq, 1)], blocks_to_swap_in=[(0, 7)])
     assert steady.advance(swapping, {0: 0}) is None
     assert steady.advance(plain, {0: 0}) is not None
+
+
+def test_steady_decode_widens_the_tables_for_a_sequence_entering_a_new_block():
+    """A sequence past the last step's table width widens the tables (zero padded) instead of
+    rebuilding every row."""
+    from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
+    from mlxr.engine.sequence import PLACEHOLDER, Sequence
+    from mlxr.engine.steady_decode import SteadyDecode
+
+    long = Sequence(0, "a", 0, list(range(15)) + [PLACEHOLDER], 3, 0.0)
+    short = Sequence(1, "b", 0, [1, 2, PLACEHOLDER], 2, 0.0)
+    long.num_computed_tokens, long.block_table = 15, [7]
+    short.num_computed_tokens, short.block_table = 2, [4]
+    steady = SteadyDecode(block_size=16)
+    steady.remember(SchedulerOutput([ScheduledSeq(long, 1), ScheduledSeq(short, 1)]), [7, 4], 1)
+    for seq in (long, short):
+        seq.num_computed_tokens += 1
+        seq.token_ids[-1] = 9
+        seq.token_ids.append(PLACEHOLDER)
+    long.block_table.append(5)
+    arrays = steady.advance(SchedulerOutput([ScheduledSeq(long, 1), ScheduledSeq(short, 1)]), {0: 1, 1: 0})
+    assert arrays is not None
+    assert arrays.tables.tolist() == [[7, 5], [4, 0]]
+    assert arrays.slots.tolist() == [5 * 16, 4 * 16 + 3]
+    assert arrays.positions.tolist() == [16, 3] and arrays.fill_from == [1, 0]

@@ -97,13 +97,15 @@ class Scheduler:
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        # Runs for every running sequence every step: Sequence's properties are spelled out.
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            if seq.has_all_outputs:  # its last token is still in flight; it ends when that lands
-                i += 1
+            num_tokens, limit = len(seq.token_ids), seq.max_output_tokens
+            if limit is not None and num_tokens - seq.num_prompt_tokens >= limit:
+                i += 1  # has_all_outputs: its last token is still in flight; it ends when that lands
                 continue
-            n = min(seq.num_uncomputed_tokens, budget)
+            n = min(num_tokens - seq.num_computed_tokens, budget)
             total = seq.num_computed_tokens + n
             if not self.blocks.fits(seq, total):  # most decode steps fit: no allocation work
                 if not self._make_room(seq, total, out):

@@ -62,8 +62,9 @@ class SteadyDecode:
             return None
         block_idx = positions // self.block_size
         tables = last.tables
-        if int(block_idx.max()) >= tables.shape[1]:
-            return None  # a sequence outgrew the table's width
+        width = int(block_idx.max()) + 1
+        if width > tables.shape[1]:  # a sequence entered a block past the table's width
+            tables = np.pad(tables, ((0, 0), (0, width - tables.shape[1])))
         try:
             current = np.array([s.block_table[b] for s, b in zip(seqs, block_idx.tolist())], dtype=np.int64)
         except IndexError:  # not expected: the scheduler allocated the block; rebuild to be safe
