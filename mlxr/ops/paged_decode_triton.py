@@ -33,7 +33,9 @@ INLINE_MERGE_PARTS = 16
 PROGRAMS_PER_SM = 2  # split until the grid holds about this many programs per multiprocessor
 
 
-@triton.jit
+# Neither the block tables' width nor the partition count (both change with the batch) is
+# specialised on: each new case compiled another kernel, ~1 s, mid-serving.
+@triton.jit(do_not_specialize=["num_parts", "stride_ts"])
 def _decode_partition_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr, cnt_ptr,
     scale, softcap, window, part_tokens, num_parts,
@@ -105,7 +107,7 @@ def _context_partitions(seq_len, window, part_tokens, USE_WINDOW: tl.constexpr, 
     return first, aligned, tl.maximum(tl.cdiv(seq_len - aligned, part_tokens), 1)  # an empty row writes zeros
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_parts"])
 def _decode_reduce_kernel(
     part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, seq_lens_ptr, window, part_tokens, num_parts,
     stride_os, stride_oh,

@@ -52,7 +52,9 @@ def _attend_range(
     return m, l, acc
 
 
-@triton.jit
+# The block table's row stride is its width, which changes with the batch: specialising on it
+# (stride 1, a multiple of 16, other) compiled a new kernel, ~1 s, mid-serving.
+@triton.jit(do_not_specialize=["stride_ts"])
 def _prefill_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, table_ptr, seq_lens_ptr, q_start_ptr,
     scale, softcap, window,
