@@ -21,15 +21,16 @@ BATCH_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 
 
 class GraphInputs:
-    """One graph's static inputs: positions, slots, context lengths, token sources and block
-    tables in one int64 buffer (one host-to-device copy fills a step), the token ids beside it
-    (gathered on the device from the last step's samples)."""
+    """One graph's static inputs: positions, slots, context lengths and token sources in one
+    int64 buffer, the block tables beside it (a step fills both with one copy each, the
+    tables only as wide as its sequences need), and the token ids (gathered on the device
+    from the last step's samples)."""
 
     def __init__(self, b: int, width: int, device: torch.device) -> None:
         self.b, self.width = b, width
-        self.buf = torch.zeros(4 * b + b * width, dtype=torch.long, device=device)
-        self.positions, self.slots, self.seq_lens, self.fill, tables = self.buf.split([b, b, b, b, b * width])
-        self.tables = tables.view(b, width)
+        self.buf = torch.zeros(4 * b, dtype=torch.long, device=device)
+        self.positions, self.slots, self.seq_lens, self.fill = self.buf.split([b, b, b, b])
+        self.tables = torch.zeros(b, width, dtype=torch.long, device=device)
         self.input_ids = torch.zeros(b, dtype=torch.long, device=device)
         self.query_start = torch.arange(b + 1, dtype=torch.long, device=device)
 
@@ -44,14 +45,16 @@ class GraphInputs:
             block_size=block_size,
         )
 
-    def host_arrays(self, n: int, scratch_block: int, block_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
-        """A host buffer in buf's layout, rows n.. already padding, and its sections."""
-        host = np.empty(self.buf.numel(), dtype=np.int64)
-        pos, slots, lens, fill, tables = np.split(host, np.cumsum([self.b] * 4))
-        tables = tables.reshape(self.b, self.width)
+    def host_arrays(self, n: int, width: int, scratch_block: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Host buffers in buf's layout and of the tables' first `width` columns, rows n..
+        already padding. (A kernel reads no table entry past a row's context, so the columns
+        past `width` may hold an earlier step's.)"""
+        small = np.empty(4 * self.b, dtype=np.int64)
+        tables = np.empty((self.b, width), dtype=np.int64)
+        pos, slots, lens, fill = small.reshape(4, self.b)
         pos[n:], slots[n:], lens[n:], tables[n:] = padding_row(scratch_block, block_size)
         fill[n:] = 0
-        return host, [pos, slots, lens, fill, tables]
+        return small, tables
 
 
 def padding_row(scratch_block: int, block_size: int) -> tuple[int, int, int, int]:
@@ -146,15 +149,17 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run_steady(self, a: DecodeArrays, tokens: torch.Tensor) -> torch.Tensor:
-        """As run, for a steady decode step (steady_decode.py) from its host arrays: one copy
-        fills the graph's inputs and one gather its token ids, where run takes a dozen small
+        """As run, for a steady decode step (steady_decode.py) from its host arrays: two copies
+        fill the graph's inputs and one gather its token ids, where run takes a dozen small
         copies (at batch 1 each costs about as much GPU time as a layer's smallest kernel)."""
         n, width = len(a.seq_ids), a.tables.shape[1]
         g = self.inputs[self.padded_size(n)]
-        host, (pos, slots, lens, fill, tables) = g.host_arrays(n, self.scratch_block, self.kv.block_size)
+        small, tables = g.host_arrays(n, width, self.scratch_block, self.kv.block_size)
+        pos, slots, lens, fill = small.reshape(4, g.b)
         pos[:n], slots[:n], lens[:n], fill[:n] = a.positions, a.slots, a.positions + 1, a.fill_from
-        tables[:n, :width], tables[:n, width:] = a.tables, self.scratch_block
-        g.buf.copy_(torch.from_numpy(host).pin_memory(), non_blocking=True)
+        tables[:n] = a.tables
+        g.buf.copy_(torch.from_numpy(small).pin_memory(), non_blocking=True)
+        g.tables[:, :width].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
         torch.index_select(tokens, 0, g.fill, out=g.input_ids)
         graph, logits = self.graphs[g.b]
         graph.replay()
