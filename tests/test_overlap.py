@@ -219,6 +219,18 @@ def test_finished_requests_are_freed_without_the_garbage_collector(model_dir, ov
         gc.enable()
 
 
+
+def test_an_engine_raises_the_collectors_thresholds(model_dir):
+    """Its per-step objects die by reference counting, so the cyclic collector runs rarely
+    (bench/gc_ab.py)."""
+    import gc
+
+    from mlxr.engine.llm_engine import GC_THRESHOLDS
+
+    LLM(model_dir, dtype="float32")
+    assert all(now >= want for now, want in zip(gc.get_threshold(), GC_THRESHOLDS))
+
+
 def test_steady_decode_steps_advance_the_last_ones_arrays(model_dir, monkeypatch):
     """Same sequences, one token on: the runner advances the last step's index arrays. Tokens
     must match the synchronous engine across block boundaries, shared prompt blocks
