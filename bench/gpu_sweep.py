@@ -21,16 +21,18 @@ from throughput import run_hf, run_mlxr, workload
 LLAMA_CPP = {"decode_1": 767, "prefill_512": 68105, "batch_64": 20506, "batch_256": 31911}
 
 
-def mlxr_figures(llm, vocab: int, batches: list[int], runs: int = 3) -> dict:
-    """Medians of `runs` timed runs each. A batch's decode lasts well under a second, so one
-    run is at the mercy of a host hiccup (one batch-256 run measured 62k tok/s where the next
-    ones gave 83-96k); each run draws new prompts, so none is served from the prefix cache."""
+def mlxr_figures(llm, vocab: int, batches: list[int], spread: dict, runs: int = 3) -> dict:
+    """Medians of `runs` timed runs each; each batch's runs also go to `spread` (the JSON keeps
+    them). A batch's decode lasts well under a second, so one run is at the mercy of a host
+    hiccup (one batch-256 run measured 62k tok/s where the next ones gave 83-96k); each run
+    draws new prompts, so none is served from the prefix cache."""
     single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, runs)
     prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, runs)
     out = {"decode_1": single["decode_tok_s"], "prefill_512": prefill["prefill_tok_s"]}
     for b in batches:
-        out[f"batch_{b}"] = median([run_mlxr(llm, workload(vocab, b, 128, 128, False, seed=b * 10 + r), "cuda")
-                                    ["decode_tok_s"] for r in range(runs)])
+        spread[f"batch_{b}"] = [run_mlxr(llm, workload(vocab, b, 128, 128, False, seed=b * 10 + r), "cuda")
+                                ["decode_tok_s"] for r in range(runs)]
+        out[f"batch_{b}"] = median(spread[f"batch_{b}"])
     return out
 
 
@@ -59,12 +61,14 @@ def main() -> None:
     llm = LLM(ref, dtype=torch.bfloat16, device="cuda", max_num_seqs=256,
               max_num_batched_tokens=8192, kv_cache_memory_gb=16)
     vocab = llm.loaded.args.vocab_size
-    ours = mlxr_figures(llm, vocab, batches)
+    spread: dict[str, list[float]] = {}
+    ours = mlxr_figures(llm, vocab, batches, spread)
     del llm
     torch.cuda.empty_cache()
     theirs = {} if a.quick or a.skip_hf else hf_figures(hf_kwargs, vocab, batches)
     rows = [{"work": k, "mlxr_tok_s": v, "hf_tok_s": theirs.get(k), "llama_cpp_tok_s": LLAMA_CPP.get(k),
-             "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None} for k, v in ours.items()]
+             "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None, "mlxr_runs_tok_s": spread.get(k)}
+            for k, v in ours.items()]
     path = write_result("gpu_sweep", {"model": "tinyllama-shape", "dtype": "bfloat16",
                                       "device": device_name("cuda"), "runs_per_figure": 3, "results": rows})
     if not a.skip_hf:
