@@ -153,7 +153,6 @@ def _splits(text: str, parts: int) -> list[list[str]]:
         ("<|im_end|> right away", ["<|im_end|>"], ""),
     ],
 )
-
 def test_stop_at_every_split(text: str, stops: list[str], expected: str) -> None:
     assert _reference_cut(text, stops)[0] == expected
     first = min((text.find(s) for s in stops if s in text), default=len(text))

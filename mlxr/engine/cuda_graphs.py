@@ -45,16 +45,17 @@ class GraphInputs:
             block_size=block_size,
         )
 
-    def host_arrays(self, n: int, width: int, scratch_block: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Host buffers in buf's layout and of the tables' first `width` columns, rows n..
-        already padding. (A kernel reads no table entry past a row's context, so the columns
-        past `width` may hold an earlier step's.)"""
+    def host_arrays(self, n: int, width: int, scratch_block: int,
+                    block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Host buffers in buf's layout (and as its four rows) and of the tables' first `width`
+        columns, rows n.. already padding. (A kernel reads no table entry past a row's
+        context, so the columns past `width` may hold an earlier step's.)"""
         small = np.empty(4 * self.b, dtype=np.int64)
         tables = np.empty((self.b, width), dtype=np.int64)
         pos, slots, lens, fill = small.reshape(4, self.b)
         pos[n:], slots[n:], lens[n:], tables[n:] = padding_row(scratch_block, block_size)
         fill[n:] = 0
-        return small, tables
+        return small, small.reshape(4, self.b), tables
 
 
 def padding_row(scratch_block: int, block_size: int) -> tuple[int, int, int, int]:
@@ -154,8 +155,7 @@ class DecodeGraphs:
         copies (at batch 1 each costs about as much GPU time as a layer's smallest kernel)."""
         n, width = len(a.seq_ids), a.tables.shape[1]
         g = self.inputs[self.padded_size(n)]
-        small, tables = g.host_arrays(n, width, self.scratch_block, self.kv.block_size)
-        pos, slots, lens, fill = small.reshape(4, g.b)
+        small, (pos, slots, lens, fill), tables = g.host_arrays(n, width, self.scratch_block, self.kv.block_size)
         pos[:n], slots[:n], lens[:n], fill[:n] = a.positions, a.slots, a.positions + 1, a.fill_from
         tables[:n] = a.tables
         g.buf.copy_(torch.from_numpy(small).pin_memory(), non_blocking=True)

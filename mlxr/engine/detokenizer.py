@@ -16,6 +16,11 @@ class TokenDecoder(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
 
+def prompt_context(prompt_token_ids: Sequence[int]) -> list[int]:
+    """The prompt's last ids, decoded before the first output token."""
+    return list(prompt_token_ids[max(0, len(prompt_token_ids) - PROMPT_CONTEXT_TOKENS):])
+
+
 class IncrementalDetokenizer:
     """Turns one token at a time into text deltas.
 
@@ -32,7 +37,7 @@ class IncrementalDetokenizer:
     ) -> None:
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
-        self._ids = list(prompt_token_ids[max(0, len(prompt_token_ids) - PROMPT_CONTEXT_TOKENS):])
+        self._ids = prompt_context(prompt_token_ids)
         self._prefix = 0  # window start: already-emitted context
         self._read = len(self._ids)  # first id whose text has not been emitted
 
@@ -72,9 +77,8 @@ class IncrementalDetokenizer:
 
 
 class StreamDetokenizer:
-    """IncrementalDetokenizer's add/flush over the tokenizer's own decode stream (the same
-    windowed decode, in Rust, in one call a token: half the host's detokenizing time at batch
-    256). Should the stream refuse a token (it checks that new text only appends to the old,
+    """IncrementalDetokenizer's add/flush over the tokenizer's own decode stream: the same
+    windowed decode, in Rust, in one call a token. Should the stream refuse a token (it checks that new text only appends to the old,
     which a decoder rewriting earlier text breaks), the Python window takes over."""
 
     def __init__(self, tokenizer: TokenDecoder, step, context: list[int], skip_special_tokens: bool) -> None:
@@ -114,7 +118,7 @@ def make_detokenizer(tokenizer: TokenDecoder, prompt_token_ids: Sequence[int],
                      skip_special_tokens: bool = True) -> IncrementalDetokenizer | StreamDetokenizer:
     """The tokenizer's decode stream where it has one (`decode_stream(context, skip)`, giving
     a step function or None), else the Python window."""
-    context = list(prompt_token_ids[max(0, len(prompt_token_ids) - PROMPT_CONTEXT_TOKENS):])
+    context = prompt_context(prompt_token_ids)
     factory = getattr(tokenizer, "decode_stream", None)
     step = factory(context, skip_special_tokens) if factory is not None else None
     if step is None:
