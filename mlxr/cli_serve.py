@@ -38,6 +38,8 @@ def register(sub) -> dict:
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
+    s.add_argument("--allowed-host", action="append", default=[],
+                   help="Host header name allowed besides localhost (DNS rebinding guard); repeatable")
     s.add_argument("--shutdown-timeout", type=float, default=60.0,
                    help="seconds to let in-flight requests finish on SIGTERM/SIGINT")
     s.add_argument("--log-stats-every", type=float, default=5.0,
@@ -69,7 +71,10 @@ def api_keys(ns: argparse.Namespace) -> tuple[str, ...]:
         if not key:
             raise ValueError(f"{ns.api_key_file} is empty")
         return (key,)
-    key = ns.api_key or os.environ.get("MLXR_API_KEY") or ""
+    given = ns.api_key if ns.api_key is not None else os.environ.get("MLXR_API_KEY")
+    if given is not None and given and not given.strip():
+        raise ValueError("the API key is blank")  # it would pass the bind check and match no request
+    key = (given or "").strip()
     return (key,) if key else ()
 
 
@@ -82,7 +87,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
-        cors_origins=tuple(ns.cors_origin), keep_alive_s=ns.keep_alive,
+        cors_origins=tuple(ns.cors_origin), allowed_hosts=tuple(ns.allowed_host), keep_alive_s=ns.keep_alive,
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
         home=str(home_dir(ns)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
     )

@@ -82,7 +82,8 @@ class ServerConfig:
     port: int = 11434
     api_keys: tuple[str, ...] = ()
     allow_unauthenticated: bool = False
-    cors_origins: tuple[str, ...] = ()  # empty: localhost and 127.0.0.1 on any port
+    cors_origins: tuple[str, ...] = ()  # besides localhost, 127.0.0.1 and [::1] on any port ("*": all)
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides the loopback ones ("*": any); see server/access.py
     max_body_bytes: int = 8 << 20
     keep_alive_s: float = 300.0  # Ollama's default 5m; negative = forever
     max_loaded_models: int = 2

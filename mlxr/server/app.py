@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from mlxr.config import ServerConfig
 from mlxr.errors import MLXRError
 from mlxr.server import admin, openai
+from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.logs import ThroughputLogger
 from mlxr.server.metrics import ServerMetrics
@@ -70,13 +71,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def install_guards(app: FastAPI, config: ServerConfig) -> None:
+    access = AccessPolicy.build(config.host, config.allowed_hosts, config.cors_origins)
     # Added last = outermost: CORS answers preflights and decorates the guard's 401s too.
     app.add_middleware(Guard, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes,
-                       respond=error_response)
+                       respond=error_response, access=access)
     app.add_middleware(
         CORSMiddleware,
-        allow_origin_regex=None if config.cors_origins else r"https?://(localhost|127\.0\.0\.1)(:\d+)?",
-        allow_origins=list(config.cors_origins),
+        allow_origin_regex=LOOPBACK_ORIGIN_REGEX,
+        allow_origins=sorted(access.origins),
         allow_methods=["*"],
         allow_headers=["*"],
     )
