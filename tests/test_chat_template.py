@@ -216,3 +216,47 @@ def test_tojson_and_helpers() -> None:
     assert year.isdigit() and len(year) == 4
     loop = "{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}"
     assert ChatTemplate(loop).render([]) == "012"
+
+
+BIG = "{% set s = 'x' * 1000000 %}"
+# Issue #16 D2: each ran for ever or built gigabytes in one operation, between the deadline's checks.
+RUNAWAY = [
+    BIG + "{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+    "{{ ((2**4000)**4000)**4000 }}",
+    "{{ '%01000000000d' % 1 }}",
+    "{{ '%01000000000d' | format(1) }}",
+    "{{ '%*d' % (1000000000, 1) }}",
+    "{{ '{:01000000000d}'.format(1) }}",
+    "{{ '{:{w}d}'.format(1, w=1000000000) }}",
+    BIG + "{{ ([s] * 1000000) | join }}",
+    BIG + "{{ s.join([s] * 1000000) }}",
+    BIG + "{{ s.replace('x', s) }}",
+    BIG + "{{ s | replace('x', s) }}",
+    "{{ ('\n' * 1000000) | indent(999999) }}",
+    BIG + "{% for a in s if a == 'y' %}{% endfor %}{% for a in s if a == 'y' %}{% endfor %}",
+    "{% set ns = namespace(x=2**4000) %}{% for i in range(40) %}{% set ns.x = ns.x * ns.x %}{% endfor %}",
+    # Each value within limits, together 90 GB: the budget on everything built stops it.
+    "{% set h = 'x' * 900000 %}{% set ns = namespace(l=[]) %}"
+    "{% for i in range(100000) %}{% set ns.l = ns.l + [h ~ i] %}{% endfor %}",
+    BIG + "{% for a in [1, 2] recursive %}{% for b in s %}{{ loop(s) if false }}{% endfor %}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("source", RUNAWAY)
+def test_runaway_templates_fail_fast(source: str) -> None:
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(TemplateError):
+        ChatTemplate(source).render([])
+    assert time.monotonic() - t0 < 6.0  # the 5 s deadline at worst, most stop far sooner
+
+
+def test_budget_leaves_ordinary_work_alone() -> None:
+    long = "word " * 150_000  # 750,000 characters, under the 1,000,000 output limit
+    out = ChatTemplate(CHATML_TEMPLATE).render([{"role": "user", "content": long}] * 1)
+    assert long in out
+    loop = "{% for m in messages %}{% for c in m['content'] %}{% endfor %}{{ loop.length }}{% endfor %}"
+    assert ChatTemplate(loop).render([{"role": "user", "content": "abc"}]) == "1"
+    fmt = "{{ '%05d|%-6s|' % (42, 'ab') }}{{ '{:>4}'.format(7) }}{{ ['a', 'b'] | join(', ') }}"
+    assert ChatTemplate(fmt).render([]) == "00042|ab    |   7a, b"
