@@ -7,7 +7,6 @@ Tool calls are passed to the chat template, but tool calls in the output are not
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -26,6 +25,7 @@ from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
+from mlxr.server.prompt_work import off_loop
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
@@ -64,7 +64,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
 async def _start(held: Hold, model: str, options: Options | None, arrival: float,
                  *, chat: bool, ids: Callable[[Any], list[int]], stream: bool) -> Response:
     try:
-        prompt_ids = await asyncio.to_thread(ids, held.served.tokenizer)
+        prompt_ids = await off_loop(ids, held.served.tokenizer)
         window = context_window(options, held.served.context_length)
         budget = max_tokens(options, len(prompt_ids), window, "messages" if chat else "prompt")
         held.session.trace.prompt_tokens = len(prompt_ids)

@@ -1,10 +1,10 @@
 """Request fields -> what the engine takes: token ids per prompt and SamplingParams."""
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.server.prompt_work import off_loop
 from mlxr.server.openai.schemas import (
     MAX_LOGIT_BIAS,
     ChatCompletionRequest,
@@ -107,7 +107,7 @@ async def render_chat(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
     # Rendering runs untrusted template code with a time budget: keep it off the event loop.
-    ids = await asyncio.to_thread(run)
+    ids = await off_loop(run)
     if not ids:
         raise InvalidParameterError("messages", "the rendered prompt is empty")
     return ids
