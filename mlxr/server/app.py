@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,9 +20,12 @@ from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-e
 from mlxr.server.logs import ThroughputLogger
 from mlxr.server.metrics import ServerMetrics
 from mlxr.server.model_manager import ModelManager
+from mlxr.server.openapi_doc import install_openapi
 from mlxr.server.session import CLIENT_CLOSED, ClientDisconnected
 
 log = logging.getLogger(__name__)
+# How pydantic names a union member in an error's location: "str", "list[int]", ...
+_UNION_MEMBER = re.compile(r"(str|int|float|bool)|\w+\[.*\]|function-\w+\[.*\]")
 
 
 def error_response(path: str, status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
@@ -36,8 +40,10 @@ def error_response(path: str, status: int, message: str, kind: str, param: str |
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str]:
     errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    # A union field reports one type mismatch per member it is not; the error of the member
+    # the value was meant as (too long, out of range) says what to fix.
+    first = next((e for e in errors if not str(e.get("type", "")).endswith("_type")), errors[0] if errors else {})
+    loc = [str(p) for p in first.get("loc", ()) if p != "body" and not _UNION_MEMBER.fullmatch(str(p))]
     if first.get("type") == "json_invalid":
         return "body", f"body: malformed JSON ({first.get('ctx', {}).get('error', 'invalid')})"
     field = ".".join(loc) or "body"
@@ -109,6 +115,7 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> Fa
     app.state.default_model = config.preload[0] if config.preload else None
     install_error_handlers(app)
     install_guards(app, config)
+    install_openapi(app, secured=bool(config.api_keys))
     _add_routes(app, models)
     return app
 

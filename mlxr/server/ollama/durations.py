@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 from mlxr.errors import InvalidParameterError
 
 FOREVER = -1.0
+# Longer than this is forever: an expiry past year 9999 cannot be written as a date.
+MAX_KEEP_ALIVE_S = 100 * 365.25 * 86400
 _UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 # Ollama reports "forever" as a far-future expiry; clients parse it as a date.
@@ -31,7 +33,7 @@ def parse_keep_alive(value: float | int | str | None, field: str = "keep_alive")
 def _seconds(value: float, field: str) -> float:
     if not math.isfinite(value):
         raise InvalidParameterError(field, "must be finite")
-    return FOREVER if value < 0 else value
+    return FOREVER if value < 0 or value > MAX_KEEP_ALIVE_S else value
 
 
 def _parse_text(text: str, field: str) -> float:
@@ -63,4 +65,7 @@ def rfc3339(epoch_s: float | None = None) -> str:
 
 
 def expiry_text(expires_at: float | None) -> str:
-    return _FOREVER_TEXT if expires_at is None else rfc3339(expires_at)
+    try:
+        return _FOREVER_TEXT if expires_at is None else rfc3339(expires_at)
+    except (OverflowError, ValueError, OSError):  # past what a date can hold: never expires
+        return _FOREVER_TEXT

@@ -8,33 +8,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from mlxr.errors import InvalidParameterError, MLXRError, ModelNotFoundError
+from mlxr.errors import InvalidParameterError, MLXRError, ModelFormatError, ModelNotFoundError
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 _PATH_PREFIXES = ("/", "./", "../", "~")
 
 
 def local_path(ref: str, field: str) -> Path | None:
-    """The path `ref` names (a file:// URL or a path-looking string), else None."""
+    """The path `ref` names (a file:// URL or a path-looking string), else None. Whether it
+    exists is not said here: see unusable()."""
     if ref.startswith("file:"):
         url = urlparse(ref)
         if url.netloc not in ("", "localhost"):
             raise InvalidParameterError(field, f"file URL {ref!r} names another host")
         path = Path(unquote(url.path))
     elif ref.startswith(_PATH_PREFIXES) or ref.endswith(".gguf"):
-        path = Path(ref).expanduser()
+        try:
+            path = Path(ref).expanduser()
+        except RuntimeError:  # "~nosuchuser/..."
+            raise unusable(ref, field) from None
     else:
         return None
     if not path.is_absolute():
         raise InvalidParameterError(field, f"{ref!r}: give an absolute path (the server's directory is not yours)")
-    if not path.exists():
-        raise InvalidParameterError(field, f"{ref!r}: no such file or directory on the server")
     return path
+
+
+def unusable(ref: str | Path, field: str) -> InvalidParameterError:
+    """One answer for a path that does not exist, cannot be read, or is not a model: a
+    client must not learn which files exist on the server (CVE-2024-39719)."""
+    return InvalidParameterError(
+        field, f"{str(ref)!r} is not a GGUF file or Hugging Face model directory that the server can read")
 
 
 def pull_path(ref: str) -> Path:
@@ -46,11 +58,23 @@ def pull_path(ref: str) -> Path:
     return path
 
 
-async def import_steps(registry: Any, path: Path, name: str | None) -> AsyncIterator[dict[str, Any]]:
+async def import_steps(registry: Any, path: Path, name: str | None, field: str) -> AsyncIterator[dict[str, Any]]:
     """Progress objects while the registry imports `path`, then {"status": "success"}."""
     label = f"importing {path.name}"
     record = None
-    async for item in _with_progress(lambda progress: registry.import_model(path, name=name, progress=progress)):
+
+    def run(progress: Progress) -> Any:
+        try:
+            return registry.import_model(path, name=name, progress=progress)
+        except (OSError, ModelFormatError) as e:  # the detail would say the file exists
+            log.info("import of %s refused: %s", path, e)
+            raise unusable(path, field) from None
+        except InvalidParameterError as e:
+            if e.param == "path":  # missing, unreadable, or neither kind of model
+                raise unusable(path, field) from None
+            raise
+
+    async for item in _with_progress(run):
         if isinstance(item, tuple):
             yield {"status": label, "total": item[1], "completed": item[0]}
         else:

@@ -76,7 +76,7 @@ async def create(body: CreateRequest, request: Request) -> Response:
     parse_name(body.model, "model")
     path = imports.local_path(body.from_, "from")
     if path is not None:
-        steps = imports.import_steps(registry, path, body.model)
+        steps = imports.import_steps(registry, path, body.model, "from")
     else:
         await resolve(request, body.from_, "from")
         steps = imports.copy_steps(registry, body.from_, body.model)
@@ -87,7 +87,7 @@ async def create(body: CreateRequest, request: Request) -> Response:
 async def pull(body: PullRequest, request: Request) -> Response:
     """Only local files: an absolute path or a file:// URL (there is no model hub)."""
     path = imports.pull_path(body.model)
-    steps = _prefixed({"status": "pulling manifest"}, imports.import_steps(request.app.state.registry, path, None))
+    steps = _prefixed({"status": "pulling manifest"}, imports.import_steps(request.app.state.registry, path, None, "model"))
     return await _respond(steps, body.stream)
 
 

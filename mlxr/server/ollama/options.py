@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.server.text_fields import CheckedText
 from mlxr.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ _IGNORED = ("num_batch", "num_thread", "num_gpu", "main_gpu", "numa", "low_vram"
             "typical_p", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline")
 
 
-class Options(BaseModel):
+class Options(CheckedText):
     """Ollama's runtime options. Types are strict (a string temperature is a 400); keys
     outside this list are ignored with a log line."""
 

@@ -25,7 +25,7 @@ from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
-from mlxr.server.prompt_work import off_loop
+from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
@@ -135,16 +135,22 @@ async def embeddings(body: EmbeddingsRequest, request: Request) -> JSONResponse:
 
 async def _embed_one(held: Hold, text: str, truncate: bool, field: str) -> tuple[list[float], int]:
     served = held.served
-    prompt: str | list[int] = text
-    if truncate:
-        ids = served.tokenizer.encode(text)
-        if len(ids) > served.context_length:
-            log.info("embedding input of %d tokens truncated to the context length %d", len(ids), served.context_length)
-        prompt = ids[: served.context_length]
+    ids = await off_loop(_embedding_ids, served.tokenizer, served.context_length, text, truncate, field)
     try:
-        return await served.engine.embed(prompt)
+        return await served.engine.embed(ids)
     except InvalidParameterError as e:
         raise InvalidParameterError(field, e.message.removeprefix(f"{e.param}: ")) from None
+
+
+def _embedding_ids(tokenizer: Any, context_length: int, text: str, truncate: bool, field: str) -> list[int]:
+    """Tokenized here, in the prompt pool: on the engine thread it would stall every stream."""
+    limit = max_prompt_chars(tokenizer, context_length)
+    if not truncate:
+        check_prompt_chars(tokenizer, context_length, text, field)
+    ids = tokenizer.encode(text[:limit])  # the first context_length tokens come from these
+    if truncate and len(ids) > context_length:
+        log.info("embedding input of %d tokens truncated to the context length %d", len(ids), context_length)
+    return ids[:context_length] if truncate else ids
 
 
 def _shorten(vector: list[float], dimensions: int | None) -> list[float]:

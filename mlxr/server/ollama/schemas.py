@@ -1,18 +1,21 @@
 """Request bodies of the Ollama API (pydantic, so the OpenAPI schema documents them)."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, Strict, model_validator
 
 from mlxr.server.ollama.options import Options
+from mlxr.server.text_fields import CheckedText
 
-KeepAlive = float | str | None
+# Strict: JSON true is not one second.
+KeepAlive = Annotated[float, Strict()] | Annotated[str, Strict()] | None
+MAX_EMBED_INPUTS = 256  # each is a forward pass on the engine thread
 # "json" or a JSON schema; accepted, but decoding is not constrained (see routes).
 Format = Literal["", "json"] | dict[str, Any] | None
 
 
-class _Named(BaseModel):
+class _Named(CheckedText):
     """Older clients send `name` where newer ones send `model`; accept either."""
 
     model: str = Field(min_length=1)
@@ -25,7 +28,7 @@ class _Named(BaseModel):
         return data
 
 
-class GenerateRequest(BaseModel):
+class GenerateRequest(CheckedText):
     model: str = Field(min_length=1)
     prompt: str = ""
     suffix: str = ""
@@ -43,20 +46,20 @@ class GenerateRequest(BaseModel):
     top_logprobs: int | None = None
 
 
-class ToolFunction(BaseModel):
+class ToolFunction(CheckedText):
     model_config = ConfigDict(extra="allow")
 
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)  # an object, unlike OpenAI's string
 
 
-class ToolCall(BaseModel):
+class ToolCall(CheckedText):
     model_config = ConfigDict(extra="allow")
 
     function: ToolFunction
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(CheckedText):
     role: str = Field(min_length=1)
     content: str | None = ""
     images: list[str] | None = None
@@ -65,7 +68,7 @@ class ChatMessage(BaseModel):
     thinking: str | None = None
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(CheckedText):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
@@ -78,16 +81,16 @@ class ChatRequest(BaseModel):
     top_logprobs: int | None = None
 
 
-class EmbedRequest(BaseModel):
+class EmbedRequest(CheckedText):
     model: str = Field(min_length=1)
-    input: str | list[str] = ""
+    input: str | Annotated[list[str], Field(max_length=MAX_EMBED_INPUTS)] = ""
     truncate: bool | None = None
     options: Options | None = None
     keep_alive: KeepAlive = None
     dimensions: int | None = Field(default=None, ge=1)
 
 
-class EmbeddingsRequest(BaseModel):
+class EmbeddingsRequest(CheckedText):
     model: str = Field(min_length=1)
     prompt: str = ""
     options: Options | None = None
@@ -102,7 +105,7 @@ class DeleteRequest(_Named):
     pass
 
 
-class CopyRequest(BaseModel):
+class CopyRequest(CheckedText):
     source: str = Field(min_length=1)
     destination: str = Field(min_length=1)
 

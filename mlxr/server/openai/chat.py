@@ -34,7 +34,7 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 
 async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     served = session.served
-    ids = await render_chat(served.tokenizer, body)
+    ids = await render_chat(served.tokenizer, body, served.context_length)
     max_tokens = body.max_completion_tokens or body.max_tokens
     top_n = _top_logprobs(body)
     params = sampling_params(body, max_tokens, top_n)

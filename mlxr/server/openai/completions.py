@@ -9,6 +9,7 @@ from mlxr.server.openai.choices import Choice, Choices, completion_logprobs
 from mlxr.server.openai.prompts import check_fits, encode_inputs, sampling_params
 from mlxr.server.openai.schemas import CompletionRequest
 from mlxr.server.openai.sse import events, stream_response
+from mlxr.server.prompt_work import off_loop
 from mlxr.server.session import Session
 from mlxr.types import CompletionOutput, RequestOutput
 
@@ -38,7 +39,7 @@ def _check_unsupported(body: CompletionRequest) -> None:
 async def _complete(session: Session, body: CompletionRequest) -> Response:
     _check_unsupported(body)
     served = session.served
-    prompts = encode_inputs(served.tokenizer, body.prompt, "prompt")
+    prompts = await off_loop(encode_inputs, served.tokenizer, body.prompt, "prompt", served.context_length)
     if len(prompts) * body.n > 64:
         raise InvalidParameterError("n", f"{len(prompts)} prompts x n={body.n} is over 64 choices")
     params = sampling_params(body, body.max_tokens, body.logprobs)

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.server.openai.prompts import encode_inputs
 from mlxr.server.openai.schemas import EmbeddingRequest
+from mlxr.server.prompt_work import off_loop
 from mlxr.server.session import Session
 
 router = APIRouter()
@@ -58,7 +59,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
 
 async def _embed_all(session: Session, body: EmbeddingRequest) -> tuple[list[dict], int]:
     served = session.served
-    inputs = encode_inputs(served.tokenizer, body.input, "input")
+    inputs = await off_loop(encode_inputs, served.tokenizer, body.input, "input", served.context_length)
     for ids in inputs:
         if len(ids) > served.context_length:
             raise ContextLengthError(len(ids), served.context_length, param="input")

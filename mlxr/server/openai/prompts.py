@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
-from mlxr.server.prompt_work import off_loop
+from mlxr.server.prompt_work import check_prompt_chars, off_loop
 from mlxr.server.openai.schemas import (
     MAX_LOGIT_BIAS,
     ChatCompletionRequest,
@@ -44,7 +44,7 @@ def parse_logit_bias(raw: dict[str, float] | None) -> dict[int, float] | None:
     out: dict[int, float] = {}
     for key, bias in raw.items():
         k = key.strip()
-        if not k.isdigit() or len(k) > 10:
+        if not (k.isascii() and k.isdigit()) or len(k) > 10:  # "²".isdigit() is True
             raise InvalidParameterError("logit_bias", f"keys must be token ids, got {key!r}")
         if not -100.0 <= bias <= 100.0:
             raise InvalidParameterError("logit_bias", f"values must be in [-100, 100], got {bias}")
@@ -60,8 +60,9 @@ def check_fits(prompt_len: int, context: int, max_tokens: int | None, param: str
         raise ContextLengthError(prompt_len, context, max_tokens)
 
 
-def encode_inputs(tokenizer: Any, raw: Any, param: str) -> list[list[int]]:
-    """str | [str] | [int] | [[int]] -> one token-id list per prompt."""
+def encode_inputs(tokenizer: Any, raw: Any, param: str, context_length: int) -> list[list[int]]:
+    """str | [str] | [int] | [[int]] -> one token-id list per prompt. Slow for long texts:
+    call it through off_loop."""
     if isinstance(raw, str):
         prompts: list = [raw]
     elif raw and all(isinstance(t, int) for t in raw):
@@ -70,6 +71,9 @@ def encode_inputs(tokenizer: Any, raw: Any, param: str) -> list[list[int]]:
         prompts = list(raw)
     if not prompts:
         raise InvalidParameterError(param, "is empty")
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            check_prompt_chars(tokenizer, context_length, p, param if len(prompts) == 1 else f"{param}[{i}]")
     out = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
     for i, ids in enumerate(out):
         if not ids:
@@ -95,7 +99,7 @@ def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
     return d
 
 
-async def render_chat(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
+async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_length: int) -> list[int]:
     """The chat template's prompt as token ids (its text already carries BOS and markers)."""
     messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
@@ -104,6 +108,7 @@ async def render_chat(tokenizer: Any, body: ChatCompletionRequest) -> list[int]:
         text = tokenizer.apply_chat_template(
             messages, add_generation_prompt=body.add_generation_prompt, tools=tools
         )
+        check_prompt_chars(tokenizer, context_length, text, "messages")
         return tokenizer.encode(text, add_special_tokens=False)
 
     # Rendering runs untrusted template code with a time budget: keep it off the event loop.

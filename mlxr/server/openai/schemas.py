@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, Strict
+
+from mlxr.server.text_fields import CheckedText
 
 from mlxr.types import MAX_LOGPROBS, MAX_TOKENS_LIMIT
 
@@ -19,7 +21,7 @@ TokenIds = Annotated[list[TokenId], Field(min_length=1, max_length=1 << 20)]
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
 
 
-class _Body(BaseModel):
+class _Body(CheckedText):
     # Unknown fields are ignored (clients send extras); NaN/Infinity are refused.
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
@@ -106,7 +108,7 @@ Prompt = (
 class CompletionRequest(SamplingFields):
     prompt: Prompt
     max_tokens: MaxTokens | None = 16
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    logprobs: Annotated[int, Strict()] | None = Field(None, ge=0, le=MAX_LOGPROBS)  # false is not 0
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1, le=MAX_N)
