@@ -18,6 +18,7 @@ import numpy as np
 from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.gguf import GGUFFile
+from mlxr.formats.limits import check_layer_count, check_layers_present, check_sizes
 
 ARCHITECTURES = ("llama", "qwen2", "gemma3")
 _GEMMA3_SWA_PATTERN = 6
@@ -46,11 +47,11 @@ def args_from_gguf(
     if heads % kv_heads:
         raise ModelFormatError(f"GGUF head_count {heads} is not a multiple of head_count_kv {kv_heads}")
     head_dim = m.pos_int("attention.key_length", m.pos_int("rope.dimension_count", hidden // heads))
-    layers = m.pos_int("block_count")
+    layers = check_layer_count(m.pos_int("block_count"), f"GGUF {arch}.block_count")
     theta = m.pos_float("rope.freq_base", 1_000_000.0 if arch == "gemma3" else 10000.0)
     gemma = arch == "gemma3"
     window, sliding = _sliding(m, layers) if gemma else (None, ())
-    return ModelArgs(
+    return check_sizes(ModelArgs(
         model_type=arch,
         vocab_size=_vocab_size(m, vocab_size),
         hidden_size=hidden,
@@ -75,7 +76,7 @@ def args_from_gguf(
         bos_token_id=_token_id(metadata, "tokenizer.ggml.bos_token_id"),
         eos_token_ids=_eos_ids(metadata),
         extra={"gguf_architecture": arch},
-    )
+    ), "GGUF")
 
 
 class _Meta:
@@ -234,4 +235,5 @@ def args_from_gguf_file(f: GGUFFile) -> ModelArgs:
                           vocab_size=vocab, rope_freqs=rope_freqs)
     if not args.attention_bias and "blk.0.attn_q.bias" in f:  # a llama with q/k/v biases
         args = replace(args, attention_bias=True)
+    check_layers_present(args.num_hidden_layers, f.tensor_names, "blk.", "the GGUF file")
     return args

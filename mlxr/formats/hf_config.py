@@ -9,6 +9,7 @@ from typing import Any
 
 from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.formats.limits import check_layer_count, check_sizes
 
 # config.json model_type -> canonical family
 MODEL_TYPES = {
@@ -71,12 +72,12 @@ def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
     if heads % kv_heads:
         raise ModelFormatError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
     head_dim = _pos_int(cfg, "head_dim", hidden // heads if hidden % heads == 0 else None)
-    layers = _pos_int(cfg, "num_hidden_layers")
+    layers = check_layer_count(_pos_int(cfg, "num_hidden_layers"), "config.json num_hidden_layers")
     if cfg.get("mlp_bias"):
         raise UnsupportedModelError("mlp_bias=true is not supported")
     theta, scaling, local_theta = _rope(cfg, family)
     sliding_window, sliding_layers = _sliding(cfg, family, model_type, layers)
-    return ModelArgs(
+    return check_sizes(ModelArgs(
         model_type=family,
         vocab_size=_pos_int(cfg, "vocab_size"),
         hidden_size=hidden,
@@ -102,7 +103,7 @@ def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
         bos_token_id=_opt_token(cfg, "bos_token_id"),
         eos_token_ids=_eos_ids(cfg),
         extra={"hf_model_type": model_type},
-    )
+    ), "config.json")
 
 
 def _rope(cfg: dict, family: str) -> tuple[float, RopeScaling | None, float | None]:

@@ -44,6 +44,14 @@ def shard_files(model_dir: str | os.PathLike[str]) -> list[Path]:
     raise ModelFormatError(f"{root} has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
+def tensor_names(model_dir: str | os.PathLike[str]) -> list[str]:
+    """Every tensor name of the checkpoint, from the headers alone (no tensor data read)."""
+    try:
+        return [name for path in shard_files(model_dir) for name in _header_offsets(path)]
+    except OSError as e:
+        raise ModelFormatError(f"cannot read the checkpoint of {model_dir}: {e.strerror}") from None
+
+
 def iter_safetensors(model_dir: str | os.PathLike[str]) -> Iterator[RawTensor]:
     """Yield every tensor of the directory's checkpoint, one at a time."""
     root = Path(model_dir)
@@ -143,6 +151,8 @@ def _header_offsets(path: Path) -> dict[str, tuple[int, int]]:
             header = json.loads(fh.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ModelFormatError(f"{path.name}: header is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ModelFormatError(f"{path.name}: header JSON is nested too deeply") from None
     if not isinstance(header, dict):
         raise ModelFormatError(f"{path.name}: header is not a JSON object")
     offsets: dict[str, tuple[int, int]] = {}

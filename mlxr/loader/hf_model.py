@@ -8,8 +8,9 @@ import torch
 
 from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import args_from_hf_config
-from mlxr.formats.json_file import read_json_object
-from mlxr.formats.safetensors_dir import iter_safetensors
+from mlxr.formats.json_file import check_text_file, read_json_object
+from mlxr.formats.limits import check_layers_present
+from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
 from mlxr.loader.tokenizer import Tokenizer
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
@@ -27,6 +28,9 @@ def read_config(model_dir: Path) -> dict:
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
     args = args_from_hf_config(read_config(model_dir))
+    names = [n for n in map(hf_name, tensor_names(model_dir)) if n is not None]
+    check_layers_present(args.num_hidden_layers, names, "model.layers.", "the checkpoint")
+    check_text_file(model_dir / "chat_template.jinja")  # the tokenizer reads it whole
     tokenizer = Tokenizer.from_hf_dir(model_dir)
     return args, _weights(model_dir), tokenizer
 

@@ -57,9 +57,11 @@ def read_model(record: Any) -> tuple[ModelArgs, str | None]:
             template = f.metadata.get("tokenizer.chat_template")
             return args_from_gguf_file(f), template if isinstance(template, str) else None
     from mlxr.formats.hf_config import args_from_hf_config
+    from mlxr.formats.json_file import check_text_file
     from mlxr.loader.hf_model import read_config
     from mlxr.loader.tokenizer import Tokenizer
 
+    check_text_file(path / "chat_template.jinja")
     return args_from_hf_config(read_config(path)), Tokenizer.from_hf_dir(path).chat_template
 
 
