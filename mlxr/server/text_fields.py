@@ -8,6 +8,9 @@ from typing import Any
 from pydantic import BaseModel, field_validator, model_validator
 
 
+_SCALARS = {int, float, bool, type(None)}
+
+
 def lone_surrogate_in(value: Any) -> bool:
     """True when a string anywhere in value (nested lists, dicts and their keys) has one."""
     if isinstance(value, str):
@@ -19,7 +22,9 @@ def lone_surrogate_in(value: Any) -> bool:
             return True
         return False
     if isinstance(value, (list, tuple)):
-        return any(lone_surrogate_in(v) for v in value)
+        if set(map(type, value)) <= _SCALARS:  # token-id lists: a C-speed pass, not a call per item
+            return False
+        return any(lone_surrogate_in(v) for v in value if type(v) not in _SCALARS)
     if isinstance(value, dict):
         return any(lone_surrogate_in(k) or lone_surrogate_in(v) for k, v in value.items())
     return False
