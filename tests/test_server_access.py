@@ -3,6 +3,7 @@ key: a foreign Host or Origin is a 403 on every route, and only JSON bodies are 
 browser page elsewhere can neither read nor change anything."""
 from __future__ import annotations
 
+import socket
 from urllib.parse import urlparse
 
 import httpx
@@ -48,7 +49,7 @@ def tags(client) -> list[str]:
 @pytest.mark.parametrize("method,path", ROUTES)
 def test_foreign_host_is_403_everywhere(base_url, method, path):
     for host in ("evil.example", f"evil.example:{port(base_url)}", "localhost.evil.example",
-                 "127.0.0.1.nip.io", "localhost/health", "localhost:1@evil.example"):
+                 "127.0.0.1.nip.io", "localhost/health", "localhost:1@evil.example", "8.8.8.8"):
         r = httpx.request(method, base_url + path, headers={"Host": host}, json={"model": "x"})
         assert r.status_code == 403, (host, r.text)
         assert "Host" in r.text
@@ -64,7 +65,10 @@ def test_foreign_origin_is_403_everywhere(base_url, method, path):
 
 def test_loopback_and_configured_hosts_pass(base_url):
     p = port(base_url)
-    for host in (f"localhost:{p}", "localhost", f"127.0.0.1:{p}", f"[::1]:{p}", "127.0.0.5",
+    # IP literals of local networks cannot come from a rebinding page (it needs a DNS name),
+    # and `mlxr ps` with MLXR_HOST=0.0.0.0 sends one.
+    for host in (f"localhost:{p}", "localhost", f"127.0.0.1:{p}", f"[::1]:{p}", "127.0.0.5", f"0.0.0.0:{p}",
+                 "192.168.1.7", f"[fe80::1]:{p}", "app.localhost", socket.gethostname(),
                  CONFIGURED_HOST, f"{CONFIGURED_HOST.upper()}:{p}"):
         assert httpx.get(base_url + "/api/tags", headers={"Host": host}).status_code == 200, host
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -27,6 +28,22 @@ def is_loopback_address(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _is_local_ip(name: str) -> bool:
+    """An IP literal of this machine or its networks. A rebinding page needs a DNS name it
+    controls, so a Host that is an address (not a name) cannot come from one."""
+    try:
+        address = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_unspecified or address.is_link_local
+
+
+def _is_local_name(name: str) -> bool:
+    # *.localhost resolves to loopback in browsers (RFC 6761); the machine's own name is not
+    # a name a page elsewhere can point at us.
+    return name.endswith(".localhost") or name == socket.gethostname().lower()
 
 
 def host_name(header: str) -> str | None:
@@ -67,7 +84,9 @@ class AccessPolicy:
         if "*" in self.hosts:
             return True
         name = host_name(header)
-        return name is not None and (name in LOOPBACK_NAMES or name in self.hosts or is_loopback_address(name))
+        if name is None:
+            return False
+        return name in LOOPBACK_NAMES or name in self.hosts or _is_local_ip(name) or _is_local_name(name)
 
     def origin_allowed(self, origin: str | None, host_header: str | None) -> bool:
         if origin is None:  # not a browser, or a same-origin GET
