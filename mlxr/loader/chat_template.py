@@ -40,6 +40,7 @@ from mlxr.loader.template_limits import (
     new_budget,
 )
 
+
 class _LimitedCodeGenerator(CodeGenerator):
     """Routes `a ~ b` through the environment so concatenation is size-checked."""
 
