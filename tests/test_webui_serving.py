@@ -1,0 +1,67 @@
+"""The web UI's serving side against a real `mlxr serve`: / for browsers and API clients,
+/ui/ with its CSP, offline /docs, the read-only config and the SSE log tail."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from server_harness import tiny_llama_server
+
+KEY = "webui-serving-key"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with tiny_llama_server(tmp_path_factory.mktemp("webui-serving"), api_key=KEY) as url:
+        yield url
+
+
+def authed() -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEY}"}
+
+
+def test_root_redirects_browsers_and_keeps_ollama_text_for_api_clients(server):
+    browser = httpx.get(server + "/", headers={"Accept": "text/html,application/xhtml+xml"}, follow_redirects=False)
+    assert browser.status_code == 307 and browser.headers["location"] == "/ui/"
+    api = httpx.get(server + "/", headers=authed())
+    assert api.status_code == 200 and api.text == "Ollama is running"
+    assert httpx.head(server + "/").status_code == 200
+
+
+def test_ui_is_served_without_a_key_with_a_strict_csp(server):
+    page = httpx.get(server + "/ui/")
+    assert page.status_code == 200 and '<div id="root">' in page.text
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
+    script = page.text.split('src="')[1].split('"')[0]
+    assert script.startswith("/ui/assets/") and httpx.get(server + script).status_code == 200
+    # The page loads without a key; the API behind it does not.
+    assert httpx.get(server + "/api/tags").status_code == 401
+
+
+def test_docs_load_their_assets_from_this_server(server):
+    docs = httpx.get(server + "/docs", headers=authed())
+    assert docs.status_code == 200
+    assert "cdn" not in docs.text.lower() and "/docs-assets/swagger-ui-bundle.js" in docs.text
+    bundle = httpx.get(server + "/docs-assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 100_000
+
+
+def test_config_is_read_only_and_hides_the_key(server):
+    config = httpx.get(server + "/admin/config", headers=authed()).json()
+    assert config["api_key_required"] is True and "api_keys" not in config
+    assert KEY not in json.dumps(config)
+
+
+def test_log_stream_sends_backlog_then_live_lines(server):
+    with httpx.stream("GET", server + "/admin/logs/stream?backlog=50", headers=authed(), timeout=30) as res:
+        assert res.status_code == 200 and res.headers["content-type"].startswith("text/event-stream")
+        lines = res.iter_lines()
+        first = json.loads(next(line for line in lines if line.startswith("data: "))[6:])
+        assert {"ts", "level", "logger", "msg"} <= set(first)
+        httpx.post(server + "/api/embed", headers=authed(), json={"model": "model-f32", "input": "hello"})
+        for line in lines:
+            if line.startswith("data: ") and json.loads(line[6:]).get("route") == "/api/embed":
+                break
+    assert httpx.get(server + "/admin/logs/stream", headers={}).status_code == 401

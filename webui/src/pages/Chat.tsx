@@ -1,0 +1,170 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { streamChat, type Partial } from "../chatStream";
+import { ConversationList, MessageView, SamplingPanel } from "../components/ChatParts";
+import { Markdown } from "../components/Markdown";
+import { ModelPicker } from "../components/ModelPicker";
+import type { ModelState } from "../hooks";
+import {
+  loadConversations, loadSampling, newConversation, samplingOptions, saveConversations, saveSampling,
+  type Conversation, type Msg,
+} from "../store";
+
+const MODEL_STORE = "mlxr.model";
+const MAX_ATTACHMENT = 200_000;
+
+interface Attachment { name: string; text: string }
+
+function withAttachments(text: string, files: Attachment[]): string {
+  return [text, ...files.map((f) => `File: ${f.name}\n\`\`\`\n${f.text}\n\`\`\``)].filter(Boolean).join("\n\n");
+}
+
+export function Chat({ models }: { models: ModelState }) {
+  const [convs, setConvs] = useState<Conversation[]>(loadConversations);
+  const [currentId, setCurrentId] = useState<string>(() => convs[0]?.id ?? "");
+  const [sampling, setSampling] = useState(loadSampling);
+  const [input, setInput] = useState("");
+  const [files, setFiles] = useState<Attachment[]>([]);
+  const [live, setLive] = useState<Partial | null>(null);
+  const abort = useRef<AbortController | null>(null);
+  const defaultModel = localStorage.getItem(MODEL_STORE) ?? "";
+  const current = convs.find((c) => c.id === currentId);
+  const model = current?.model || defaultModel || models.models[0]?.name || "";
+
+  // Saving 500 conversations on every keystroke would stall typing: save after a pause.
+  useEffect(() => {
+    const t = setTimeout(() => saveConversations(convs), 400);
+    return () => clearTimeout(t);
+  }, [convs]);
+  useEffect(() => saveSampling(sampling), [sampling]);
+
+  const update = useCallback((id: string, f: (c: Conversation) => Conversation) => {
+    setConvs((cs) => cs.map((c) => (c.id === id ? { ...f(c), updated: Date.now() } : c)));
+  }, []);
+
+  const ensureConversation = (): Conversation => {
+    if (current) return current;
+    const c = newConversation(model);
+    setConvs((cs) => [c, ...cs]);
+    setCurrentId(c.id);
+    return c;
+  };
+
+  const run = async (conv: Conversation, history: Msg[]) => {
+    const controller = new AbortController();
+    abort.current = controller;
+    const system: Msg[] = conv.system.trim() ? [{ role: "system", content: conv.system }] : [];
+    update(conv.id, (c) => ({ ...c, messages: history }));
+    setLive({ content: "", thinking: "", toolCalls: [] });
+    let reply: Msg = { role: "assistant", content: "" };
+    let last: Partial = { content: "", thinking: "", toolCalls: [] };
+    try {
+      const stats = await streamChat(conv.model || model, [...system, ...history], samplingOptions(sampling),
+        controller.signal, (p) => { last = p; setLive(p); });
+      reply = { role: "assistant", content: last.content, thinking: last.thinking || undefined, toolCalls: last.toolCalls, stats };
+    } catch (e) {
+      const stopped = controller.signal.aborted;
+      reply = { role: "assistant", content: last.content, thinking: last.thinking || undefined, stopped,
+        error: stopped ? undefined : String((e as Error).message ?? e) };
+    } finally {
+      abort.current = null;
+      setLive(null);
+      update(conv.id, (c) => ({ ...c, messages: [...history, reply] }));
+      models.refresh();
+    }
+  };
+
+  const send = () => {
+    const text = withAttachments(input.trim(), files);
+    if (!text || live) return;
+    const conv = { ...ensureConversation(), model };
+    const history: Msg[] = [...conv.messages, { role: "user", content: text }];
+    if (conv.messages.length === 0) update(conv.id, (c) => ({ ...c, title: input.trim().slice(0, 60) || files[0]?.name || "Chat", model }));
+    setInput("");
+    setFiles([]);
+    run(conv, history);
+  };
+
+  const stop = () => abort.current?.abort();
+  const regenerate = () => {
+    if (!current) return;
+    const msgs = current.messages;
+    run(current, msgs[msgs.length - 1]?.role === "assistant" ? msgs.slice(0, -1) : msgs);
+  };
+  const edit = (index: number, text: string) => {
+    if (!current) return;
+    run(current, [...current.messages.slice(0, index), { role: "user", content: text }]);
+  };
+  const pickModel = (m: string) => {
+    localStorage.setItem(MODEL_STORE, m);
+    if (current) update(current.id, (c) => ({ ...c, model: m }));
+    else setConvs((cs) => [...cs]);
+  };
+  const addFiles = async (list: FileList | null) => {
+    const read = await Promise.all([...(list ?? [])].map(async (f) => ({ name: f.name, text: (await f.text()).slice(0, MAX_ATTACHMENT) })));
+    setFiles((fs) => [...fs, ...read]);
+  };
+  const onKey = (e: React.KeyboardEvent) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); }
+    if (e.key === "Escape") stop();
+  };
+
+  useEffect(() => {
+    const onNew = () => { const c = newConversation(model); setConvs((cs) => [c, ...cs]); setCurrentId(c.id); };
+    const onStop = () => abort.current?.abort();
+    window.addEventListener("mlxr-new-chat", onNew);
+    window.addEventListener("mlxr-stop", onStop);
+    return () => { window.removeEventListener("mlxr-new-chat", onNew); window.removeEventListener("mlxr-stop", onStop); };
+  }, [model]);
+
+  const sorted = useMemo(() => [...convs].sort((a, b) => b.updated - a.updated), [convs]);
+  const messages = current?.messages ?? [];
+  return (
+    <div className="chat">
+      <ConversationList conversations={sorted} current={currentId} onSelect={setCurrentId}
+        onNew={() => window.dispatchEvent(new Event("mlxr-new-chat"))}
+        onDelete={(id) => setConvs((cs) => cs.filter((c) => c.id !== id))} />
+      <section className="thread">
+        <header className="toolbar">
+          <ModelPicker state={models} value={model} onChange={pickModel} />
+          <span className="muted">{current?.title ?? "New chat"}</span>
+        </header>
+        <div className="messages" data-testid="messages">
+          {messages.map((m, i) => (
+            <MessageView key={`${currentId}-${i}`} m={m} index={i} last={i === messages.length - 1}
+              busy={!!live} onEdit={edit} onRegenerate={regenerate} />
+          ))}
+          {live && (
+            <div className="msg assistant streaming" data-testid="msg-streaming">
+              <div className="role">assistant</div>
+              {live.thinking && <pre className="thinking">{live.thinking}</pre>}
+              <Markdown text={live.content} />
+              <span className="cursor">▍</span>
+            </div>
+          )}
+        </div>
+        <div className="composer">
+          {files.length > 0 && (
+            <div className="files">
+              {files.map((f, i) => (
+                <span key={i} className="chip">{f.name}
+                  <button className="icon" onClick={() => setFiles((fs) => fs.filter((_, j) => j !== i))}>×</button>
+                </span>
+              ))}
+            </div>
+          )}
+          <textarea data-testid="chat-input" placeholder="Message (Enter to send, Shift+Enter for a new line)"
+            value={input} onChange={(e) => setInput(e.target.value)} onKeyDown={onKey} rows={3} />
+          <div className="row">
+            <label className="button">Attach text file
+              <input type="file" hidden multiple accept="text/*,.md,.py,.json,.txt,.csv,.ts,.js" onChange={(e) => addFiles(e.target.files)} />
+            </label>
+            {live ? <button className="danger" onClick={stop} data-testid="stop">Stop</button>
+              : <button className="primary" onClick={send} disabled={!model} data-testid="send">Send</button>}
+          </div>
+        </div>
+      </section>
+      <SamplingPanel s={sampling} onChange={setSampling} system={current?.system ?? ""}
+        onSystem={(v) => { const c = ensureConversation(); update(c.id, (x) => ({ ...x, system: v })); }} />
+    </div>
+  );
+}
