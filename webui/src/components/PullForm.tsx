@@ -10,16 +10,21 @@ export function PullForm({ onDone }: { onDone: () => void }) {
   const [name, setName] = useState("");
   const [step, setStep] = useState<Step | null>(null);
   const [busy, setBusy] = useState(false);
+  const [steps, setSteps] = useState(0);
   const run = async (e: React.FormEvent) => {
     e.preventDefault();
     if (!source.trim()) return;
     setBusy(true);
     setStep({ status: "starting" });
+    setSteps(0);
     try {
       const res = name.trim()
         ? await request("POST", "/api/create", { model: name.trim(), from: source.trim(), stream: true })
         : await request("POST", "/api/pull", { model: source.trim(), stream: true });
-      for await (const s of ndjson<Step>(res)) setStep(s);
+      for await (const s of ndjson<Step>(res)) {
+        setStep(s);
+        setSteps((n) => n + 1);
+      }
     } catch (err) {
       setStep({ error: String((err as Error).message ?? err) });
     } finally {
@@ -36,7 +41,7 @@ export function PullForm({ onDone }: { onDone: () => void }) {
         value={name} onChange={(e) => setName(e.target.value)} />
       <button className="primary" disabled={busy} data-testid="pull-submit">{name.trim() ? "Import" : "Pull"}</button>
       {step && (
-        <div className="progress" data-testid="pull-progress">
+        <div className="progress" data-testid="pull-progress" data-steps={steps}>
           {step.error ? <span className="err">{step.error}</span> : <span>{step.status}</span>}
           {pct !== null && <progress max={100} value={pct} />}
           {pct !== null && <span>{pct}%</span>}

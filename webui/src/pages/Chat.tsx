@@ -30,11 +30,19 @@ export function Chat({ models }: { models: ModelState }) {
   const current = convs.find((c) => c.id === currentId);
   const model = current?.model || defaultModel || models.models[0]?.name || "";
 
-  // Saving 500 conversations on every keystroke would stall typing: save after a pause.
+  // Saving 500 conversations on every keystroke would stall typing: save after a pause,
+  // and at once when the page goes away or the chat page closes.
+  const latest = useRef(convs);
+  latest.current = convs;
   useEffect(() => {
     const t = setTimeout(() => saveConversations(convs), 400);
     return () => clearTimeout(t);
   }, [convs]);
+  useEffect(() => {
+    const flush = () => saveConversations(latest.current);
+    window.addEventListener("pagehide", flush);
+    return () => { window.removeEventListener("pagehide", flush); flush(); };
+  }, []);
   useEffect(() => saveSampling(sampling), [sampling]);
 
   const update = useCallback((id: string, f: (c: Conversation) => Conversation) => {
