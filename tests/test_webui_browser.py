@@ -193,7 +193,7 @@ def test_a_log_line_appears_in_the_logs_page_and_filters_work(ui, server, shots)
     expect(embed_line).to_have_count(0)
 
 
-def test_playgrounds_show_token_logprobs_and_a_cosine_matrix(ui, shots):
+def test_playgrounds_show_token_logprobs_a_cosine_matrix_and_tokens(ui, shots):
     ui.goto(ui.url.split("#")[0] + "#/playground")
     ui.get_by_test_id("embed-run").click()
     matrix = ui.get_by_test_id("cosine-matrix")
@@ -205,7 +205,12 @@ def test_playgrounds_show_token_logprobs_and_a_cosine_matrix(ui, shots):
     tokens = ui.get_by_test_id("completion-tokens").locator(".tok")
     expect(tokens.first).to_be_visible(timeout=30_000)
     assert "p=" in tokens.first.get_attribute("title")
-    ui.screenshot(path=shots / "playground.png")
+    ui.get_by_test_id("tokenize-input").fill("Hello tokenizer")
+    ui.get_by_test_id("tokenize-run").click()
+    pieces = ui.get_by_test_id("tokenize-tokens").locator(".tok:not(.special)")
+    expect(pieces.first).to_be_visible(timeout=30_000)
+    assert "".join(pieces.all_inner_texts()) == "Hello tokenizer"
+    ui.screenshot(path=shots / "playground.png", full_page=True)
 
 
 MARKUP = ('<script>window.__xss = 1</script><img src="x" onerror="window.__xss = 2">'

@@ -65,3 +65,17 @@ def test_log_stream_sends_backlog_then_live_lines(server):
             if line.startswith("data: ") and json.loads(line[6:]).get("route") == "/api/embed":
                 break
     assert httpx.get(server + "/admin/logs/stream", headers={}).status_code == 401
+
+
+def test_tokenize_gives_each_token_with_its_text(server):
+    text = "Hello tokenizer world!"
+    res = httpx.post(server + "/admin/tokenize", headers=authed(), json={"model": "model-f32", "text": text})
+    assert res.status_code == 200, res.text
+    body = res.json()
+    assert body["count"] == len(body["tokens"]) > 1
+    assert body["tokens"][0]["special"] is True  # the model's BOS
+    assert "".join(t["text"] for t in body["tokens"] if not t["special"]) == text
+    bad = httpx.post(server + "/admin/tokenize", headers=authed(), json={"model": "model-f32", "text": "x" * 100_001})
+    assert bad.status_code == 400
+    missing = httpx.post(server + "/admin/tokenize", headers=authed(), json={"model": "nope", "text": "x"})
+    assert missing.status_code == 404

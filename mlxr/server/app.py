@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
 from mlxr.errors import MLXRError
-from mlxr.server import admin, log_tail, openai, webui
+from mlxr.server import admin, log_tail, openai, tokenize_route, webui
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.logs import ThroughputLogger
 from mlxr.server.metrics import ServerMetrics
@@ -130,6 +130,7 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
     app.include_router(openai.router)
     app.include_router(admin.router)
     app.include_router(log_tail.router)
+    app.include_router(tokenize_route.router)
     ollama = _ollama_router()
     if ollama is not None:
         app.include_router(ollama)

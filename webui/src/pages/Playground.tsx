@@ -89,6 +89,36 @@ function Embeddings({ model }: { model: string }) {
   );
 }
 
+interface Token { id: number; text: string; special: boolean }
+
+function Tokenizer({ model }: { model: string }) {
+  const [text, setText] = useState("Hello, tokenizer! 12345 naïve café");
+  const [tokens, setTokens] = useState<Token[] | null>(null);
+  const [error, setError] = useState("");
+  const run = async () => {
+    setError("");
+    try {
+      setTokens((await postJSON<{ tokens: Token[] }>("/admin/tokenize", { model, text })).tokens);
+    } catch (e) { setError(String((e as Error).message ?? e)); }
+  };
+  return (
+    <section className="panel">
+      <h3>Tokenizer</h3>
+      <textarea rows={2} value={text} onChange={(e) => setText(e.target.value)} data-testid="tokenize-input" />
+      <button className="primary" onClick={run} disabled={!model} data-testid="tokenize-run">Tokenize</button>
+      {error && <p className="err">{error}</p>}
+      {tokens && (
+        <div className="tokens" data-testid="tokenize-tokens">
+          <div className="muted">{tokens.length} tokens</div>
+          {tokens.map((t, i) => (
+            <span key={i} className={`tok ${t.special ? "special" : `p${i % 5}`}`} title={`id ${t.id}`}>{t.text}</span>
+          ))}
+        </div>
+      )}
+    </section>
+  );
+}
+
 export function Playground({ models }: { models: ModelState }) {
   const [model, setModel] = useState(localStorage.getItem("mlxr.model") ?? "");
   const chosen = model || models.models[0]?.name || "";
@@ -97,7 +127,7 @@ export function Playground({ models }: { models: ModelState }) {
       <header className="toolbar"><h2>Playgrounds</h2><ModelPicker state={models} value={chosen} onChange={setModel} /></header>
       <Completion model={chosen} />
       <Embeddings model={chosen} />
-      <p className="muted">Tokenizer view: the server has no tokenize endpoint yet; the completion view above shows the output's tokens.</p>
+      <Tokenizer model={chosen} />
     </div>
   );
 }
