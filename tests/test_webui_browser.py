@@ -56,8 +56,12 @@ def shots(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
-def open_page(browser, url: str, storage: dict[str, object] | None = None, allowed: tuple[str, ...] = ()):
+def open_page(browser, url: str, storage: dict[str, object] | None = None):
+    """A fresh profile whose every request to another origin fails and is reported as a
+    console error: the UI and /docs must work offline."""
     context = browser.new_context(viewport={"width": 1280, "height": 760})
+    origin = "/".join(url.split("/")[:3])
+    context.route(lambda u: not u.startswith(origin) and not u.startswith("data:"), lambda route: route.abort())
     if storage:
         items = {k: v if isinstance(v, str) else json.dumps(v) for k, v in storage.items()}
         context.add_init_script(f"""
@@ -77,6 +81,14 @@ def ui(browser, server):
     context, page, errors = open_page(browser, server + "/ui/#/chat",
                                       {"mlxr.model": "alpha:latest", "mlxr.sampling": SHORT_REPLY})
     yield page
+    context.close()
+    assert errors.unexpected() == []
+
+
+def test_docs_render_offline(browser, server):
+    context, page, errors = open_page(browser, server + "/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("MLXR", timeout=15_000)
+    expect(page.locator(".opblock-summary-path").filter(has_text="/api/chat").first).to_be_visible()
     context.close()
     assert errors.unexpected() == []
 
@@ -210,7 +222,8 @@ def test_playgrounds_show_token_logprobs_a_cosine_matrix_and_tokens(ui, shots):
     pieces = ui.get_by_test_id("tokenize-tokens").locator(".tok:not(.special)")
     expect(pieces.first).to_be_visible(timeout=30_000)
     assert "".join(pieces.all_inner_texts()) == "Hello tokenizer"
-    ui.screenshot(path=shots / "playground.png", full_page=True)
+    ui.set_viewport_size({"width": 1280, "height": 1000})
+    ui.screenshot(path=shots / "playground.png")
 
 
 MARKUP = ('<script>window.__xss = 1</script><img src="x" onerror="window.__xss = 2">'
