@@ -116,11 +116,23 @@ def test_chat_streams_a_reply_with_ttft_and_tokens_per_second(ui, shots):
     expect(reply.get_by_test_id("reply-stats")).to_contain_text("TTFT")
     assert len(reply.locator(".markdown").inner_text().strip()) > 0
     expect(ui.get_by_test_id("conversation-list").locator("li")).to_have_count(1)
+    with ui.expect_request("**/api/chat") as regenerated:
+        ui.get_by_test_id("regenerate").click()
+    assert [m["role"] for m in regenerated.value.post_data_json["messages"]] == ["user"]
+    expect(reply.get_by_test_id("reply-stats")).to_contain_text("tok/s", timeout=30_000)
+    expect(ui.get_by_test_id("msg-assistant")).to_have_count(1)
+    ui.get_by_test_id("msg-user").get_by_role("button", name="edit").click()
+    ui.get_by_test_id("msg-user").locator("textarea").fill("Hello again, who are you?")
+    with ui.expect_request("**/api/chat") as edited:
+        ui.get_by_role("button", name="Save & send").click()
+    assert edited.value.post_data_json["messages"] == [{"role": "user", "content": "Hello again, who are you?"}]
+    expect(ui.get_by_test_id("msg-assistant").last.get_by_test_id("reply-stats")).to_contain_text("tok/s", timeout=30_000)
+    expect(ui.get_by_test_id("msg-assistant")).to_have_count(1)
     ui.get_by_test_id("system-prompt").fill("You are terse.")
     ui.screenshot(path=shots / "chat.png")
     # The conversation survives a reload: it lives in localStorage.
     ui.reload()
-    expect(ui.get_by_test_id("msg-user")).to_contain_text("Hello, who are you?")
+    expect(ui.get_by_test_id("msg-user")).to_contain_text("Hello again, who are you?")
 
 
 def test_stop_ends_a_stream_that_is_still_arriving(browser, server):
@@ -227,7 +239,7 @@ def test_playgrounds_show_token_logprobs_a_cosine_matrix_and_tokens(ui, shots):
 
 
 MARKUP = ('<script>window.__xss = 1</script><img src="x" onerror="window.__xss = 2">'
-          '<b>not bold</b>\n\nand **bold**')
+          '<b>not bold</b>\n\nand **bold** and [a link](javascript:window.__xss=4)')
 
 
 def test_markup_in_a_reply_and_in_a_file_name_shows_as_text(ui):
@@ -249,6 +261,7 @@ def test_markup_in_a_reply_and_in_a_file_name_shows_as_text(ui):
     assert reply.locator("strong").inner_text() == "bold"  # markdown itself still renders
     messages = ui.get_by_test_id("messages")
     assert messages.locator("script, img, b, iframe").count() == 0
+    assert reply.locator("a").get_attribute("href") in (None, "")
     assert ui.evaluate("window.__xss") is None
 
 

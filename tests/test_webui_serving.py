@@ -79,3 +79,29 @@ def test_tokenize_gives_each_token_with_its_text(server):
     assert bad.status_code == 400
     missing = httpx.post(server + "/admin/tokenize", headers=authed(), json={"model": "nope", "text": "x"})
     assert missing.status_code == 404
+
+
+def test_log_tail_keeps_a_bounded_ring_and_drops_lines_for_a_stalled_reader():
+    import asyncio
+    import logging
+
+    from mlxr.server.log_tail import SUBSCRIBER_QUEUE, LogTail
+
+    async def run() -> tuple[int, int, str]:
+        tail = LogTail(ring_lines=50)
+        log = logging.getLogger("mlxr.test.tail")
+        log.addHandler(tail)
+        log.setLevel(logging.INFO)
+        queue = tail.subscribe()
+        try:
+            for i in range(SUBSCRIBER_QUEUE + 200):
+                log.info("line %d", i)
+            await asyncio.sleep(0.05)  # lines reach readers through the event loop
+        finally:
+            log.removeHandler(tail)
+            tail.unsubscribe(queue)
+        return len(tail.ring), queue.qsize(), json.loads(tail.ring[-1])["msg"]
+
+    ring, queued, last = asyncio.run(run())
+    assert ring == 50 and last == f"line {SUBSCRIBER_QUEUE + 199}"
+    assert queued == SUBSCRIBER_QUEUE

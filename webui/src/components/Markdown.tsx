@@ -4,19 +4,9 @@ import remarkGfm from "remark-gfm";
 import rehypeHighlight from "rehype-highlight";
 import "highlight.js/styles/github-dark.css";
 
-// Model output is untrusted: raw HTML in it is shown as the text it is, never parsed into
-// elements. react-markdown builds React elements (no innerHTML); this turns the `html` nodes
-// the markdown parser finds into plain text nodes before they reach the renderer.
-type MdNode = { type: string; children?: MdNode[] };
-function htmlAsText() {
-  return (tree: MdNode) => {
-    const walk = (node: MdNode) => {
-      if (node.type === "html") node.type = "text";
-      node.children?.forEach(walk);
-    };
-    walk(tree);
-  };
-}
+// Model output is untrusted. react-markdown builds React elements (never innerHTML), and
+// without rehype-raw it turns raw HTML found in the markdown into plain text: a reply holding
+// <script> shows those characters. Do not add rehype-raw here.
 
 // Links from a model open nowhere unexpected: only http(s) and mailto survive.
 function safeUrl(url: string): string {
@@ -43,7 +33,7 @@ export function Markdown({ text }: { text: string }) {
   return (
     <div className="markdown">
       <ReactMarkdown
-        remarkPlugins={[remarkGfm, htmlAsText]}
+        remarkPlugins={[remarkGfm]}
         rehypePlugins={[[rehypeHighlight, { detect: false, ignoreMissing: true }]]}
         urlTransform={safeUrl}
         components={{

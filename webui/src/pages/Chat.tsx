@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { streamChat, type Partial } from "../chatStream";
 import { ConversationList, MessageView, SamplingPanel } from "../components/ChatParts";
+import { Composer, withAttachments, type Attachment } from "../components/Composer";
 import { Markdown } from "../components/Markdown";
 import { ModelPicker } from "../components/ModelPicker";
 import type { ModelState } from "../hooks";
@@ -10,20 +11,10 @@ import {
 } from "../store";
 
 const MODEL_STORE = "mlxr.model";
-const MAX_ATTACHMENT = 200_000;
-
-interface Attachment { name: string; text: string }
-
-function withAttachments(text: string, files: Attachment[]): string {
-  return [text, ...files.map((f) => `File: ${f.name}\n\`\`\`\n${f.text}\n\`\`\``)].filter(Boolean).join("\n\n");
-}
-
 export function Chat({ models }: { models: ModelState }) {
   const [convs, setConvs] = useState<Conversation[]>(loadConversations);
   const [currentId, setCurrentId] = useState<string>(() => convs[0]?.id ?? "");
   const [sampling, setSampling] = useState(loadSampling);
-  const [input, setInput] = useState("");
-  const [files, setFiles] = useState<Attachment[]>([]);
   const [live, setLive] = useState<Partial | null>(null);
   const abort = useRef<AbortController | null>(null);
   const defaultModel = localStorage.getItem(MODEL_STORE) ?? "";
@@ -81,14 +72,12 @@ export function Chat({ models }: { models: ModelState }) {
     }
   };
 
-  const send = () => {
-    const text = withAttachments(input.trim(), files);
+  const send = (input: string, files: Attachment[]) => {
+    const text = withAttachments(input, files);
     if (!text || live) return;
     const conv = { ...ensureConversation(), model };
     const history: Msg[] = [...conv.messages, { role: "user", content: text }];
-    if (conv.messages.length === 0) update(conv.id, (c) => ({ ...c, title: input.trim().slice(0, 60) || files[0]?.name || "Chat", model }));
-    setInput("");
-    setFiles([]);
+    if (conv.messages.length === 0) update(conv.id, (c) => ({ ...c, title: input.slice(0, 60) || files[0]?.name || "Chat", model }));
     run(conv, history);
   };
 
@@ -107,15 +96,6 @@ export function Chat({ models }: { models: ModelState }) {
     if (current) update(current.id, (c) => ({ ...c, model: m }));
     else setConvs((cs) => [...cs]);
   };
-  const addFiles = async (list: FileList | null) => {
-    const read = await Promise.all([...(list ?? [])].map(async (f) => ({ name: f.name, text: (await f.text()).slice(0, MAX_ATTACHMENT) })));
-    setFiles((fs) => [...fs, ...read]);
-  };
-  const onKey = (e: React.KeyboardEvent) => {
-    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); }
-    if (e.key === "Escape") stop();
-  };
-
   useEffect(() => {
     const onNew = () => { const c = newConversation(model); setConvs((cs) => [c, ...cs]); setCurrentId(c.id); };
     const onStop = () => abort.current?.abort();
@@ -124,13 +104,19 @@ export function Chat({ models }: { models: ModelState }) {
     return () => { window.removeEventListener("mlxr-new-chat", onNew); window.removeEventListener("mlxr-stop", onStop); };
   }, [model]);
 
+  // Stable callbacks keep the memoised list and messages from re-rendering on every token.
+  const latestHandlers = useRef({ edit, regenerate });
+  latestHandlers.current = { edit, regenerate };
+  const onEdit = useCallback((i: number, text: string) => latestHandlers.current.edit(i, text), []);
+  const onRegenerate = useCallback(() => latestHandlers.current.regenerate(), []);
+  const onNew = useCallback(() => window.dispatchEvent(new Event("mlxr-new-chat")), []);
+  const onDelete = useCallback((id: string) => setConvs((cs) => cs.filter((c) => c.id !== id)), []);
   const sorted = useMemo(() => [...convs].sort((a, b) => b.updated - a.updated), [convs]);
   const messages = current?.messages ?? [];
   return (
     <div className="chat">
       <ConversationList conversations={sorted} current={currentId} onSelect={setCurrentId}
-        onNew={() => window.dispatchEvent(new Event("mlxr-new-chat"))}
-        onDelete={(id) => setConvs((cs) => cs.filter((c) => c.id !== id))} />
+        onNew={onNew} onDelete={onDelete} />
       <section className="thread">
         <header className="toolbar">
           <ModelPicker state={models} value={model} onChange={pickModel} />
@@ -139,7 +125,7 @@ export function Chat({ models }: { models: ModelState }) {
         <div className="messages" data-testid="messages">
           {messages.map((m, i) => (
             <MessageView key={`${currentId}-${i}`} m={m} index={i} last={i === messages.length - 1}
-              busy={!!live} onEdit={edit} onRegenerate={regenerate} />
+              busy={!!live} onEdit={onEdit} onRegenerate={onRegenerate} />
           ))}
           {live && (
             <div className="msg assistant streaming" data-testid="msg-streaming">
@@ -150,26 +136,7 @@ export function Chat({ models }: { models: ModelState }) {
             </div>
           )}
         </div>
-        <div className="composer">
-          {files.length > 0 && (
-            <div className="files">
-              {files.map((f, i) => (
-                <span key={i} className="chip">{f.name}
-                  <button className="icon" onClick={() => setFiles((fs) => fs.filter((_, j) => j !== i))}>×</button>
-                </span>
-              ))}
-            </div>
-          )}
-          <textarea data-testid="chat-input" placeholder="Message (Enter to send, Shift+Enter for a new line)"
-            value={input} onChange={(e) => setInput(e.target.value)} onKeyDown={onKey} rows={3} />
-          <div className="row">
-            <label className="button">Attach text file
-              <input type="file" hidden multiple accept="text/*,.md,.py,.json,.txt,.csv,.ts,.js" onChange={(e) => addFiles(e.target.files)} />
-            </label>
-            {live ? <button className="danger" onClick={stop} data-testid="stop">Stop</button>
-              : <button className="primary" onClick={send} disabled={!model} data-testid="send">Send</button>}
-          </div>
-        </div>
+        <Composer busy={!!live} canSend={!!model} onSend={send} onStop={stop} />
       </section>
       <SamplingPanel s={sampling} onChange={setSampling} system={current?.system ?? ""}
         onSystem={(v) => { const c = ensureConversation(); update(c.id, (x) => ({ ...x, system: v })); }} />
