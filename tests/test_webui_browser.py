@@ -172,7 +172,7 @@ def test_switching_models_sends_the_next_message_to_the_new_model(ui, server):
     expect(picker.locator("option[value='beta:latest']")).to_contain_text("loaded")
 
 
-def test_pull_a_local_file_with_progress_then_delete_it(ui, files, shots):
+def test_pull_a_local_file_with_progress_load_unload_copy_and_delete_it(ui, files, shots):
     ui.goto(ui.url.split("#")[0] + "#/models")
     ui.get_by_test_id("pull-source").fill(str(files["pullme"]))
     ui.get_by_test_id("pull-submit").click()
@@ -185,10 +185,20 @@ def test_pull_a_local_file_with_progress_then_delete_it(ui, files, shots):
     expect(ui.get_by_test_id("details-drawer")).to_contain_text("llama")
     ui.screenshot(path=shots / "models-details.png")
     ui.get_by_test_id("details-drawer").get_by_role("button", name="×").click()
+    row.get_by_role("button", name="Load").click()
+    expect(row).to_contain_text("loaded", timeout=30_000)
+    expect(ui.get_by_test_id("running-table")).to_contain_text("pullme:latest")
     ui.screenshot(path=shots / "models.png")
-    ui.on("dialog", lambda d: d.accept())
-    ui.get_by_test_id("delete-pullme:latest").click()
-    expect(row).to_have_count(0)
+    row.get_by_role("button", name="Unload").click()
+    expect(row).to_contain_text("on disk", timeout=30_000)
+    # Copy asks for the new name (a prompt), delete asks to confirm.
+    ui.on("dialog", lambda d: d.accept("pullcopy") if d.type == "prompt" else d.accept())
+    row.get_by_role("button", name="Copy").click()
+    copied = ui.locator("tr[data-model='pullcopy:latest']")
+    expect(copied).to_be_visible()
+    for name, locator in (("pullme:latest", row), ("pullcopy:latest", copied)):
+        ui.get_by_test_id(f"delete-{name}").click()
+        expect(locator).to_have_count(0)
 
 
 def test_metrics_page_moves_after_a_request(ui, server, shots):
