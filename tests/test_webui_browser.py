@@ -85,10 +85,12 @@ def ui(browser, server):
     assert errors.unexpected() == []
 
 
-def test_docs_render_offline(browser, server):
+def test_docs_and_redoc_render_offline(browser, server):
     context, page, errors = open_page(browser, server + "/docs")
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("MLXR", timeout=15_000)
     expect(page.locator(".opblock-summary-path").filter(has_text="/api/chat").first).to_be_visible()
+    page.goto(server + "/redoc")
+    expect(page.locator("h1").first).to_contain_text("MLXR", timeout=15_000)
     context.close()
     assert errors.unexpected() == []
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse, RedirectResponse
@@ -81,7 +81,8 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
 
 
 def add_docs(app: FastAPI) -> None:
-    """/docs from local assets: create the app with docs_url=None, then call this."""
+    """/docs and /redoc from local assets: create the app with docs_url=None and
+    redoc_url=None, then call this."""
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
@@ -89,3 +90,9 @@ def add_docs(app: FastAPI) -> None:
             openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} - API",
             swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js", swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png")
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} - API",
+                              redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_favicon_url=f"{DOCS_ASSETS}/favicon.png", with_google_fonts=False)
