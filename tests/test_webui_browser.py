@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +35,27 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, files) -> str:
+def bench_profile(tmp_path_factory, files):
+    """`mlxr bench --profile --json`, started at once and read by the metrics test."""
+    d = tmp_path_factory.mktemp("webui-bench")
+    out = d / "profile.json"
+    cmd = [sys.executable, "-m", "mlxr.cli", "bench", "--model", str(files["alpha"]), "--profile",
+           "--json", str(out), "--prompt-len", "8", "--gen-len", "4"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "MLXR_HOME": str(d)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait() -> Path:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+        return out
+
+    yield wait
+    if proc.poll() is None:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, files, bench_profile) -> str:
     home = tmp_path_factory.mktemp("webui-home")
     with running_server(home, "--model", str(files["alpha"]), "--model", str(files["beta"])) as url:
         yield url
@@ -203,7 +225,7 @@ def test_pull_a_local_file_with_progress_load_unload_copy_and_delete_it(ui, file
         expect(locator).to_have_count(0)
 
 
-def test_metrics_page_moves_after_a_request(ui, server, shots):
+def test_metrics_page_moves_after_a_request_and_shows_a_bench_profile(ui, server, shots, bench_profile):
     ui.goto(ui.url.split("#")[0] + "#/metrics")
     total = ui.get_by_test_id("total-generation")
     expect(total).not_to_have_text("")
@@ -211,7 +233,13 @@ def test_metrics_page_moves_after_a_request(ui, server, shots):
     httpx.post(server + "/api/generate", timeout=60,
                json={"model": "alpha", "prompt": "count", "stream": False, "options": {"num_predict": 8}})
     wait_for(lambda: int(total.inner_text()) > before, 10, "the generated-tokens total to move")
-    ui.wait_for_timeout(1200)
+    profile = bench_profile()
+    ui.get_by_test_id("profile-file").set_input_files(str(profile))
+    rows = ui.get_by_test_id("profile-table").locator("tbody tr")
+    ops = [r["op"] for r in json.loads(profile.read_text())["profile"]]
+    expect(rows).to_have_count(len(ops))
+    assert [rows.nth(i).locator("td").first.inner_text() for i in range(len(ops))] == ops
+    ui.set_viewport_size({"width": 1280, "height": 1150})
     ui.screenshot(path=shots / "metrics.png")
 
 

@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from "react";
 import { getText } from "../api";
 import { Chart } from "../components/Chart";
+import { ProfileTable } from "../components/ProfileTable";
 import { buckets, parseProm, quantile, total, type Sample } from "../prom";
 
 const EVERY_MS = 1000;
@@ -70,7 +71,7 @@ export function Metrics() {
         <Chart title="Latency (ms, since start)" labels={["TTFT p50", "TTFT p95", "ITL p50", "ITL p95"]}
           data={series(points, (p) => ms(p.ttft50), (p) => ms(p.ttft95), (p) => ms(p.itl50), (p) => ms(p.itl95))} />
       </div>
-      <p className="muted">Per-op kernel times come from <code>mlxr bench --profile</code>; the server does not expose them yet.</p>
+      <ProfileTable />
     </div>
   );
 }
