@@ -36,6 +36,10 @@ def test_ui_is_served_without_a_key_with_a_strict_csp(server):
     assert "script-src 'self'" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
     script = page.text.split('src="')[1].split('"')[0]
     assert script.startswith("/ui/assets/") and httpx.get(server + script).status_code == 200
+    for escape in ("/ui/..%2f..%2f__init__.py", "/ui/../webui/__init__.py", "/ui/%2e%2e/__init__.py",
+                   "/ui/no-such-file.js", "/docs-assets/no-such-file.js"):
+        assert httpx.get(server + escape).status_code in (401, 404), escape
+    assert httpx.post(server + "/ui/").status_code == 405
     # The page loads without a key; the API behind it does not.
     assert httpx.get(server + "/api/tags").status_code == 401
 

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,11 +57,20 @@ class WebUI:
         elif path == UI_PREFIX:
             await RedirectResponse(UI_PREFIX + "/", status_code=307)(scope, receive, send)
         elif path.startswith(UI_PREFIX + "/"):
-            await self.ui(_strip(scope, UI_PREFIX), receive, _with_headers(send, UI_HEADERS))
+            await _files(self.ui, _strip(scope, UI_PREFIX), receive, _with_headers(send, UI_HEADERS))
         elif path.startswith(DOCS_ASSETS + "/") and self.docs is not None:
-            await self.docs(_strip(scope, DOCS_ASSETS), receive, send)
+            await _files(self.docs, _strip(scope, DOCS_ASSETS), receive, send)
         else:
             await self.app(scope, receive, send)
+
+
+async def _files(files: StaticFiles, scope: Scope, receive: Receive, send: Send) -> None:
+    """StaticFiles raises its 404 and 405; out here no exception handler would turn them
+    into answers."""
+    try:
+        await files(scope, receive, send)
+    except HTTPException as e:
+        await PlainTextResponse(str(e.detail), status_code=e.status_code, headers=e.headers)(scope, receive, send)
 
 
 def _wants_html(scope: Scope) -> bool:
