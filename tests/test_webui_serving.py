@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 
 import httpx
 import pytest
-from server_harness import tiny_llama_server
+from conftest import fixture_model
+from server_harness import server_process, tiny_llama_server
 
 KEY = "webui-serving-key"
 
@@ -112,3 +116,25 @@ def test_log_tail_keeps_a_bounded_ring_and_drops_lines_for_a_stalled_reader():
     ring, queued, last = asyncio.run(run())
     assert ring == 50 and last == f"line {SUBSCRIBER_QUEUE + 199}"
     assert queued == SUBSCRIBER_QUEUE
+
+
+def test_an_open_log_stream_does_not_hold_up_shutdown(tmp_path):
+    gguf = str(fixture_model("tiny-llama").gguf_path)
+    with server_process(tmp_path / "home", "--model", gguf) as (url, proc):
+        opened = threading.Event()
+
+        def read() -> None:
+            try:
+                with httpx.stream("GET", url + "/admin/logs/stream", timeout=None) as res:
+                    opened.set()
+                    for _ in res.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass
+
+        threading.Thread(target=read, daemon=True).start()
+        assert opened.wait(10)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)  # the shutdown timeout is 60 s: a stream holding it would time out here
+        assert time.monotonic() - started < 10 and proc.returncode in (0, -signal.SIGTERM)

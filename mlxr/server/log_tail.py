@@ -1,7 +1,9 @@
 """The web UI's live log: a ring of the latest structured log lines, streamed as server-sent events.
 
 GET /admin/logs/stream sends the ring (the backlog) and then every new line as one SSE `data:`
-event holding the same JSON object the stderr log prints. GET /admin/config is the server's
+event holding the same JSON object the stderr log prints. sse-starlette's response sends the
+keep-alive pings, and ends the stream when uvicorn shuts down: an endless stream would
+otherwise hold a graceful shutdown for its whole timeout. GET /admin/config is the server's
 configuration without its API keys, for the UI's read-only settings page."""
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from mlxr.server.logs import JSONFormatter
 
@@ -62,29 +64,21 @@ def _offer(queue: asyncio.Queue[str], line: str) -> None:
         queue.put_nowait(line)
 
 
-def _event(line: str) -> str:
-    return f"data: {line}\n\n"
-
-
-async def _events(tail: LogTail, backlog: int, request: Request) -> AsyncIterator[str]:
+async def _events(tail: LogTail, backlog: int) -> AsyncIterator[dict[str, str]]:
     queue = tail.subscribe()
     try:
         for line in list(tail.ring)[-backlog:] if backlog else []:
-            yield _event(line)
-        while not await request.is_disconnected():
-            try:
-                yield _event(await asyncio.wait_for(queue.get(), HEARTBEAT_S))
-            except asyncio.TimeoutError:
-                yield ": keep-alive\n\n"
+            yield {"data": line}
+        while True:
+            yield {"data": await queue.get()}
     finally:
         tail.unsubscribe(queue)
 
 
 @router.get("/admin/logs/stream")
-async def log_stream(request: Request, backlog: int = Query(200, ge=0, le=RING_LINES)) -> StreamingResponse:
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(_events(request.app.state.log_tail, backlog, request),
-                             media_type="text/event-stream", headers=headers)
+async def log_stream(request: Request, backlog: int = Query(200, ge=0, le=RING_LINES)) -> EventSourceResponse:
+    return EventSourceResponse(_events(request.app.state.log_tail, backlog), ping=HEARTBEAT_S,
+                               headers={"Cache-Control": "no-store"})
 
 
 @router.get("/admin/config")
