@@ -48,6 +48,14 @@ export function Chat({ models }: { models: ModelState }) {
     return c;
   };
 
+  // A long reply is re-rendered as markdown at most once a frame, however fast tokens come.
+  const frame = useRef(0);
+  const pendingLive = useRef<Partial | null>(null);
+  const showSoon = (p: Partial) => {
+    pendingLive.current = p;
+    if (!frame.current) frame.current = requestAnimationFrame(() => { frame.current = 0; setLive(pendingLive.current); });
+  };
+
   const run = async (conv: Conversation, history: Msg[]) => {
     const controller = new AbortController();
     abort.current = controller;
@@ -58,7 +66,7 @@ export function Chat({ models }: { models: ModelState }) {
     let last: Partial = { content: "", thinking: "", toolCalls: [] };
     try {
       const stats = await streamChat(conv.model || model, [...system, ...history], samplingOptions(sampling),
-        controller.signal, (p) => { last = p; setLive(p); });
+        controller.signal, (p) => { last = p; showSoon(p); });
       reply = { role: "assistant", content: last.content, thinking: last.thinking || undefined, toolCalls: last.toolCalls, stats };
     } catch (e) {
       const stopped = controller.signal.aborted;
@@ -66,6 +74,8 @@ export function Chat({ models }: { models: ModelState }) {
         error: stopped ? undefined : String((e as Error).message ?? e) };
     } finally {
       abort.current = null;
+      cancelAnimationFrame(frame.current);
+      frame.current = 0;
       setLive(null);
       update(conv.id, (c) => ({ ...c, messages: [...history, reply] }));
       models.refresh();
