@@ -79,11 +79,17 @@ def shots(tmp_path_factory) -> Path:
 
 
 def open_page(browser, url: str, storage: dict[str, object] | None = None):
-    """A fresh profile whose every request to another origin fails and is reported as a
-    console error: the UI and /docs must work offline."""
+    """A fresh profile whose every request to another origin fails and counts as an error:
+    the UI and /docs must work offline."""
     context = browser.new_context(viewport={"width": 1280, "height": 760})
     origin = "/".join(url.split("/")[:3])
-    context.route(lambda u: not u.startswith(origin) and not u.startswith("data:"), lambda route: route.abort())
+    offsite: list[str] = []
+
+    def block(route) -> None:
+        offsite.append(f"request to another origin: {route.request.url}")
+        route.abort()
+
+    context.route(lambda u: not u.startswith(origin) and not u.startswith(("data:", "blob:")), block)
     if storage:
         items = {k: v if isinstance(v, str) else json.dumps(v) for k, v in storage.items()}
         context.add_init_script(f"""
@@ -93,6 +99,7 @@ def open_page(browser, url: str, storage: dict[str, object] | None = None):
             }}""")
     page = context.new_page()
     errors = ConsoleErrors(page)
+    errors.errors = offsite  # the same list: console errors and blocked requests together
     page.goto(url)
     return context, page, errors
 
