@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # CPU build of torch; on a CUDA machine use TORCH_SPEC="torch" (or a preinstalled torch).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: run chat generate test install
+.PHONY: run chat generate test install webui
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,3 +26,7 @@ generate: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not gpu and not slow" --durations=15
+
+# Rebuild the browser UI into mlxr/server/webui/static (committed; `make run` needs no Node).
+webui:
+	cd webui && npm ci && npm run build

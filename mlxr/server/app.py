@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
 from mlxr.errors import MLXRError
-from mlxr.server import admin, openai
+from mlxr.server import admin, log_tail, openai, tokenize_route, webui
 from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.logs import ThroughputLogger
@@ -92,23 +92,27 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
 
 def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> FastAPI:
     models = ModelManager(config, registry)
+    tail = log_tail.LogTail()
     snapshot = lambda: admin.engine_snapshot(models)  # noqa: E731
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         tasks = [asyncio.create_task(models.run_reaper()),
                  asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run())]
+        tail.attach()
         for name in config.preload:
             await models.acquire(name)
         try:
             yield
         finally:
+            tail.detach()
             for t in tasks:
                 t.cancel()
             await models.shutdown()
 
-    app = FastAPI(title="MLXR", version=_version(), lifespan=lifespan)
+    app = FastAPI(title="MLXR", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.config = config
+    app.state.log_tail = tail
     app.state.models = models
     app.state.registry = registry
     app.state.metrics = ServerMetrics(snapshot)
@@ -116,7 +120,9 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> Fa
     install_error_handlers(app)
     install_guards(app, config)
     install_openapi(app, secured=bool(config.api_keys))
+    app.add_middleware(webui.WebUI)  # outermost: the page loads before it can ask for a key
     _add_routes(app, models)
+    webui.add_docs(app)
     return app
 
 
@@ -132,6 +138,8 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
 
     app.include_router(openai.router)
     app.include_router(admin.router)
+    app.include_router(log_tail.router)
+    app.include_router(tokenize_route.router)
     ollama = _ollama_router()
     if ollama is not None:
         app.include_router(ollama)

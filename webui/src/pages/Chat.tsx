@@ -1,0 +1,155 @@
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { streamChat, type Partial } from "../chatStream";
+import { ConversationList, MessageView, SamplingPanel } from "../components/ChatParts";
+import { Composer, withAttachments, type Attachment } from "../components/Composer";
+import { Markdown } from "../components/Markdown";
+import { ModelPicker } from "../components/ModelPicker";
+import type { ModelState } from "../hooks";
+import {
+  loadConversations, loadSampling, newConversation, samplingOptions, saveConversations, saveSampling,
+  type Conversation, type Msg,
+} from "../store";
+
+const MODEL_STORE = "mlxr.model";
+export function Chat({ models }: { models: ModelState }) {
+  const [convs, setConvs] = useState<Conversation[]>(loadConversations);
+  const [currentId, setCurrentId] = useState<string>(() => convs[0]?.id ?? "");
+  const [sampling, setSampling] = useState(loadSampling);
+  const [live, setLive] = useState<Partial | null>(null);
+  const abort = useRef<AbortController | null>(null);
+  const defaultModel = localStorage.getItem(MODEL_STORE) ?? "";
+  const current = convs.find((c) => c.id === currentId);
+  const model = current?.model || defaultModel || models.models[0]?.name || "";
+
+  // Saving 500 conversations on every keystroke would stall typing: save after a pause,
+  // and at once when the page goes away or the chat page closes.
+  const latest = useRef(convs);
+  latest.current = convs;
+  useEffect(() => {
+    const t = setTimeout(() => saveConversations(convs), 400);
+    return () => clearTimeout(t);
+  }, [convs]);
+  useEffect(() => {
+    const flush = () => saveConversations(latest.current);
+    window.addEventListener("pagehide", flush);
+    return () => { window.removeEventListener("pagehide", flush); flush(); };
+  }, []);
+  useEffect(() => saveSampling(sampling), [sampling]);
+
+  const update = useCallback((id: string, f: (c: Conversation) => Conversation) => {
+    setConvs((cs) => cs.map((c) => (c.id === id ? { ...f(c), updated: Date.now() } : c)));
+  }, []);
+
+  const ensureConversation = (): Conversation => {
+    if (current) return current;
+    const c = newConversation(model);
+    setConvs((cs) => [c, ...cs]);
+    setCurrentId(c.id);
+    return c;
+  };
+
+  // A long reply is re-rendered as markdown at most once a frame, however fast tokens come.
+  const frame = useRef(0);
+  const pendingLive = useRef<Partial | null>(null);
+  const showSoon = (p: Partial) => {
+    pendingLive.current = p;
+    if (!frame.current) frame.current = requestAnimationFrame(() => { frame.current = 0; setLive(pendingLive.current); });
+  };
+
+  const run = async (conv: Conversation, history: Msg[]) => {
+    const controller = new AbortController();
+    abort.current = controller;
+    const system: Msg[] = conv.system.trim() ? [{ role: "system", content: conv.system }] : [];
+    update(conv.id, (c) => ({ ...c, messages: history }));
+    setLive({ content: "", thinking: "", toolCalls: [] });
+    let reply: Msg = { role: "assistant", content: "" };
+    let last: Partial = { content: "", thinking: "", toolCalls: [] };
+    try {
+      const stats = await streamChat(conv.model || model, [...system, ...history], samplingOptions(sampling),
+        controller.signal, (p) => { last = p; showSoon(p); });
+      reply = { role: "assistant", content: last.content, thinking: last.thinking || undefined, toolCalls: last.toolCalls, stats };
+    } catch (e) {
+      const stopped = controller.signal.aborted;
+      reply = { role: "assistant", content: last.content, thinking: last.thinking || undefined, stopped,
+        error: stopped ? undefined : String((e as Error).message ?? e) };
+    } finally {
+      abort.current = null;
+      cancelAnimationFrame(frame.current);
+      frame.current = 0;
+      setLive(null);
+      update(conv.id, (c) => ({ ...c, messages: [...history, reply] }));
+      models.refresh();
+    }
+  };
+
+  const send = (input: string, files: Attachment[]) => {
+    const text = withAttachments(input, files);
+    if (!text || live) return;
+    const conv = { ...ensureConversation(), model };
+    const history: Msg[] = [...conv.messages, { role: "user", content: text }];
+    if (conv.messages.length === 0) update(conv.id, (c) => ({ ...c, title: input.slice(0, 60) || files[0]?.name || "Chat", model }));
+    run(conv, history);
+  };
+
+  const stop = () => abort.current?.abort();
+  const regenerate = () => {
+    if (!current) return;
+    const msgs = current.messages;
+    run(current, msgs[msgs.length - 1]?.role === "assistant" ? msgs.slice(0, -1) : msgs);
+  };
+  const edit = (index: number, text: string) => {
+    if (!current) return;
+    run(current, [...current.messages.slice(0, index), { role: "user", content: text }]);
+  };
+  const pickModel = (m: string) => {
+    localStorage.setItem(MODEL_STORE, m);
+    if (current) update(current.id, (c) => ({ ...c, model: m }));
+    else setConvs((cs) => [...cs]);
+  };
+  useEffect(() => {
+    const onNew = () => { const c = newConversation(model); setConvs((cs) => [c, ...cs]); setCurrentId(c.id); };
+    const onStop = () => abort.current?.abort();
+    window.addEventListener("mlxr-new-chat", onNew);
+    window.addEventListener("mlxr-stop", onStop);
+    return () => { window.removeEventListener("mlxr-new-chat", onNew); window.removeEventListener("mlxr-stop", onStop); };
+  }, [model]);
+
+  // Stable callbacks keep the memoised list and messages from re-rendering on every token.
+  const latestHandlers = useRef({ edit, regenerate });
+  latestHandlers.current = { edit, regenerate };
+  const onEdit = useCallback((i: number, text: string) => latestHandlers.current.edit(i, text), []);
+  const onRegenerate = useCallback(() => latestHandlers.current.regenerate(), []);
+  const onNew = useCallback(() => window.dispatchEvent(new Event("mlxr-new-chat")), []);
+  const onDelete = useCallback((id: string) => setConvs((cs) => cs.filter((c) => c.id !== id)), []);
+  const sorted = useMemo(() => [...convs].sort((a, b) => b.updated - a.updated), [convs]);
+  const messages = current?.messages ?? [];
+  return (
+    <div className="chat">
+      <ConversationList conversations={sorted} current={currentId} onSelect={setCurrentId}
+        onNew={onNew} onDelete={onDelete} />
+      <section className="thread">
+        <header className="toolbar">
+          <ModelPicker state={models} value={model} onChange={pickModel} />
+          <span className="muted">{current?.title ?? "New chat"}</span>
+        </header>
+        <div className="messages" data-testid="messages">
+          {messages.map((m, i) => (
+            <MessageView key={`${currentId}-${i}`} m={m} index={i} last={i === messages.length - 1}
+              busy={!!live} onEdit={onEdit} onRegenerate={onRegenerate} />
+          ))}
+          {live && (
+            <div className="msg assistant streaming" data-testid="msg-streaming">
+              <div className="role">assistant</div>
+              {live.thinking && <pre className="thinking">{live.thinking}</pre>}
+              <Markdown text={live.content} />
+              <span className="cursor">▍</span>
+            </div>
+          )}
+        </div>
+        <Composer busy={!!live} canSend={!!model} onSend={send} onStop={stop} />
+      </section>
+      <SamplingPanel s={sampling} onChange={setSampling} system={current?.system ?? ""}
+        onSystem={(v) => { const c = ensureConversation(); update(c.id, (x) => ({ ...x, system: v })); }} />
+    </div>
+  );
+}
