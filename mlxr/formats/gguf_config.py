@@ -32,11 +32,14 @@ def args_from_gguf(
     has_output_tensor: bool,
     vocab_size: int | None = None,
     rope_freqs: Sequence[float] | None = None,
+    declaration: Any = None,
 ) -> ModelArgs:
     """Build ModelArgs from GGUF metadata. `vocab_size` is token_embd's row count (it wins
-    over the tokenizer's token count); `rope_freqs` is the `rope_freqs.weight` tensor."""
+    over the tokenizer's token count); `rope_freqs` is the `rope_freqs.weight` tensor.
+    `declaration` (models/arch.Architecture) adds the fields only its architecture has;
+    without it, only ARCHITECTURES are known."""
     arch = metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if declaration is None and arch not in ARCHITECTURES:
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported "
                                     f"(supported: {', '.join(ARCHITECTURES)})")
     m = _Meta(metadata, arch)
@@ -49,9 +52,9 @@ def args_from_gguf(
     layers = m.pos_int("block_count")
     theta = m.pos_float("rope.freq_base", 1_000_000.0 if arch == "gemma3" else 10000.0)
     gemma = arch == "gemma3"
-    window, sliding = _sliding(m, layers) if gemma else (None, ())
-    return ModelArgs(
-        model_type=arch,
+    window, sliding = _sliding(m, layers) if gemma else _uniform_window(m, layers)
+    args = ModelArgs(
+        model_type=declaration.name if declaration is not None else arch,
         vocab_size=_vocab_size(m, vocab_size),
         hidden_size=hidden,
         intermediate_size=m.pos_int("feed_forward_length"),
@@ -76,6 +79,7 @@ def args_from_gguf(
         eos_token_ids=_eos_ids(metadata),
         extra={"gguf_architecture": arch},
     )
+    return args if declaration is None else replace(args, **declaration.gguf_fields(m))
 
 
 class _Meta:
@@ -132,6 +136,14 @@ def _sliding(m: _Meta, layers: int) -> tuple[int, tuple[bool, ...]]:
         return window, tuple(pattern)
     n = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 else _GEMMA3_SWA_PATTERN
     return window, tuple((i + 1) % n != 0 for i in range(layers))
+
+
+def _uniform_window(m: _Meta, layers: int) -> tuple[int | None, tuple[bool, ...]]:
+    """A window on every layer where the file names one (0 or absent: none)."""
+    window = m.raw("attention.sliding_window")
+    if not window:
+        return None, ()
+    return m.pos_int("attention.sliding_window"), (True,) * layers
 
 
 def _gemma3_query_scalar(layers: int, hidden: int, heads: int, head_dim: int) -> float:
@@ -226,12 +238,12 @@ def _eos_ids(metadata: dict[str, Any]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def args_from_gguf_file(f: GGUFFile) -> ModelArgs:
+def args_from_gguf_file(f: GGUFFile, declaration: Any = None) -> ModelArgs:
     """args_from_gguf with what only the tensors tell: vocab rows, lm_head, rope_freqs."""
     vocab = f.tensor_info("token_embd.weight").shape[0] if "token_embd.weight" in f else None
     rope_freqs = f.load("rope_freqs.weight") if "rope_freqs.weight" in f else None
     args = args_from_gguf(f.metadata, has_output_tensor="output.weight" in f,
-                          vocab_size=vocab, rope_freqs=rope_freqs)
+                          vocab_size=vocab, rope_freqs=rope_freqs, declaration=declaration)
     if not args.attention_bias and "blk.0.attn_q.bias" in f:  # a llama with q/k/v biases
         args = replace(args, attention_bias=True)
     return args

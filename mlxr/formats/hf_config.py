@@ -5,6 +5,7 @@ transformers v5 `rope_parameters` form (flat, or per layer type for Gemma 3).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mlxr.config import ModelArgs, RopeScaling
@@ -18,6 +19,7 @@ MODEL_TYPES = {
     "gemma3_text": "gemma3",
     "gemma3": "gemma3",
 }
+_FAMILIES = frozenset(MODEL_TYPES.values())
 _MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma3": 131072}
 # Keys a multimodal Gemma 3 text_config usually omits: Gemma3TextConfig's defaults.
 _GEMMA3_DEFAULTS: dict[str, Any] = {
@@ -36,12 +38,17 @@ _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_
 _SLIDING, _FULL = "sliding_attention", "full_attention"
 
 
-def args_from_hf_config(config: dict) -> ModelArgs:
+def args_from_hf_config(config: dict, arch: Any = None) -> ModelArgs:
     """Build ModelArgs from a parsed config.json. Raises UnsupportedModelError for an
-    unknown model_type and ModelFormatError (naming the key) for a missing or bad value."""
+    unknown model_type and ModelFormatError (naming the key) for a missing or bad value.
+
+    `arch` (models/arch.Architecture) adds the fields only its architecture has; without
+    it, only the families of MODEL_TYPES are known."""
     if not isinstance(config, dict):
         raise ModelFormatError("config.json must hold a JSON object")
     model_type = config.get("model_type")
+    if arch is not None and arch.name not in _FAMILIES:
+        return replace(_build(dict(config), arch.name, model_type), **arch.hf_fields(config))
     family = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
         raise UnsupportedModelError(f"model_type {model_type!r} is not supported "
@@ -89,7 +96,7 @@ def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
         rope_theta=theta,
         rope_scaling=scaling,
         max_position_embeddings=_pos_int(cfg, "max_position_embeddings",
-                                         _MAX_POSITIONS_DEFAULT.get(model_type, _MAX_POSITIONS_DEFAULT[family])),
+                                         _MAX_POSITIONS_DEFAULT.get(model_type, _MAX_POSITIONS_DEFAULT.get(family, 4096))),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", family == "gemma3"),
         attention_bias=True if family == "qwen2" else _bool(cfg, "attention_bias", False),
         hidden_act=_activation(cfg, family),
@@ -151,7 +158,8 @@ def _rope_scaling(raw: Any, key: str) -> RopeScaling | None:
 
 def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int | None, tuple[bool, ...]]:
     window = cfg.get("sliding_window")
-    if family == "qwen2" and not cfg.get("use_sliding_window", False):
+    qwen_rule = family == "qwen2" or "use_sliding_window" in cfg
+    if qwen_rule and not cfg.get("use_sliding_window", False):
         window = None
     if model_type == "llama":
         window = None
@@ -166,7 +174,7 @@ def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int 
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
             raise ModelFormatError(f"sliding_window_pattern must be a positive integer, got {pattern!r}")
         return window, tuple((i + 1) % pattern != 0 for i in range(layers))
-    if family == "qwen2":
+    if qwen_rule:
         first = cfg.get("max_window_layers") or 0
         if isinstance(first, bool) or not isinstance(first, int) or first < 0:
             raise ModelFormatError(f"max_window_layers must be a non-negative integer, got {first!r}")

@@ -9,10 +9,10 @@ import torch
 
 from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
-from mlxr.formats.gguf_config import args_from_gguf_file
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
 from mlxr.loader.tokenizer import Tokenizer
+from mlxr.models.model_args import args_from_gguf
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def read_gguf(
     path: Path, keep_quantized: bool = False
 ) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor | PackedWeight]], Tokenizer]:
     f = open_gguf(path)
-    args = args_from_gguf_file(f)
+    args = args_from_gguf(f)
     tokenizer = Tokenizer.from_gguf_metadata(f.metadata)
     expanded = dequantized_types(f, keep_quantized)
     if expanded:

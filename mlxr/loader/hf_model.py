@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 from mlxr.config import ModelArgs
-from mlxr.formats.hf_config import args_from_hf_config
 from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.loader.tokenizer import Tokenizer
+from mlxr.models.model_args import args_from_hf
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
 PREFIX_REWRITES = (
@@ -26,7 +26,7 @@ def read_config(model_dir: Path) -> dict:
 
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
-    args = args_from_hf_config(read_config(model_dir))
+    args = args_from_hf(read_config(model_dir))
     tokenizer = Tokenizer.from_hf_dir(model_dir)
     return args, _weights(model_dir), tokenizer
 

@@ -1,4 +1,4 @@
-"""Llama family (Llama 2/3, TinyLlama, Mistral). Math only; weights are loaded from outside."""
+"""Llama family (Llama 2/3, TinyLlama, SmolLM). Math only; weights are loaded from outside."""
 from __future__ import annotations
 
 import torch
@@ -11,6 +11,7 @@ from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.models.arch import Architecture
 from mlxr.ops.rotary import qkv_rope_write_kv
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
@@ -159,3 +160,7 @@ class LlamaForCausalLM(nn.Module):
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
+
+
+MODEL = LlamaForCausalLM
+ARCH = Architecture("llama", ("llama", "tinyllama"), ("llama",), gguf_permuted_qk=True)
