@@ -73,11 +73,19 @@ def _unpack(sdist: Path, dest: Path) -> None:
 
 def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32") -> Path:
     """hf_dir -> out with llama.cpp's converter; raises with its log on failure."""
-    tmp = out.with_suffix(".tmp.gguf")
+    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
     cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype]
     env = {**os.environ, "NO_LOCAL_GGUF": "1"}  # the driver puts the tree's gguf-py first itself
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     if res.returncode != 0 or not tmp.is_file():
         raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf_dir}:\n{res.stderr[-3000:]}")
     shutil.move(tmp, out)
+    return out
+
+
+def llama_cpp_gguf(hf_dir: Path, root: Path, outtype: str = "f32") -> Path:
+    """llama.cpp's GGUF of a fixture directory, written once beside it."""
+    out = Path(hf_dir).parent / f"llama-cpp-{outtype}.gguf"
+    if not out.is_file():
+        convert(llama_cpp_tree(Path(root)), Path(hf_dir), out, outtype)
     return out
