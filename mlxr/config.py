@@ -42,6 +42,12 @@ class ModelArgs:
     query_pre_attn_scalar: float | None = None  # gemma3: attention scale = this ** -0.5
     final_logit_softcapping: float | None = None
     attn_logit_softcapping: float | None = None
+    # granite: embeddings times embedding_multiplier, each block's attention and MLP outputs times
+    # residual_multiplier, attention scale attention_multiplier, logits divided by logits_scaling
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None  # None: head_dim ** -0.5
+    logits_scaling: float = 1.0
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)

@@ -254,3 +254,10 @@ def _bool(cfg: dict, key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ModelFormatError(f"config.json key {key!r} must be true or false, got {value!r}")
     return value
+
+
+# Typed readers for the fields an architecture declares (models/*.py hf_fields).
+positive_int = _pos_int
+positive_float = _pos_float
+optional_float = _opt_float
+boolean = _bool

@@ -43,6 +43,11 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
     "tiny-mistral": ArchFixture({**_BASE, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
                                  "sliding_window": 8, "bos_token_id": 1, "eos_token_id": 2},
                                 tokenizer=ft.LLAMA, seed=11),
+    # Multipliers far from 1, so that each one missing shows in the logits.
+    "tiny-granite": ArchFixture({**{k: v for k, v in _BASE.items() if k != "head_dim"}, "model_type": "granite",
+                                 "architectures": ["GraniteForCausalLM"], "embedding_multiplier": 6.0,
+                                 "residual_multiplier": 0.3, "attention_multiplier": 0.09, "logits_scaling": 4.0},
+                                seed=12),
 }
 
 
