@@ -53,6 +53,11 @@ class LlamaAttention(nn.Module):
         # One view and split_with_sizes: a third of the cost of split + three views (decode, per layer).
         return self.qkv_proj(x).view(t, h + 2 * kv, d).split_with_sizes([h, kv, kv], 1)
 
+    def normed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v before RoPE: per-head norms (Identity unless a model sets them) applied."""
+        q, k, v = self.project_qkv(x)
+        return self.q_norm(q), self.k_norm(k), v
+
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
     ) -> torch.Tensor:
@@ -61,8 +66,7 @@ class LlamaAttention(nn.Module):
         if q is not None:
             out = self.attn.attend(q, kv_cache, meta)
         else:
-            q, k, v = self.project_qkv(x)
-            q, k = self.q_norm(q), self.k_norm(k)
+            q, k, v = self.normed_qkv(x)
             out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
         return self.o_proj(out.reshape(t, -1))
 

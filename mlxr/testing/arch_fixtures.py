@@ -48,6 +48,8 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
                                  "architectures": ["GraniteForCausalLM"], "embedding_multiplier": 6.0,
                                  "residual_multiplier": 0.3, "attention_multiplier": 0.09, "logits_scaling": 4.0},
                                 seed=12),
+    "tiny-olmo2": ArchFixture({**_BASE, "model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"],
+                               "rope_theta": 500000.0}, tokenizer=ft.LLAMA, seed=13),
 }
 
 
