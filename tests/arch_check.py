@@ -18,10 +18,11 @@ def arch_fixture(name: str):
     return arch_fixture_paths(name, FIXTURES)
 
 
-def hf_model(hf_dir):
+def hf_model(hf_dir, **config_changes):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    return AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager",
+                                                **config_changes).eval()
 
 
 def hf_greedy(hf, ids: list[int], n: int) -> list[int]:

@@ -24,8 +24,7 @@ def _path(source: str) -> str:
 
 
 def test_the_window_changes_the_logits_of_this_prompt(hf):
-    full = hf_model(fixture_model(NAME).hf_dir)
-    full.config.sliding_window = None
+    full = hf_model(fixture_model(NAME).hf_dir, sliding_window=None)
     with torch.inference_mode():
         ids = torch.tensor([PROMPT])
         assert rel_err(hf(ids).logits[0], full(ids).logits[0]) > 1e-2
@@ -49,7 +48,6 @@ def test_llama_cpp_gguf_runs_full_attention_as_llama_cpp_does():
     path = llama_cpp_gguf(fixture_model(NAME).hf_dir, FIXTURES)
     llm = cached_llm(str(path))
     assert llm.engine.runner.model.args.sliding_window is None
-    full = hf_model(fixture_model(NAME).hf_dir)
-    full.config.sliding_window = None
+    full = hf_model(fixture_model(NAME).hf_dir, sliding_window=None)
     check_logits(full, llm)
     check_greedy(full, llm)

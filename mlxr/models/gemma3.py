@@ -36,10 +36,12 @@ class Gemma3Attention(LlamaAttention):
 
 
 class Gemma3Block(nn.Module):
+    attention_class: type[nn.Module] = Gemma3Attention
+
     def __init__(self, args: ModelArgs, layer: int) -> None:
         super().__init__()
         dim, eps = args.hidden_size, args.rms_norm_eps
-        self.self_attn = Gemma3Attention(args, layer)
+        self.self_attn = self.attention_class(args, layer)
         self.mlp = GatedMLP(dim, args.intermediate_size, args.hidden_act)
         self.input_layernorm = GemmaRMSNorm(dim, eps)
         self.post_attention_layernorm = GemmaRMSNorm(dim, eps)

@@ -50,6 +50,14 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
                                 seed=12),
     "tiny-olmo2": ArchFixture({**_BASE, "model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"],
                                "rope_theta": 500000.0}, tokenizer=ft.LLAMA, seed=13),
+    # Windows of 8 on layers 0 and 2 inside a 24-token prompt; caps low enough to bite (the tests
+    # check that they do); query_pre_attn_scalar = head_dim, the only value GGUF can express.
+    "tiny-gemma2": ArchFixture({**_BASE, "model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"],
+                                "num_hidden_layers": 4, "sliding_window": 8, "query_pre_attn_scalar": 16,
+                                "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0,
+                                "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+                                "bos_token_id": 2, "eos_token_id": 1},
+                               tokenizer=ft.GEMMA, seed=14, gemma_norms=True),
 }
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 SDIST = "llama-cpp-python==0.3.36"
 _MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 # The fixture tokenizers are trained here, so the converter's table of known pre-tokenizer
-# hashes cannot know them: they split as GPT-2 does, which is what the fallback names.
+# hashes cannot know them: they split as GPT-2 does, which is what the fallback names. They are
+# BPE tokenizer.json files only, so a converter asking for a SentencePiece model gets them instead.
 _DRIVER = """
 import runpy, sys
 root = sys.argv.pop(1)
@@ -30,6 +31,13 @@ def pre(self, tokenizer):
     except NotImplementedError:
         return "gpt-2"
 base.TextModel.get_vocab_base_pre = pre
+# Converters that expect a SentencePiece tokenizer.model (Gemma 2) take the fixture's BPE files.
+sentencepiece = base.TextModel._set_vocab_sentencepiece
+def vocab(self, *args, **kwargs):
+    if not (self.dir_model / "tokenizer.model").is_file():
+        return self._set_vocab_gpt2()
+    return sentencepiece(self, *args, **kwargs)
+base.TextModel._set_vocab_sentencepiece = vocab
 sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
 runpy.run_path(root + "/convert_hf_to_gguf.py", run_name="__main__")
 """
