@@ -6,13 +6,18 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """HF `rope_scaling`; only the "llama3" and "linear" kinds change the frequencies."""
+    """HF `rope_scaling`: the "llama3", "linear" and "longrope" kinds change the frequencies."""
 
     rope_type: str = "default"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    # longrope (Phi-3): per-frequency divisors, long ones once a step reaches past
+    # original_max_position_embeddings; cos and sin are scaled by attention_factor.
+    long_factor: tuple[float, ...] = ()
+    short_factor: tuple[float, ...] = ()
+    attention_factor: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ def model_path(name: str, source: str) -> str:
     return str(paths.hf_dir if source == "safetensors" else paths.gguf_path)
 
 
-def check_logits(hf, llm, prompt: list[int] = PROMPT) -> None:
-    ids = prompt + hf_greedy(hf, prompt, 16)
+def check_logits(hf, llm, prompt: list[int] = PROMPT, n_decode: int = 16) -> None:
+    ids = prompt + hf_greedy(hf, prompt, n_decode)
     with torch.inference_mode():
         ref = hf(torch.tensor([ids])).logits[0]
     ours = paged_logits(llm, ids, len(prompt))

@@ -9,7 +9,7 @@ RopeScaling.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,7 @@ def args_from_gguf(
     vocab_size: int | None = None,
     rope_freqs: Sequence[float] | None = None,
     declaration: Any = None,
+    tensors: Callable[[str], np.ndarray | None] | None = None,
 ) -> ModelArgs:
     """Build ModelArgs from GGUF metadata. `vocab_size` is token_embd's row count (it wins
     over the tokenizer's token count); `rope_freqs` is the `rope_freqs.weight` tensor.
@@ -42,7 +43,7 @@ def args_from_gguf(
     if declaration is None and arch not in ARCHITECTURES:
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported "
                                     f"(supported: {', '.join(ARCHITECTURES)})")
-    m = _Meta(metadata, arch)
+    m = _Meta(metadata, arch, tensors)
     hidden = m.pos_int("embedding_length")
     heads = m.pos_int("attention.head_count")
     kv_heads = m.pos_int("attention.head_count_kv", heads)
@@ -85,9 +86,15 @@ def args_from_gguf(
 class _Meta:
     """Typed access to `{arch}.*` keys; every bad value names its key."""
 
-    def __init__(self, metadata: dict[str, Any], arch: str) -> None:
+    def __init__(self, metadata: dict[str, Any], arch: str,
+                 tensors: Callable[[str], np.ndarray | None] | None = None) -> None:
         self.metadata = metadata
         self.arch = arch
+        self._tensors = tensors
+
+    def tensor(self, name: str) -> np.ndarray | None:
+        """A small global tensor of the file (rope factors), None where absent."""
+        return self._tensors(name) if self._tensors is not None else None
 
     def raw(self, key: str) -> Any:
         return self.metadata.get(f"{self.arch}.{key}")
@@ -242,8 +249,9 @@ def args_from_gguf_file(f: GGUFFile, declaration: Any = None) -> ModelArgs:
     """args_from_gguf with what only the tensors tell: vocab rows, lm_head, rope_freqs."""
     vocab = f.tensor_info("token_embd.weight").shape[0] if "token_embd.weight" in f else None
     rope_freqs = f.load("rope_freqs.weight") if "rope_freqs.weight" in f else None
-    args = args_from_gguf(f.metadata, has_output_tensor="output.weight" in f,
-                          vocab_size=vocab, rope_freqs=rope_freqs, declaration=declaration)
+    args = args_from_gguf(f.metadata, has_output_tensor="output.weight" in f, vocab_size=vocab,
+                          rope_freqs=rope_freqs, declaration=declaration,
+                          tensors=lambda name: f.load(name) if name in f else None)
     if not args.attention_bias and "blk.0.attn_q.bias" in f:  # a llama with q/k/v biases
         args = replace(args, attention_bias=True)
     return args

@@ -5,6 +5,7 @@ transformers v5 `rope_parameters` form (flat, or per layer type for Gemma 3).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -126,6 +127,8 @@ def _rope(cfg: dict, family: str) -> tuple[float, RopeScaling | None, float | No
     else:
         theta = _pos_float(cfg, "rope_theta", _default_theta(family))
         scaling = _rope_scaling(cfg.get("rope_scaling"), "rope_scaling")
+    if scaling is not None and scaling.rope_type == "longrope":
+        scaling = _longrope(cfg, params if isinstance(params, dict) else cfg.get("rope_scaling"))
     if family == "gemma3":
         local_theta = local_theta or _pos_float(cfg, "rope_local_base_freq", 10000.0)
     return theta, scaling, local_theta
@@ -153,7 +156,31 @@ def _rope_scaling(raw: Any, key: str) -> RopeScaling | None:
             high_freq_factor=_pos_float(raw, "high_freq_factor", 4.0),
             original_max_position_embeddings=_pos_int(raw, "original_max_position_embeddings", 8192),
         )
-    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3)")
+    if kind in ("longrope", "su"):
+        return RopeScaling(rope_type="longrope")  # completed by _longrope, which needs the whole config
+    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3, longrope)")
+
+
+def _longrope(cfg: dict, raw: dict) -> RopeScaling:
+    """Phi-3's LongRoPE; factor and attention factor default as transformers computes them."""
+    if raw.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise UnsupportedModelError("partial_rotary_factor other than 1 is not supported")
+    orig = _pos_int(raw, "original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
+    factor = _pos_float(raw, "factor", _pos_int(cfg, "max_position_embeddings") / orig)
+    default_attn = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1.0 else 1.0
+    long_f, short_f = _factors(raw, "long_factor"), _factors(raw, "short_factor")
+    if len(long_f) != len(short_f):
+        raise ModelFormatError("rope long_factor and short_factor differ in length")
+    return RopeScaling("longrope", factor, original_max_position_embeddings=orig, long_factor=long_f,
+                       short_factor=short_f, attention_factor=_pos_float(raw, "attention_factor", default_attn))
+
+
+def _factors(raw: dict, key: str) -> tuple[float, ...]:
+    value = raw.get(key)
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in value):
+        raise ModelFormatError(f"rope {key} must be a list of positive numbers")
+    return tuple(float(v) for v in value)
 
 
 def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int | None, tuple[bool, ...]]:

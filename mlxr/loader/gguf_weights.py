@@ -20,7 +20,7 @@ from mlxr.models import architecture
 from mlxr.ops.quant_types import QUANT_TYPES
 
 # GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
-_SKIPPED = {"rope_freqs.weight"}
+_SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
 _GLOBAL = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",

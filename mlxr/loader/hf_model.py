@@ -10,6 +10,7 @@ from mlxr.config import ModelArgs
 from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.loader.tokenizer import Tokenizer
+from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
@@ -28,7 +29,7 @@ def read_config(model_dir: Path) -> dict:
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
     args = args_from_hf(read_config(model_dir))
     tokenizer = Tokenizer.from_hf_dir(model_dir)
-    return args, _weights(model_dir), tokenizer
+    return args, _weights(model_dir, args), tokenizer
 
 
 def hf_name(name: str) -> str | None:
@@ -40,10 +41,10 @@ def hf_name(name: str) -> str | None:
     return name
 
 
-def _weights(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def _weights(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     from mlxr.loader import to_torch
 
     for raw in iter_safetensors(model_dir):
         name = hf_name(raw.name)
         if name is not None:
-            yield name, to_torch(raw.array, raw.dtype)
+            yield from split_fused(name, to_torch(raw.array, raw.dtype), args)

@@ -5,10 +5,10 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models import gemma2, gemma3, granite, llama, mistral, olmo2, qwen2, qwen3
+from mlxr.models import gemma2, gemma3, granite, llama, mistral, olmo2, phi3, qwen2, qwen3
 from mlxr.models.arch import Architecture
 
-_MODULES = (llama, mistral, qwen2, qwen3, gemma2, gemma3, granite, olmo2)
+_MODULES = (llama, mistral, qwen2, qwen3, gemma2, gemma3, granite, olmo2, phi3)
 ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
 MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
 _BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}

@@ -23,6 +23,10 @@ def _no_shapes(_: ModelArgs) -> Shapes:
     return {}
 
 
+def _no_fused(_: ModelArgs) -> dict[str, tuple[tuple[str, int], ...]]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Architecture:
     name: str  # canonical (ModelArgs.model_type after loading)
@@ -39,5 +43,9 @@ class Architecture:
     layer_shapes: Callable[[ModelArgs], Shapes] = _no_shapes
     # HF per-layer parameters this architecture does not have (Llama names).
     absent_layer_params: tuple[str, ...] = ()
+    # Per-layer checkpoint tensors holding several of our parameters stacked by rows, e.g.
+    # "self_attn.qkv_proj.weight" -> (("self_attn.q_proj.weight", rows), ...): split at load, from
+    # safetensors and GGUF alike (fuse_projections merges them again where it pays).
+    fused_tensors: Callable[[ModelArgs], dict[str, tuple[tuple[str, int], ...]]] = _no_fused
     gguf_permuted_qk: bool = False  # llama.cpp's converter permutes q/k rows (LlamaModel subclasses)
     gguf_norm_plus_one: bool = False  # llama.cpp stores Gemma's RMSNorm weights as 1 + w

@@ -32,9 +32,9 @@ class LlamaAttention(nn.Module):
         self.o_proj = Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
         self.rotary = RotaryEmbedding(self.head_dim, args.rope_theta, args.rope_scaling)
         window = args.sliding_window if args.is_sliding(layer) else None
-        self.attn = PagedAttention(
-            self.n_heads, self.n_kv, self.head_dim, self.head_dim**-0.5, window
-        )
+        # longrope scales cos and sin: q.k by the square of that factor
+        scale = self.head_dim**-0.5 * self.rotary.attention_factor**2
+        self.attn = PagedAttention(self.n_heads, self.n_kv, self.head_dim, scale, window)
         self.q_norm: nn.Module = nn.Identity()  # per-head norms: Gemma 3 sets them
         self.k_norm: nn.Module = nn.Identity()
         self.qkv_proj: nn.Module | None = None  # q, k and v in one matrix (fuse_projections)
@@ -67,7 +67,7 @@ class LlamaAttention(nn.Module):
             out = self.attn.attend(q, kv_cache, meta)
         else:
             q, k, v = self.normed_qkv(x)
-            out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
+            out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.frequencies(positions))
         return self.o_proj(out.reshape(t, -1))
 
     def _fused_decode_qkv(self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache,
@@ -78,7 +78,7 @@ class LlamaAttention(nn.Module):
         if type(proj) is not Linear or type(self.q_norm) is not nn.Identity or type(self.k_norm) is not nn.Identity:
             return None
         return qkv_rope_write_kv(x, proj.weight, proj.bias, self.n_heads, self.n_kv, positions,
-                                 self.rotary.inv_freq, kv_cache[0], kv_cache[1], meta.slot_mapping)
+                                 self.rotary.frequencies(positions), kv_cache[0], kv_cache[1], meta.slot_mapping)
 
 
 class LlamaBlock(nn.Module):

@@ -58,6 +58,14 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
                                 "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
                                 "bos_token_id": 2, "eos_token_id": 1},
                                tokenizer=ft.GEMMA, seed=14, gemma_norms=True),
+    # LongRoPE with an original context of 16: the 24-token prompt runs on the long factors,
+    # an 8-token prompt with 7 more tokens on the short ones; factor 256 / 16 gives cos/sin x 1.41.
+    "tiny-phi3": ArchFixture({**{k: v for k, v in _BASE.items() if k != "head_dim"}, "model_type": "phi3",
+                              "architectures": ["Phi3ForCausalLM"], "original_max_position_embeddings": 16,
+                              "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+                                                  "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
+                                                  "short_factor": [1.0, 1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]},
+                              "pad_token_id": 0}, tokenizer=ft.LLAMA, seed=15),
 }
 
 

@@ -31,13 +31,19 @@ def pre(self, tokenizer):
     except NotImplementedError:
         return "gpt-2"
 base.TextModel.get_vocab_base_pre = pre
-# Converters that expect a SentencePiece tokenizer.model (Gemma 2) take the fixture's BPE files.
-sentencepiece = base.TextModel._set_vocab_sentencepiece
-def vocab(self, *args, **kwargs):
-    if not (self.dir_model / "tokenizer.model").is_file():
+# Converters that expect a SentencePiece tokenizer.model (Gemma 2, Phi-3) take the fixture's BPE files.
+import conversion
+known_class = conversion.get_model_class
+def model_class(*args, **kwargs):
+    cls = known_class(*args, **kwargs)
+    vocab = cls.set_vocab
+    def set_vocab(self):
+        if (self.dir_model / "tokenizer.model").is_file():
+            return vocab(self)
         return self._set_vocab_gpt2()
-    return sentencepiece(self, *args, **kwargs)
-base.TextModel._set_vocab_sentencepiece = vocab
+    cls.set_vocab = set_vocab
+    return cls
+conversion.get_model_class = model_class
 sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
 runpy.run_path(root + "/convert_hf_to_gguf.py", run_name="__main__")
 """
