@@ -53,6 +53,11 @@ class ModelArgs:
     residual_multiplier: float = 1.0
     attention_multiplier: float | None = None  # None: head_dim ** -0.5
     logits_scaling: float = 1.0
+    # mixture of experts (mixtral, qwen3moe): 0 experts = a dense MLP
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int | None = None  # None: intermediate_size
+    norm_topk_prob: bool = True  # the top-k router weights are renormalised to sum to 1
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)

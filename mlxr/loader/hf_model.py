@@ -9,6 +9,7 @@ import torch
 from mlxr.config import ModelArgs
 from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import iter_safetensors
+from mlxr.loader.experts import stack_experts
 from mlxr.loader.tokenizer import Tokenizer
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
@@ -42,6 +43,10 @@ def hf_name(name: str) -> str | None:
 
 
 def _weights(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
+    return stack_experts(_checkpoint_tensors(model_dir, args), args)
+
+
+def _checkpoint_tensors(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     from mlxr.loader import to_torch
 
     for raw in iter_safetensors(model_dir):

@@ -5,19 +5,23 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models import gemma2, gemma3, granite, llama, mistral, olmo2, phi3, qwen2, qwen3
+from mlxr.models import gemma2, gemma3, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3moe
 from mlxr.models.arch import Architecture
 
-_MODULES = (llama, mistral, qwen2, qwen3, gemma2, gemma3, granite, olmo2, phi3)
+# Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
+_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3)
 ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
 MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
 _BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
-_BY_GGUF_ARCH = {t: a for a in ARCHITECTURES.values() for t in a.gguf_archs}
+_BY_GGUF_ARCH: dict[str, list[Architecture]] = {}
+for _arch in ARCHITECTURES.values():
+    for _name in _arch.gguf_archs:
+        _BY_GGUF_ARCH.setdefault(_name, []).append(_arch)
 
 
 def architecture(name: str) -> Architecture:
     """The declaration of a canonical name, an HF model_type or a GGUF architecture."""
-    arch = ARCHITECTURES.get(name) or _BY_HF_TYPE.get(name) or _BY_GGUF_ARCH.get(name)
+    arch = ARCHITECTURES.get(name) or _BY_HF_TYPE.get(name) or (_BY_GGUF_ARCH.get(name) or [None])[-1]
     if arch is None:
         raise UnsupportedModelError(f"unsupported model architecture {name!r} "
                                     f"(supported: {', '.join(sorted(_BY_HF_TYPE))})")
@@ -32,11 +36,14 @@ def hf_architecture(config: dict) -> Architecture:
     return _BY_HF_TYPE[model_type]
 
 
-def gguf_architecture(name: object) -> Architecture:
-    if not isinstance(name, str) or name not in _BY_GGUF_ARCH:
-        raise UnsupportedModelError(f"GGUF architecture {name!r} is not supported "
-                                    f"(supported: {', '.join(sorted(_BY_GGUF_ARCH))})")
-    return _BY_GGUF_ARCH[name]
+def gguf_architecture(metadata: dict) -> Architecture:
+    """The declaration claiming a GGUF file (the first whose gguf_match accepts its metadata)."""
+    name = metadata.get("general.architecture")
+    for arch in _BY_GGUF_ARCH.get(name, []) if isinstance(name, str) else []:
+        if arch.gguf_match(metadata):
+            return arch
+    raise UnsupportedModelError(f"GGUF architecture {name!r} is not supported "
+                                f"(supported: {', '.join(sorted(_BY_GGUF_ARCH))})")
 
 
 def canonical_model_type(name: str) -> str:

@@ -23,6 +23,14 @@ def _no_shapes(_: ModelArgs) -> Shapes:
     return {}
 
 
+def _same_name(name: str) -> tuple[str, int | None]:
+    return name, None
+
+
+def _always(_: dict) -> bool:
+    return True
+
+
 def _no_fused(_: ModelArgs) -> dict[str, tuple[tuple[str, int], ...]]:
     return {}
 
@@ -47,5 +55,11 @@ class Architecture:
     # "self_attn.qkv_proj.weight" -> (("self_attn.q_proj.weight", rows), ...): split at load, from
     # safetensors and GGUF alike (fuse_projections merges them again where it pays).
     fused_tensors: Callable[[ModelArgs], dict[str, tuple[tuple[str, int], ...]]] = _no_fused
+    # A checkpoint tensor name -> (our parameter name, expert index or None): per-expert tensors
+    # are stacked into one [E, ...] parameter at load (loader/experts.py).
+    checkpoint_name: Callable[[str], tuple[str, int | None]] = _same_name
+    # Where several architectures share a GGUF architecture name (Mixtral is "llama" with experts):
+    # whether this one claims a file, from its metadata.
+    gguf_match: Callable[[dict], bool] = _always
     gguf_permuted_qk: bool = False  # llama.cpp's converter permutes q/k rows (LlamaModel subclasses)
     gguf_norm_plus_one: bool = False  # llama.cpp stores Gemma's RMSNorm weights as 1 + w

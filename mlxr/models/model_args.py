@@ -13,4 +13,4 @@ def args_from_hf(config: dict) -> ModelArgs:
 
 
 def args_from_gguf(f: GGUFFile) -> ModelArgs:
-    return args_from_gguf_file(f, gguf_architecture(f.metadata.get("general.architecture")))
+    return args_from_gguf_file(f, gguf_architecture(f.metadata))

@@ -66,6 +66,14 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
                                                   "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
                                                   "short_factor": [1.0, 1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]},
                               "pad_token_id": 0}, tokenizer=ft.LLAMA, seed=15),
+    # More experts than the router picks, so routing matters.
+    "tiny-mixtral": ArchFixture({**_BASE, "model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+                                 "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64},
+                                tokenizer=ft.LLAMA, seed=16),
+    "tiny-qwen3moe": ArchFixture({**_BASE, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+                                  "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                  "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+                                 seed=17),
 }
 
 
@@ -78,6 +86,8 @@ class ArchFixturePaths:
 def random_value(seed: int, name: str, shape: tuple[int, ...], gemma_norms: bool) -> np.ndarray:
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     x = rng.standard_normal(shape, dtype=np.float32)
+    if name.endswith("mlp.gate.weight"):  # a MoE router: logits far apart, so no near-ties in top-k
+        return x
     if "norm" in name and x.ndim == 1:
         if gemma_norms:  # on a 2**-12 grid, so that GGUF's stored 1 + w is exact
             return np.round(x * np.float32(0.1 * 4096)) / np.float32(4096)
