@@ -1,10 +1,11 @@
 """Sparse mixture-of-experts feed-forward (Mixtral, Qwen3-MoE): a router picks top-k experts per
 token; each expert is a gated MLP. Expert weights are stacked: gate/up [E, I, H], down [E, H, I].
 
-On the CPU the tokens are grouped by expert and each expert runs one matmul over its group. Off
-the CPU every expert runs over every token and the router's weights (zero where not chosen) mix
-the results: E/k times the work, but no host sync, so CUDA graphs can capture it (a fused Triton
-MoE kernel is not written yet).
+On the CPU the tokens are grouped by expert and each expert runs one matmul over its group. On
+CUDA the fused Triton kernels (ops/moe_triton.py) do the grouping and both GEMMs without a host
+sync (SiLU models). Elsewhere, or with MLXR_KERNELS=reference, every expert runs over every token
+and the router's weights (zero where not chosen) mix the results: E/k times the work, but again
+no host sync, so CUDA graphs can capture it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from torch import nn
 from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import ACTIVATIONS
 from mlxr.ops.activation import gated_activation
+from mlxr.ops.backend import use_triton
 
 
 class Stacked(nn.Module):
@@ -54,6 +56,11 @@ class SparseMoE(nn.Module):
         weights, ids = self.route(x)
         if x.is_cpu:
             return self._grouped(x, weights, ids)
+        w = self.experts
+        if self.act == "silu" and use_triton(x, w.gate_proj.weight):
+            from mlxr.ops.moe_triton import fused_moe_silu
+
+            return fused_moe_silu(x, w.gate_proj.weight, w.up_proj.weight, w.down_proj.weight, weights, ids)
         return self._dense(x, weights, ids)
 
     def _expert(self, e: int, rows: torch.Tensor) -> torch.Tensor:
