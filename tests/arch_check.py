@@ -3,6 +3,7 @@ logits over a prompt and 16 decode steps (||d||/||ref|| <= 1e-4) and 32 greedy t
 safetensors directory and for the GGUF llama.cpp's own converter wrote from it."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import FIXTURES, cached_llm
@@ -13,9 +14,20 @@ PROMPT = [7, 300, 45, 99, 12, 250, 3, 77, 180, 31, 64, 400, 9, 11, 222, 5, 88, 1
 
 
 def arch_fixture(name: str):
-    from mlxr.testing.arch_fixtures import arch_fixture_paths
+    """The fixture's HF directory."""
+    from mlxr.testing.arch_fixtures import arch_fixture_dir
 
-    return arch_fixture_paths(name, FIXTURES)
+    return arch_fixture_dir(name, FIXTURES)
+
+
+def llama_cpp_gguf(hf_dir) -> str:
+    """llama.cpp's GGUF of an HF fixture; skips where its converter cannot be fetched (no PyPI)."""
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable, llama_cpp_gguf
+
+    try:
+        return str(llama_cpp_gguf(hf_dir, FIXTURES))
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
 
 
 def hf_model(hf_dir, **config_changes):
@@ -32,8 +44,8 @@ def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
 
 
 def model_path(name: str, source: str) -> str:
-    paths = arch_fixture(name)
-    return str(paths.hf_dir if source == "safetensors" else paths.gguf_path)
+    hf_dir = arch_fixture(name)
+    return str(hf_dir) if source == "safetensors" else llama_cpp_gguf(hf_dir)
 
 
 def check_logits(hf, llm, prompt: list[int] = PROMPT, n_decode: int = 16) -> None:

@@ -13,13 +13,13 @@ NAME = "tiny-gemma2"
 
 @pytest.fixture(scope="module")
 def hf():
-    return hf_model(arch_fixture(NAME).hf_dir)
+    return hf_model(arch_fixture(NAME))
 
 
 @pytest.mark.parametrize("change", [{"sliding_window": 4096}, {"attn_logit_softcapping": None},
                                     {"final_logit_softcapping": None}])
 def test_each_feature_changes_hf_logits_of_this_prompt(hf, change):
-    other = hf_model(arch_fixture(NAME).hf_dir, **change)
+    other = hf_model(arch_fixture(NAME), **change)
     with torch.inference_mode():
         ids = torch.tensor([PROMPT])
         assert rel_err(hf(ids).logits[0], other(ids).logits[0]) > 1e-3

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arch_check import PROMPT, check_greedy, check_logits, hf_model
-from conftest import FIXTURES, cached_llm, fixture_model
+from arch_check import PROMPT, check_greedy, check_logits, hf_model, llama_cpp_gguf
+from conftest import cached_llm, fixture_model
 from paged_probe import rel_err
 
 NAME = "tiny-mistral"
@@ -43,10 +43,7 @@ def test_32_greedy_tokens_match_hf(hf, source):
 
 
 def test_llama_cpp_gguf_runs_full_attention_as_llama_cpp_does():
-    from mlxr.testing.llama_cpp_convert import llama_cpp_gguf
-
-    path = llama_cpp_gguf(fixture_model(NAME).hf_dir, FIXTURES)
-    llm = cached_llm(str(path))
+    llm = cached_llm(llama_cpp_gguf(fixture_model(NAME).hf_dir))
     assert llm.engine.runner.model.args.sliding_window is None
     full = hf_model(fixture_model(NAME).hf_dir, sliding_window=None)
     check_logits(full, llm)

@@ -10,7 +10,7 @@ NAME = "tiny-mixtral"
 
 @pytest.fixture(scope="module")
 def hf():
-    return hf_model(arch_fixture(NAME).hf_dir)
+    return hf_model(arch_fixture(NAME))
 
 
 @pytest.mark.parametrize("source", ["safetensors", "gguf"])

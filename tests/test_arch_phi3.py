@@ -11,7 +11,7 @@ NAME = "tiny-phi3"
 
 @pytest.fixture(scope="module")
 def hf():
-    return hf_model(arch_fixture(NAME).hf_dir)
+    return hf_model(arch_fixture(NAME))
 
 
 @pytest.mark.parametrize("source", ["safetensors", "gguf"])

@@ -1,5 +1,5 @@
 """Tiny random models of the architectures added after llama/qwen2/gemma3, written by HF
-transformers itself (its real model class, save_pretrained) and converted to GGUF by llama.cpp's
+transformers itself (its real model class, save_pretrained), to be converted to GGUF by llama.cpp's
 own convert_hf_to_gguf.py (testing/llama_cpp_convert.py).
 
 Every parameter gets seeded random values by name (norm weights near their neutral value, so
@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from mlxr.testing import fixture_tokenizer as ft
-from mlxr.testing.llama_cpp_convert import convert, llama_cpp_tree
 
 ARCH_FIXTURE_VERSION = 1  # bump when the written files change
 
@@ -77,12 +76,6 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
 }
 
 
-@dataclass(frozen=True)
-class ArchFixturePaths:
-    hf_dir: Path
-    gguf_path: Path  # written by llama.cpp's converter
-
-
 def random_value(seed: int, name: str, shape: tuple[int, ...], gemma_norms: bool) -> np.ndarray:
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     x = rng.standard_normal(shape, dtype=np.float32)
@@ -118,16 +111,15 @@ def write_hf(name: str, out_dir: Path) -> Path:
     return hf_dir
 
 
-def arch_fixture_paths(name: str, root: Path) -> ArchFixturePaths:
-    """Write the fixture once under root (HF dir, then llama.cpp's f32 GGUF) and reuse it."""
+def arch_fixture_dir(name: str, root: Path) -> Path:
+    """Write the fixture's HF directory once under root and reuse it (llama.cpp's GGUF of it:
+    llama_cpp_convert.llama_cpp_gguf)."""
     final = Path(root) / f"{name}-v{ARCH_FIXTURE_VERSION}"
     if not final.is_dir():
-        tree = llama_cpp_tree(Path(root))
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=final.parent))
         try:
-            hf_dir = write_hf(name, tmp)
-            convert(tree, hf_dir, tmp / "llama-cpp-f32.gguf")
+            write_hf(name, tmp)
             tmp.chmod(0o755)
             os.rename(tmp, final)
         except OSError:
@@ -135,4 +127,4 @@ def arch_fixture_paths(name: str, root: Path) -> ArchFixturePaths:
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return ArchFixturePaths(final / "hf", final / "llama-cpp-f32.gguf")
+    return final / "hf"
