@@ -45,3 +45,14 @@ def test_unknown_architectures_are_refused_naming_the_supported_ones():
         hf_architecture({"model_type": "mamba"})
     with pytest.raises(UnsupportedModelError, match="'mamba'"):
         gguf_architecture({"general.architecture": "mamba"})
+
+
+def test_registry_imports_new_architectures_from_both_formats(tmp_path):
+    from arch_check import arch_fixture, llama_cpp_gguf
+    from mlxr.registry.registry import Registry
+
+    reg = Registry(tmp_path / "home")
+    hf = reg.import_model(arch_fixture("tiny-qwen3moe"), "moe")
+    assert (hf.format, hf.architecture) == ("safetensors", "qwen3moe")
+    gguf = reg.import_model(llama_cpp_gguf(arch_fixture("tiny-mixtral")), "mix")
+    assert (gguf.format, gguf.architecture) == ("gguf", "llama")  # the file's own name, as Ollama shows it
