@@ -5,7 +5,8 @@ On the CPU the tokens are grouped by expert and each expert runs one matmul over
 CUDA the fused Triton kernels (ops/moe_triton.py) do the grouping and both GEMMs without a host
 sync (SiLU models). Elsewhere, or with MLXR_KERNELS=reference, every expert runs over every token
 and the router's weights (zero where not chosen) mix the results: E/k times the work, but again
-no host sync, so CUDA graphs can capture it.
+no host sync, so CUDA graphs can capture it. Expert weights a GGUF file holds quantized stay
+as its blocks (QuantStacked), multiplied per expert by the quantized matmul kernels.
 """
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from torch import nn
 
 from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import ACTIVATIONS
+from mlxr.layers.quant_linear import PackedWeight
 from mlxr.ops.activation import gated_activation
 from mlxr.ops.backend import use_triton
+from mlxr.ops.quant import qmatmul
 
 
 class Stacked(nn.Module):
@@ -25,6 +28,23 @@ class Stacked(nn.Module):
     def __init__(self, num_experts: int, out_features: int, in_features: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(num_experts, out_features, in_features), requires_grad=False)
+
+    def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
+        """rows @ W_e^T"""
+        return rows @ self.weight[e].t()
+
+
+class QuantStacked(nn.Module):
+    """Stacked expert weights kept as a GGUF file's blocks, [E, out, row bytes] uint8."""
+
+    def __init__(self, packed: PackedWeight) -> None:
+        super().__init__()
+        self.register_buffer("raw", packed.raw, persistent=False)
+        self.qtype = packed.qtype
+        self.in_features = packed.shape[-1]
+
+    def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
+        return qmatmul(rows, self.raw[e], self.qtype, self.in_features)
 
 
 class Experts(nn.Module):
@@ -42,7 +62,7 @@ class SparseMoE(nn.Module):
             raise ValueError(f"top_k {top_k} must be in 1..{num_experts}")
         self.gate = Linear(hidden_size, num_experts, bias=False)  # the router
         self.experts = Experts(num_experts, hidden_size, intermediate_size)
-        self.top_k, self.norm_topk_prob, self.act = top_k, norm_topk_prob, ACTIVATIONS[act]
+        self.num_experts, self.top_k, self.norm_topk_prob, self.act = num_experts, top_k, norm_topk_prob, ACTIVATIONS[act]
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights [T, k] in x's dtype, expert ids [T, k]): softmax in fp32, then top-k."""
@@ -57,7 +77,8 @@ class SparseMoE(nn.Module):
         if x.is_cpu:
             return self._grouped(x, weights, ids)
         w = self.experts
-        if self.act == "silu" and use_triton(x, w.gate_proj.weight):
+        dense = isinstance(w.gate_proj, Stacked) and isinstance(w.up_proj, Stacked) and isinstance(w.down_proj, Stacked)
+        if dense and self.act == "silu" and use_triton(x, w.gate_proj.weight):
             from mlxr.ops.moe_triton import fused_moe_silu
 
             return fused_moe_silu(x, w.gate_proj.weight, w.up_proj.weight, w.down_proj.weight, weights, ids)
@@ -65,8 +86,8 @@ class SparseMoE(nn.Module):
 
     def _expert(self, e: int, rows: torch.Tensor) -> torch.Tensor:
         w = self.experts
-        gate, up = rows @ w.gate_proj.weight[e].t(), rows @ w.up_proj.weight[e].t()
-        return gated_activation(gate, up, self.act) @ w.down_proj.weight[e].t()
+        gate, up = w.gate_proj.matmul(e, rows), w.up_proj.matmul(e, rows)
+        return w.down_proj.matmul(e, gated_activation(gate, up, self.act))
 
     def _grouped(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1)
@@ -75,7 +96,7 @@ class SparseMoE(nn.Module):
         rows = x.index_select(0, token)
         out = torch.empty_like(rows)
         start = 0
-        for e, n in enumerate(torch.bincount(flat, minlength=self.experts.gate_proj.weight.shape[0]).tolist()):
+        for e, n in enumerate(torch.bincount(flat, minlength=self.num_experts).tolist()):
             if n:
                 out[start:start + n] = self._expert(e, rows[start:start + n])
                 start += n
@@ -83,7 +104,7 @@ class SparseMoE(nn.Module):
         return torch.zeros_like(x).index_add_(0, token, out)
 
     def _dense(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        n_experts = self.experts.gate_proj.weight.shape[0]
+        n_experts = self.num_experts
         mix = torch.zeros(x.shape[0], n_experts, dtype=x.dtype, device=x.device).scatter_(1, ids, weights)
         out = torch.zeros_like(x)
         for e in range(n_experts):

@@ -126,8 +126,7 @@ def iter_gguf_hf_tensors(
     linear or embedding weight whose GGUF type MLXR multiplies quantized."""
     for name, target in plan(f, args):
         qtype = f.tensor_info(name).ggml_type
-        matrix = len(f.tensor_info(name).shape) == 2  # stacked experts [E, out, in] are expanded
-        if keep_quantized and qtype in QUANT_TYPES and target.endswith(_PACKABLE) and matrix:
+        if keep_quantized and qtype in QUANT_TYPES and target.endswith(_PACKABLE):
             raw, _ = f.load_raw(name)
             yield name, target, to_hf_layout(target, raw, args), qtype
         else:
@@ -138,10 +137,8 @@ def dequantized_types(f: GGUFFile, keep_quantized: bool) -> dict[str, int]:
     """How many tensors of each quantized GGUF type are expanded to floats at load."""
     counts: dict[str, int] = {}
     for name in f.tensor_names:
-        info = f.tensor_info(name)
-        qtype = info.ggml_type
-        kept = keep_quantized and qtype in QUANT_TYPES and len(info.shape) == 2
-        if qtype not in _FLOAT_TYPES and not kept:
+        qtype = f.tensor_info(name).ggml_type
+        if qtype not in _FLOAT_TYPES and not (keep_quantized and qtype in QUANT_TYPES):
             counts[qtype] = counts.get(qtype, 0) + 1
     return counts
 
