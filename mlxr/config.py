@@ -24,7 +24,7 @@ class RopeScaling:
 class ModelArgs:
     """The architecture of one model, in Hugging Face terms (config.json names)."""
 
-    model_type: str  # canonical: "llama" | "qwen2" | "gemma3"
+    model_type: str  # canonical: a key of mlxr.models.ARCHITECTURES
     vocab_size: int
     hidden_size: int
     intermediate_size: int
