@@ -6,20 +6,25 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """HF `rope_scaling`; only the "llama3" and "linear" kinds change the frequencies."""
+    """HF `rope_scaling`: the "llama3", "linear" and "longrope" kinds change the frequencies."""
 
     rope_type: str = "default"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    # longrope (Phi-3): per-frequency divisors, long ones once a step reaches past
+    # original_max_position_embeddings; cos and sin are scaled by attention_factor.
+    long_factor: tuple[float, ...] = ()
+    short_factor: tuple[float, ...] = ()
+    attention_factor: float = 1.0
 
 
 @dataclass(frozen=True)
 class ModelArgs:
     """The architecture of one model, in Hugging Face terms (config.json names)."""
 
-    model_type: str  # canonical: "llama" | "qwen2" | "gemma3"
+    model_type: str  # canonical: a key of mlxr.models.ARCHITECTURES
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -42,6 +47,17 @@ class ModelArgs:
     query_pre_attn_scalar: float | None = None  # gemma3: attention scale = this ** -0.5
     final_logit_softcapping: float | None = None
     attn_logit_softcapping: float | None = None
+    # granite: embeddings times embedding_multiplier, each block's attention and MLP outputs times
+    # residual_multiplier, attention scale attention_multiplier, logits divided by logits_scaling
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None  # None: head_dim ** -0.5
+    logits_scaling: float = 1.0
+    # mixture of experts (mixtral, qwen3moe): 0 experts = a dense MLP
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int | None = None  # None: intermediate_size
+    norm_topk_prob: bool = True  # the top-k router weights are renormalised to sum to 1
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)

@@ -1,6 +1,8 @@
 """config.json -> ModelArgs for llama, mistral, qwen2 and gemma3 (text and multimodal)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from mlxr.config import RopeScaling
@@ -58,10 +60,22 @@ def test_rope_parameters_v5_forms() -> None:
     assert g.rope_scaling == RopeScaling("linear", 8.0)
 
 
-@pytest.mark.parametrize("kind", ["yarn", "dynamic", "longrope"])
+@pytest.mark.parametrize("kind", ["yarn", "dynamic"])
 def test_unsupported_rope_scaling(kind: str) -> None:
     with pytest.raises(UnsupportedModelError, match=kind):
         args_from_hf_config({**LLAMA, "rope_scaling": {"type": kind, "factor": 2.0}})
+
+
+def test_longrope_reads_factors_and_defaults_the_attention_factor_as_transformers() -> None:
+    half = LLAMA["hidden_size"] // LLAMA["num_attention_heads"] // 2
+    rope = {"type": "longrope", "long_factor": [2.0] * half, "short_factor": [1.0] * half}
+    cfg = {**LLAMA, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096, "rope_scaling": rope}
+    s = args_from_hf_config(cfg).rope_scaling
+    assert (s.rope_type, s.factor, s.original_max_position_embeddings) == ("longrope", 32.0, 4096)
+    assert s.long_factor == (2.0,) * half and s.short_factor == (1.0,) * half
+    assert s.attention_factor == pytest.approx((1 + math.log(32) / math.log(4096)) ** 0.5)
+    with pytest.raises(ModelFormatError, match="long_factor"):
+        args_from_hf_config({**cfg, "rope_scaling": {**rope, "long_factor": None}})
 
 
 def test_mistral_is_llama_with_sliding_window_everywhere() -> None:

@@ -81,3 +81,13 @@ def test_logprobs_match_log_softmax_of_hf_logits():
         assert entry[tok].rank == 1
         top3 = torch.topk(row, 3).indices.tolist()
         assert set(top3) <= set(entry)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-gemma3"])
+def test_gguf_from_llama_cpp_converter_matches_hf(name):
+    """The same HF directory through llama.cpp's own convert_hf_to_gguf.py (an independent writer)."""
+    from arch_check import check_greedy, check_logits, llama_cpp_gguf
+
+    hf, llm = hf_model(name), cached_llm(llama_cpp_gguf(fixture_model(name).hf_dir))
+    check_logits(hf, llm, PROMPT)
+    check_greedy(hf, llm, PROMPT)

@@ -9,7 +9,7 @@ RopeScaling.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,14 +33,18 @@ def args_from_gguf(
     has_output_tensor: bool,
     vocab_size: int | None = None,
     rope_freqs: Sequence[float] | None = None,
+    declaration: Any = None,
+    tensors: Callable[[str], np.ndarray | None] | None = None,
 ) -> ModelArgs:
     """Build ModelArgs from GGUF metadata. `vocab_size` is token_embd's row count (it wins
-    over the tokenizer's token count); `rope_freqs` is the `rope_freqs.weight` tensor."""
+    over the tokenizer's token count); `rope_freqs` is the `rope_freqs.weight` tensor.
+    `declaration` (models/arch.Architecture) adds the fields only its architecture has;
+    without it, only ARCHITECTURES are known."""
     arch = metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if declaration is None and arch not in ARCHITECTURES:
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported "
                                     f"(supported: {', '.join(ARCHITECTURES)})")
-    m = _Meta(metadata, arch)
+    m = _Meta(metadata, arch, tensors)
     hidden = m.pos_int("embedding_length")
     heads = m.pos_int("attention.head_count")
     kv_heads = m.pos_int("attention.head_count_kv", heads)
@@ -50,9 +54,9 @@ def args_from_gguf(
     layers = check_layer_count(m.pos_int("block_count"), f"GGUF {arch}.block_count")
     theta = m.pos_float("rope.freq_base", 1_000_000.0 if arch == "gemma3" else 10000.0)
     gemma = arch == "gemma3"
-    window, sliding = _sliding(m, layers) if gemma else (None, ())
-    return check_sizes(ModelArgs(
-        model_type=arch,
+    window, sliding = _sliding(m, layers) if gemma else _uniform_window(m, layers)
+    args = ModelArgs(
+        model_type=declaration.name if declaration is not None else arch,
         vocab_size=_vocab_size(m, vocab_size),
         hidden_size=hidden,
         intermediate_size=m.pos_int("feed_forward_length"),
@@ -76,15 +80,23 @@ def args_from_gguf(
         bos_token_id=_token_id(metadata, "tokenizer.ggml.bos_token_id"),
         eos_token_ids=_eos_ids(metadata),
         extra={"gguf_architecture": arch},
-    ), "GGUF")
+    )
+    args = args if declaration is None else replace(args, **declaration.gguf_fields(m))
+    return check_sizes(args, "GGUF")
 
 
 class _Meta:
     """Typed access to `{arch}.*` keys; every bad value names its key."""
 
-    def __init__(self, metadata: dict[str, Any], arch: str) -> None:
+    def __init__(self, metadata: dict[str, Any], arch: str,
+                 tensors: Callable[[str], np.ndarray | None] | None = None) -> None:
         self.metadata = metadata
         self.arch = arch
+        self._tensors = tensors
+
+    def tensor(self, name: str) -> np.ndarray | None:
+        """A small global tensor of the file (rope factors), None where absent."""
+        return self._tensors(name) if self._tensors is not None else None
 
     def raw(self, key: str) -> Any:
         return self.metadata.get(f"{self.arch}.{key}")
@@ -133,6 +145,14 @@ def _sliding(m: _Meta, layers: int) -> tuple[int, tuple[bool, ...]]:
         return window, tuple(pattern)
     n = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 else _GEMMA3_SWA_PATTERN
     return window, tuple((i + 1) % n != 0 for i in range(layers))
+
+
+def _uniform_window(m: _Meta, layers: int) -> tuple[int | None, tuple[bool, ...]]:
+    """A window on every layer where the file names one (0 or absent: none)."""
+    window = m.raw("attention.sliding_window")
+    if not window:
+        return None, ()
+    return m.pos_int("attention.sliding_window"), (True,) * layers
 
 
 def _gemma3_query_scalar(layers: int, hidden: int, heads: int, head_dim: int) -> float:
@@ -227,12 +247,13 @@ def _eos_ids(metadata: dict[str, Any]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def args_from_gguf_file(f: GGUFFile) -> ModelArgs:
+def args_from_gguf_file(f: GGUFFile, declaration: Any = None) -> ModelArgs:
     """args_from_gguf with what only the tensors tell: vocab rows, lm_head, rope_freqs."""
     vocab = f.tensor_info("token_embd.weight").shape[0] if "token_embd.weight" in f else None
     rope_freqs = f.load("rope_freqs.weight") if "rope_freqs.weight" in f else None
-    args = args_from_gguf(f.metadata, has_output_tensor="output.weight" in f,
-                          vocab_size=vocab, rope_freqs=rope_freqs)
+    args = args_from_gguf(f.metadata, has_output_tensor="output.weight" in f, vocab_size=vocab,
+                          rope_freqs=rope_freqs, declaration=declaration,
+                          tensors=lambda name: f.load(name) if name in f else None)
     if not args.attention_bias and "blk.0.attn_q.bias" in f:  # a llama with q/k/v biases
         args = replace(args, attention_bias=True)
     check_layers_present(args.num_hidden_layers, f.tensor_names, "blk.", "the GGUF file")

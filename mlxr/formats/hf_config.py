@@ -5,6 +5,8 @@ transformers v5 `rope_parameters` form (flat, or per layer type for Gemma 3).
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Any
 
 from mlxr.config import ModelArgs, RopeScaling
@@ -19,6 +21,7 @@ MODEL_TYPES = {
     "gemma3_text": "gemma3",
     "gemma3": "gemma3",
 }
+_FAMILIES = frozenset(MODEL_TYPES.values())
 _MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma3": 131072}
 # Keys a multimodal Gemma 3 text_config usually omits: Gemma3TextConfig's defaults.
 _GEMMA3_DEFAULTS: dict[str, Any] = {
@@ -37,12 +40,17 @@ _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_
 _SLIDING, _FULL = "sliding_attention", "full_attention"
 
 
-def args_from_hf_config(config: dict) -> ModelArgs:
+def args_from_hf_config(config: dict, arch: Any = None) -> ModelArgs:
     """Build ModelArgs from a parsed config.json. Raises UnsupportedModelError for an
-    unknown model_type and ModelFormatError (naming the key) for a missing or bad value."""
+    unknown model_type and ModelFormatError (naming the key) for a missing or bad value.
+
+    `arch` (models/arch.Architecture) adds the fields only its architecture has; without
+    it, only the families of MODEL_TYPES are known."""
     if not isinstance(config, dict):
         raise ModelFormatError("config.json must hold a JSON object")
     model_type = config.get("model_type")
+    if arch is not None and arch.name not in _FAMILIES:
+        return replace(_build(dict(config), arch.name, model_type), **arch.hf_fields(config))
     family = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
         raise UnsupportedModelError(f"model_type {model_type!r} is not supported "
@@ -90,7 +98,7 @@ def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
         rope_theta=theta,
         rope_scaling=scaling,
         max_position_embeddings=_pos_int(cfg, "max_position_embeddings",
-                                         _MAX_POSITIONS_DEFAULT.get(model_type, _MAX_POSITIONS_DEFAULT[family])),
+                                         _MAX_POSITIONS_DEFAULT.get(model_type, _MAX_POSITIONS_DEFAULT.get(family, 4096))),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", family == "gemma3"),
         attention_bias=True if family == "qwen2" else _bool(cfg, "attention_bias", False),
         hidden_act=_activation(cfg, family),
@@ -120,6 +128,8 @@ def _rope(cfg: dict, family: str) -> tuple[float, RopeScaling | None, float | No
     else:
         theta = _pos_float(cfg, "rope_theta", _default_theta(family))
         scaling = _rope_scaling(cfg.get("rope_scaling"), "rope_scaling")
+    if scaling is not None and scaling.rope_type == "longrope":
+        scaling = _longrope(cfg, params if isinstance(params, dict) else cfg.get("rope_scaling"))
     if family == "gemma3":
         local_theta = local_theta or _pos_float(cfg, "rope_local_base_freq", 10000.0)
     return theta, scaling, local_theta
@@ -147,12 +157,37 @@ def _rope_scaling(raw: Any, key: str) -> RopeScaling | None:
             high_freq_factor=_pos_float(raw, "high_freq_factor", 4.0),
             original_max_position_embeddings=_pos_int(raw, "original_max_position_embeddings", 8192),
         )
-    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3)")
+    if kind in ("longrope", "su"):
+        return RopeScaling(rope_type="longrope")  # completed by _longrope, which needs the whole config
+    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3, longrope)")
+
+
+def _longrope(cfg: dict, raw: dict) -> RopeScaling:
+    """Phi-3's LongRoPE; factor and attention factor default as transformers computes them."""
+    if raw.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise UnsupportedModelError("partial_rotary_factor other than 1 is not supported")
+    orig = _pos_int(raw, "original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
+    factor = _pos_float(raw, "factor", _pos_int(cfg, "max_position_embeddings") / orig)
+    default_attn = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1.0 else 1.0
+    long_f, short_f = _factors(raw, "long_factor"), _factors(raw, "short_factor")
+    if len(long_f) != len(short_f):
+        raise ModelFormatError("rope long_factor and short_factor differ in length")
+    return RopeScaling("longrope", factor, original_max_position_embeddings=orig, long_factor=long_f,
+                       short_factor=short_f, attention_factor=_pos_float(raw, "attention_factor", default_attn))
+
+
+def _factors(raw: dict, key: str) -> tuple[float, ...]:
+    value = raw.get(key)
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in value):
+        raise ModelFormatError(f"rope {key} must be a list of positive numbers")
+    return tuple(float(v) for v in value)
 
 
 def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int | None, tuple[bool, ...]]:
     window = cfg.get("sliding_window")
-    if family == "qwen2" and not cfg.get("use_sliding_window", False):
+    qwen_rule = family == "qwen2" or "use_sliding_window" in cfg
+    if qwen_rule and not cfg.get("use_sliding_window", False):
         window = None
     if model_type == "llama":
         window = None
@@ -167,7 +202,7 @@ def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int 
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
             raise ModelFormatError(f"sliding_window_pattern must be a positive integer, got {pattern!r}")
         return window, tuple((i + 1) % pattern != 0 for i in range(layers))
-    if family == "qwen2":
+    if qwen_rule:
         first = cfg.get("max_window_layers") or 0
         if isinstance(first, bool) or not isinstance(first, int) or first < 0:
             raise ModelFormatError(f"max_window_layers must be a non-negative integer, got {first!r}")
@@ -247,3 +282,10 @@ def _bool(cfg: dict, key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ModelFormatError(f"config.json key {key!r} must be true or false, got {value!r}")
     return value
+
+
+# Typed readers for the fields an architecture declares (models/*.py hf_fields).
+positive_int = _pos_int
+positive_float = _pos_float
+optional_float = _opt_float
+boolean = _bool

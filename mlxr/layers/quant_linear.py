@@ -17,15 +17,16 @@ from mlxr.ops.quant_types import quant_type
 
 @dataclass
 class PackedWeight:
-    """A weight as GGUF blocks: raw (N, row bytes) uint8 of type qtype, logical shape (N, K)."""
+    """A weight as GGUF blocks: raw (N, row bytes) uint8 of type qtype, logical shape (N, K);
+    stacked experts have a leading expert dim: (E, N, row bytes), shape (E, N, K)."""
 
     raw: torch.Tensor
     qtype: str
-    shape: tuple[int, int]
+    shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        n, k = self.shape
-        want = (n, quant_type(self.qtype).row_bytes(k))
+        *rows, k = self.shape
+        want = (*rows, quant_type(self.qtype).row_bytes(k))
         if self.raw.dtype != torch.uint8 or tuple(self.raw.shape) != want:
             raise ValueError(f"{self.qtype} weight of shape {self.shape} needs uint8 {want}, got "
                              f"{self.raw.dtype} {tuple(self.raw.shape)}")
@@ -73,7 +74,11 @@ def install_packed(model: nn.Module, packed: dict[str, PackedWeight], dtype: tor
         parent_path, _, attr = path.rpartition(".")
         parent = model.get_submodule(parent_path)
         old = getattr(parent, attr)
-        if isinstance(old, nn.Embedding):
+        if len(weight.shape) == 3:
+            from mlxr.layers.moe import QuantStacked  # stacked experts
+
+            setattr(parent, attr, QuantStacked(weight))
+        elif isinstance(old, nn.Embedding):
             setattr(parent, attr, QuantEmbedding(weight, dtype))
         else:
             setattr(parent, attr, QuantLinear(weight, getattr(old, "bias", None)))

@@ -32,7 +32,15 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
         return llama3_inv_freq(inv_freq, scaling)
     if scaling.rope_type == "linear":
         return inv_freq / scaling.factor
+    if scaling.rope_type == "longrope":
+        return inv_freq / _longrope_factors(scaling.short_factor, head_dim)
     raise ValueError(f"unsupported rope scaling {scaling.rope_type!r}")
+
+
+def _longrope_factors(factors: tuple[float, ...], head_dim: int) -> torch.Tensor:
+    if len(factors) != head_dim // 2:
+        raise ValueError(f"longrope needs {head_dim // 2} factors, got {len(factors)}")
+    return torch.tensor(factors, dtype=torch.float32)
 
 
 class RotaryEmbedding(nn.Module):
@@ -41,10 +49,29 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.theta, self.scaling = head_dim, theta, scaling
         self.reset_buffers(None)
 
+    @property
+    def attention_factor(self) -> float:
+        """Scale of cos and sin (longrope); callers fold its square into the attention scale."""
+        return self.scaling.attention_factor if self.scaling is not None else 1.0
+
     def reset_buffers(self, device: torch.device | None) -> None:
         """(Re)compute the frequencies, e.g. after the model was built on the meta device."""
         inv_freq = inverse_frequencies(self.head_dim, self.theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)
+        long = None
+        if self.scaling is not None and self.scaling.rope_type == "longrope":
+            base = inverse_frequencies(self.head_dim, self.theta, None)
+            long = (base / _longrope_factors(self.scaling.long_factor, self.head_dim)).to(device)
+        self.register_buffer("long_inv_freq", long, persistent=False)  # None: one set of frequencies
+
+    def frequencies(self, positions: torch.Tensor) -> torch.Tensor:
+        """inv_freq for this step. longrope takes the long factors for the whole step once any
+        position reaches original_max_position_embeddings (transformers' rule), chosen on the
+        device so that no sync or graph break happens; a batch thus shares one choice."""
+        if self.long_inv_freq is None:
+            return self.inv_freq
+        past = positions.max() >= self.scaling.original_max_position_embeddings
+        return torch.where(past, self.long_inv_freq, self.inv_freq)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin tables [T, 1, head_dim] for the given positions, in fp32 then cast."""

@@ -5,14 +5,16 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
-from mlxr.formats.gguf_config import args_from_gguf_file
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
 from mlxr.loader.tokenizer import Tokenizer
+from mlxr.loader.unfuse import split_fused
+from mlxr.models.model_args import args_from_gguf
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ def read_gguf(
     path: Path, keep_quantized: bool = False
 ) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor | PackedWeight]], Tokenizer]:
     f = open_gguf(path)
-    args = args_from_gguf_file(f)
+    args = args_from_gguf(f)
     tokenizer = Tokenizer.from_gguf_metadata(f.metadata)
     expanded = dequantized_types(f, keep_quantized)
     if expanded:
@@ -32,6 +34,8 @@ def read_gguf(
 
 def _weights(f: GGUFFile, args: ModelArgs, keep_quantized: bool) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
     with f:
-        for name, target, array, qtype in iter_gguf_hf_tensors(f, args, keep_quantized):
-            tensor = torch.from_numpy(array)
-            yield target, tensor if qtype is None else PackedWeight(tensor, qtype, f.tensor_info(name).shape)
+        for name, target, whole, qtype in iter_gguf_hf_tensors(f, args, keep_quantized):
+            for part, array in split_fused(target, whole, args):  # quantized blocks split by rows too
+                tensor = torch.from_numpy(np.ascontiguousarray(array))
+                shape = (array.shape[0], *f.tensor_info(name).shape[1:])
+                yield part, tensor if qtype is None else PackedWeight(tensor, qtype, shape)

@@ -1,9 +1,10 @@
 """GGUF tensors -> Hugging Face parameter names, layouts and semantics (float32 numpy).
 
 llama.cpp's converter changes two things besides names, and both are undone here:
-- llama: the rows of q_proj/k_proj (weights and biases) are permuted per head from HF's
-  rotate-half layout to interleaved pairs (qwen2 and gemma3 are not permuted);
-- gemma3: every RMSNorm weight is stored as 1 + w (HF keeps w and computes x * (1 + w)).
+- llama and its kin: the rows of q_proj/k_proj (weights and biases) are permuted per head from
+  HF's rotate-half layout to interleaved pairs (Architecture.gguf_permuted_qk);
+- gemma: every RMSNorm weight is stored as 1 + w (HF keeps w and computes x * (1 + w)).
+Which tensors each architecture has comes from its declaration (models/arch.py).
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import numpy as np
 from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
+from mlxr.models import architecture
 from mlxr.ops.quant_types import QUANT_TYPES
 
 # GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
-_SKIPPED = {"rope_freqs.weight"}
+_SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
 _GLOBAL = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
@@ -33,17 +35,7 @@ _LAYER_COMMON = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
     "attn_norm": "input_layernorm",
-}
-_LAYER_BY_FAMILY = {
-    "llama": {"ffn_norm": "post_attention_layernorm"},
-    "qwen2": {"ffn_norm": "post_attention_layernorm"},
-    "gemma3": {
-        "ffn_norm": "pre_feedforward_layernorm",
-        "post_attention_norm": "post_attention_layernorm",
-        "post_ffw_norm": "post_feedforward_layernorm",
-        "attn_q_norm": "self_attn.q_norm",
-        "attn_k_norm": "self_attn.k_norm",
-    },
+    "ffn_norm": "post_attention_layernorm",
 }
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
 
@@ -56,7 +48,7 @@ def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
     if dot and base in _GLOBAL and suffix == "weight":
         return f"{_GLOBAL[base]}.weight"
     match = _LAYER_NAME.fullmatch(gguf_name)
-    table = {**_LAYER_COMMON, **_LAYER_BY_FAMILY.get(args.model_type, {})}
+    table = {**_LAYER_COMMON, **architecture(args.model_type).gguf_tensors}
     if match is None or match.group(2) not in table:
         raise ModelFormatError(f"unknown GGUF tensor {gguf_name!r} for a {args.model_type} model")
     layer = int(match.group(1))
@@ -84,13 +76,10 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     }
     if args.attention_bias:
         layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)})
-    if args.model_type == "gemma3":
-        layer.update({
-            "pre_feedforward_layernorm.weight": (h,),
-            "post_feedforward_layernorm.weight": (h,),
-            "self_attn.q_norm.weight": (args.head_dim,),
-            "self_attn.k_norm.weight": (args.head_dim,),
-        })
+    arch = architecture(args.model_type)
+    for name in arch.absent_layer_params:
+        layer.pop(name)
+    layer.update(arch.layer_shapes(args))
     for i in range(args.num_hidden_layers):
         shapes.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
     return shapes
@@ -156,12 +145,13 @@ def dequantized_types(f: GGUFFile, keep_quantized: bool) -> dict[str, int]:
 
 def to_hf_layout(target: str, array: np.ndarray, args: ModelArgs) -> np.ndarray:
     """Undo the converter's changes for one tensor already named in HF terms."""
-    if args.model_type == "llama":
+    arch = architecture(args.model_type)
+    if arch.gguf_permuted_qk:
         if ".self_attn.q_proj." in target:
             return unpermute_rows(array, args.num_attention_heads)
         if ".self_attn.k_proj." in target:
             return unpermute_rows(array, args.num_key_value_heads)
-    if args.model_type == "gemma3" and target.endswith("norm.weight"):
+    if arch.gguf_norm_plus_one and target.endswith("norm.weight"):
         return array - np.float32(1.0)
     return array
 

@@ -7,11 +7,13 @@ from pathlib import Path
 import torch
 
 from mlxr.config import ModelArgs
-from mlxr.formats.hf_config import args_from_hf_config
 from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
+from mlxr.loader.experts import stack_experts
 from mlxr.loader.tokenizer import Tokenizer
+from mlxr.loader.unfuse import split_fused
+from mlxr.models.model_args import args_from_hf
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
 PREFIX_REWRITES = (
@@ -27,12 +29,12 @@ def read_config(model_dir: Path) -> dict:
 
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
-    args = args_from_hf_config(read_config(model_dir))
+    args = args_from_hf(read_config(model_dir))
     names = [n for n in map(hf_name, tensor_names(model_dir)) if n is not None]
     check_layers_present(args.num_hidden_layers, names, "model.layers.", "the checkpoint")
     check_text_file(model_dir / "chat_template.jinja")  # the tokenizer reads it whole
     tokenizer = Tokenizer.from_hf_dir(model_dir)
-    return args, _weights(model_dir), tokenizer
+    return args, _weights(model_dir, args), tokenizer
 
 
 def hf_name(name: str) -> str | None:
@@ -44,10 +46,14 @@ def hf_name(name: str) -> str | None:
     return name
 
 
-def _weights(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def _weights(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
+    return stack_experts(_checkpoint_tensors(model_dir, args), args)
+
+
+def _checkpoint_tensors(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     from mlxr.loader import to_torch
 
     for raw in iter_safetensors(model_dir):
         name = hf_name(raw.name)
         if name is not None:
-            yield name, to_torch(raw.array, raw.dtype)
+            yield from split_fused(name, to_torch(raw.array, raw.dtype), args)

@@ -1,33 +1,53 @@
-"""Model classes by canonical model_type, and the aliases that map onto them."""
+"""Every architecture MLXR runs: its declaration (models/arch.py) and its model class."""
 from __future__ import annotations
 
 from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models.gemma3 import Gemma3ForCausalLM
-from mlxr.models.llama import LlamaForCausalLM
-from mlxr.models.qwen2 import Qwen2ForCausalLM
+from mlxr.models import gemma2, gemma3, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3moe
+from mlxr.models.arch import Architecture
 
-MODELS: dict[str, type[nn.Module]] = {
-    "llama": LlamaForCausalLM,
-    "qwen2": Qwen2ForCausalLM,
-    "gemma3": Gemma3ForCausalLM,
-}
+# Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
+_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3)
+ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
+MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
+_BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
+_BY_GGUF_ARCH: dict[str, list[Architecture]] = {}
+for _arch in ARCHITECTURES.values():
+    for _name in _arch.gguf_archs:
+        _BY_GGUF_ARCH.setdefault(_name, []).append(_arch)
 
-# HF model_type / GGUF general.architecture -> canonical name.
-MODEL_ALIASES: dict[str, str] = {
-    "mistral": "llama",
-    "tinyllama": "llama",
-    "gemma3_text": "gemma3",
-}
+
+def architecture(name: str) -> Architecture:
+    """The declaration of a canonical name, an HF model_type or a GGUF architecture."""
+    arch = ARCHITECTURES.get(name) or _BY_HF_TYPE.get(name) or (_BY_GGUF_ARCH.get(name) or [None])[-1]
+    if arch is None:
+        raise UnsupportedModelError(f"unsupported model architecture {name!r} "
+                                    f"(supported: {', '.join(sorted(_BY_HF_TYPE))})")
+    return arch
+
+
+def hf_architecture(config: dict) -> Architecture:
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str) or model_type not in _BY_HF_TYPE:
+        raise UnsupportedModelError(f"model_type {model_type!r} is not supported "
+                                    f"(supported: {', '.join(sorted(_BY_HF_TYPE))})")
+    return _BY_HF_TYPE[model_type]
+
+
+def gguf_architecture(metadata: dict) -> Architecture:
+    """The declaration claiming a GGUF file (the first whose gguf_match accepts its metadata)."""
+    name = metadata.get("general.architecture")
+    for arch in _BY_GGUF_ARCH.get(name, []) if isinstance(name, str) else []:
+        if arch.gguf_match(metadata):
+            return arch
+    raise UnsupportedModelError(f"GGUF architecture {name!r} is not supported "
+                                f"(supported: {', '.join(sorted(_BY_GGUF_ARCH))})")
 
 
 def canonical_model_type(name: str) -> str:
-    name = MODEL_ALIASES.get(name, name)
-    if name not in MODELS:
-        raise UnsupportedModelError(f"unsupported model architecture {name!r}")
-    return name
+    return architecture(name).name
 
 
 def build_model(args: ModelArgs) -> nn.Module:

@@ -9,6 +9,7 @@ from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaForCausalLM, input_norm
 
 
@@ -35,10 +36,12 @@ class Gemma3Attention(LlamaAttention):
 
 
 class Gemma3Block(nn.Module):
+    attention_class: type[nn.Module] = Gemma3Attention
+
     def __init__(self, args: ModelArgs, layer: int) -> None:
         super().__init__()
         dim, eps = args.hidden_size, args.rms_norm_eps
-        self.self_attn = Gemma3Attention(args, layer)
+        self.self_attn = self.attention_class(args, layer)
         self.mlp = GatedMLP(dim, args.intermediate_size, args.hidden_act)
         self.input_layernorm = GemmaRMSNorm(dim, eps)
         self.post_attention_layernorm = GemmaRMSNorm(dim, eps)
@@ -72,3 +75,24 @@ class Gemma3Backbone(LlamaBackbone):
 
 class Gemma3ForCausalLM(LlamaForCausalLM):
     backbone_class = Gemma3Backbone
+
+
+def _layer_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    h, d = args.hidden_size, args.head_dim
+    return {"pre_feedforward_layernorm.weight": (h,), "post_feedforward_layernorm.weight": (h,),
+            "self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,)}
+
+
+MODEL = Gemma3ForCausalLM
+ARCH = Architecture(
+    "gemma3", ("gemma3", "gemma3_text"), ("gemma3",),
+    gguf_tensors={
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_attention_norm": "post_attention_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+        "attn_q_norm": "self_attn.q_norm",
+        "attn_k_norm": "self_attn.k_norm",
+    },
+    layer_shapes=_layer_shapes,
+    gguf_norm_plus_one=True,
+)

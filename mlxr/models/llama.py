@@ -1,4 +1,4 @@
-"""Llama family (Llama 2/3, TinyLlama, Mistral). Math only; weights are loaded from outside."""
+"""Llama family (Llama 2/3, TinyLlama, SmolLM). Math only; weights are loaded from outside."""
 from __future__ import annotations
 
 import torch
@@ -11,6 +11,7 @@ from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.models.arch import Architecture
 from mlxr.ops.rotary import qkv_rope_write_kv
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
@@ -31,9 +32,9 @@ class LlamaAttention(nn.Module):
         self.o_proj = Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
         self.rotary = RotaryEmbedding(self.head_dim, args.rope_theta, args.rope_scaling)
         window = args.sliding_window if args.is_sliding(layer) else None
-        self.attn = PagedAttention(
-            self.n_heads, self.n_kv, self.head_dim, self.head_dim**-0.5, window
-        )
+        # longrope scales cos and sin: q.k by the square of that factor
+        scale = self.head_dim**-0.5 * self.rotary.attention_factor**2
+        self.attn = PagedAttention(self.n_heads, self.n_kv, self.head_dim, scale, window)
         self.q_norm: nn.Module = nn.Identity()  # per-head norms: Gemma 3 sets them
         self.k_norm: nn.Module = nn.Identity()
         self.qkv_proj: nn.Module | None = None  # q, k and v in one matrix (fuse_projections)
@@ -52,6 +53,11 @@ class LlamaAttention(nn.Module):
         # One view and split_with_sizes: a third of the cost of split + three views (decode, per layer).
         return self.qkv_proj(x).view(t, h + 2 * kv, d).split_with_sizes([h, kv, kv], 1)
 
+    def normed_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v before RoPE: per-head norms (Identity unless a model sets them) applied."""
+        q, k, v = self.project_qkv(x)
+        return self.q_norm(q), self.k_norm(k), v
+
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttnMetadata
     ) -> torch.Tensor:
@@ -60,9 +66,8 @@ class LlamaAttention(nn.Module):
         if q is not None:
             out = self.attn.attend(q, kv_cache, meta)
         else:
-            q, k, v = self.project_qkv(x)
-            q, k = self.q_norm(q), self.k_norm(k)
-            out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.inv_freq)
+            q, k, v = self.normed_qkv(x)
+            out = self.attn(q, k, v, kv_cache, meta, positions, self.rotary.frequencies(positions))
         return self.o_proj(out.reshape(t, -1))
 
     def _fused_decode_qkv(self, x: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache,
@@ -73,7 +78,7 @@ class LlamaAttention(nn.Module):
         if type(proj) is not Linear or type(self.q_norm) is not nn.Identity or type(self.k_norm) is not nn.Identity:
             return None
         return qkv_rope_write_kv(x, proj.weight, proj.bias, self.n_heads, self.n_kv, positions,
-                                 self.rotary.inv_freq, kv_cache[0], kv_cache[1], meta.slot_mapping)
+                                 self.rotary.frequencies(positions), kv_cache[0], kv_cache[1], meta.slot_mapping)
 
 
 class LlamaBlock(nn.Module):
@@ -159,3 +164,7 @@ class LlamaForCausalLM(nn.Module):
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
+
+
+MODEL = LlamaForCausalLM
+ARCH = Architecture("llama", ("llama", "tinyllama"), ("llama",), gguf_permuted_qk=True)

@@ -107,7 +107,8 @@ class HFToGGUF:
         if self.family == "llama":
             w.add_vocab_size(a.vocab_size)
             w.add_rope_dimension_count(a.head_dim)
-        if self.family == "gemma3" and a.sliding_window is not None:
+        if self.family in ("gemma3", "llama") and a.sliding_window is not None:
+            # llama.cpp's converter writes no window for Mistral; MLXR's GGUF reader honours this key
             w.add_sliding_window(a.sliding_window)
         if a.rope_scaling is not None and a.rope_scaling.rope_type == "linear":
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)

@@ -18,8 +18,6 @@ from safetensors import SafetensorError, safe_open
 
 from mlxr.errors import InvalidParameterError, ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
-from mlxr.formats.gguf_config import args_from_gguf_file
-from mlxr.formats.hf_config import args_from_hf_config
 from mlxr.formats.json_file import read_json_object
 from mlxr.formats.safetensors_dir import shard_files
 
@@ -83,8 +81,10 @@ def _is_regular(path: Path) -> bool:
 
 
 def _gguf_facts(path: Path) -> ModelFacts:
+    from mlxr.models.model_args import args_from_gguf  # the declarations live beside torch models
+
     with open_gguf(path) as f:
-        args = args_from_gguf_file(f)
+        args = args_from_gguf(f)
         arch = f.architecture
         count = sum(f.tensor_info(n).n_elements for n in f.tensor_names)
         quant = _gguf_quantization(f)
@@ -114,7 +114,9 @@ def _dominant(pairs: Iterable[tuple[str, int]]) -> str:
 
 
 def _hf_facts(root: Path) -> ModelFacts:
-    args = args_from_hf_config(_read_config(root / _CONFIG))
+    from mlxr.models.model_args import args_from_hf
+
+    args = args_from_hf(_read_config(root / _CONFIG))
     shards = sorted(shard_files(root), key=lambda p: p.name)
     counts: Counter[str] = Counter()
     for shard in shards:

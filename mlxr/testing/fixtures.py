@@ -94,6 +94,9 @@ CONFIGS: dict[str, FixtureSpec] = {
         rope_theta=500000.0, rope_scaling=_LLAMA3_ROPE, max_position_embeddings=512), ft.LLAMA, seed=2),
     "tiny-qwen2": FixtureSpec("qwen2", _QWEN2, ft.QWEN2, seed=3),
     "tiny-gemma3": FixtureSpec("gemma3", _GEMMA3, ft.GEMMA, seed=4),
+    # Mistral: the llama anatomy with a window of 8 on every layer, inside a 24-token prompt.
+    "tiny-mistral": FixtureSpec("llama", _llama_config(
+        model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=8), ft.LLAMA, seed=6),
     "tinyllama-shape": FixtureSpec("llama", _llama_config(
         vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
         num_attention_heads=32, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,

@@ -51,18 +51,18 @@ def read_model(record: Any) -> tuple[ModelArgs, str | None]:
     path = Path(record.path)
     if record.format == "gguf":
         from mlxr.formats.gguf import open_gguf
-        from mlxr.formats.gguf_config import args_from_gguf_file
+        from mlxr.models.model_args import args_from_gguf
 
         with open_gguf(path) as f:
             template = f.metadata.get("tokenizer.chat_template")
-            return args_from_gguf_file(f), template if isinstance(template, str) else None
-    from mlxr.formats.hf_config import args_from_hf_config
+            return args_from_gguf(f), template if isinstance(template, str) else None
     from mlxr.formats.json_file import check_text_file
     from mlxr.loader.hf_model import read_config
     from mlxr.loader.tokenizer import Tokenizer
+    from mlxr.models.model_args import args_from_hf
 
     check_text_file(path / "chat_template.jinja")
-    return args_from_hf_config(read_config(path)), Tokenizer.from_hf_dir(path).chat_template
+    return args_from_hf(read_config(path)), Tokenizer.from_hf_dir(path).chat_template
 
 
 def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:

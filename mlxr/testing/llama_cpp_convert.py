@@ -1,0 +1,105 @@
+"""llama.cpp's own converter (convert_hf_to_gguf.py with its gguf-py), run on fixture directories.
+
+The converter comes from the llama.cpp tree inside the llama-cpp-python sdist (PyPI), unpacked
+once under the fixtures root; its code is never part of MLXR. It runs in a subprocess with its
+own gguf-py first on the path, so it checks MLXR's GGUF loader against an independent writer.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+SDIST = "llama-cpp-python==0.3.36"
+_MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+# The fixture tokenizers are trained here, so the converter's table of known pre-tokenizer
+# hashes cannot know them: they split as GPT-2 does, which is what the fallback names. They are
+# BPE tokenizer.json files only, so a converter asking for a SentencePiece model gets them instead.
+_DRIVER = """
+import runpy, sys
+root = sys.argv.pop(1)
+sys.path[:0] = [root, root + "/gguf-py"]
+import conversion.base as base
+known = base.TextModel.get_vocab_base_pre
+def pre(self, tokenizer):
+    try:
+        return known(self, tokenizer)
+    except NotImplementedError:
+        return "gpt-2"
+base.TextModel.get_vocab_base_pre = pre
+# Converters that expect a SentencePiece tokenizer.model (Gemma 2, Phi-3) take the fixture's BPE files.
+import conversion
+known_class = conversion.get_model_class
+def model_class(*args, **kwargs):
+    cls = known_class(*args, **kwargs)
+    vocab = cls.set_vocab
+    def set_vocab(self):
+        if (self.dir_model / "tokenizer.model").is_file():
+            return vocab(self)
+        return self._set_vocab_gpt2()
+    cls.set_vocab = set_vocab
+    return cls
+conversion.get_model_class = model_class
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
+runpy.run_path(root + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
+
+
+class ConverterUnavailable(RuntimeError):
+    pass
+
+
+def llama_cpp_tree(root: Path) -> Path:
+    """The unpacked converter under root (downloading the sdist once, without its dependencies)."""
+    tree = Path(root) / "llama.cpp"
+    if (tree / "convert_hf_to_gguf.py").is_file():
+        return tree
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", SDIST, "--no-binary", ":all:", "--no-deps",
+               "-q", "-d", tmp]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        sdists = list(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        if not sdists:
+            raise ConverterUnavailable(f"pip download {SDIST} failed: {res.stderr[-500:]}")
+        staged = Path(tmp) / "llama.cpp"
+        _unpack(sdists[0], staged)
+        try:
+            os.rename(staged, tree)
+        except OSError:
+            if not tree.is_dir():
+                raise
+    return tree
+
+
+def _unpack(sdist: Path, dest: Path) -> None:
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            parts = member.name.split("/", 3)  # llama_cpp_python-X/vendor/llama.cpp/<path>
+            if len(parts) == 4 and parts[1:3] == ["vendor", "llama.cpp"] and parts[3].startswith(_MEMBERS):
+                member.name = parts[3]
+                tar.extract(member, dest, filter="data")
+
+
+def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32") -> Path:
+    """hf_dir -> out with llama.cpp's converter; raises with its log on failure."""
+    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
+    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype]
+    env = {**os.environ, "NO_LOCAL_GGUF": "1"}  # the driver puts the tree's gguf-py first itself
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    if res.returncode != 0 or not tmp.is_file():
+        raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf_dir}:\n{res.stderr[-3000:]}")
+    shutil.move(tmp, out)
+    return out
+
+
+def llama_cpp_gguf(hf_dir: Path, root: Path, outtype: str = "f32") -> Path:
+    """llama.cpp's GGUF of a fixture directory, written once beside it."""
+    out = Path(hf_dir).parent / f"llama-cpp-{outtype}.gguf"
+    if not out.is_file():
+        convert(llama_cpp_tree(Path(root)), Path(hf_dir), out, outtype)
+    return out
