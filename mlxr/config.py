@@ -76,7 +76,7 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """`mlxr serve` settings; built by cli.py from argv and the environment."""
+    """`mlxr serve` settings; built by cli/serve.py from argv and the environment."""
 
     host: str = "127.0.0.1"
     port: int = 11434

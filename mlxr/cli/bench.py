@@ -6,13 +6,12 @@ import argparse
 import json
 import time
 
+from mlxr.cli.options import add_model_options
+
 
 def register(sub) -> dict:
     p = sub.add_parser("bench", help="time prefill and decode; --profile shows time per op")
-    p.add_argument("--model", "-m", default="gemma3-270m")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--quantization", "-q", default=None, help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
+    add_model_options(p, positional=False)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)

@@ -33,7 +33,7 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
     print(f"wrote {result.path} ({result.file_type}, {result.n_bytes / 2**20:.1f} MiB, {mix}) "
           f"in {result.seconds:.1f} s")
     if ns.register is not None:
-        from mlxr.cli_registry import home_dir
+        from mlxr.cli.options import home_dir
         from mlxr.registry import Registry
 
         record = Registry(home_dir(ns.home)).import_model(result.path, ns.register)

@@ -1,0 +1,38 @@
+"""Builds the parser from the verb modules and maps typed errors to exit codes."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from mlxr.cli import (bench, cp, generate, import_model, list_models, ps, quantize, rm, run, serve,
+                      show)
+from mlxr.errors import MLXRError
+
+Handler = Callable[[argparse.Namespace], int]
+# Help lists the verbs in this order.
+VERBS = (generate, run, serve, ps, import_model, list_models, show, rm, cp, bench, quantize)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+    p = argparse.ArgumentParser(prog="mlxr", description="Local-first LLM inference engine")
+    p.add_argument("--log-level", default="WARNING")
+    sub = p.add_subparsers(dest="command", required=True)
+    handlers: dict[str, Handler] = {}
+    for verb in VERBS:
+        handlers.update(verb.register(sub))
+    return p, handlers
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, handlers = build_parser()
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
+    try:
+        return handlers[ns.command](ns)
+    except MLXRError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

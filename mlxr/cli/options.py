@@ -1,0 +1,59 @@
+"""Options shared by several verbs, and what they resolve to (the data directory, a model path,
+sampling parameters). Only the CLI and config.py read argv and the environment."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from mlxr.types import SamplingParams
+
+DEFAULT_HOME = "~/.mlxr"
+
+
+def add_model_options(p: argparse.ArgumentParser, positional: bool) -> None:
+    if positional:
+        p.add_argument("model", nargs="?", default="gemma3-270m")
+    else:
+        p.add_argument("--model", "-m", default="gemma3-270m")
+    add_device_options(p)
+
+
+def add_device_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
+    p.add_argument("--quantization", "-q", default=None,
+                   help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser, default_max: int = 128) -> None:
+    p.add_argument("--max-tokens", type=int, default=default_max)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def sampling_from(ns: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(max_tokens=ns.max_tokens, temperature=ns.temperature, top_k=ns.top_k,
+                          top_p=ns.top_p, seed=ns.seed)
+
+
+def home_dir(option: Path | str | None) -> Path:
+    """--home, else $MLXR_HOME, else ~/.mlxr."""
+    raw = option or os.environ.get("MLXR_HOME") or DEFAULT_HOME
+    return Path(raw).expanduser().absolute()
+
+
+def model_path(ref: str) -> str:
+    """A registry name (`mlxr list`) becomes its path; paths and the bundled name pass through."""
+    from mlxr.errors import ModelNotFoundError
+    from mlxr.loader.resolve import BUNDLED_MODELS
+    from mlxr.registry import Registry
+
+    if ref in BUNDLED_MODELS or Path(ref).expanduser().exists():
+        return ref
+    try:
+        return str(Registry(home_dir(None)).resolve(ref).path)
+    except ModelNotFoundError:
+        return ref  # the loader explains what it looked for
