@@ -62,3 +62,61 @@ def test_generate_finds_registry_names(tmp_path):
     by_path = run(["generate", "--model", path, "--max-tokens", "4", "Hello"], env=env)
     assert by_name.returncode == 0, by_name.stderr
     assert by_name.stdout == by_path.stdout
+
+
+def test_run_commands_from_a_pipe():
+    from mlxr import LLM, SamplingParams
+
+    path = str(fixture_model("tiny-llama").gguf_path)
+    other = str(fixture_model("tiny-qwen2").gguf_path)
+    greedy = LLM(path).chat([{"role": "user", "content": "two\nlines"}],
+                            SamplingParams(max_tokens=5, temperature=0)).outputs[0].text
+    script = ["/?", "/set parameter temperature 0", "/set parameter top_k many", "/set parameter nope 1",
+              '"""two', 'lines"""', "/show info", "/show parameters", "/frobnicate", f"/load {other}",
+              "/show info", "/bye", "never read"]
+    res = run(["run", path, "--max-tokens", "5", "--temperature", "1.5"], input="\n".join(script) + "\n")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "/set parameter NAME VALUE" in out and "/bye" in out  # the help
+    assert "Set parameter 'temperature' to '0'" in out
+    assert "top_k takes a int, got 'many'" in out and "Unknown parameter 'nope'" in out
+    assert greedy + "\n" in out  # the multi-line message, answered at temperature 0
+    assert out.count("architecture        llama") == 1 and "architecture        qwen2" in out
+    assert "temperature         0.0" in out and "Unknown command '/frobnicate'" in out
+    assert f"Loaded model '{other}'" in out
+
+
+def test_generate_streams_while_the_engine_runs():
+    """Text reaches stdout step by step, not once at the end."""
+    import io
+
+    from mlxr import LLM, SamplingParams
+    from mlxr.cli.stream import print_stream
+
+    llm = LLM(str(fixture_model("tiny-llama").gguf_path))
+
+    class Recorder(io.StringIO):
+        busy_writes = 0
+
+        def write(self, s: str) -> int:
+            if s and llm.engine.has_unfinished():
+                Recorder.busy_writes += 1
+            return super().write(s)
+
+    out, old = Recorder(), sys.stdout
+    sys.stdout = out
+    try:
+        result = print_stream(llm.engine, "s-1", "Once upon a time",
+                              SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    finally:
+        sys.stdout = old
+    assert Recorder.busy_writes >= 2 and out.getvalue() == result.text + "\n"
+    assert not result.interrupted
+
+
+def test_load_progress_counts_every_tensor():
+    from mlxr import LLM
+
+    seen: list[tuple[int, int]] = []
+    LLM(str(fixture_model("tiny-llama").gguf_path), load_progress=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == list(range(1, len(seen) + 1))

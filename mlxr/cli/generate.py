@@ -1,4 +1,4 @@
-"""`mlxr generate PROMPT`: one-shot completion of a prompt."""
+"""`mlxr generate PROMPT`: one-shot completion of a prompt, printed as the tokens come."""
 from __future__ import annotations
 
 import argparse
@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:
-    from mlxr.llm import LLM
+    from mlxr.cli.progress import load_llm
+    from mlxr.cli.stream import print_stream
 
     params = sampling_from(ns)
-    llm = LLM(model_path(ns.model), dtype=ns.dtype, device=ns.device, quantization=ns.quantization)
-    out = llm.generate(ns.prompt, params)[0]
-    print(out.outputs[0].text)
-    return 0
+    llm = load_llm(model_path(ns.model), ns)
+    result = print_stream(llm.engine, "generate-0", ns.prompt, params)
+    return 130 if result.interrupted else 0

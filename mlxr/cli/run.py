@@ -17,4 +17,4 @@ def register(sub: argparse._SubParsersAction) -> dict:
 def cmd_run(ns: argparse.Namespace) -> int:
     from mlxr.cli.chat import chat_loop
 
-    return chat_loop(model_path(ns.model), sampling_from(ns), ns.system, ns.dtype, ns.device, ns.quantization)
+    return chat_loop(model_path(ns.model), ns, sampling_from(ns))
