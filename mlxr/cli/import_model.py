@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from mlxr.cli.registry_access import add_verb, errors_exit_1, open_registry
@@ -17,23 +16,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
 
 @errors_exit_1
 def cmd_import(ns: argparse.Namespace) -> int:
-    progress = _Progress() if sys.stderr.isatty() else None
-    record = open_registry(ns).import_model(ns.path, ns.name, progress)
-    if progress is not None:
-        progress.finish()
+    from mlxr.cli.progress import progress_bar
+
+    with progress_bar(f"hashing {ns.path.name}", in_bytes=True) as update:
+        record = open_registry(ns).import_model(ns.path, ns.name, update)
     print(f"imported {record.name} ({record.short_id}) from {record.path}")
     return 0
-
-
-class _Progress:
-    def __init__(self) -> None:
-        self.last = -1
-
-    def __call__(self, done: int, total: int) -> None:
-        pct = 100 * done // total if total else 100
-        if pct != self.last:
-            self.last = pct
-            print(f"\rhashing {pct:3d}%", end="", file=sys.stderr, flush=True)
-
-    def finish(self) -> None:
-        print(file=sys.stderr)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable
 
 from mlxr.cli import (bench, cp, generate, import_model, list_models, ps, quantize, rm, run, serve,
                       show)
+from mlxr.cli.options import add_log_format_option
 from mlxr.errors import MLXRError
+from mlxr.server.logs import setup_logging
 
 Handler = Callable[[argparse.Namespace], int]
 # Help lists the verbs in this order.
@@ -18,6 +19,7 @@ VERBS = (generate, run, serve, ps, import_model, list_models, show, rm, cp, benc
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     p = argparse.ArgumentParser(prog="mlxr", description="Local-first LLM inference engine")
     p.add_argument("--log-level", default="WARNING")
+    add_log_format_option(p)
     sub = p.add_subparsers(dest="command", required=True)
     handlers: dict[str, Handler] = {}
     for verb in VERBS:
@@ -28,7 +30,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 def main(argv: list[str] | None = None) -> int:
     parser, handlers = build_parser()
     ns = parser.parse_args(argv)
-    logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
+    setup_logging(ns.log_level, ns.log_format)
     try:
         return handlers[ns.command](ns)
     except MLXRError as e:

@@ -11,6 +11,14 @@ from mlxr.types import SamplingParams
 DEFAULT_HOME = "~/.mlxr"
 
 
+LOG_FORMATS = ("auto", "json", "human")  # mlxr.server.logs.LOG_FORMATS, without importing it
+
+
+def add_log_format_option(p: argparse.ArgumentParser, default: object = "auto") -> None:
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=default,
+                   help="auto: readable on a terminal, JSON lines otherwise")
+
+
 def add_model_options(p: argparse.ArgumentParser, positional: bool) -> None:
     if positional:
         p.add_argument("model", nargs="?", default="gemma3-270m")

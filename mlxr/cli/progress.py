@@ -19,16 +19,16 @@ def _console():
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Update | None]:
+def progress_bar(description: str, in_bytes: bool = False) -> Iterator[Update | None]:
     """Yields update(done, total) driving a bar that vanishes when done; None off a terminal."""
     if not on_terminal():
         yield None
         return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                               TimeElapsedColumn)
+    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn,
+                               TextColumn, TimeElapsedColumn)
 
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    count = DownloadColumn() if in_bytes else MofNCompleteColumn()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn())
     with Progress(*columns, console=_console(), transient=True) as bar:
         task = bar.add_task(description, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)

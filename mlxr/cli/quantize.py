@@ -23,9 +23,12 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Handler]:
 
 
 def cmd_quantize(ns: argparse.Namespace) -> int:
+    from mlxr.cli.progress import progress_bar
     from mlxr.quantize import quantize_model
 
-    result = quantize_model(ns.source, ns.output, ns.qtype, _print_progress)
+    with progress_bar(f"quantizing to {ns.qtype}") as update:
+        report = _print_progress if update is None else lambda i, n, t: update(i, n)
+        result = quantize_model(ns.source, ns.output, ns.qtype, report)
     counts: dict[str, int] = {}
     for t in result.tensors:
         counts[t.ggml_type] = counts.get(t.ggml_type, 0) + 1

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from mlxr.cli.options import add_device_options, home_dir
+from mlxr.cli.options import add_device_options, add_log_format_option, home_dir
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="seconds to let in-flight requests finish on SIGTERM/SIGINT")
     s.add_argument("--log-stats-every", type=float, default=5.0,
                    help="seconds between throughput log lines while busy")
+    add_log_format_option(s, default=argparse.SUPPRESS)
     return {"serve": cmd_serve}
 
 
@@ -110,9 +111,9 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         return fail(f"refusing to listen on {ns.host} without an API key: pass --api-key or "
                     "--api-key-file, or --allow-unauthenticated if you mean it")
     from mlxr.registry import Registry
-    from mlxr.server.logs import setup_json_logging
+    from mlxr.server.logs import setup_logging
 
-    setup_json_logging(_log_level(ns))
+    setup_logging(_log_level(ns), ns.log_format)
     registry = Registry(home_dir(ns.home))
     config = server_config(ns, keys, register_models(registry, ns.model))
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
