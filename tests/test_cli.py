@@ -52,6 +52,17 @@ def test_bench_profile_breaks_a_step_into_ops(tmp_path):
     assert figures["decode_tok_s"] > 0 and "ms/step" in res.stdout
 
 
+def test_bench_profile_of_a_quantized_gguf_times_its_matmuls(tmp_path):
+    import json
+
+    path = str(fixture_model("tiny-llama", "q8_0").gguf_path)
+    out = tmp_path / "bench.json"
+    res = run(["bench", "--model", path, "--prompt-len", "16", "--gen-len", "3", "--profile", "--json", str(out)])
+    assert res.returncode == 0, res.stderr
+    ops = {row["op"]: row for row in json.loads(out.read_text())["profile"]}
+    assert ops["mlp matmuls"]["calls"] > 0 and ops["attn matmuls"]["calls"] > 0
+
+
 def test_generate_finds_registry_names(tmp_path):
     import os
 
@@ -120,3 +131,13 @@ def test_load_progress_counts_every_tensor():
     seen: list[tuple[int, int]] = []
     LLM(str(fixture_model("tiny-llama").gguf_path), load_progress=lambda d, t: seen.append((d, t)))
     assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == list(range(1, len(seen) + 1))
+
+
+def test_the_test_session_keeps_out_of_the_real_home():
+    import os
+
+    home = Path(os.environ["MLXR_HOME"])
+    assert not home.is_relative_to(Path.home()) and not Path(os.environ["MLXR_CACHE_DIR"]).is_relative_to(Path.home())
+    # A name that is not a path is looked up in the registry, which the lookup creates.
+    res = run(["generate", "--model", "no-such-model:latest", "hi"])
+    assert res.returncode == 2 and (home / "registry.db").exists()
