@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from mlxr.cli.options import add_model_options
+from mlxr.cli.options import add_model_options, use_threads
 
 
 def register(sub) -> dict:
@@ -34,6 +34,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     from mlxr.profiler import OpProfiler
     from mlxr.types import SamplingParams
 
+    threads = use_threads(ns)
     llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
@@ -47,7 +48,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     figures = _timed_run(llm, prompts, params, on_first_token=prof.reset if prof else None)
     print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}, "
           f"quantization {llm.loaded.quantization}), "
-          f"batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
+          f"{threads} threads, batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
     print(f"prefill {figures['prefill_tok_s']:,.1f} tok/s   decode {figures['decode_tok_s']:,.1f} tok/s   "
           f"steps {figures['steps']}")
     if prof is not None:
@@ -56,7 +57,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         figures["profile"] = _print_profile(prof, max(1, prof.forwards))
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"model": ns.model, "batch": ns.batch, "prompt_len": ns.prompt_len,
+            json.dump({"model": ns.model, "threads": threads, "batch": ns.batch, "prompt_len": ns.prompt_len,
                        "gen_len": ns.gen_len, **figures}, f, indent=2)
     return 0
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from mlxr.cli import (bench, cp, generate, import_model, list_models, ps, quantize, rm, run, serve,
                       show)
 from mlxr.cli.options import add_log_format_option
+from mlxr.config import openmp_environment
 from mlxr.errors import MLXRError
 from mlxr.server.logs import setup_logging
 
@@ -28,6 +30,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.update(openmp_environment(os.environ))  # before anything imports torch
     parser, handlers = build_parser()
     ns = parser.parse_args(argv)
     setup_logging(ns.log_level, ns.log_format)

@@ -25,6 +25,7 @@ def add_model_options(p: argparse.ArgumentParser, positional: bool) -> None:
     else:
         p.add_argument("--model", "-m", default="gemma3-270m")
     add_device_options(p)
+    add_threads_option(p)
 
 
 def add_device_options(p: argparse.ArgumentParser) -> None:
@@ -32,6 +33,39 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
     p.add_argument("--quantization", "-q", default=None,
                    help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
+
+
+def add_threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for the model's math (default: $MLXR_NUM_THREADS, else chosen "
+                        "from the CPUs this process may use)")
+
+
+def num_threads(ns: argparse.Namespace) -> int:
+    """--threads, else $MLXR_NUM_THREADS, else config.default_num_threads()."""
+    from mlxr.config import default_num_threads
+    from mlxr.errors import InvalidParameterError
+
+    raw = ns.threads if getattr(ns, "threads", None) is not None else os.environ.get("MLXR_NUM_THREADS")
+    if raw is None or raw == "":
+        return default_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidParameterError("threads", f"MLXR_NUM_THREADS must be a whole number, got {raw!r}") from None
+    if not 1 <= value <= 1024:
+        raise InvalidParameterError("threads", f"must be between 1 and 1024, got {value}")
+    return value
+
+
+def use_threads(ns: argparse.Namespace) -> int:
+    """Sets torch's intra-op threads for this process before any engine thread starts (a
+    thread takes the count when it first runs parallel work)."""
+    import torch
+
+    n = num_threads(ns)
+    torch.set_num_threads(n)
+    return n
 
 
 def add_sampling_options(p: argparse.ArgumentParser, default_max: int = 128) -> None:

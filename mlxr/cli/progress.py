@@ -58,8 +58,10 @@ def build_cpu_kernels(device: str | None) -> None:
 
 def load_llm(model: str, ns, **engine_kwargs):
     """LLM(model) with the kernel build and the weight loading shown on a terminal."""
+    from mlxr.cli.options import use_threads
     from mlxr.llm import LLM
 
+    use_threads(ns)
     build_cpu_kernels(ns.device)
     with progress_bar(f"loading {model}") as update:
         return LLM(model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization,

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from mlxr.cli.options import add_device_options, add_log_format_option, home_dir
+from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="allow a non-loopback --host without an API key")
     s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
     add_device_options(s)
+    add_threads_option(s)
     s.add_argument("--keep-alive", default="5m", type=parse_duration,
                    help="unload idle models after this (\"5m\", seconds, -1 = never)")
     s.add_argument("--max-loaded-models", type=int, default=2)
@@ -114,6 +115,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     from mlxr.server.logs import setup_logging
 
     setup_logging(_log_level(ns), ns.log_format)
+    use_threads(ns)
     registry = Registry(home_dir(ns.home))
     config = server_config(ns, keys, register_models(registry, ns.model))
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)

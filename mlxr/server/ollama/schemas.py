@@ -41,6 +41,7 @@ class GenerateRequest(BaseModel):
     think: bool | str | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    truncate: bool | None = None  # None/true: cut a prompt over num_ctx to fit; false: 400
 
 
 class ToolFunction(BaseModel):
@@ -76,6 +77,7 @@ class ChatRequest(BaseModel):
     think: bool | str | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    truncate: bool | None = None  # None/true: cut a prompt over num_ctx to fit; false: 400
 
 
 class EmbedRequest(BaseModel):
