@@ -83,7 +83,7 @@ def test_run_commands_from_a_pipe():
     greedy = LLM(path).chat([{"role": "user", "content": "two\nlines"}],
                             SamplingParams(max_tokens=5, temperature=0)).outputs[0].text
     script = ["/?", "/set parameter temperature 0", "/set parameter top_k many", "/set parameter nope 1",
-              '"""two', 'lines"""', "/show info", "/show parameters", "/frobnicate", f"/load {other}",
+              '"""two', 'lines"""', "/show info", "/set parameter num_thread 1", "/show parameters", "/frobnicate", f"/load {other}",
               "/show info", "/bye", "never read"]
     res = run(["run", path, "--max-tokens", "5", "--temperature", "1.5"], input="\n".join(script) + "\n")
     assert res.returncode == 0, res.stderr
@@ -95,6 +95,7 @@ def test_run_commands_from_a_pipe():
     assert out.count("architecture        llama") == 1 and "architecture        qwen2" in out
     assert "temperature         0.0" in out and "Unknown command '/frobnicate'" in out
     assert f"Loaded model '{other}'" in out
+    assert "Set parameter 'num_thread' to '1'" in out and "num_thread          1\n" in out
 
 
 def test_generate_streams_while_the_engine_runs():
@@ -141,3 +142,27 @@ def test_the_test_session_keeps_out_of_the_real_home():
     # A name that is not a path is looked up in the registry, which the lookup creates.
     res = run(["generate", "--model", "no-such-model:latest", "hi"])
     assert res.returncode == 2 and (home / "registry.db").exists()
+
+
+def _bench_threads(tmp_path, *args, env):
+    import json
+
+    out = tmp_path / "b.json"
+    res = run(["bench", "--model", str(fixture_model("tiny-llama").gguf_path), "--prompt-len", "4", "--gen-len", "2",
+               "--json", str(out), *args], env=env)
+    assert res.returncode == 0, res.stderr
+    return json.loads(out.read_text())
+
+
+def test_threads_option_environment_and_default(tmp_path):
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("MLXR_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    default = _bench_threads(tmp_path, env=base)
+    assert default["threads"] == len(os.sched_getaffinity(0)) and default["omp_wait_policy"] == "PASSIVE"
+    assert _bench_threads(tmp_path, "--threads", "1", env=base)["threads"] == 1
+    assert _bench_threads(tmp_path, env={**base, "MLXR_NUM_THREADS": "1"})["threads"] == 1
+    mine = _bench_threads(tmp_path, "--threads", "1", env={**base, "MLXR_NUM_THREADS": "3", "OMP_WAIT_POLICY": "ACTIVE"})
+    assert mine["threads"] == 1 and mine["omp_wait_policy"] == "ACTIVE"  # the option and the user's policy win
+    bad = run(["generate", "--model", "x", "hi"], env={**base, "MLXR_NUM_THREADS": "many"})
+    assert bad.returncode == 2 and "MLXR_NUM_THREADS" in bad.stderr and "Traceback" not in bad.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from mlxr.cli.options import add_model_options, use_threads
@@ -34,7 +35,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     from mlxr.profiler import OpProfiler
     from mlxr.types import SamplingParams
 
-    threads = use_threads(ns)
+    use_threads(ns)
+    threads = torch.get_num_threads()  # what torch runs with, not only what was asked
     llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
@@ -57,7 +59,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         figures["profile"] = _print_profile(prof, max(1, prof.forwards))
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"model": ns.model, "threads": threads, "batch": ns.batch, "prompt_len": ns.prompt_len,
+            json.dump({"model": ns.model, "threads": threads, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                       "batch": ns.batch, "prompt_len": ns.prompt_len,
                        "gen_len": ns.gen_len, **figures}, f, indent=2)
     return 0
 

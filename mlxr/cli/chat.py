@@ -10,7 +10,7 @@ from mlxr.errors import MLXRError
 from mlxr.types import SamplingParams
 
 HELP = """Available commands:
-  /set parameter NAME VALUE   set a sampling parameter (/set parameter alone lists them)
+  /set parameter NAME VALUE   set a sampling parameter, or num_thread (/set parameter lists them)
   /set system TEXT            set the system message
   /show info                  the model's facts
   /show parameters            the sampling parameters in use
@@ -90,6 +90,8 @@ def _set(session: ChatSession, line: str, args: list[str]) -> None:
     if args[:1] == ["system"] and len(args) > 1:
         session.system = line.split("system", 1)[1].strip().strip('"')
         print("Set system message.")
+    elif args[:2] == ["parameter", "num_thread"] and len(args) == 3:
+        _set_threads(args[2])
     elif args[:1] == ["parameter"] and len(args) >= 3:
         name, values = args[1], args[2:]
         if name not in PARAMETERS:
@@ -107,7 +109,18 @@ def _set(session: ChatSession, line: str, args: list[str]) -> None:
             return
         print(f"Set parameter '{name}' to '{' '.join(values)}'")
     else:
-        print("Usage:\n  /set parameter NAME VALUE  (" + ", ".join(PARAMETERS) + ")\n  /set system TEXT")
+        print("Usage:\n  /set parameter NAME VALUE  (" + ", ".join(PARAMETERS) + ", num_thread)\n  /set system TEXT")
+
+
+def _set_threads(value: str) -> None:
+    """num_thread: this process runs the model in the REPL's own thread, so it applies at once."""
+    import torch
+
+    if not value.isdecimal() or not 1 <= int(value) <= 1024:
+        print(f"error: num_thread takes a whole number from 1 to 1024, got {value!r}")
+        return
+    torch.set_num_threads(int(value))
+    print(f"Set parameter 'num_thread' to '{value}'")
 
 
 def _show(session: ChatSession, args: list[str]) -> None:
@@ -120,8 +133,11 @@ def _show(session: ChatSession, args: list[str]) -> None:
                 ("quantization", loaded.quantization), ("device", f"{loaded.device} ({loaded.dtype})")]
         print(f"  Model {session.model}\n" + "\n".join(f"    {k:<20}{v}" for k, v in rows))
     elif what == "parameters":
+        import torch
+
         for ours, name in ((v[0], k) for k, v in PARAMETERS.items()):
             print(f"    {name:<20}{getattr(session.params, ours)}")
+        print(f"    {'num_thread':<20}{torch.get_num_threads()}")
     elif what == "system":
         print(session.system or "No system message was specified.")
     else:
