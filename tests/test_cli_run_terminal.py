@@ -64,3 +64,18 @@ def test_history_set_parameter_and_bye(terminal):
 
     t.type_line("/bye")
     t.wait_for(lambda s: "EXIT=0" in s)
+
+
+def test_ctrl_c_stops_the_reply_not_the_program(terminal):
+    # The bundled model: a long reply takes seconds, time enough to interrupt it.
+    t = terminal("run", "gemma3-270m", "--max-tokens", "2000")
+    t.wait_for(lambda s: _last_line(s) == ">>>", timeout=120)
+    asked = ">>> Write a very long story about a dragon."
+    t.type_line(asked.removeprefix(">>> "))
+    t.wait_for(lambda s: asked in s and len(s.split(asked, 1)[1].strip()) > 50)  # the reply is streaming
+    t.send("C-c")
+    t.wait_for(lambda s: _prompts(s) == 2 and _last_line(s) == ">>>")
+    t.type_line("/show info")
+    t.wait_for(lambda s: "architecture        gemma3" in s and _last_line(s) == ">>>")
+    t.type_line("/bye")
+    t.wait_for(lambda s: "EXIT=0" in s)
