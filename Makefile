@@ -1,16 +1,26 @@
 # Two entry points for a fresh machine: `make run` (the server with the bundled model) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# CPU build of torch; on a CUDA machine use TORCH_SPEC="torch" (or a preinstalled torch).
 TORCH_SPEC ?= torch==2.13.0
+# Without an NVIDIA GPU, the CPU build of torch (no CUDA libraries to download) from PyTorch's
+# index; where that index cannot be reached in 5 s, plain PyPI at once (never a long hang).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+HAS_CUDA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
 .PHONY: run chat generate test install webui
 
+# The last step compiles the C kernels now rather than as a pause at the first request.
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+ifeq ($(HAS_CUDA),yes)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
+else
+	$(PY) -m pip install -q --timeout 5 --retries 0 --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_SPEC)" \
+	  || $(PY) -m pip install -q "$(TORCH_SPEC)"
+endif
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -c "from mlxr.ops.cpu.build import LIBRARIES, load_library; [load_library(n) for n in LIBRARIES]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -2,7 +2,19 @@
 from mlxr.types import CompletionOutput, Logprob, RequestOutput, SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
-__version__ = "0.1.0"
+
+
+def _installed_version() -> str:
+    """pyproject's version, as installed (the one source of truth; /api/version reports it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlxr")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0.0.0+unknown"
+
+
+__version__ = _installed_version()
 
 
 def __getattr__(name: str):

@@ -1,6 +1,7 @@
 """Frozen configuration records built at the edge (CLI, LLM(...)) and passed down."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -90,9 +91,23 @@ class EngineConfig:
     overlap_steps: bool | None = None
 
 
+def default_num_threads(usable_cpus: int) -> int:
+    """CPU threads when neither --threads nor MLXR_NUM_THREADS says: every CPU this process may
+    use. What keeps this from collapsing on a shared machine is the wait policy below."""
+    return max(1, usable_cpus)
+
+
+def openmp_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """Variables to set before torch (and its OpenMP runtime) loads. Threads that finish a
+    parallel region early sleep instead of spinning: on a machine where another process holds a
+    core, a spinning thread burns the time slice its descheduled partner needs, and decode
+    fell 5x (bench/threads.py). A value the user set wins."""
+    return {} if "OMP_WAIT_POLICY" in env else {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 @dataclass(frozen=True)
 class ServerConfig:
-    """`mlxr serve` settings; built by cli.py from argv and the environment."""
+    """`mlxr serve` settings; built by cli/serve.py from argv and the environment."""
 
     host: str = "127.0.0.1"
     port: int = 11434

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
 import torch
@@ -25,16 +26,18 @@ class LLM:
         device: torch.device | str | None = None,
         weight_dtype: torch.dtype | str | None = None,
         quantization: str | None = None,
+        load_progress: Callable[[int, int], None] | None = None,
         **engine_kwargs,
     ) -> None:
         """dtype sets activations and weights alike; weight_dtype stores the weights narrower.
         With neither, CPU runs fp32 activations on fp16 weights and CUDA runs bf16.
         quantization: "auto" keeps a GGUF file's quantized weights quantized; "none"
-        dequantizes them; "fp8" stores linear weights as FP8 on Hopper-class GPUs."""
+        dequantizes them; "fp8" stores linear weights as FP8 on Hopper-class GPUs.
+        load_progress(done, total) is called as the weights' tensors are placed."""
         dtype = _parse_dtype(dtype) if isinstance(dtype, str) else dtype
         weight_dtype = _parse_dtype(weight_dtype) if isinstance(weight_dtype, str) else weight_dtype
         loaded = load_model(model, dtype=dtype, device=device, weight_dtype=weight_dtype,
-                            quantization=quantization)
+                            quantization=quantization, progress=load_progress)
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)

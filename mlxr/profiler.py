@@ -11,9 +11,11 @@ import torch
 from torch import nn
 
 from mlxr.layers.attention import PagedAttention
+from mlxr.layers.fp8_linear import FP8Linear
 from mlxr.layers.linear import StoredLinear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
+from mlxr.layers.quant_linear import QuantLinear
 from mlxr.layers.rope import RotaryEmbedding
 
 
@@ -25,7 +27,9 @@ def op_name(name: str, module: nn.Module) -> str | None:
         return "rotary"
     if isinstance(module, RMSNorm):
         return "rmsnorm"
-    if isinstance(module, (nn.Linear, StoredLinear)):
+    # Every kind of linear layer: a quantized GGUF's matmuls are QuantLinear, and leaving them
+    # out made the norms look like most of a step.
+    if isinstance(module, (nn.Linear, StoredLinear, QuantLinear, FP8Linear)):
         return "lm_head" if name.endswith("lm_head") else ("mlp matmuls" if ".mlp." in name else "attn matmuls")
     if isinstance(module, GatedMLP):
         return None  # its matmuls are counted above; the activation is the remainder

@@ -1,6 +1,8 @@
 """Shared test fixtures: random-weight models written once per checkout under .fixtures/."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / ".fixtures"
+
+# Nothing a test runs (in this process or in the mlxr processes it starts, which inherit the
+# environment) may write into the user's ~/.mlxr or ~/.cache/mlxr: the registry goes to a
+# directory of this session, the compiled kernels to a cache beside the fixtures.
+os.environ["MLXR_HOME"] = tempfile.mkdtemp(prefix="mlxr-test-home-")
+os.environ["MLXR_CACHE_DIR"] = str(FIXTURES / "cache")
 
 
 def pytest_collection_modifyitems(config, items):

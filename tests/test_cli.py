@@ -52,6 +52,17 @@ def test_bench_profile_breaks_a_step_into_ops(tmp_path):
     assert figures["decode_tok_s"] > 0 and "ms/step" in res.stdout
 
 
+def test_bench_profile_of_a_quantized_gguf_times_its_matmuls(tmp_path):
+    import json
+
+    path = str(fixture_model("tiny-llama", "q8_0").gguf_path)
+    out = tmp_path / "bench.json"
+    res = run(["bench", "--model", path, "--prompt-len", "16", "--gen-len", "3", "--profile", "--json", str(out)])
+    assert res.returncode == 0, res.stderr
+    ops = {row["op"]: row for row in json.loads(out.read_text())["profile"]}
+    assert ops["mlp matmuls"]["calls"] > 0 and ops["attn matmuls"]["calls"] > 0
+
+
 def test_generate_finds_registry_names(tmp_path):
     import os
 
@@ -62,3 +73,96 @@ def test_generate_finds_registry_names(tmp_path):
     by_path = run(["generate", "--model", path, "--max-tokens", "4", "Hello"], env=env)
     assert by_name.returncode == 0, by_name.stderr
     assert by_name.stdout == by_path.stdout
+
+
+def test_run_commands_from_a_pipe():
+    from mlxr import LLM, SamplingParams
+
+    path = str(fixture_model("tiny-llama").gguf_path)
+    other = str(fixture_model("tiny-qwen2").gguf_path)
+    greedy = LLM(path).chat([{"role": "user", "content": "two\nlines"}],
+                            SamplingParams(max_tokens=5, temperature=0)).outputs[0].text
+    script = ["/?", "/set parameter temperature 0", "/set parameter top_k many", "/set parameter nope 1",
+              '"""two', 'lines"""', "/show info", "/set parameter num_thread 1", "/show parameters", "/frobnicate", f"/load {other}",
+              "/show info", "/bye", "never read"]
+    res = run(["run", path, "--max-tokens", "5", "--temperature", "1.5"], input="\n".join(script) + "\n")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "/set parameter NAME VALUE" in out and "/bye" in out  # the help
+    assert "Set parameter 'temperature' to '0'" in out
+    assert "top_k takes a int, got 'many'" in out and "Unknown parameter 'nope'" in out
+    assert greedy + "\n" in out  # the multi-line message, answered at temperature 0
+    assert out.count("architecture        llama") == 1 and "architecture        qwen2" in out
+    assert "temperature         0.0" in out and "Unknown command '/frobnicate'" in out
+    assert f"Loaded model '{other}'" in out
+    assert "Set parameter 'num_thread' to '1'" in out and "num_thread          1\n" in out
+
+
+def test_generate_streams_while_the_engine_runs():
+    """Text reaches stdout step by step, not once at the end."""
+    import io
+
+    from mlxr import LLM, SamplingParams
+    from mlxr.cli.stream import print_stream
+
+    llm = LLM(str(fixture_model("tiny-llama").gguf_path))
+
+    class Recorder(io.StringIO):
+        busy_writes = 0
+
+        def write(self, s: str) -> int:
+            if s and llm.engine.has_unfinished():
+                Recorder.busy_writes += 1
+            return super().write(s)
+
+    out, old = Recorder(), sys.stdout
+    sys.stdout = out
+    try:
+        result = print_stream(llm.engine, "s-1", "Once upon a time",
+                              SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+    finally:
+        sys.stdout = old
+    assert Recorder.busy_writes >= 2 and out.getvalue() == result.text + "\n"
+    assert not result.interrupted
+
+
+def test_load_progress_counts_every_tensor():
+    from mlxr import LLM
+
+    seen: list[tuple[int, int]] = []
+    LLM(str(fixture_model("tiny-llama").gguf_path), load_progress=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == list(range(1, len(seen) + 1))
+
+
+def test_the_test_session_keeps_out_of_the_real_home():
+    import os
+
+    home = Path(os.environ["MLXR_HOME"])
+    assert not home.is_relative_to(Path.home()) and not Path(os.environ["MLXR_CACHE_DIR"]).is_relative_to(Path.home())
+    # A name that is not a path is looked up in the registry, which the lookup creates.
+    res = run(["generate", "--model", "no-such-model:latest", "hi"])
+    assert res.returncode == 2 and (home / "registry.db").exists()
+
+
+def _bench_threads(tmp_path, *args, env):
+    import json
+
+    out = tmp_path / "b.json"
+    res = run(["bench", "--model", str(fixture_model("tiny-llama").gguf_path), "--prompt-len", "4", "--gen-len", "2",
+               "--json", str(out), *args], env=env)
+    assert res.returncode == 0, res.stderr
+    return json.loads(out.read_text())
+
+
+def test_threads_option_environment_and_default(tmp_path):
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("MLXR_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    default = _bench_threads(tmp_path, env=base)
+    assert default["threads"] == len(os.sched_getaffinity(0)) and default["omp_wait_policy"] == "PASSIVE"
+    assert _bench_threads(tmp_path, "--threads", "1", env=base)["threads"] == 1
+    assert _bench_threads(tmp_path, env={**base, "MLXR_NUM_THREADS": "1"})["threads"] == 1
+    mine = _bench_threads(tmp_path, "--threads", "1", env={**base, "MLXR_NUM_THREADS": "3", "OMP_WAIT_POLICY": "ACTIVE"})
+    assert mine["threads"] == 1 and mine["omp_wait_policy"] == "ACTIVE"  # the option and the user's policy win
+    bad = run(["generate", "--model", "x", "hi"], env={**base, "MLXR_NUM_THREADS": "many"})
+    assert bad.returncode == 2 and "MLXR_NUM_THREADS" in bad.stderr and "Traceback" not in bad.stderr

@@ -246,6 +246,6 @@ def test_cli_quantizes_and_registers(tmp_path: Path) -> None:
 
 
 def test_cli_types_match_the_quantizer() -> None:
-    from mlxr.cli_quantize import TYPES
+    from mlxr.cli.quantize import TYPES
 
     assert set(TYPES) == set(FILE_TYPES)

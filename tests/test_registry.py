@@ -244,5 +244,5 @@ def test_parameter_size_format() -> None:
 
 
 def test_registry_does_not_import_torch() -> None:
-    code = "import sys, mlxr.registry, mlxr.cli_registry; assert 'torch' not in sys.modules"
+    code = "import sys, mlxr.registry, mlxr.cli.list_models, mlxr.cli.import_model; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -221,7 +221,7 @@ def test_errors(client: ollama.Client, name: str, base_url: str) -> None:
     bad = [({"options": {"num_predict": 1.5}}, "options.num_predict"),
            ({"options": {"top_p": 7}}, "options.top_p"),
            ({"keep_alive": "soon"}, "keep_alive"),
-           ({"prompt": "word " * 400}, "256")]
+           ({"prompt": "word " * 400, "truncate": False}, "256")]  # without it, cut to fit
     for extra, needle in bad:
         r = httpx.post(base_url + "/api/generate", json={"model": name, "prompt": "x", **extra})
         assert r.status_code == 400 and needle in r.json()["error"], (extra, r.text)

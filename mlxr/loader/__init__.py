@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from mlxr.loader.tokenizer import Tokenizer
 from mlxr.models import build_model, canonical_model_type
 
 log = logging.getLogger(__name__)
+LoadProgress = Callable[[int, int], None]  # (tensors placed, tensors in the checkpoint)
 
 
 @dataclass
@@ -60,10 +62,12 @@ def load_model(
     device: torch.device | str | None = None,
     weight_dtype: torch.dtype | None = None,
     quantization: str | None = None,
+    progress: LoadProgress | None = None,
 ) -> LoadedModel:
     """dtype alone sets both activations and weights; neither picks the device's default.
     quantization: "auto" (default) keeps a GGUF file's quantized weights as they are ("gguf"),
-    "none" dequantizes them, "fp8" stores the linear weights as FP8 E4M3 (Hopper GPUs)."""
+    "none" dequantizes them, "fp8" stores the linear weights as FP8 E4M3 (Hopper GPUs).
+    progress(done, total) is called as the checkpoint's tensors are placed."""
     quantization = quantization or "auto"
     if quantization not in QUANTIZATION_MODES:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_MODES)}, got {quantization!r}")
@@ -85,7 +89,7 @@ def load_model(
 
         args, weights, tokenizer = read_hf_dir(source.path)
     args = _with_canonical_type(args)
-    model = materialize(args, weights, dtype, device)
+    model = materialize(args, weights, dtype, device, progress)
     mode = "gguf" if any(isinstance(m, QuantLinear) for m in model.modules()) else "none"
     fuse_projections(model)
     if quantization == "fp8":
@@ -106,14 +110,18 @@ def _with_canonical_type(args: ModelArgs) -> ModelArgs:
     return replace(args, model_type=canonical_model_type(args.model_type))
 
 
-def materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.device,
+                progress: LoadProgress | None = None) -> nn.Module:
     """Build the model without allocating random weights, then assign the checkpoint's."""
     with torch.device("meta"):
         model = build_model(args)
     expected = dict(model.named_parameters())
     state: dict[str, torch.Tensor] = {}
     packed: dict[str, PackedWeight] = {}
-    for name, tensor in weights:
+    total = sum(1 for n in expected if not _is_tied(args, n))
+    for done, (name, tensor) in enumerate(weights, 1):
+        if progress is not None:
+            progress(done, total)
         if name not in expected:
             if args.tie_word_embeddings and name == "lm_head.weight":
                 continue

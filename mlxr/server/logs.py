@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line on stderr, and a throughput line while busy."""
+"""Logs on stderr: readable lines on a terminal, one JSON object per line otherwise (or with
+--log-format json); and a throughput line while busy."""
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +17,20 @@ STATS_LOGGER = "mlxr.stats"
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
+LOG_FORMATS = ("auto", "json", "human")
+
+
+def _fields(record: logging.LogRecord) -> dict:
+    """`log.info("msg", extra={"fields": {...}})`'s fields and any other `extra` keys."""
+    out = dict(getattr(record, "fields", None) or {})
+    for key, value in vars(record).items():
+        if key not in _STANDARD and key not in ("fields", "color_message"):
+            out[key] = value
+    return out
+
+
 class JSONFormatter(logging.Formatter):
-    """`log.info("msg", extra={"fields": {...}})` puts the fields at the top level."""
+    """The fields go at the top level of the line's object."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -26,20 +39,38 @@ class JSONFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            line.update(fields)
-        for key, value in vars(record).items():
-            if key not in _STANDARD and key not in ("fields", "color_message"):
-                line[key] = value
+        line.update(_fields(record))
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
 
 
-def setup_json_logging(level: str = "INFO") -> None:
+class HumanFormatter(logging.Formatter):
+    """The message, then the fields as key=value (rich's handler adds time, level, colour)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = " ".join(f"{k}={v}" for k, v in _fields(record).items())
+        text = f"{record.getMessage()}  {pairs}" if pairs else record.getMessage()
+        return f"{text}\n{self.formatException(record.exc_info)}" if record.exc_info else text
+
+
+def log_handler(log_format: str = "auto") -> logging.Handler:
+    """auto: human on a terminal, JSON when stderr is a file or a pipe."""
+    if log_format == "human" or (log_format == "auto" and sys.stderr.isatty()):
+        from rich.console import Console
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(console=Console(stderr=True), show_path=False,
+                                               markup=False, rich_tracebacks=False)
+        handler.setFormatter(HumanFormatter())
+        return handler
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
+    return handler
+
+
+def setup_logging(level: str = "INFO", log_format: str = "auto") -> None:
+    handler = log_handler(log_format)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -39,6 +39,22 @@ def _cpu_signature() -> str:
     return os.uname().machine + flags
 
 
+LIBRARIES = ("attention", "norm", "quant")  # the *.c files beside this one
+
+
+def _target(name: str, march: str, compiler: str, flags: list[str]) -> Path:
+    source = Path(__file__).with_name(f"{name}.c")
+    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *flags, _cpu_signature()]).encode())
+    return cache_dir() / f"{name}-{march}-{digest.hexdigest()[:16]}.so"
+
+
+def unbuilt_libraries(march: str = "native") -> list[str]:
+    """The libraries that the first call to load_library would compile (a front end shows
+    progress for them instead of a silent pause)."""
+    compiler, flags = os.environ.get("CC", "cc"), [f"-march={march}", *FLAGS]
+    return [n for n in LIBRARIES if not _target(n, march, compiler, flags).exists()]
+
+
 @functools.cache
 def load_library(name: str, march: str = "native") -> ctypes.CDLL | None:
     """The compiled `name`.c beside this file, or None (logged once) when it cannot be built.
@@ -46,10 +62,10 @@ def load_library(name: str, march: str = "native") -> ctypes.CDLL | None:
     source = Path(__file__).with_name(f"{name}.c")
     compiler = os.environ.get("CC", "cc")
     flags = [f"-march={march}", *FLAGS]
-    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *flags, _cpu_signature()]).encode())
-    target = cache_dir() / f"{name}-{march}-{digest.hexdigest()[:16]}.so"
+    target = _target(name, march, compiler, flags)
     try:
         if not target.exists():
+            log.info("compiling CPU kernels %s.c (first use; cached in %s)", name, target.parent)
             _compile(compiler, flags, source, target)
         return ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as exc:

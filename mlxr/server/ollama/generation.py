@@ -6,6 +6,7 @@ the first generated token, so total = load + prompt_eval + eval as in Ollama."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from mlxr.errors import MLXRError
 from mlxr.server.ollama.durations import ns, rfc3339
 from mlxr.server.ollama.loading import Hold
 from mlxr.server.session import SessionStream, status_of
-from mlxr.types import RequestOutput, SamplingParams
+from mlxr.types import Logprob, RequestOutput, SamplingParams, TokenLogprobs
 
 NDJSON = "application/x-ndjson"
 
@@ -30,6 +31,7 @@ class Job:
     params: SamplingParams
     chat: bool
     arrival: float  # time.perf_counter() when the request arrived
+    top_logprobs: int | None = None  # None: no logprobs; else alternatives per token
 
 
 @dataclass
@@ -41,12 +43,18 @@ class Tally:
     first_token_at: float | None = None
     finished_at: float | None = None
     finish_reason: str | None = None
+    # Tokens (and their logprobs) not yet sent: a token whose text is held back by the
+    # detokenizer goes out with the next chunk that has text, or with the final object.
+    unsent_ids: list[int] = field(default_factory=list)
+    unsent_logprobs: list[TokenLogprobs] = field(default_factory=list)
 
     def add(self, out: RequestOutput) -> str:
         c = out.outputs[0]
         if c.token_ids and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.token_ids += c.token_ids
+        self.unsent_ids += c.token_ids
+        self.unsent_logprobs += c.logprobs or []
         self.parts.append(c.text)
         if out.finished:
             self.finished_at = time.perf_counter()
@@ -58,6 +66,29 @@ def content(chat: bool, text: str) -> dict[str, Any]:
     return {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
 
 
+def take_logprobs(job: Job, tally: Tally) -> dict[str, Any]:
+    """Ollama's `logprobs` for the tokens not sent yet ({} when not asked for)."""
+    ids, entries = tally.unsent_ids, tally.unsent_logprobs
+    tally.unsent_ids, tally.unsent_logprobs = [], []
+    if job.top_logprobs is None:
+        return {}
+    return {"logprobs": [_token_logprob(t, e, job.top_logprobs) for t, e in zip(ids, entries)]}
+
+
+def _token_logprob(token: int, entry: TokenLogprobs, top_n: int) -> dict[str, Any]:
+    chosen = entry.get(token) or Logprob(float("-inf"), 0, "")
+    item = _token_json(chosen)
+    if top_n:
+        top = sorted((lp for lp in entry.values() if lp.rank <= top_n), key=lambda lp: lp.rank)
+        item["top_logprobs"] = [_token_json(lp) for lp in top]
+    return item
+
+
+def _token_json(lp: Logprob) -> dict[str, Any]:
+    value = lp.logprob if math.isfinite(lp.logprob) else -9999.0  # JSON has no -inf
+    return {"token": lp.decoded, "logprob": value, "bytes": list(lp.decoded.encode("utf-8"))}
+
+
 def line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
 
@@ -66,7 +97,7 @@ def final_object(job: Job, tally: Tally, text: str) -> dict[str, Any]:
     end = tally.finished_at or time.perf_counter()
     first = tally.first_token_at or end
     body = {"model": job.model, "created_at": rfc3339(), **content(job.chat, text), "done": True,
-            "done_reason": "length" if tally.finish_reason == "length" else "stop"}
+            "done_reason": "length" if tally.finish_reason == "length" else "stop", **take_logprobs(job, tally)}
     if not job.chat:
         body["context"] = job.prompt_ids + tally.token_ids
     return body | {
@@ -103,7 +134,8 @@ async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None
     try:
         while item is not None:
             if delta := tally.add(item[1]):
-                yield line({"model": job.model, "created_at": rfc3339(), **content(job.chat, delta), "done": False})
+                yield line({"model": job.model, "created_at": rfc3339(), **content(job.chat, delta), "done": False,
+                            **take_logprobs(job, tally)})
             item = await session.next()
         session.outcome = (200, None)
         await job.hold.finish()

@@ -2,7 +2,8 @@
 /api/version. Model management routes live in model_routes and are included here.
 
 `format` ("json" or a schema) is accepted but decoding is NOT constrained: the output may
-not be valid JSON; a log line says so. `think` is refused, `logprobs` ignored with a log line.
+not be valid JSON; a log line says so. `think` is refused. A prompt over num_ctx is cut to fit
+(truncation.py) unless `truncate: false`.
 Tool calls are passed to the chat template, but tool calls in the output are not parsed.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,10 +27,12 @@ from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
+from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
+MAX_TOP_LOGPROBS = 20  # Ollama's limit
 router.include_router(model_router)
 
 
@@ -39,37 +43,58 @@ async def version() -> dict[str, str]:
     return {"version": __version__}
 
 
+def _logprobs(logprobs: bool | None, top_logprobs: int | None) -> int | None:
+    """Top alternatives per token (0 = the chosen token only), or None: no logprobs."""
+    if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+        raise InvalidParameterError("top_logprobs", f"must be between 0 and {MAX_TOP_LOGPROBS}, got {top_logprobs}")
+    if top_logprobs and not logprobs:
+        raise InvalidParameterError("top_logprobs", "requires logprobs: true")
+    return (top_logprobs or 0) if logprobs else None
+
+
 @router.post("/api/generate")
 async def generate(body: GenerateRequest, request: Request) -> Response:
     arrival = time.perf_counter()
-    _check_extras(body.format, body.think, body.logprobs, body.options)
+    _check_extras(body.format, body.think, body.options)
+    top_n = _logprobs(body.logprobs, body.top_logprobs)
     held = await hold(request, body.model, "/api/generate", parse_keep_alive(body.keep_alive))
     if not body.prompt:
         return await _load_only(held, body.model, {"response": ""})
-    return await _start(held, body.model, body.options, arrival, chat=False,
-                        ids=lambda tok: generate_prompt_ids(body, tok), stream=body.stream)
+    fit = None if body.truncate is False else lambda tok, ids, window: fit_prompt(ids, body.options, window)
+    return await _start(held, body, arrival, chat=False, ids=lambda tok: generate_prompt_ids(body, tok),
+                        fit=fit, top_n=top_n)
 
 
 @router.post("/api/chat")
 async def chat(body: ChatRequest, request: Request) -> Response:
     arrival = time.perf_counter()
-    _check_extras(body.format, body.think, body.logprobs, body.options)
+    _check_extras(body.format, body.think, body.options)
+    top_n = _logprobs(body.logprobs, body.top_logprobs)
     held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
     if not body.messages:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
-    return await _start(held, body.model, body.options, arrival, chat=True,
-                        ids=lambda tok: chat_prompt_ids(body, tok), stream=body.stream)
+    fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window)
+    return await _start(held, body, arrival, chat=True, ids=lambda tok: chat_prompt_ids(body, tok),
+                        fit=fit, top_n=top_n)
 
 
-async def _start(held: Hold, model: str, options: Options | None, arrival: float,
-                 *, chat: bool, ids: Callable[[Any], list[int]], stream: bool) -> Response:
+# (tokenizer, prompt ids, window) -> prompt ids that fit the window
+Fit = Callable[[Any, list[int], int], list[int]]
+
+
+async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float, *, chat: bool,
+                 ids: Callable[[Any], list[int]], fit: Fit | None, top_n: int | None) -> Response:
     try:
-        prompt_ids = await off_loop(ids, held.served.tokenizer)
-        window = context_window(options, held.served.context_length)
-        budget = max_tokens(options, len(prompt_ids), window, "messages" if chat else "prompt")
+        tokenizer = held.served.tokenizer
+        prompt_ids = await off_loop(ids, tokenizer)
+        window = context_window(body.options, held.served.context_length)
+        if fit is not None and len(prompt_ids) >= window:
+            prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
+        budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
         held.session.trace.prompt_tokens = len(prompt_ids)
-        job = Job(held, model, prompt_ids, sampling_params(options, budget), chat, arrival)
-        return await generation.run(job, stream)
+        params = replace(sampling_params(body.options, budget), logprobs=top_n)
+        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
+        return await generation.run(job, body.stream)
     except BaseException as e:
         await held.session.fail(e)
         raise
@@ -83,14 +108,12 @@ async def _load_only(held: Hold, model: str, empty: dict[str, Any]) -> JSONRespo
     return JSONResponse({"model": model, "created_at": rfc3339(), **empty, "done": True, "done_reason": reason})
 
 
-def _check_extras(fmt: Any, think: Any, logprobs: bool | None, options: Options | None) -> None:
+def _check_extras(fmt: Any, think: Any, options: Options | None) -> None:
     if think not in (None, False, "", "false"):
         raise InvalidParameterError("think", "the served models do not support thinking")
     if fmt:
         log.warning("format=%s accepted but decoding is not constrained: the output may not be valid JSON",
                     "json" if fmt == "json" else "<schema>")
-    if logprobs:
-        log.info("logprobs requested on the Ollama API: not supported, ignored")
     log_ignored(options)
 
 

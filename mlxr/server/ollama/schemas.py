@@ -44,6 +44,7 @@ class GenerateRequest(CheckedText):
     think: bool | str | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    truncate: bool | None = None  # None/true: cut a prompt over num_ctx to fit; false: 400
 
 
 class ToolFunction(CheckedText):
@@ -79,6 +80,7 @@ class ChatRequest(CheckedText):
     think: bool | str | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    truncate: bool | None = None  # None/true: cut a prompt over num_ctx to fit; false: 400
 
 
 class EmbedRequest(CheckedText):

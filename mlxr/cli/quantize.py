@@ -23,9 +23,12 @@ def register(sub: argparse._SubParsersAction) -> dict[str, Handler]:
 
 
 def cmd_quantize(ns: argparse.Namespace) -> int:
+    from mlxr.cli.progress import progress_bar
     from mlxr.quantize import quantize_model
 
-    result = quantize_model(ns.source, ns.output, ns.qtype, _print_progress)
+    with progress_bar(f"quantizing to {ns.qtype}") as update:
+        report = _print_progress if update is None else lambda i, n, t: update(i, n)
+        result = quantize_model(ns.source, ns.output, ns.qtype, report)
     counts: dict[str, int] = {}
     for t in result.tensors:
         counts[t.ggml_type] = counts.get(t.ggml_type, 0) + 1
@@ -33,7 +36,7 @@ def cmd_quantize(ns: argparse.Namespace) -> int:
     print(f"wrote {result.path} ({result.file_type}, {result.n_bytes / 2**20:.1f} MiB, {mix}) "
           f"in {result.seconds:.1f} s")
     if ns.register is not None:
-        from mlxr.cli_registry import home_dir
+        from mlxr.cli.options import home_dir
         from mlxr.registry import Registry
 
         record = Registry(home_dir(ns.home)).import_model(result.path, ns.register)

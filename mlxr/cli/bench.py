@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+
+from mlxr.cli.options import add_model_options, use_threads
 
 
 def register(sub) -> dict:
     p = sub.add_parser("bench", help="time prefill and decode; --profile shows time per op")
-    p.add_argument("--model", "-m", default="gemma3-270m")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--quantization", "-q", default=None, help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
+    add_model_options(p, positional=False)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
@@ -35,6 +35,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     from mlxr.profiler import OpProfiler
     from mlxr.types import SamplingParams
 
+    use_threads(ns)
+    threads = torch.get_num_threads()  # what torch runs with, not only what was asked
     llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
@@ -48,7 +50,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     figures = _timed_run(llm, prompts, params, on_first_token=prof.reset if prof else None)
     print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}, "
           f"quantization {llm.loaded.quantization}), "
-          f"batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
+          f"{threads} threads, batch {ns.batch}, prompt {ns.prompt_len}, gen {ns.gen_len}")
     print(f"prefill {figures['prefill_tok_s']:,.1f} tok/s   decode {figures['decode_tok_s']:,.1f} tok/s   "
           f"steps {figures['steps']}")
     if prof is not None:
@@ -57,7 +59,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         figures["profile"] = _print_profile(prof, max(1, prof.forwards))
     if ns.json:
         with open(ns.json, "w") as f:
-            json.dump({"model": ns.model, "batch": ns.batch, "prompt_len": ns.prompt_len,
+            json.dump({"model": ns.model, "threads": threads, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                       "batch": ns.batch, "prompt_len": ns.prompt_len,
                        "gen_len": ns.gen_len, **figures}, f, indent=2)
     return 0
 

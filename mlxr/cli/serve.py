@@ -1,20 +1,19 @@
-"""`mlxr serve` (the HTTP daemon on uvicorn) and `mlxr ps` (what a running server has loaded)."""
+"""`mlxr serve`: the HTTP daemon (OpenAI and Ollama APIs) on uvicorn."""
 from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
 
-def register(sub) -> dict:
+def register(sub: argparse._SubParsersAction) -> dict:
     s = sub.add_parser("serve", help="serve models over HTTP (OpenAI and Ollama APIs)")
     s.add_argument("--model", "-m", action="append", default=[],
                    help="registry name or model path (imported first); repeatable; default: the bundled model")
@@ -26,9 +25,8 @@ def register(sub) -> dict:
     s.add_argument("--allow-unauthenticated", action="store_true",
                    help="allow a non-loopback --host without an API key")
     s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
-    s.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
-    s.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16")
-    s.add_argument("--quantization", "-q", default=None, help="auto (keep quantized GGUF weights) | none | fp8 (Hopper GPUs)")
+    add_device_options(s)
+    add_threads_option(s)
     s.add_argument("--keep-alive", default="5m", type=parse_duration,
                    help="unload idle models after this (\"5m\", seconds, -1 = never)")
     s.add_argument("--max-loaded-models", type=int, default=2)
@@ -44,14 +42,11 @@ def register(sub) -> dict:
                    help="seconds to let in-flight requests finish on SIGTERM/SIGINT")
     s.add_argument("--log-stats-every", type=float, default=5.0,
                    help="seconds between throughput log lines while busy")
-    p = sub.add_parser("ps", help="models loaded in the running server")
-    p.add_argument("--host", default=None, help="server host[:port] (default $MLXR_HOST or 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None)
-    p.add_argument("--api-key", default=None)
-    return {"serve": cmd_serve, "ps": cmd_ps}
+    add_log_format_option(s, default=argparse.SUPPRESS)
+    return {"serve": cmd_serve}
 
 
-def _fail(message: str) -> int:
+def fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
 
@@ -89,7 +84,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
         cors_origins=tuple(ns.cors_origin), allowed_hosts=tuple(ns.allowed_host), keep_alive_s=ns.keep_alive,
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
-        home=str(home_dir(ns)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
+        home=str(home_dir(ns.home)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
     )
 
 
@@ -100,10 +95,6 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"--keep-alive: {text!r} is not a duration such as 5m, 1h or 30s")
     seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
     return -1.0 if seconds < 0 else seconds
-
-
-def home_dir(ns: argparse.Namespace) -> Path:
-    return Path(ns.home or os.environ.get("MLXR_HOME") or "~/.mlxr").expanduser()
 
 
 def register_models(registry, models: list[str]) -> tuple[str, ...]:
@@ -121,15 +112,16 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     try:
         keys = api_keys(ns)
     except (OSError, ValueError) as e:
-        return _fail(f"cannot read the API key: {e}")
+        return fail(f"cannot read the API key: {e}")
     if not is_loopback(ns.host) and not keys and not ns.allow_unauthenticated:
-        return _fail(f"refusing to listen on {ns.host} without an API key: pass --api-key or "
-                     "--api-key-file, or --allow-unauthenticated if you mean it")
+        return fail(f"refusing to listen on {ns.host} without an API key: pass --api-key or "
+                    "--api-key-file, or --allow-unauthenticated if you mean it")
     from mlxr.registry import Registry
-    from mlxr.server.logs import setup_json_logging
+    from mlxr.server.logs import setup_logging
 
-    setup_json_logging(_log_level(ns))
-    registry = Registry(home_dir(ns))
+    setup_logging(_log_level(ns), ns.log_format)
+    use_threads(ns)
+    registry = Registry(home_dir(ns.home))
     config = server_config(ns, keys, register_models(registry, ns.model))
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
 
@@ -151,47 +143,3 @@ def run_server(config, registry, shutdown_timeout: float, stats_every_s: float =
     uvicorn.run(app, host=config.host, port=config.port, log_config=None,
                 timeout_graceful_shutdown=shutdown_timeout, access_log=False)
     return 0
-
-
-def cmd_ps(ns: argparse.Namespace) -> int:
-    url = _server_url(ns) + "/api/ps"
-    key = ns.api_key or os.environ.get("MLXR_API_KEY")
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            models = json.load(resp).get("models", [])
-    except urllib.error.HTTPError as e:
-        return _fail(f"{url}: HTTP {e.code} {e.read().decode(errors='replace')[:200]}")
-    except (urllib.error.URLError, OSError) as e:
-        return _fail(f"cannot reach the server at {url}: {e}")
-    print(format_ps(models))
-    return 0
-
-
-def _server_url(ns: argparse.Namespace) -> str:
-    host = ns.host or os.environ.get("MLXR_HOST") or "127.0.0.1"
-    host = host.removeprefix("http://")
-    if ns.port is not None:
-        host = f"{host.rsplit(':', 1)[0] if host.count(':') == 1 else host}:{ns.port}"
-    elif host.count(":") != 1:
-        host = f"{host}:{DEFAULT_PORT}"
-    return f"http://{host}"
-
-
-def format_ps(models: list[dict]) -> str:
-    rows = [("NAME", "ID", "SIZE", "CONTEXT", "UNTIL")]
-    for m in models:
-        digest = str(m.get("digest", "")).removeprefix("sha256:")[:12]
-        rows.append((str(m.get("name", "")), digest, _human(m.get("size", 0)),
-                     str(m.get("context_length", "")), str(m.get("expires_at", ""))))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("    ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def _human(size: object) -> str:
-    n = float(size) if isinstance(size, (int, float)) else 0.0
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"

@@ -1,0 +1,5 @@
+import sys
+
+from mlxr.cli.main import main
+
+sys.exit(main())

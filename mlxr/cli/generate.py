@@ -1,0 +1,24 @@
+"""`mlxr generate PROMPT`: one-shot completion of a prompt, printed as the tokens come."""
+from __future__ import annotations
+
+import argparse
+
+from mlxr.cli.options import add_model_options, add_sampling_options, model_path, sampling_from
+
+
+def register(sub: argparse._SubParsersAction) -> dict:
+    g = sub.add_parser("generate", help="one-shot completion of a prompt")
+    add_model_options(g, positional=False)
+    g.add_argument("prompt")
+    add_sampling_options(g)
+    return {"generate": cmd_generate}
+
+
+def cmd_generate(ns: argparse.Namespace) -> int:
+    from mlxr.cli.progress import load_llm
+    from mlxr.cli.stream import print_stream
+
+    params = sampling_from(ns)
+    llm = load_llm(model_path(ns.model), ns)
+    result = print_stream(llm.engine, "generate-0", ns.prompt, params)
+    return 130 if result.interrupted else 0

@@ -1,0 +1,24 @@
+"""`mlxr import PATH [--name NAME]`: register a .gguf file or a Hugging Face directory."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mlxr.cli.registry_access import add_verb, errors_exit_1, open_registry
+
+
+def register(sub: argparse._SubParsersAction) -> dict:
+    p = add_verb(sub, "import", "register a .gguf file or a Hugging Face model directory")
+    p.add_argument("path", type=Path)
+    p.add_argument("--name", default=None, help="name:tag (default: from the file name)")
+    return {"import": cmd_import}
+
+
+@errors_exit_1
+def cmd_import(ns: argparse.Namespace) -> int:
+    from mlxr.cli.progress import progress_bar
+
+    with progress_bar(f"hashing {ns.path.name}", in_bytes=True) as update:
+        record = open_registry(ns).import_model(ns.path, ns.name, update)
+    print(f"imported {record.name} ({record.short_id}) from {record.path}")
+    return 0
