@@ -19,7 +19,7 @@ from throughput import run_mlxr, workload
 
 
 def replay_ms(llm, batch: int, iters: int = 50) -> float | None:
-    graphs = llm.engine.runner.graphs
+    graphs = llm.engine.core.core.runner.graphs
     if graphs is None or batch not in graphs.graphs:
         return None
     graph, _ = graphs.graphs[batch]
@@ -40,7 +40,7 @@ def replay_kernels(llm, batch: int, iters: int = 20) -> list[dict]:
 
     from torch.profiler import ProfilerActivity, profile
 
-    graphs = llm.engine.runner.graphs
+    graphs = llm.engine.core.core.runner.graphs
     if graphs is None or batch not in graphs.graphs:
         return []
     graph, _ = graphs.graphs[batch]
@@ -86,7 +86,7 @@ def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
     try:
         for i, (ids, n) in enumerate(workload(vocab, batch, 128, 64, False)):
             engine.add_request(f"ph-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
-        sch = engine.scheduler
+        sch = engine.core.core.scheduler
         while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):  # until all decode
             engine.step()
         for _ in range(2):

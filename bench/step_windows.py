@@ -30,7 +30,7 @@ def run(llm, batch: int, windows: list[tuple[int, int]]) -> dict:
     vocab = llm.loaded.args.vocab_size
     for i, (ids, n) in enumerate(workload(vocab, batch, 128, 128, False, seed=7)):
         engine.add_request(f"w-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
-    sch = engine.scheduler
+    sch = engine.core.core.scheduler
     while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):
         engine.step()
     unwrap = time_engine_phases(engine, spent)
@@ -39,7 +39,7 @@ def run(llm, batch: int, windows: list[tuple[int, int]]) -> dict:
         while engine.has_unfinished():
             window = next((w for w in windows if w[0] == k), None)
             if window is not None:
-                sync(engine.runner.device.type)
+                sync(engine.core.core.runner.device.type)
                 spent.clear()
                 prof = profile(activities=[ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU])
                 prof.__enter__()

@@ -44,7 +44,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     # Warm-up at the timed run's shapes, so that no kernel compiles inside it (rotated
     # prompts: the timed run must not hit the prefix cache).
     _timed_run(llm, [p[1:] + p[:1] for p in prompts], params)
-    prof = OpProfiler(llm.engine.runner.model) if ns.profile else None
+    prof = OpProfiler(llm.loaded.model) if ns.profile else None
     figures = _timed_run(llm, prompts, params, on_first_token=prof.reset if prof else None)
     print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}, "
           f"quantization {llm.loaded.quantization}), "

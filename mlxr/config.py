@@ -1,7 +1,13 @@
 """Frozen configuration records built at the edge (CLI, LLM(...)) and passed down."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class EngineConfig:
     # Launch step N+1 before taking in step N's tokens, so host work overlaps the GPU.
     # None: on CUDA only (on the CPU nothing runs asynchronously); True also on the CPU (tests).
     overlap_steps: bool | None = None
+    # The engine core in a process of its own (ZMQ + msgspec), keeping detokenizing and HTTP off
+    # the step loop; off: the core runs in a thread of this process. MLXR_ENGINE_PROCESS=1|0.
+    engine_process: bool = field(default_factory=lambda: _env_flag("MLXR_ENGINE_PROCESS", False))
 
 
 @dataclass(frozen=True)

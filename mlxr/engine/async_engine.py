@@ -100,15 +100,24 @@ class AsyncEngine:
         with self._lock:
             return self.engine.stats()
 
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.engine.on_gpu
+
     def shutdown(self) -> None:
         with self._wake:
             self._stop = True
             self._wake.notify()
         self._thread.join(timeout=30)
+        self.engine.shutdown()
 
     @property
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self.engine.core_alive
 
     # --- the engine thread -------------------------------------------------------------------
     def _submit(self, adds: list[_Add] = (), aborts: list[str] = (), calls: list[_Call] = ()) -> None:
@@ -142,6 +151,9 @@ class AsyncEngine:
                     outputs = self._step()
                 for out in outputs:
                     self._deliver(out)
+                if not self.engine.core_alive:
+                    log.error("the engine core is gone; this engine stops")
+                    break
         finally:
             self._close()
 
