@@ -81,6 +81,10 @@ class EngineConfig:
     # The engine core in a process of its own (ZMQ + msgspec), keeping detokenizing and HTTP off
     # the step loop; off: the core runs in a thread of this process. MLXR_ENGINE_PROCESS=1|0.
     engine_process: bool = field(default_factory=lambda: _env_flag("MLXR_ENGINE_PROCESS", False))
+    # Run the shapes serving will meet before taking requests, so kernels compile and graphs
+    # capture at start-up, not in a user's request.
+    warm_up: bool = True
+    warm_up_budget_s: float = 120.0
 
 
 @dataclass(frozen=True)

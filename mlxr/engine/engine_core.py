@@ -16,11 +16,13 @@ import torch
 
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
+from mlxr.engine.compile_watch import WATCH
 from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
 from mlxr.engine.model_runner import ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.warm_up import warm_up
 from mlxr.errors import ContextLengthError, OverloadedError
 
 log = logging.getLogger(__name__)
@@ -64,15 +66,12 @@ class EngineCore:
     def __init__(self, parts: CoreParts, config: EngineConfig = EngineConfig()) -> None:
         self.parts, self.config = parts, config
         num_blocks = config.num_kv_blocks or self._auto_num_blocks()
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.num_blocks = num_blocks
         self.max_model_len = self._max_model_len(num_blocks)
         host_blocks = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.swap_space_gb)
                        if config.swap_space_gb > 0 else 0)
-        self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
-            self.block_manager,
-            SwapSpace(host_blocks) if host_blocks else None,
-        )
+        self.host_blocks = host_blocks
+        self._new_scheduler()
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = ModelRunner(parts.model, self.kv, parts.device)
@@ -86,7 +85,24 @@ class EngineCore:
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
         self.device_bytes = self._device_bytes()
+        if config.warm_up:
+            warm_up(self)
         tune_gc_once()
+
+    def _new_scheduler(self) -> None:
+        config = self.config
+        self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
+            self.block_manager,
+            SwapSpace(self.host_blocks) if self.host_blocks else None,
+        )
+
+    def reset(self) -> None:
+        """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
+        self._land(self._take_inflight())
+        self._new_scheduler()
+        self.runner.reset()
 
     def _auto_num_blocks(self) -> int:
         """The memory budget's worth of blocks, but no more than max_num_seqs full-length
@@ -169,7 +185,7 @@ class EngineCore:
         return CoreStats(
             len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
             sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
-            self.max_model_len, self.device_bytes,
+            self.max_model_len, self.device_bytes, WATCH.after_warm_up,
         )
 
     def _device_bytes(self) -> int:

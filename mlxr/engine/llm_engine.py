@@ -136,6 +136,7 @@ class LLMEngine:
             generation_tokens_total=self.output.generation_tokens_total,
             max_model_len=core.max_model_len,
             device_bytes=core.device_bytes,
+            runtime_compiles=core.runtime_compiles,
         )
 
     @property

@@ -12,7 +12,7 @@ from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler
 from mlxr.engine.staging import to_device
 from mlxr.engine.steady_decode import DecodeArrays
-from mlxr.layers.attention import AttnMetadata
+from mlxr.ops.attn_metadata import AttnMetadata
 from mlxr.ops.backend import use_triton
 
 
@@ -65,6 +65,11 @@ class ModelRunner:
         if max_prefill_tokens and use_triton(self.kv_cache.layers[0][0]):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv_cache, scratch_block, max_prefill_tokens,
                                                 max_blocks_per_seq, self.graphs.pool)
+
+    def reset(self) -> None:
+        """Forget every request (the engine core starts over)."""
+        self.batch = InputBatch(self.kv_cache.block_size, self.device)
+        self._last = None
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> RunnerStep:

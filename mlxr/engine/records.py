@@ -114,6 +114,7 @@ class CoreStats(msgspec.Struct, array_like=True, frozen=True):
     num_preemptions: int
     max_model_len: int
     device_bytes: int  # weights and KV cache on the device
+    runtime_compiles: int  # kernels compiled after the warm-up (each paused a step)
 
 
 # --- the core process's messages (core_proc.py) ------------------------------------------------
