@@ -58,6 +58,14 @@ def _fmt(v) -> str:
     return "-" if v is None else str(v)
 
 
+def dtype_label(llm) -> str:
+    """Activations and weights of an LLM whose model is in this process; else the engine
+    core's process holds it."""
+    if llm.loaded is None:
+        return "in the engine core's process"
+    return f"{llm.loaded.dtype} act / {llm.loaded.weight_dtype} weights".replace("torch.", "")
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()

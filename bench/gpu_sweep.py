@@ -60,7 +60,7 @@ def main() -> None:
     ref, hf_kwargs = model_paths("tinyllama-shape")
     llm = LLM(ref, dtype=torch.bfloat16, device="cuda", max_num_seqs=256,
               max_num_batched_tokens=8192, kv_cache_memory_gb=16)
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     spread: dict[str, list[float]] = {}
     ours = mlxr_figures(llm, vocab, batches, spread)
     del llm

@@ -149,9 +149,9 @@ def main() -> None:
     ref = a.model if a.model.endswith(".gguf") else model_paths(a.model)[0]
     rows, profiles, phases = [], {}, {}
     for overlap in (True, False):
-        llm = LLM(ref, dtype=torch.bfloat16, device="cuda", quantization=a.quantization, max_num_seqs=max(a.batches),
+        llm = LLM(ref, dtype=torch.bfloat16, engine_process=False, device="cuda", quantization=a.quantization, max_num_seqs=max(a.batches),
                   max_num_batched_tokens=8192, kv_cache_memory_gb=8, overlap_steps=overlap)
-        vocab = llm.loaded.args.vocab_size
+        vocab = llm.args.vocab_size
         run_mlxr(llm, workload(vocab, 2, 16, 4, False), "cuda")  # warm-up
         single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)
         prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)

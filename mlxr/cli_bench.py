@@ -36,6 +36,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     from mlxr.types import SamplingParams
 
     llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
+              engine_process=False,  # the profiler and the figures read the model in this process
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
     vocab = llm.loaded.args.vocab_size

@@ -53,7 +53,10 @@ class Built:
 
 
 def build_engine(spec: ModelSpec, config: EngineConfig) -> Built:
-    if config.engine_process:
+    own_process = config.engine_process
+    if own_process is None:
+        own_process = spec.device is not None and torch.device(spec.device).type == "cuda"
+    if own_process:
         _, args, tokenizer = load_frontend(spec.ref)
         client = MPClient("mlxr.engine_factory:core_parts", spec.as_strings(), config)
         parts = EngineParts(None, args, tokenizer, None, None)

@@ -138,3 +138,21 @@ def test_a_core_whose_server_was_killed_exits(model_dir, tmp_path):
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(p) for p in out if "mlxr.engine.core_proc" in Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")]
+
+
+@pytest.mark.gpu
+def test_the_core_process_on_cuda_gives_the_in_process_tokens(model_dir):
+    import torch
+
+    prompts = [[5, 6, 7, 8], list(range(10, 90)), [3] * 200]
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    inproc = LLM(model_dir, dtype=torch.bfloat16, device="cuda", engine_process=False)
+    want = [o.outputs[0].token_ids for o in inproc.generate(prompts, params)]
+    del inproc
+    proc = LLM(model_dir, dtype=torch.bfloat16, device="cuda")  # a process of its own by default on CUDA
+    try:
+        assert proc.loaded is None
+        assert [o.outputs[0].token_ids for o in proc.generate(prompts, params)] == want
+        assert proc.engine.stats().runtime_compiles == 0
+    finally:
+        proc.shutdown()
