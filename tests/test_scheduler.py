@@ -185,3 +185,32 @@ def test_swap_preemption_keeps_computed_tokens_and_finishes():
     assert swapped_out > 0 and swapped_in == swapped_out
     assert all(r.num_output_tokens == 8 for r in reqs)
     assert bm.usage().used == 0 and sch.swap.used == 0
+
+
+def test_draft_tokens_ride_a_decode_row_and_rejected_ones_roll_back_by_counts():
+    """Speculative decoding's slot: a decode row carries its draft tokens; of 3 drafts the
+    verifier accepted 1 and added its own token: 2 tokens land, and the computed count steps
+    back over the 2 rejected positions (their KV is overwritten later, nothing is copied)."""
+    sch, _ = make(budget=64)
+    a = req(4, 0, max_tokens=10)
+    sch.add(a)
+    fake_step(sch)  # prompt computed (4), first token landed: 5 tokens, 4 computed
+    a.spec_token_ids = [50, 51, 52]
+    out = sch.schedule()
+    assert rows(out) == [("r0", 4)] and out.spec_token_ids == {"r0": [50, 51, 52]}
+    assert a.num_computed_tokens == 8 and a.num_in_flight == 4
+    got = sch.update_from_output(out, ModelRunnerOutput(["r0"], [[50, 60]]))
+    assert got[0].new_token_ids == [50, 60] and a.output_token_ids == [7, 50, 60]
+    assert a.num_in_flight == 0 and a.num_computed_tokens == 6 and a.num_tokens == 7
+    nxt = sch.schedule()
+    assert rows(nxt) == [("r0", 1)] and nxt.num_computed_tokens == [6] and nxt.spec_token_ids == {}
+
+
+def test_drafts_never_go_past_max_tokens():
+    sch, _ = make(budget=64)
+    a = req(4, 0, max_tokens=3)
+    sch.add(a)
+    fake_step(sch)
+    a.spec_token_ids = [50, 51, 52, 53]
+    out = sch.schedule()
+    assert out.spec_token_ids == {"r0": [50]}  # 1 output + 1 draft + the verifier's token = 3

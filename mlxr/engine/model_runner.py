@@ -91,6 +91,8 @@ class ModelRunner:
         return ids, logits
 
     def _forward_step(self, out: SchedulerOutput) -> tuple[list[str], torch.Tensor | None, PendingTokens | None]:
+        if out.spec_token_ids:  # the scheduler carries drafts; verifying them is the proposer's issue
+            raise NotImplementedError("this runner has no verifier for draft tokens")
         self.batch.update(out)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)

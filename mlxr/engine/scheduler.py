@@ -88,7 +88,7 @@ class Scheduler:
         out = SchedulerOutput(request_ids=[], num_scheduled_tokens=[], num_computed_tokens=[],
                               new_requests=[], new_block_ids={}, replaced_block_tables={},
                               preempted_request_ids=[], blocks_to_copy=[], blocks_to_swap_out=[],
-                              blocks_to_swap_in=[])
+                              blocks_to_swap_in=[], spec_token_ids={})
         scheduled: list[tuple[Request, int]] = []
         budget = self.config.max_num_batched_tokens
         budget = self._schedule_running(out, scheduled, budget)
@@ -109,6 +109,8 @@ class Scheduler:
                 i += 1  # its last token is in flight; it ends when that lands
                 continue
             n = min(num_tokens - req.num_computed_tokens, budget)
+            if req.spec_token_ids and n == 1:
+                n += self._drafts(req, out, budget - 1)
             total = req.num_computed_tokens + n
             if not self.blocks.fits(req, total):  # most decode steps fit: no allocation work
                 if not self._make_room(req, total, out):
@@ -118,6 +120,16 @@ class Scheduler:
             budget -= n
             i += 1
         return budget
+
+    def _drafts(self, req: Request, out: SchedulerOutput, room: int) -> int:
+        """A decode row's draft tokens (speculative decoding: computed after its last token, then
+        verified), as many as the budget and max_tokens leave room for."""
+        left = req.max_output_tokens - req.num_output_tokens - 1
+        drafts = req.spec_token_ids[: max(0, min(room, left))]
+        req.spec_token_ids = []
+        if drafts:
+            out.spec_token_ids[req.request_id] = drafts
+        return len(drafts)
 
     def _allocate(self, req: Request, total: int, out: SchedulerOutput) -> None:
         """Blocks for req's first total tokens, and what the runner must learn of them."""
@@ -229,9 +241,10 @@ class Scheduler:
                 if req.first_scheduled_time is None:
                     req.first_scheduled_time = now = now or time.monotonic()
                     self._first_scheduled.append(req)
+            drafts = len(out.spec_token_ids.get(req.request_id, ()))
             req.num_computed_tokens += n
-            if req.num_computed_tokens == len(req.token_ids) + req.num_in_flight:
-                req.num_in_flight += 1
+            if req.num_computed_tokens - drafts == len(req.token_ids) + req.num_in_flight:
+                req.num_in_flight += 1 + drafts  # each draft, if accepted, and one more token
         out.finished_request_ids, self._finished_ids = self._finished_ids, []
 
     # --- after the model ran -----------------------------------------------------------------
@@ -244,7 +257,13 @@ class Scheduler:
             req = self.requests.get(rid)
             if req is None or req.is_finished:  # aborted or finished since: a moot row
                 continue
-            outputs[rid] = self._land(req, result.sampled_token_ids[i], logprobs[i] if logprobs else None)
+            sampled = result.sampled_token_ids[i]
+            drafts = out.spec_token_ids.get(rid) if out.spec_token_ids else None
+            if drafts:  # rejected drafts roll back by counts: their KV is simply overwritten later
+                rejected = len(drafts) + 1 - len(sampled)
+                req.num_in_flight -= rejected
+                req.num_computed_tokens -= rejected
+            outputs[rid] = self._land(req, sampled, logprobs[i] if logprobs else None)
         if len(outputs) < len(out.request_ids):  # prompt chunks that sampled nothing
             for rid in out.request_ids:
                 if rid not in outputs and (req := self.requests.get(rid)) is not None:
