@@ -109,11 +109,11 @@ def test_a_server_reports_a_dead_core_loads_again_and_leaves_no_process(tmp_path
         assert len(core) == 1
         os.kill(core[0], signal.SIGKILL)
         assert _wait_gone(core[0], 5)
-        health = httpx.get(url + "/health", timeout=5)
-        assert health.status_code == 503 and health.json()["status"] == "degraded"
+        health = _health_within(url, 503, 5.0)
+        assert health.json()["status"] == "degraded"
         again = httpx.post(url + "/api/generate", json=body, timeout=120)  # loads the model again
         assert again.status_code == 200 and again.json()["response"]
-        assert httpx.get(url + "/health", timeout=5).status_code == 200
+        assert _health_within(url, 200, 5.0).json()["status"] == "ok"
         new_core = _children(server.pid)
         assert len(new_core) == 1 and new_core != core
         assert stop_server(server) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
@@ -133,6 +133,16 @@ def test_a_core_whose_server_was_killed_exits(model_dir, tmp_path):
         assert _wait_gone(pid, 10)
     finally:
         parent.kill()
+
+
+def _health_within(url: str, status: int, seconds: float) -> httpx.Response:
+    deadline = time.monotonic() + seconds
+    while True:
+        health = httpx.get(url + "/health", timeout=5)
+        if health.status_code == status or time.monotonic() > deadline:
+            assert health.status_code == status, health.text
+            return health
+        time.sleep(0.05)
 
 
 def _children(pid: int) -> list[int]:
