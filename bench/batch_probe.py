@@ -23,9 +23,9 @@ def main() -> None:
     a = p.parse_args()
     from mlxr import LLM
 
-    llm = LLM(model_paths("tinyllama-shape")[0], dtype=torch.bfloat16, device="cuda", max_num_seqs=256,
+    llm = LLM(model_paths("tinyllama-shape")[0], dtype=torch.bfloat16, device="cuda", engine_process=False, max_num_seqs=256,
               max_num_batched_tokens=8192, kv_cache_memory_gb=16)
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     run_mlxr(llm, workload(vocab, 2, 16, 4, False), "cuda")
     rows = []
     for gc_on in (True, False):

@@ -58,21 +58,31 @@ def _fmt(v) -> str:
     return "-" if v is None else str(v)
 
 
+def dtype_label(llm) -> str:
+    """Activations and weights of an LLM whose model is in this process; else the engine
+    core's process holds it."""
+    if llm.loaded is None:
+        return "in the engine core's process"
+    return f"{llm.loaded.dtype} act / {llm.loaded.weight_dtype} weights".replace("torch.", "")
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
-PHASE_NAMES = {"plan_step": "prepare"}  # the runner's input building, whichever path it takes
+PHASE_NAMES = {"build": "prepare", "update_from_output": "update", "process": "detokenize"}
 
 
 def time_engine_phases(engine, spent) -> Callable[[], object]:
-    """Wrap the engine's step phases (schedule, prepare, execute, launch, land, update) so each
-    adds its seconds to spent[phase]; returns the function that unwraps them."""
+    """Wrap the step's phases (schedule, prepare, execute, launch, land, update, and the
+    frontend's detokenize) so each adds its seconds to spent[phase]; returns the unwrapper."""
     import time
 
-    targets = {"schedule": engine.scheduler, "plan_step": engine.runner, "execute": engine.runner,
-               "launch": engine.sampler, "_land": engine, "update": engine.scheduler}
+    core = engine.core.core
+    targets = {"schedule": core.scheduler, "build": core.runner.batch, "execute": core.runner,
+               "launch": core.runner.sampler, "_land": core, "update_from_output": core.scheduler,
+               "process": engine.output}
     for name, obj in targets.items():
         fn = getattr(obj, name)
 

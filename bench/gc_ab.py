@@ -28,9 +28,9 @@ def main() -> None:
     from mlxr.engine.llm_engine import GC_THRESHOLDS
 
     ref, _ = model_paths("tinyllama-shape")
-    llm = LLM(ref, dtype=torch.bfloat16, device=a.device, max_num_seqs=max(a.batches),
+    llm = LLM(ref, dtype=torch.bfloat16, engine_process=False, device=a.device, max_num_seqs=max(a.batches),
               max_num_batched_tokens=8192, kv_cache_memory_gb=16 if a.device == "cuda" else 1)
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     run_mlxr(llm, workload(vocab, 2, 16, 4, False), a.device)  # warm-up
     runs = {}
     for b in a.batches:

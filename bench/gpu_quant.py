@@ -40,9 +40,9 @@ def gguf_file(file_type: str) -> Path:
 def speed(ref: str, quantization: str | None, peer: tuple[float, float], label: str) -> dict:
     from mlxr import LLM
 
-    llm = LLM(ref, device="cuda", dtype=torch.bfloat16, quantization=quantization, max_num_seqs=8,
+    llm = LLM(ref, engine_process=False, device="cuda", dtype=torch.bfloat16, quantization=quantization, max_num_seqs=8,
               max_num_batched_tokens=2048, kv_cache_memory_gb=4)
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     decode = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)["decode_tok_s"]
     prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)["prefill_tok_s"]
     row = {"weights": label, "quantization": llm.loaded.quantization, "decode_tok_s": decode,
@@ -57,13 +57,13 @@ def agreement(path: Path) -> float:
     from mlxr import LLM, SamplingParams
     from paged_probe import paged_logits
 
-    quant = LLM(str(path), device="cuda", dtype=torch.float32, max_num_seqs=1, kv_cache_memory_gb=2)
-    ids = prompt_ids(quant.loaded.args.vocab_size, 16)
+    quant = LLM(str(path), engine_process=False, device="cuda", dtype=torch.float32, max_num_seqs=1, kv_cache_memory_gb=2)
+    ids = prompt_ids(quant.args.vocab_size, 16)
     ids += quant.generate([ids], SamplingParams(max_tokens=496, temperature=1.0, top_k=40, seed=0,
                                                 ignore_eos=True))[0].outputs[0].token_ids
     ours = paged_logits(quant, ids, 16)[:-1].argmax(-1)
     del quant
-    ref = LLM(str(path), device="cuda", dtype=torch.float32, quantization="none", max_num_seqs=1, kv_cache_memory_gb=2)
+    ref = LLM(str(path), engine_process=False, device="cuda", dtype=torch.float32, quantization="none", max_num_seqs=1, kv_cache_memory_gb=2)
     theirs = paged_logits(ref, ids, len(ids))[:-1].argmax(-1)
     del ref
     torch.cuda.empty_cache()

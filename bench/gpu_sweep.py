@@ -53,16 +53,24 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="batches 1 and 8 only, no HF")
     p.add_argument("--skip-hf", action="store_true", help="every batch size, no HF transformers run")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per figure (the median is quoted)")
+    p.add_argument("--engine-process", choices=["on", "off"], default=None,
+                   help="the engine core in its own process or in this one (default: the engine's choice)")
+    p.add_argument("--no-extras", action="store_true", help="skip the kernel benchmarks and the profile")
     a = p.parse_args()
+    knobs = {} if a.engine_process is None else {"engine_process": a.engine_process == "on"}
     from mlxr import LLM
 
     batches = [1, 8] if a.quick else [1, 8, 64, 256]
     ref, hf_kwargs = model_paths("tinyllama-shape")
     llm = LLM(ref, dtype=torch.bfloat16, device="cuda", max_num_seqs=256,
-              max_num_batched_tokens=8192, kv_cache_memory_gb=16)
-    vocab = llm.loaded.args.vocab_size
+              max_num_batched_tokens=8192, kv_cache_memory_gb=16, **knobs)
+    vocab = llm.args.vocab_size
     spread: dict[str, list[float]] = {}
-    ours = mlxr_figures(llm, vocab, batches, spread)
+    ours = mlxr_figures(llm, vocab, batches, spread, a.runs)
+    engine_process = llm.loaded is None
+    compiles = llm.engine.stats().runtime_compiles
+    llm.shutdown()
     del llm
     torch.cuda.empty_cache()
     theirs = {} if a.quick or a.skip_hf else hf_figures(hf_kwargs, vocab, batches)
@@ -70,11 +78,14 @@ def main() -> None:
              "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None, "mlxr_runs_tok_s": spread.get(k)}
             for k, v in ours.items()]
     path = write_result("gpu_sweep", {"model": "tinyllama-shape", "dtype": "bfloat16",
-                                      "device": device_name("cuda"), "runs_per_figure": 3, "results": rows})
-    if not a.skip_hf:
+                                      "device": device_name("cuda"), "runs_per_figure": a.runs,
+                                      "engine_process": engine_process, "runtime_compiles": compiles,
+                                      "results": rows})
+    if not a.skip_hf and not a.no_extras:
         subprocess.run([sys.executable, "kernels.py"], check=False)
-    subprocess.run([sys.executable, "-m", "mlxr.cli", "bench", "--model", ref, "--device", "cuda",
-                    "--dtype", "bfloat16", "--gen-len", "32", "--profile"], check=False)
+    if not a.no_extras:
+        subprocess.run([sys.executable, "-m", "mlxr.cli", "bench", "--model", ref, "--device", "cuda",
+                        "--dtype", "bfloat16", "--gen-len", "32", "--profile"], check=False)
     print_table(rows, ["work", "mlxr_tok_s", "hf_tok_s", "llama_cpp_tok_s", "vs_llama_cpp"])
     print(path)
 

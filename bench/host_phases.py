@@ -14,7 +14,7 @@ from collections import Counter
 from common import device_name, median, print_table, time_engine_phases, write_result
 from throughput import workload
 
-PHASES = ("schedule", "prepare", "execute", "launch", "land", "update")
+PHASES = ("schedule", "prepare", "execute", "launch", "land", "update", "detokenize")
 
 
 def run_once(llm, batch: int, steps: int, seed: int) -> dict:
@@ -24,7 +24,8 @@ def run_once(llm, batch: int, steps: int, seed: int) -> dict:
     for i, (ids, n) in enumerate(workload(32000, batch, 128, steps + 16, False, seed=seed)):
         engine.add_request(f"h{seed}-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True),
                            stream_deltas=True)
-    while engine.scheduler.waiting or any(s.num_uncomputed_tokens > 1 for s in engine.scheduler.running):
+    sch = engine.core.core.scheduler
+    while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):
         engine.step()
     unwrap = time_engine_phases(engine, spent)
     t0 = time.perf_counter()

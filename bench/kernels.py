@@ -17,7 +17,7 @@ import triton
 import triton.testing
 
 from common import device_name, print_table, write_result
-from mlxr.layers.attention import AttnMetadata
+from mlxr.ops.attn_metadata import AttnMetadata
 from mlxr.ops.activation import activation_reference
 from mlxr.ops.activation_triton import gated_activation_triton
 from mlxr.ops.paged_attention import paged_attention_reference, paged_decode_reference, write_kv

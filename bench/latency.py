@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from common import device_name, median, print_table, sync, write_result
+from common import device_name, dtype_label, median, print_table, sync, write_result
 
 
 def model_paths(model: str) -> tuple[str, dict]:
@@ -102,8 +102,8 @@ def main() -> None:
 
     llm = LLM(ref, dtype=dtype, device=a.device, weight_dtype=a.weight_dtype,
               max_num_batched_tokens=max(2048, a.prompt_len))
-    mlxr_dtypes = f"{llm.loaded.dtype} act / {llm.loaded.weight_dtype} weights".replace("torch.", "")
-    ids = prompt_ids(llm.loaded.args.vocab_size, a.prompt_len)
+    mlxr_dtypes = dtype_label(llm)
+    ids = prompt_ids(llm.args.vocab_size, a.prompt_len)
     rows = [{"engine": "mlxr", "dtype": mlxr_dtypes, **bench_mlxr(llm, a.device, ids, a.gen_len, a.runs)}]
     del llm
     if not a.no_hf:

@@ -68,7 +68,7 @@ def bench_model(name: str, runs: int, batch: int) -> dict:
 
     # No prefix caching: every run repeats the prompt, and prefill must time all 128 tokens.
     llm = LLM(model_file(name), max_num_seqs=max(batch, 1), enable_prefix_caching=False)
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     row = {"model": name, "quantization": llm.loaded.quantization,
            **bench_mlxr(llm, "cpu", prompt_ids(vocab, 128), 64, runs)}
     if batch > 1:

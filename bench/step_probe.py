@@ -19,7 +19,7 @@ from throughput import run_mlxr, workload
 
 
 def replay_ms(llm, batch: int, iters: int = 50) -> float | None:
-    graphs = llm.engine.runner.graphs
+    graphs = llm.engine.core.core.runner.graphs
     if graphs is None or batch not in graphs.graphs:
         return None
     graph, _ = graphs.graphs[batch]
@@ -40,7 +40,7 @@ def replay_kernels(llm, batch: int, iters: int = 20) -> list[dict]:
 
     from torch.profiler import ProfilerActivity, profile
 
-    graphs = llm.engine.runner.graphs
+    graphs = llm.engine.core.core.runner.graphs
     if graphs is None or batch not in graphs.graphs:
         return []
     graph, _ = graphs.graphs[batch]
@@ -86,7 +86,7 @@ def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
     try:
         for i, (ids, n) in enumerate(workload(vocab, batch, 128, 64, False)):
             engine.add_request(f"ph-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
-        sch = engine.scheduler
+        sch = engine.core.core.scheduler
         while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):  # until all decode
             engine.step()
         for _ in range(2):
@@ -149,9 +149,9 @@ def main() -> None:
     ref = a.model if a.model.endswith(".gguf") else model_paths(a.model)[0]
     rows, profiles, phases = [], {}, {}
     for overlap in (True, False):
-        llm = LLM(ref, dtype=torch.bfloat16, device="cuda", quantization=a.quantization, max_num_seqs=max(a.batches),
+        llm = LLM(ref, dtype=torch.bfloat16, engine_process=False, device="cuda", quantization=a.quantization, max_num_seqs=max(a.batches),
                   max_num_batched_tokens=8192, kv_cache_memory_gb=8, overlap_steps=overlap)
-        vocab = llm.loaded.args.vocab_size
+        vocab = llm.args.vocab_size
         run_mlxr(llm, workload(vocab, 2, 16, 4, False), "cuda")  # warm-up
         single = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)
         prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)

@@ -27,10 +27,10 @@ def run(llm, batch: int, windows: list[tuple[int, int]]) -> dict:
     from mlxr import SamplingParams
 
     engine, spent = llm.engine, Counter()
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     for i, (ids, n) in enumerate(workload(vocab, batch, 128, 128, False, seed=7)):
         engine.add_request(f"w-{i}", ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), stream_deltas=True)
-    sch = engine.scheduler
+    sch = engine.core.core.scheduler
     while sch.waiting or any(s.num_uncomputed_tokens > 1 for s in sch.running):
         engine.step()
     unwrap = time_engine_phases(engine, spent)
@@ -39,7 +39,7 @@ def run(llm, batch: int, windows: list[tuple[int, int]]) -> dict:
         while engine.has_unfinished():
             window = next((w for w in windows if w[0] == k), None)
             if window is not None:
-                sync(engine.runner.device.type)
+                sync(engine.core.core.runner.device.type)
                 spent.clear()
                 prof = profile(activities=[ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU])
                 prof.__enter__()
@@ -75,9 +75,9 @@ def main() -> None:
 
     rows, detail = [], {}
     for kv in a.kv_gb:
-        llm = LLM(model_paths(a.model)[0], dtype=torch.bfloat16 if a.device == "cuda" else None, device=a.device, max_num_seqs=256,
+        llm = LLM(model_paths(a.model)[0], dtype=torch.bfloat16 if a.device == "cuda" else None, device=a.device, engine_process=False, max_num_seqs=256,
                   max_num_batched_tokens=8192, kv_cache_memory_gb=kv)
-        vocab = llm.loaded.args.vocab_size
+        vocab = llm.args.vocab_size
         run_mlxr(llm, workload(vocab, 2, 16, 4, False), a.device)
         for b in a.batches:
             tput = run_mlxr(llm, workload(vocab, b, 128, 128, False, seed=3), a.device)

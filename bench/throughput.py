@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from common import device_name, median, print_table, sync, write_result
+from common import device_name, dtype_label, median, print_table, sync, write_result
 from latency import model_paths
 
 
@@ -111,7 +111,7 @@ def main() -> None:
 
     llm = LLM(ref, dtype=dtype, device=a.device, weight_dtype=a.weight_dtype, max_num_seqs=a.max_num_seqs,
               max_num_batched_tokens=a.max_num_batched_tokens, kv_cache_memory_gb=a.kv_cache_gb)
-    vocab = llm.loaded.args.vocab_size
+    vocab = llm.args.vocab_size
     run_mlxr(llm, workload(vocab, 2, 16, 4, False), a.device)  # warm-up
     hf = None
     if not a.no_hf:
@@ -127,7 +127,7 @@ def main() -> None:
             rows.append({"engine": "hf-transformers", "batch": b, **run_hf(hf, reqs, a.device)})
     meta = {"model": a.model, "device": device_name(a.device), "prompt_len": a.prompt_len,
             "gen_len": a.gen_len, "mixed": a.mixed, "hf_dtype": str(hf_dtype),
-            "mlxr_dtype": f"{llm.loaded.dtype} act / {llm.loaded.weight_dtype} weights"}
+            "mlxr_dtype": dtype_label(llm), "engine_process": llm.loaded is None}
     path = write_result("throughput", {**meta, "results": rows})
     print_table(rows, ["engine", "batch", "total_s", "gen_tok_s", "decode_tok_s", "step_ms_median"])
     print(f"{meta} -> {path}")

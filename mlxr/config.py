@@ -1,8 +1,14 @@
 """Frozen configuration records built at the edge (CLI, LLM(...)) and passed down."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+
+def _env_flag(name: str, default: bool | None) -> bool | None:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,14 @@ class EngineConfig:
     # Launch step N+1 before taking in step N's tokens, so host work overlaps the GPU.
     # None: on CUDA only (on the CPU nothing runs asynchronously); True also on the CPU (tests).
     overlap_steps: bool | None = None
+    # The engine core in a process of its own (ZMQ + msgspec), keeping detokenizing and HTTP off
+    # the step loop; False: the core runs in a thread of this process; None: a process on CUDA,
+    # a thread on the CPU (where the two would share the same cores). MLXR_ENGINE_PROCESS=1|0.
+    engine_process: bool | None = field(default_factory=lambda: _env_flag("MLXR_ENGINE_PROCESS", None))
+    # Run the shapes serving will meet before taking requests, so kernels compile and graphs
+    # capture at start-up, not in a user's request.
+    warm_up: bool = True
+    warm_up_budget_s: float = 120.0
 
 
 def default_num_threads(usable_cpus: int) -> int:

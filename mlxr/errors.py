@@ -88,3 +88,10 @@ class EngineError(MLXRError):
 
     status = 500
     kind = "internal_error"
+
+
+class EngineDeadError(MLXRError):
+    """The engine core's process stopped; the model reloads on the next request."""
+
+    status = 503
+    kind = "engine_dead_error"

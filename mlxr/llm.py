@@ -8,9 +8,8 @@ from collections.abc import Sequence as Seq
 import torch
 
 from mlxr.config import EngineConfig
-from mlxr.engine.llm_engine import EngineParts, LLMEngine
 from mlxr.errors import InvalidParameterError
-from mlxr.loader import load_model
+from mlxr.engine_factory import ModelSpec, build_engine
 from mlxr.types import RequestOutput, SamplingParams
 
 PromptList = str | Seq[str] | Seq[Seq[int]]
@@ -36,13 +35,17 @@ class LLM:
         load_progress(done, total) is called as the weights' tensors are placed."""
         dtype = _parse_dtype(dtype) if isinstance(dtype, str) else dtype
         weight_dtype = _parse_dtype(weight_dtype) if isinstance(weight_dtype, str) else weight_dtype
-        loaded = load_model(model, dtype=dtype, device=device, weight_dtype=weight_dtype,
-                            quantization=quantization, progress=load_progress)
-        self.loaded = loaded
-        self.tokenizer = loaded.tokenizer
-        parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
-        self.engine = LLMEngine(parts, EngineConfig(**engine_kwargs))
+        built = build_engine(ModelSpec(model, dtype, device, weight_dtype, quantization),
+                             EngineConfig(**engine_kwargs), progress=load_progress)
+        self.loaded = built.loaded  # None when the engine core runs in its own process
+        self.args = built.args
+        self.tokenizer = built.tokenizer
+        self.engine = built.engine
         self._ids = itertools.count()
+
+    def shutdown(self) -> None:
+        """Stop the engine core (its process, when it has one)."""
+        self.engine.shutdown()
 
     def generate(
         self,

@@ -155,6 +155,9 @@ class EngineStats:
     finished_by_reason: dict[str, int]
     prompt_tokens_total: int
     generation_tokens_total: int
+    max_model_len: int = 0  # the context the engine runs (the KV cache may cap the model's)
+    device_bytes: int = 0  # weights and KV cache on the device
+    runtime_compiles: int = 0  # kernels compiled after the engine's warm-up
 
     @property
     def kv_cache_usage(self) -> float:

@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# Tests reach into the engine core (runner, scheduler), so it runs in the test's process unless a
+# test asks for its own process (engine_process=True, or MLXR_ENGINE_PROCESS=1 for a server).
+os.environ.setdefault("MLXR_ENGINE_PROCESS", "0")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / ".fixtures"
 

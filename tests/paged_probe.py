@@ -4,30 +4,35 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
-from mlxr.engine.sequence import Sequence
+from mlxr.engine.records import NewRequestData, SchedulerOutput
+from mlxr.types import SamplingParams
 
 
 def paged_logits(llm, ids: list[int], n_prompt: int) -> torch.Tensor:
     """[len(ids), vocab] logits: row i predicts token i + 1, as a causal LM's forward does."""
-    engine = llm.engine
-    runner, bm = engine.runner, engine.block_manager
-    seq = Sequence(-1, "probe", 0, list(ids[:n_prompt]), n_prompt, 0.0)
-    bm.allocate(seq, n_prompt)
+    core = llm.engine.core.core
+    runner, bm = core.runner, core.block_manager
+    blocks = bm.take_blocks(bm.blocks_for(len(ids)))
+    rid = "probe"
+    prompt = SchedulerOutput(request_ids=[rid], num_scheduled_tokens=[n_prompt], num_computed_tokens=[0],
+                             new_requests=[NewRequestData(rid, list(ids[:n_prompt]), n_prompt,
+                                                          SamplingParams(temperature=0.0), [], blocks)])
     try:
         with torch.inference_mode():
-            inputs = runner.prepare(SchedulerOutput([ScheduledSeq(seq, n_prompt)]))
+            runner.batch.update(prompt)
+            inputs = runner.batch.build(prompt, None, False, None)
             hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta)
             rows = [runner.model.compute_logits(hidden).float()]
-        seq.num_computed_tokens = n_prompt
-        for token in ids[n_prompt:]:
-            seq.token_ids.append(token)
-            bm.allocate(seq, seq.num_tokens)
-            _, logits = runner.execute(SchedulerOutput([ScheduledSeq(seq, 1)]))
-            seq.num_computed_tokens += 1
+        state = runner.batch.states[rid]
+        for i, token in enumerate(ids[n_prompt:]):
+            state.token_ids.append(token)
+            step = SchedulerOutput(request_ids=[rid], num_scheduled_tokens=[1], num_computed_tokens=[n_prompt + i])
+            _, logits = runner.logits(step)
             rows.append(logits.clone())  # a graph replay's logits live in its static buffer
     finally:
-        bm.free(seq)
+        runner.batch.states.pop(rid, None)
+        runner.batch.steady.forget()
+        bm.release_blocks(blocks)
     return torch.cat(rows)
 
 

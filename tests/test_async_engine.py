@@ -74,16 +74,17 @@ def test_admission_errors_raise_from_stream(engine):
 
 def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(engine):
     llm, ae = engine
-    real = llm.engine.runner.execute
+    runner = llm.engine.core.core.runner
+    real = runner.execute
     calls = {"n": 0}
 
-    def flaky(out, pending=None):
+    def flaky(out):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected fault")
-        return real(out, pending)
+        return real(out)
 
-    llm.engine.runner.execute = flaky
+    runner.execute = flaky
 
     async def main():
         _, _, failed = await collect(ae, "f", "Once upon")

@@ -1,15 +1,17 @@
 """Block manager: refcounts, prefix caching, copy-on-write, LRU eviction (pure Python)."""
 from mlxr.engine.block_manager import BlockManager
-from mlxr.engine.sequence import Sequence
+from mlxr.engine.records import EngineCoreRequest
+from mlxr.engine.request import Request
+from mlxr.types import SamplingParams
 
 BS = 4
 
 
 def seq(tokens, sid=0):
-    return Sequence(sid, f"r{sid}", 0, list(tokens), len(tokens), 0.0)
+    return Request(EngineCoreRequest(f"r{sid}", list(tokens), SamplingParams(), 100, [], 0.0))
 
 
-def run_prompt(bm: BlockManager, s: Sequence) -> None:
+def run_prompt(bm: BlockManager, s: Request) -> None:
     """Allocate and 'compute' the whole prompt, as the scheduler + runner would."""
     s.num_computed_tokens = bm.match_prefix(s)
     bm.allocate(s, s.num_tokens)

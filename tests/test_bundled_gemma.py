@@ -61,7 +61,7 @@ def test_dequantized_cpu_mode_fp16_weights_stays_close_to_hf(hf):
 
     llm = LLM("gemma3-270m", quantization="none")
     assert llm.loaded.weight_dtype == torch.float16 and llm.loaded.dtype == torch.float32
-    model = llm.engine.runner.model
+    model = llm.loaded.model
     assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied, one copy
     assert_close_to_hf(llm, hf)
 

@@ -116,13 +116,14 @@ def test_n4_seeded_samples_share_prompt_blocks_and_reproduce(model_dir):
     engine = llm.engine
     engine.add_request("n4", prompt, params)
     shared = None
+    scheduler = engine.core.core.scheduler
     while engine.has_unfinished():
         engine.step()
-        seqs = engine.requests["n4"].request.seqs if "n4" in engine.requests else []
-        if len(seqs) == 4 and shared is None:
-            tables = [s.block_table for s in seqs]
+        samples = [r for rid, r in scheduler.requests.items() if rid.startswith("n4#")]
+        if shared is None and len(samples) == 4 and all(s.block_table for s in samples):
+            tables = [s.block_table for s in samples]
             shared = all(t[:7] == tables[0][:7] for t in tables)
-    assert shared, "the forks must share the prompt's full blocks"
+    assert shared, "the later samples must find the prompt's full blocks in the prefix cache"
     first = llm.generate([prompt], params)[0]
     again = llm.generate([prompt], params)[0]
     samples = [o.token_ids for o in first.outputs]

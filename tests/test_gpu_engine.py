@@ -17,7 +17,7 @@ def test_fp32_greedy_tokens_match_cpu_reference(name):
     params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
     cpu = LLM(path, dtype="float32", device="cpu").generate(PROMPTS, params)
     gpu_llm = LLM(path, dtype="float32", device="cuda")
-    assert gpu_llm.engine.runner.graphs is not None and gpu_llm.engine.runner.graphs.graphs
+    assert gpu_llm.engine.core.core.runner.graphs is not None and gpu_llm.engine.core.core.runner.graphs.graphs
     gpu = gpu_llm.generate(PROMPTS, params)
     assert [o.outputs[0].token_ids for o in gpu] == [o.outputs[0].token_ids for o in cpu]
 
@@ -61,7 +61,7 @@ def test_bf16_teacher_forced_top1_agrees_with_reference(name, n, fused, monkeypa
     kernel = fused_module.qkv_rope_triton
     monkeypatch.setattr(fused_module, "qkv_rope_triton", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     fast = LLM(path, dtype="bfloat16", device="cuda")
-    assert fast.engine.runner.graphs is not None
+    assert fast.engine.core.core.runner.graphs is not None
     assert bool(calls) == fused, "the batch-1 graph captures the fused kernel exactly where it applies"
     ours = paged_logits(fast, ids, n // 2)
     fp32 = paged_logits(LLM(path, dtype="float32", device="cpu"), ids, n // 2)
@@ -128,7 +128,7 @@ def test_prefill_graphs_equal_eager_prefill():
     eager = LLM(path, dtype="float32", device="cuda", enable_prefill_graphs=False)
     fast = LLM(path, dtype="float32", device="cuda")
     chunked = LLM(path, dtype="float32", device="cuda", max_num_batched_tokens=64)
-    assert fast.engine.runner.prefill_graphs.graphs and eager.engine.runner.prefill_graphs is None
+    assert fast.engine.core.core.runner.prefill_graphs.graphs and eager.engine.core.core.runner.prefill_graphs is None
     prompts = [list(range(5, 5 + n)) for n in (2, 63, 64, 65, 200)] + [list(range(5, 69)) + [7, 8, 9]]
     for prompt in prompts:  # one at a time, so each prompt is a one-sequence chunk
         want = eager.generate([prompt], params)[0].outputs[0]

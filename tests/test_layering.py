@@ -10,3 +10,18 @@ def test_import_contracts_hold():
     root = Path(__file__).resolve().parents[1]
     res = subprocess.run([exe], cwd=root, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_engine_has_no_import_cycles():
+    """The engine's files import one way (records and requests at the bottom, the core and its
+    clients on top): no file reaches back to one that imports it, lazily or not."""
+    import grimp
+
+    graph = grimp.build_graph("mlxr")
+    engine = sorted(m for m in graph.modules if m.startswith("mlxr.engine."))
+    cycles = []
+    for m in engine:
+        for imported in graph.find_modules_directly_imported_by(m):
+            if imported.startswith("mlxr.engine.") and graph.find_shortest_chain(importer=imported, imported=m):
+                cycles.append((m, imported))
+    assert cycles == []

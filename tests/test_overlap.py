@@ -28,11 +28,12 @@ def texts(llm: LLM, prompts, params) -> list[tuple]:
 def trace(llm: LLM) -> list[str]:
     """Record, in order, each step's launch ("execute") and each wait for its tokens ("result")."""
     events = []
-    real_execute, real_launch = llm.engine.runner.execute, llm.engine.sampler.launch
+    runner = llm.engine.core.core.runner
+    real_execute, real_launch = runner.execute, runner.sampler.launch
 
-    def execute(out, pending=None):
+    def execute(out):
         events.append("execute")
-        return real_execute(out, pending)
+        return real_execute(out)
 
     def launch(logits, states, pending=None):
         future = real_launch(logits, states, pending)
@@ -40,7 +41,7 @@ def trace(llm: LLM) -> list[str]:
         future.result = lambda: (events.append("result"), real_result())[1]
         return future
 
-    llm.engine.runner.execute, llm.engine.sampler.launch = execute, launch
+    runner.execute, runner.sampler.launch = execute, launch
     return events
 
 
@@ -133,7 +134,7 @@ def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):
         engine.add_request(f"r{i}", [5 + i, 6, 7], params)
     for _ in range(4):
         engine.step()
-    assert engine._inflight is not None
+    assert engine.core.core._inflight is not None
     out = engine.abort("r1")
     assert out.finished and all(t >= 0 for t in out.outputs[0].token_ids)
     while engine.has_unfinished():
@@ -144,35 +145,37 @@ def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_forks_start_from_the_computed_prompt(model_dir, overlap):
-    """n > 1: the forks made when the prompt is done share its computed blocks and decode
-    one token a step, never recomputing (and rewriting) the shared prompt."""
+def test_later_samples_start_from_the_computed_prompt(model_dir, overlap):
+    """n > 1: the samples after the first start once it has computed the prompt, find its
+    full blocks in the prefix cache and compute only the partial block's tokens."""
     llm = LLM(model_dir, dtype="float32", block_size=16, overlap_steps=overlap)
     engine, prompt = llm.engine, list(range(5, 45))  # 40 tokens: 2 full blocks and a partial
     engine.add_request("n2", prompt, SamplingParams(n=2, max_tokens=6, temperature=1.0, seed=4))
-    engine.step()
-    seqs = engine.requests["n2"].request.seqs
-    assert len(seqs) == 2 and all(s.num_computed_tokens == 40 for s in seqs)
-    assert seqs[1].block_hashes == seqs[0].block_hashes and len(seqs[1].block_hashes) == 2
-    out = engine.scheduler.schedule()
-    assert sorted(s.num_tokens for s in out.scheduled) == [1, 1]
+    scheduler = engine.core.core.scheduler
+    while "n2#1" not in scheduler.requests:
+        engine.step()
+    first, second = scheduler.requests["n2#0"], scheduler.requests["n2#1"]
+    out = scheduler.schedule()
+    rows = dict(zip(out.request_ids, zip(out.num_computed_tokens, out.num_scheduled_tokens)))
+    assert rows["n2#1"] == (32, 8) and rows["n2#0"][1] == 1
+    assert second.block_table[:2] == first.block_table[:2] and second.block_table[2] != first.block_table[2]
 
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_an_error_taking_in_one_token_fails_only_its_request(model_dir, overlap):
     llm = LLM(model_dir, dtype="float32", overlap_steps=overlap)
     engine = llm.engine
-    real = engine._record_token
+    real = engine.output._take
     calls = {"n": 0}
 
-    def record(state, *args):
-        if state.seq.request_id == "bad":
+    def take(rs, sample, out):
+        if rs.request_id == "bad" and out.new_token_ids:
             calls["n"] += 1
             if calls["n"] == 3:
                 raise RuntimeError("injected")
-        return real(state, *args)
+        return real(rs, sample, out)
 
-    engine._record_token = record
+    engine.output._take = take
     params = SamplingParams(max_tokens=8, **GREEDY)
     for rid in ("a", "bad", "c"):
         engine.add_request(rid, [5, 6, 7], params)
@@ -208,7 +211,7 @@ def test_finished_requests_are_freed_without_the_garbage_collector(model_dir, ov
     engine = llm.engine
     for rid, n in (("one", 1), ("two", 2)):
         engine.add_request(rid, [5, 6, 7], SamplingParams(max_tokens=4, n=n, **GREEDY))
-    refs = [weakref.ref(rs) for rs in engine.requests.values()]
+    refs = [weakref.ref(rs) for rs in engine.output.requests.values()]
     gc.collect()
     gc.disable()
     try:
@@ -224,7 +227,7 @@ def test_an_engine_raises_the_collectors_thresholds(model_dir):
     (bench/gc_ab.py)."""
     import gc
 
-    from mlxr.engine.llm_engine import GC_THRESHOLDS
+    from mlxr.engine.engine_core import GC_THRESHOLDS
 
     LLM(model_dir, dtype="float32")
     assert all(now >= want for now, want in zip(gc.get_threshold(), GC_THRESHOLDS))
@@ -239,8 +242,8 @@ def test_steady_decode_steps_advance_the_last_ones_arrays(model_dir, monkeypatch
     advanced = []
     real = steady_decode.SteadyDecode.advance
 
-    def advance(self, out, rows):
-        arrays = real(self, out, rows)
+    def advance(self, out, states, rows):
+        arrays = real(self, out, states, rows)
         advanced.append(arrays is not None)
         return arrays
 
@@ -254,45 +257,53 @@ def test_steady_decode_steps_advance_the_last_ones_arrays(model_dir, monkeypatch
     assert sum(advanced) > 25 and not all(advanced)  # mostly advanced; rebuilt when the batch changed
 
 
+class _State:
+    """The runner's view of a request, as far as steady decode reads it."""
+
+    def __init__(self, token_ids, block_table):
+        self.token_ids, self.block_table = token_ids, block_table
+
+
+def _decode_step(ids, starts, **kw):
+    from mlxr.engine.records import SchedulerOutput
+
+    return SchedulerOutput(request_ids=ids, num_scheduled_tokens=[1] * len(ids), num_computed_tokens=starts, **kw)
+
+
 def test_steady_decode_rebuilds_a_step_that_swaps_blocks_in():
-    """A swapped-in sequence comes back with new blocks everywhere: the step is rebuilt."""
-    from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
-    from mlxr.engine.sequence import PLACEHOLDER, Sequence
+    """A swapped-in request comes back with new blocks everywhere: the step is rebuilt."""
     from mlxr.engine.steady_decode import SteadyDecode
 
-    seq = Sequence(0, "r", 0, [1, 2, 3, PLACEHOLDER], 3, 0.0)
-    seq.num_computed_tokens, seq.block_table = 3, [7]
+    states = {"r": _State([1, 2, 3], [7])}
     steady = SteadyDecode(block_size=16)
-    steady.remember(SchedulerOutput([ScheduledSeq(seq, 1)]), [7], 1)
-    seq.num_computed_tokens = 4
-    seq.token_ids[-1] = 9
-    seq.token_ids.append(PLACEHOLDER)
-    plain = SchedulerOutput([ScheduledSeq(seq, 1)])
-    swapping = SchedulerOutput([ScheduledSeq(seq, 1)], blocks_to_swap_in=[(0, 7)])
-    assert steady.advance(swapping, {0: 0}) is None
-    assert steady.advance(plain, {0: 0}) is not None
+    steady.remember(_decode_step(["r"], [3]), [7], 1)
+    states["r"].token_ids.append(9)  # the token of position 3 landed; position 4's is in flight
+    assert steady.advance(_decode_step(["r"], [4], blocks_to_swap_in=[(0, 7)]), states, {"r": 0}) is None
+    assert steady.advance(_decode_step(["r"], [4]), states, {"r": 0}) is not None
 
 
-def test_steady_decode_widens_the_tables_for_a_sequence_entering_a_new_block():
-    """A sequence past the last step's table width widens the tables (zero padded) instead of
+def test_steady_decode_widens_the_tables_for_a_request_entering_a_new_block():
+    """A request past the last step's table width widens the tables (zero padded) instead of
     rebuilding every row."""
-    from mlxr.engine.scheduler import ScheduledSeq, SchedulerOutput
-    from mlxr.engine.sequence import PLACEHOLDER, Sequence
     from mlxr.engine.steady_decode import SteadyDecode
 
-    long = Sequence(0, "a", 0, list(range(15)) + [PLACEHOLDER], 3, 0.0)
-    short = Sequence(1, "b", 0, [1, 2, PLACEHOLDER], 2, 0.0)
-    long.num_computed_tokens, long.block_table = 15, [7]
-    short.num_computed_tokens, short.block_table = 2, [4]
+    states = {"a": _State(list(range(15)), [7]), "b": _State([1, 2], [4])}
     steady = SteadyDecode(block_size=16)
-    steady.remember(SchedulerOutput([ScheduledSeq(long, 1), ScheduledSeq(short, 1)]), [7, 4], 1)
-    for seq in (long, short):
-        seq.num_computed_tokens += 1
-        seq.token_ids[-1] = 9
-        seq.token_ids.append(PLACEHOLDER)
-    long.block_table.append(5)
-    arrays = steady.advance(SchedulerOutput([ScheduledSeq(long, 1), ScheduledSeq(short, 1)]), {0: 1, 1: 0})
+    steady.remember(_decode_step(["a", "b"], [15, 2]), [7, 4], 1)
+    for s in states.values():
+        s.token_ids.append(9)
+    states["a"].block_table.append(5)
+    arrays = steady.advance(_decode_step(["a", "b"], [16, 3]), states, {"a": 1, "b": 0})
     assert arrays is not None
     assert arrays.tables.tolist() == [[7, 5], [4, 0]]
     assert arrays.slots.tolist() == [5 * 16, 4 * 16 + 3]
     assert arrays.positions.tolist() == [16, 3] and arrays.fill_from == [1, 0]
+
+
+def test_steady_decode_rebuilds_when_a_row_token_is_not_the_one_in_flight():
+    from mlxr.engine.steady_decode import SteadyDecode
+
+    states = {"r": _State([1, 2, 3], [7])}
+    steady = SteadyDecode(block_size=16)
+    steady.remember(_decode_step(["r"], [3]), [7], 1)
+    assert steady.advance(_decode_step(["r"], [4]), states, {"r": 0}) is None  # position 3 not landed

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mlxr.layers.attention import AttnMetadata
+from mlxr.ops.attn_metadata import AttnMetadata
 from mlxr.ops.paged_attention import paged_attention, paged_attention_reference, paged_decode_reference, write_kv
 
 

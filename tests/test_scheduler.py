@@ -1,120 +1,216 @@
-"""Scheduler with a fake model: budget, chunked prefill, FCFS, preemption and resume."""
-from mlxr.engine.block_manager import BlockManager
+"""Scheduler with fake runner outputs (no model): budget, chunked prefill, FCFS, preemption,
+resume, tokens in flight as counts, rows of several sampled tokens, finishing decided here."""
+from mlxr.engine.block_manager import BlockManager, SwapSpace
+from mlxr.engine.records import EngineCoreRequest, ModelRunnerOutput, SchedulerOutput
+from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
-from mlxr.engine.sequence import Sequence
+from mlxr.types import SamplingParams
+
+EOS = 2
 
 
-def make(num_blocks=64, bs=4, budget=16, max_seqs=8, prefix=True):
+def make(num_blocks=64, bs=4, budget=16, max_seqs=8, prefix=True, swap=None):
     bm = BlockManager(num_blocks, bs, prefix)
-    return Scheduler(SchedulerConfig(max_seqs, budget, 1024), bm), bm
+    return Scheduler(SchedulerConfig(max_seqs, budget, 1024), bm, swap), bm
 
 
-def seq(n, sid, start=0):
-    return Sequence(sid, f"r{sid}", 0, list(range(start, start + n)), n, float(sid))
+def req(n, rid, start=10, max_tokens=8, **params):
+    return Request(EngineCoreRequest(f"r{rid}", list(range(start, start + n)), SamplingParams(**params),
+                   max_tokens, [EOS], float(rid)))
 
 
-def fake_step(sch: Scheduler, max_new: dict[int, int]):
-    """Run one step: sequences that reach their last token 'sample' token 7."""
+def sampled_rows(sch: Scheduler, out: SchedulerOutput) -> list[str]:
+    """The rows of out that sample (one step in flight at a time): those that put a token in flight."""
+    return [rid for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens)
+            if rid in sch.requests and start + n == sch.requests[rid].num_tokens - 1]
+
+
+def fake_step(sch: Scheduler, token=7):
+    """Schedule, then land: each sampling row 'samples' token."""
     out = sch.schedule()
-    sch.update(out)
-    for item in out.scheduled:
-        s = item.seq
-        if s.num_computed_tokens == s.num_tokens:
-            s.token_ids.append(7)
-            if s.num_output_tokens >= max_new[s.seq_id]:
-                sch.finish(s, "length")
-    return out
+    rows = sampled_rows(sch, out)
+    result = ModelRunnerOutput(rows, [[token] for _ in rows])
+    return out, sch.update_from_output(out, result)
+
+
+def rows(out: SchedulerOutput) -> list[tuple[str, int]]:
+    return list(zip(out.request_ids, out.num_scheduled_tokens))
 
 
 def test_budget_respected_and_prefill_chunked():
     sch, _ = make(budget=10)
-    a = seq(25, 0)
+    a = req(25, 0, max_tokens=3)
     sch.add(a)
-    sizes = [fake_step(sch, {0: 3}).num_batched_tokens for _ in range(3)]
+    sizes = [fake_step(sch)[0].num_batched_tokens for _ in range(3)]
     assert sizes == [10, 10, 5]
-    assert a.num_output_tokens == 1
+    assert a.num_output_tokens == 1 and a.output_token_ids == [7]
 
 
 def test_decode_and_prefill_share_a_step_fcfs():
     sch, _ = make(budget=8)
-    a, b = seq(3, 0), seq(20, 1)
-    sch.add(a)
-    sch.add(b)
-    out = fake_step(sch, {0: 5, 1: 5})
-    assert [(s.seq.seq_id, s.num_tokens) for s in out.scheduled] == [(0, 3), (1, 5)]
-    out = fake_step(sch, {0: 5, 1: 5})
-    assert [(s.seq.seq_id, s.num_tokens) for s in out.scheduled] == [(0, 1), (1, 7)]
+    sch.add(req(3, 0))
+    sch.add(req(20, 1))
+    out, _ = fake_step(sch)
+    assert rows(out) == [("r0", 3), ("r1", 5)]
+    out, _ = fake_step(sch)
+    assert rows(out) == [("r0", 1), ("r1", 7)]
+
+
+def test_new_requests_data_is_sent_once_then_counts_and_new_blocks():
+    sch, _ = make(budget=64, bs=4)
+    sch.add(req(3, 0, max_tokens=8))
+    out, _ = fake_step(sch)
+    assert [n.request_id for n in out.new_requests] == ["r0"] and out.new_requests[0].token_ids == [10, 11, 12]
+    out, _ = fake_step(sch)  # position 3: still the first block
+    assert out.new_requests == [] and out.new_block_ids == {} and rows(out) == [("r0", 1)]
+    out, _ = fake_step(sch)  # position 4 enters a second block
+    assert list(out.new_block_ids) == ["r0"] and len(out.new_block_ids["r0"]) == 1
 
 
 def test_max_num_seqs_caps_running():
     sch, _ = make(max_seqs=2, budget=100)
     for i in range(4):
-        sch.add(seq(3, i))
-    out = fake_step(sch, {i: 10 for i in range(4)})
-    assert [s.seq.seq_id for s in out.scheduled] == [0, 1]
+        sch.add(req(3, i))
+    out, _ = fake_step(sch)
+    assert out.request_ids == ["r0", "r1"]
+
+
+def test_overlap_schedules_the_token_in_flight_and_never_past_max_tokens():
+    """Scheduled before the last step landed: the in-flight token is the next step's input
+    (a count, not a stand-in token), and a request whose last token is in flight waits."""
+    sch, _ = make(budget=64)
+    a = req(3, 0, max_tokens=2)
+    sch.add(a)
+    first = sch.schedule()
+    assert a.num_in_flight == 1 and a.num_tokens == 4 and a.token_ids == [10, 11, 12]
+    second = sch.schedule()  # before the first landed
+    assert rows(second) == [("r0", 1)] and second.num_computed_tokens == [3] and a.num_in_flight == 2
+    assert sch.schedule().is_empty  # both of its max_tokens are in flight
+    sch.update_from_output(first, ModelRunnerOutput(["r0"], [[40]]))
+    assert a.token_ids == [10, 11, 12, 40] and not a.is_finished
+    outs = sch.update_from_output(second, ModelRunnerOutput(["r0"], [[41]]))
+    assert outs[0].new_token_ids == [41] and outs[0].finish_reason == "length" and a.is_finished
+
+
+def test_the_scheduler_finishes_on_eos_and_stop_token_ids():
+    sch, bm = make(budget=64)
+    a, b, c = req(3, 0), req(3, 1, stop_token_ids=[9]), req(3, 2, ignore_eos=True)
+    for r in (a, b, c):
+        sch.add(r)
+    out = sch.schedule()
+    got = {o.request_id: o for o in sch.update_from_output(out, ModelRunnerOutput(["r0", "r1", "r2"], [[EOS], [9], [EOS]]))}
+    assert got["r0"].finish_reason == "stop" and got["r0"].new_token_ids == [EOS] and got["r0"].stop_reason is None
+    assert got["r1"].finish_reason == "stop" and got["r1"].stop_reason == 9
+    assert got["r2"].finish_reason is None and not c.is_finished
+    assert set(sch.requests) == {"r2"} and out.finished_request_ids == []
+    assert sch.schedule().finished_request_ids == ["r0", "r1"]  # the runner forgets them next step
+
+
+def test_a_row_of_several_tokens_lands_them_all_and_stops_at_a_stop_token():
+    """Speculative rows: several sampled ids land at once; those past a stop are dropped."""
+    sch, _ = make(budget=64)
+    a, b = req(3, 0, max_tokens=10), req(3, 1, max_tokens=10)
+    sch.add(a)
+    sch.add(b)
+    out = sch.schedule()
+    a.num_in_flight = b.num_in_flight = 3  # as a verifier accepting 2 drafts + a bonus token would
+    got = {o.request_id: o for o in sch.update_from_output(out, ModelRunnerOutput(["r0", "r1"], [[5, 6, 7], [5, EOS, 8]]))}
+    assert got["r0"].new_token_ids == [5, 6, 7] and a.output_token_ids == [5, 6, 7] and a.num_in_flight == 0
+    assert got["r1"].new_token_ids == [5, EOS] and got["r1"].finish_reason == "stop" and b.is_finished
+
+
+def test_rows_of_finished_or_aborted_requests_are_dropped():
+    sch, bm = make(budget=64)
+    sch.add(req(3, 0))
+    out = sch.schedule()
+    sch.abort(["r0"])
+    assert bm.usage().used == 0
+    assert sch.update_from_output(out, ModelRunnerOutput(["r0"], [[5]])) == []
 
 
 def test_preemption_recomputes_and_everything_finishes():
     sch, bm = make(num_blocks=6, bs=4, budget=64)
-    seqs = [seq(6, i, start=10 * i) for i in range(3)]
-    for s in seqs:
-        sch.add(s)
+    reqs = [req(6, i, start=10 * i + 10) for i in range(3)]
+    for r in reqs:
+        sch.add(r)
     steps = 0
     while sch.has_unfinished:
-        fake_step(sch, {s.seq_id: 8 for s in seqs})
+        fake_step(sch)
         steps += 1
         assert steps < 200
     assert sch.counters.num_preemptions > 0
-    assert all(s.num_output_tokens == 8 and s.finish_reason == "length" for s in seqs)
+    assert all(r.num_output_tokens == 8 and r.finish_reason == "length" for r in reqs)
     assert bm.usage().used == 0
 
 
-def test_preempted_sequence_goes_back_to_the_front():
+def test_preempted_request_goes_back_to_the_front_and_is_resent_whole():
     sch, _ = make(num_blocks=4, bs=4, budget=64)
-    a, b = seq(8, 0), seq(8, 1, start=100)
+    a, b = req(8, 0, max_tokens=9), req(8, 1, start=100, max_tokens=9)
     sch.add(a)
     sch.add(b)
-    fake_step(sch, {0: 9, 1: 9})  # both prefilled: 2 full blocks each, cache full
-    out = fake_step(sch, {0: 9, 1: 9})  # a needs a 3rd block: b (latest) is preempted
-    assert out.preempted == [b] and sch.waiting[0] is b
+    fake_step(sch)  # both prefilled: 2 full blocks each, cache full
+    out, _ = fake_step(sch)  # a needs a 3rd block: b (latest) is preempted
+    assert out.preempted_request_ids == ["r1"] and sch.waiting[0] is b
     assert b.num_computed_tokens == 0 and not b.block_table
+    sch.abort(["r0"])
+    out, _ = fake_step(sch)
+    assert [n.request_id for n in out.new_requests] == ["r1"]
+    assert out.new_requests[0].token_ids == list(range(100, 108)) + [7]  # prompt and its output
 
 
 def test_prefix_hits_counted_in_tokens():
     sch, _ = make(budget=64)
-    a = seq(12, 0)
-    sch.add(a)
-    fake_step(sch, {0: 1})
-    b = seq(12, 1)  # same tokens as a
-    sch.add(b)
-    out = fake_step(sch, {1: 1})
-    assert out.scheduled[0].num_tokens == 4  # 8 tokens came from the cache
+    sch.add(req(12, 0, max_tokens=1))
+    fake_step(sch)
+    sch.add(req(12, 1))  # same tokens
+    out, _ = fake_step(sch)
+    assert rows(out) == [("r1", 4)] and out.num_computed_tokens == [8]  # 8 tokens from the cache
     assert sch.counters.prefix_hit_tokens == 8
     assert sch.counters.prefix_queried_tokens == 24
 
 
 def test_swap_preemption_keeps_computed_tokens_and_finishes():
-    from mlxr.engine.block_manager import SwapSpace
-
-    bm = BlockManager(6, 4)
-    sch = Scheduler(SchedulerConfig(8, 64, 1024), bm, SwapSpace(16))
-    seqs = [seq(6, i, start=10 * i) for i in range(3)]
-    for s in seqs:
-        sch.add(s)
+    sch, bm = make(num_blocks=6, bs=4, budget=64, swap=SwapSpace(16))
+    reqs = [req(6, i, start=10 * i + 10) for i in range(3)]
+    for r in reqs:
+        sch.add(r)
     swapped_out = swapped_in = 0
     while sch.has_unfinished:
-        out = sch.schedule()
+        out, _ = fake_step(sch)
         swapped_out += len(out.blocks_to_swap_out)
         swapped_in += len(out.blocks_to_swap_in)
-        for s in out.preempted:
-            assert s.num_computed_tokens > 0 and s.host_block_table  # kept, not recomputed
-        sch.update(out)
-        for item in out.scheduled:
-            s = item.seq
-            if s.num_computed_tokens == s.num_tokens:
-                s.token_ids.append(7)
-                if s.num_output_tokens >= 8:
-                    sch.finish(s, "length")
+        for rid in out.preempted_request_ids:
+            r = sch.requests[rid]
+            assert r.num_computed_tokens > 0 and r.host_block_table  # kept, not recomputed
     assert swapped_out > 0 and swapped_in == swapped_out
-    assert all(s.num_output_tokens == 8 for s in seqs)
+    assert all(r.num_output_tokens == 8 for r in reqs)
     assert bm.usage().used == 0 and sch.swap.used == 0
+
+
+def test_draft_tokens_ride_a_decode_row_and_rejected_ones_roll_back_by_counts():
+    """Speculative decoding's slot: a decode row carries its draft tokens; of 3 drafts the
+    verifier accepted 1 and added its own token: 2 tokens land, and the computed count steps
+    back over the 2 rejected positions (their KV is overwritten later, nothing is copied)."""
+    sch, _ = make(budget=64)
+    a = req(4, 0, max_tokens=10)
+    sch.add(a)
+    fake_step(sch)  # prompt computed (4), first token landed: 5 tokens, 4 computed
+    a.spec_token_ids = [50, 51, 52]
+    out = sch.schedule()
+    assert rows(out) == [("r0", 4)] and out.spec_token_ids == {"r0": [50, 51, 52]}
+    assert a.num_computed_tokens == 8 and a.num_in_flight == 4
+    got = sch.update_from_output(out, ModelRunnerOutput(["r0"], [[50, 60]]))
+    assert got[0].new_token_ids == [50, 60] and a.output_token_ids == [7, 50, 60]
+    assert a.num_in_flight == 0 and a.num_computed_tokens == 6 and a.num_tokens == 7
+    nxt = sch.schedule()
+    assert rows(nxt) == [("r0", 1)] and nxt.num_computed_tokens == [6] and nxt.spec_token_ids == {}
+
+
+def test_drafts_never_go_past_max_tokens():
+    sch, _ = make(budget=64)
+    a = req(4, 0, max_tokens=3)
+    sch.add(a)
+    fake_step(sch)
+    a.spec_token_ids = [50, 51, 52, 53]
+    out = sch.schedule()
+    assert out.spec_token_ids == {"r0": [50]}  # 1 output + 1 draft + the verifier's token = 3

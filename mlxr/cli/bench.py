@@ -38,6 +38,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     use_threads(ns)
     threads = torch.get_num_threads()  # what torch runs with, not only what was asked
     llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
+              engine_process=False,  # the profiler and the figures read the model in this process
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
     vocab = llm.loaded.args.vocab_size
@@ -46,7 +47,7 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     # Warm-up at the timed run's shapes, so that no kernel compiles inside it (rotated
     # prompts: the timed run must not hit the prefix cache).
     _timed_run(llm, [p[1:] + p[:1] for p in prompts], params)
-    prof = OpProfiler(llm.engine.runner.model) if ns.profile else None
+    prof = OpProfiler(llm.loaded.model) if ns.profile else None
     figures = _timed_run(llm, prompts, params, on_first_token=prof.reset if prof else None)
     print(f"{ns.model} on {llm.loaded.device} ({llm.loaded.dtype}, weights {llm.loaded.weight_dtype}, "
           f"quantization {llm.loaded.quantization}), "

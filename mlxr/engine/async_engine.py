@@ -33,6 +33,11 @@ class _Call:
     result: Future
 
 
+def _put_all(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
+    for queue, out in items:
+        queue.put_nowait(out)
+
+
 @dataclass
 class _Sink:
     """Where a request's outputs go: an asyncio queue living on the caller's event loop."""
@@ -100,15 +105,24 @@ class AsyncEngine:
         with self._lock:
             return self.engine.stats()
 
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.engine.on_gpu
+
     def shutdown(self) -> None:
         with self._wake:
             self._stop = True
             self._wake.notify()
         self._thread.join(timeout=30)
+        self.engine.shutdown()
 
     @property
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self.engine.core_alive
 
     # --- the engine thread -------------------------------------------------------------------
     def _submit(self, adds: list[_Add] = (), aborts: list[str] = (), calls: list[_Call] = ()) -> None:
@@ -137,11 +151,13 @@ class AsyncEngine:
             while (commands := self._take_commands()) is not None:
                 adds, aborts, calls = commands
                 with self._lock:
-                    self._apply(adds, aborts)
+                    outputs = self._apply(adds, aborts)
                     self._run_calls(calls)
-                    outputs = self._step()
-                for out in outputs:
-                    self._deliver(out)
+                    outputs += self._step()
+                self._deliver_all(outputs)
+                if not self.engine.core_alive:
+                    log.error("the engine core is gone; this engine stops")
+                    break
         finally:
             self._close()
 
@@ -157,7 +173,7 @@ class AsyncEngine:
                 item.set_exception(error)
         self._fail_all(RuntimeError("the engine shut down"))
 
-    def _apply(self, adds: list[_Add], aborts: list[str]) -> None:
+    def _apply(self, adds: list[_Add], aborts: list[str]) -> list[RequestOutput]:
         for add in adds:
             if not add.accepted.set_running_or_notify_cancel():
                 continue  # the caller went away before admission
@@ -168,10 +184,8 @@ class AsyncEngine:
                 continue
             self._sinks[add.request_id] = add.sink
             add.accepted.set_result(True)
-        for rid in aborts:
-            out = self.engine.abort(rid)
-            if out is not None:
-                self._deliver(out)
+        aborted = [self.engine.abort(rid) for rid in aborts]
+        return [out for out in aborted if out is not None]
 
     @staticmethod
     def _run_calls(calls: list[_Call]) -> None:
@@ -193,13 +207,23 @@ class AsyncEngine:
             self._fail_all(e)
             return []
 
-    def _deliver(self, out: RequestOutput) -> None:
-        sink = self._sinks.get(out.request_id)
-        if sink is None:
-            return
-        if out.finished:
-            del self._sinks[out.request_id]
-        sink.put(out)
+    def _deliver_all(self, outputs: list[RequestOutput]) -> None:
+        """A step's outputs to their streams: one wake-up per event loop, not one per output
+        (at 256 streams a wake-up each cost the loop more than the tokens did)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, RequestOutput]]] = {}
+        sinks = self._sinks
+        for out in outputs:
+            sink = sinks.get(out.request_id)
+            if sink is None:
+                continue
+            if out.finished:
+                del sinks[out.request_id]
+            by_loop.setdefault(sink.loop, []).append((sink.queue, out))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # that event loop is closed: nobody is listening
+                pass
 
     def _fail_all(self, error: BaseException) -> None:
         for rid in list(self._sinks):

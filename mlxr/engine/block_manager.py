@@ -8,7 +8,7 @@ from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from mlxr.engine.sequence import Sequence
+from mlxr.engine.request import Request
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,13 @@ class BlockManager:
     def can_allocate(self, num_blocks: int) -> bool:
         return num_blocks <= len(self.free_blocks)
 
-    def new_blocks_needed(self, seq: Sequence, num_tokens: int) -> int:
+    def new_blocks_needed(self, seq: Request, num_tokens: int) -> int:
         """Blocks to allocate so seq can hold num_tokens, counting a copy-on-write of the
         partial block its next token would write into."""
         need = max(0, self.blocks_for(num_tokens) - len(seq.block_table))
         return need + (1 if self._needs_copy(seq) else 0)
 
-    def fits(self, seq: Sequence, num_tokens: int) -> bool:
+    def fits(self, seq: Request, num_tokens: int) -> bool:
         """Whether seq's blocks already hold num_tokens with no copy-on-write to do."""
         return num_tokens <= len(seq.block_table) * self.block_size and not self._needs_copy(seq)
 
@@ -76,11 +76,11 @@ class BlockManager:
         if self.ref_counts[block] == 0:
             self.free_blocks[block] = None
 
-    def _needs_copy(self, seq: Sequence) -> bool:
+    def _needs_copy(self, seq: Request) -> bool:
         idx = seq.num_computed_tokens // self.block_size
         return idx < len(seq.block_table) and self.ref_counts[seq.block_table[idx]] > 1
 
-    def allocate(self, seq: Sequence, num_tokens: int) -> list[tuple[int, int]]:
+    def allocate(self, seq: Request, num_tokens: int) -> list[tuple[int, int]]:
         """Make room for seq's first num_tokens tokens; returns (src, dst) block copies to run
         before the step (copy-on-write). The caller checks can_allocate first."""
         assert self.can_allocate(self.new_blocks_needed(seq, num_tokens)), "out of KV blocks"
@@ -96,14 +96,23 @@ class BlockManager:
             seq.block_table.append(self._take_free_block())
         return copies
 
-    def free(self, seq: Sequence) -> None:
+    def take_blocks(self, n: int) -> list[int]:
+        """n blocks owned by the caller (no request), e.g. for an embedding's one prefill."""
+        assert self.can_allocate(n), "out of KV blocks"
+        return [self._take_free_block() for _ in range(n)]
+
+    def release_blocks(self, blocks: list[int]) -> None:
+        for block in reversed(blocks):
+            self._release(block)
+
+    def free(self, seq: Request) -> None:
         # Tail blocks go first into the free order, so they are evicted before the shared head.
         for block in reversed(seq.block_table):
             self._release(block)
         seq.block_table = []
         seq.block_hashes = []
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
+    def fork(self, parent: Request, child: Request) -> None:
         """child shares all of parent's blocks (copy-on-write protects the partial one)."""
         child.block_table = list(parent.block_table)
         child.block_hashes = list(parent.block_hashes)
@@ -111,7 +120,7 @@ class BlockManager:
             self.ref_counts[block] += 1
 
     # --- prefix caching --------------------------------------------------------------------
-    def match_prefix(self, seq: Sequence) -> int:
+    def match_prefix(self, seq: Request) -> int:
         """Reuse cached blocks for seq's leading full blocks; returns the tokens covered.
         At least one token is always left to compute, so the step produces logits."""
         if not self.enable_prefix_caching or seq.block_table:
@@ -131,11 +140,12 @@ class BlockManager:
             parent = h
         return len(seq.block_table) * self.block_size
 
-    def commit_full_blocks(self, seq: Sequence) -> None:
+    def commit_full_blocks(self, seq: Request) -> None:
         """Publish the hashes of blocks that seq has completely computed."""
         if not self.enable_prefix_caching:
             return
-        full = seq.num_computed_tokens // self.block_size
+        # Only tokens known on the host can be hashed (a computed one may still be in flight).
+        full = min(seq.num_computed_tokens, len(seq.token_ids)) // self.block_size
         while len(seq.block_hashes) < full:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
@@ -146,7 +156,7 @@ class BlockManager:
                 self.cached[h] = block
                 self.hash_of[block] = h
 
-    def _block_tokens(self, seq: Sequence, i: int) -> tuple[int, ...]:
+    def _block_tokens(self, seq: Request, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
 
 
@@ -157,10 +167,10 @@ class SwapSpace:
         self.num_blocks = num_blocks
         self.free_blocks: list[int] = list(range(num_blocks - 1, -1, -1))
 
-    def can_swap_out(self, seq: Sequence) -> bool:
+    def can_swap_out(self, seq: Request) -> bool:
         return len(seq.block_table) <= len(self.free_blocks)
 
-    def swap_out(self, bm: BlockManager, seq: Sequence) -> list[tuple[int, int]]:
+    def swap_out(self, bm: BlockManager, seq: Request) -> list[tuple[int, int]]:
         """Move seq's device blocks to host blocks; returns (device, host) copies to run."""
         pairs = [(block, self.free_blocks.pop()) for block in seq.block_table]
         for block in reversed(seq.block_table):
@@ -169,7 +179,7 @@ class SwapSpace:
         seq.host_block_table = [host for _, host in pairs]
         return pairs
 
-    def swap_in(self, bm: BlockManager, seq: Sequence) -> list[tuple[int, int]]:
+    def swap_in(self, bm: BlockManager, seq: Request) -> list[tuple[int, int]]:
         """Bring seq's blocks back into fresh device blocks; returns (host, device) copies."""
         assert bm.can_allocate(len(seq.host_block_table)), "out of KV blocks"
         pairs = [(host, bm._take_free_block()) for host in seq.host_block_table]
@@ -178,7 +188,16 @@ class SwapSpace:
         seq.block_table = [dev for _, dev in pairs]
         return pairs
 
-    def free(self, seq: Sequence) -> None:
+    def take_blocks(self, n: int) -> list[int]:
+        """n blocks owned by the caller (no request), e.g. for an embedding's one prefill."""
+        assert self.can_allocate(n), "out of KV blocks"
+        return [self._take_free_block() for _ in range(n)]
+
+    def release_blocks(self, blocks: list[int]) -> None:
+        for block in reversed(blocks):
+            self._release(block)
+
+    def free(self, seq: Request) -> None:
         self.free_blocks += reversed(seq.host_block_table)
         seq.host_block_table = []
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.steady_decode import DecodeArrays
-from mlxr.layers.attention import AttnMetadata
+from mlxr.ops.attn_metadata import AttnMetadata
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class DecodeGraphs:
         """As run, for a steady decode step (steady_decode.py) from its host arrays: two copies
         fill the graph's inputs and one gather its token ids, where run takes a dozen small
         copies (at batch 1 each costs about as much GPU time as a layer's smallest kernel)."""
-        n, width = len(a.seq_ids), a.tables.shape[1]
+        n, width = len(a.request_ids), a.tables.shape[1]
         g = self.inputs[self.padded_size(n)]
         small, (pos, slots, lens, fill), tables = g.host_arrays(n, width, self.scratch_block, self.kv.block_size)
         pos[:n], slots[:n], lens[:n], fill[:n] = a.positions, a.slots, a.positions + 1, a.fill_from

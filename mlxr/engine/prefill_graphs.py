@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.model_runner import slots_for
+from mlxr.engine.input_batch import slots_for
 from mlxr.engine.staging import copy_into
-from mlxr.layers.attention import AttnMetadata
+from mlxr.ops.attn_metadata import AttnMetadata
 
 log = logging.getLogger(__name__)
 

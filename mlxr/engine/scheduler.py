@@ -1,12 +1,21 @@
 """Token-budget scheduler: decode and prefill chunks share each step, first come first served,
-preemption by recompute when KV blocks run out. Pure Python."""
+preemption (swap or recompute) when KV blocks run out. It owns the requests' lives: it
+decides when one finishes (stop token, EOS, max_tokens) and frees its blocks. Pure Python.
+
+A step is scheduled before the previous one has landed (overlap): a request whose step
+samples gets one more token in flight, and the next step may compute that token as its
+input before its value is known on the host (the runner reads it on the device)."""
 from __future__ import annotations
 
+import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mlxr.engine.block_manager import BlockManager, SwapSpace
-from mlxr.engine.sequence import Sequence, SequenceStatus
+from mlxr.engine.records import (
+    EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
+)
+from mlxr.engine.request import Request, RequestStatus
 
 
 @dataclass(frozen=True)
@@ -14,29 +23,6 @@ class SchedulerConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
-
-
-@dataclass
-class ScheduledSeq:
-    seq: Sequence
-    num_tokens: int  # tokens to compute this step, from seq.num_computed_tokens on
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
-    preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.num_tokens for s in self.scheduled)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
 
 
 @dataclass
@@ -53,149 +39,261 @@ class Scheduler:
         self.config = config
         self.blocks = block_manager
         self.swap = swap
-        self.waiting: deque[Sequence] = deque()
-        self.swapped: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.requests: dict[str, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.swapped: deque[Request] = deque()
+        self.running: list[Request] = []
         self.counters = SchedulerCounters()
+        self._finished_ids: list[str] = []  # for the runner, in the next step
+        self._first_scheduled: list[Request] = []  # to report once their step lands
 
     # --- membership --------------------------------------------------------------------------
-    def add(self, seq: Sequence) -> None:
-        seq.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+    def add(self, req: Request) -> None:
+        req.status = RequestStatus.WAITING
+        self.requests[req.request_id] = req
+        self.waiting.append(req)
 
-    def add_running(self, seq: Sequence) -> None:
-        """A fork that already shares its parent's computed blocks."""
-        seq.status = SequenceStatus.RUNNING
-        self.running.append(seq)
+    def finish(self, req: Request, reason: str) -> None:
+        """Mark req finished (from any state), free its blocks and forget it."""
+        if req.is_finished:
+            return
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        elif req.status is RequestStatus.WAITING:
+            self.waiting.remove(req)
+        elif req.status is RequestStatus.SWAPPED:
+            self.swapped.remove(req)
+            self.swap.free(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = req.finish_reason or reason
+        self.blocks.free(req)
+        self.requests.pop(req.request_id, None)
+        if req.runner_knows:
+            self._finished_ids.append(req.request_id)
+            req.runner_knows = False
 
-    def finish(self, seq: Sequence, reason: str) -> None:
-        """Mark seq finished (from any state) and free its blocks."""
-        if seq in self.running:
-            self.running.remove(seq)
-        elif seq in self.waiting:
-            self.waiting.remove(seq)
-        elif seq in self.swapped:
-            self.swapped.remove(seq)
-            self.swap.free(seq)
-        seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = seq.finish_reason or reason
-        self.blocks.free(seq)
+    def abort(self, request_ids: list[str], reason: str = "abort") -> list[Request]:
+        """Finish the given live requests; returns those that were live."""
+        found = [self.requests[rid] for rid in request_ids if rid in self.requests]
+        for req in found:
+            self.finish(req, reason)
+        return found
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
+        return bool(self.requests)
 
     # --- one step ----------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(request_ids=[], num_scheduled_tokens=[], num_computed_tokens=[],
+                              new_requests=[], new_block_ids={}, replaced_block_tables={},
+                              preempted_request_ids=[], blocks_to_copy=[], blocks_to_swap_out=[],
+                              blocks_to_swap_in=[], spec_token_ids={})
+        scheduled: list[tuple[Request, int]] = []
         budget = self.config.max_num_batched_tokens
-        budget = self._schedule_running(out, budget)
-        if not out.preempted:
-            budget = self._schedule_swapped(out, budget)
-        if not out.preempted and not self.swapped:
-            self._schedule_waiting(out, budget)
+        budget = self._schedule_running(out, scheduled, budget)
+        if not out.preempted_request_ids:
+            budget = self._schedule_swapped(out, scheduled, budget)
+        if not out.preempted_request_ids and not self.swapped:
+            self._schedule_waiting(out, scheduled, budget)
+        self._after_schedule(out, scheduled)
         return out
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        # Runs for every running sequence every step: Sequence's properties are spelled out.
+    def _schedule_running(self, out: SchedulerOutput, scheduled: list, budget: int) -> int:
+        # Runs for every running request every step: properties are spelled out.
         i = 0
         while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            num_tokens, limit = len(seq.token_ids), seq.max_output_tokens
-            if limit is not None and num_tokens - seq.num_prompt_tokens >= limit:
-                i += 1  # has_all_outputs: its last token is still in flight; it ends when that lands
+            req = self.running[i]
+            num_tokens = len(req.token_ids) + req.num_in_flight
+            if num_tokens - req.num_prompt_tokens >= req.max_output_tokens:
+                i += 1  # its last token is in flight; it ends when that lands
                 continue
-            n = min(num_tokens - seq.num_computed_tokens, budget)
-            total = seq.num_computed_tokens + n
-            if not self.blocks.fits(seq, total):  # most decode steps fit: no allocation work
-                if not self._make_room(seq, total, out):
-                    break  # seq itself was preempted; everything after it already was
-                out.blocks_to_copy += self.blocks.allocate(seq, total)
-            out.scheduled.append(ScheduledSeq(seq, n))
+            n = min(num_tokens - req.num_computed_tokens, budget)
+            if req.spec_token_ids and n == 1:
+                n += self._drafts(req, out, budget - 1)
+            total = req.num_computed_tokens + n
+            if not self.blocks.fits(req, total):  # most decode steps fit: no allocation work
+                if not self._make_room(req, total, out):
+                    break  # req itself was preempted; everything after it already was
+                self._allocate(req, total, out)
+            scheduled.append((req, n))
             budget -= n
             i += 1
         return budget
 
-    def _make_room(self, seq: Sequence, num_tokens: int, out: SchedulerOutput) -> bool:
-        """Preempt the latest-arrived running sequences until seq fits; False if seq went."""
-        while not self.blocks.can_allocate(self.blocks.new_blocks_needed(seq, num_tokens)):
+    def _drafts(self, req: Request, out: SchedulerOutput, room: int) -> int:
+        """A decode row's draft tokens (speculative decoding: computed after its last token, then
+        verified), as many as the budget and max_tokens leave room for."""
+        left = req.max_output_tokens - req.num_output_tokens - 1
+        drafts = req.spec_token_ids[: max(0, min(room, left))]
+        req.spec_token_ids = []
+        if drafts:
+            out.spec_token_ids[req.request_id] = drafts
+        return len(drafts)
+
+    def _allocate(self, req: Request, total: int, out: SchedulerOutput) -> None:
+        """Blocks for req's first total tokens, and what the runner must learn of them."""
+        before = list(req.block_table) if req.runner_knows else None
+        copies = self.blocks.allocate(req, total)
+        out.blocks_to_copy += copies
+        if before is None:
+            return
+        if copies:
+            out.replaced_block_tables[req.request_id] = list(req.block_table)
+        elif len(req.block_table) > len(before):
+            out.new_block_ids[req.request_id] = req.block_table[len(before):]
+
+    def _make_room(self, req: Request, num_tokens: int, out: SchedulerOutput) -> bool:
+        """Preempt the latest-arrived running requests until req fits; False if req went."""
+        while not self.blocks.can_allocate(self.blocks.new_blocks_needed(req, num_tokens)):
             victim = self.running[-1]
             self._preempt(victim, out)
-            if victim is seq:
+            if victim is req:
                 return False
         return True
 
-    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
-        self.running.remove(seq)
-        out.preempted.append(seq)
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        self.running.remove(req)
+        out.preempted_request_ids.append(req.request_id)
+        req.runner_knows = False
         self.counters.num_preemptions += 1
-        if self.swap is not None and self.swap.can_swap_out(seq):
-            out.blocks_to_swap_out += self.swap.swap_out(self.blocks, seq)
-            seq.status = SequenceStatus.SWAPPED
-            self.swapped.appendleft(seq)  # victims come latest-first: keep arrival order
+        if self.swap is not None and self.swap.can_swap_out(req):
+            out.blocks_to_swap_out += self.swap.swap_out(self.blocks, req)
+            req.status = RequestStatus.SWAPPED
+            self.swapped.appendleft(req)  # victims come latest-first: keep arrival order
             return
-        self.blocks.free(seq)
-        seq.num_computed_tokens = 0
-        seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        self.blocks.free(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        self.waiting.appendleft(req)
 
-    def _schedule_swapped(self, out: SchedulerOutput, budget: int) -> int:
+    def _schedule_swapped(self, out: SchedulerOutput, scheduled: list, budget: int) -> int:
         while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.swapped[0]
-            n = min(seq.num_uncomputed_tokens, budget)
-            total = seq.num_computed_tokens + n
-            extra = max(0, self.blocks.blocks_for(total) - len(seq.host_block_table))
-            if not self.blocks.can_allocate(len(seq.host_block_table) + extra):
+            req = self.swapped[0]
+            if req.num_in_flight:
+                break  # its last step has not landed: resume it once its tokens are known
+            n = min(req.num_uncomputed_tokens, budget)
+            total = req.num_computed_tokens + n
+            extra = max(0, self.blocks.blocks_for(total) - len(req.host_block_table))
+            if not self.blocks.can_allocate(len(req.host_block_table) + extra):
                 break
             self.swapped.popleft()
-            out.blocks_to_swap_in += self.swap.swap_in(self.blocks, seq)
-            out.blocks_to_copy += self.blocks.allocate(seq, total)
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            out.scheduled.append(ScheduledSeq(seq, n))
+            out.blocks_to_swap_in += self.swap.swap_in(self.blocks, req)
+            self._allocate(req, total, out)
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            scheduled.append((req, n))
             budget -= n
         return budget
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _schedule_waiting(self, out: SchedulerOutput, scheduled: list, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
-            seq.num_computed_tokens = self.blocks.match_prefix(seq)
-            n = min(seq.num_uncomputed_tokens, budget)
-            total = seq.num_computed_tokens + n
-            if not self.blocks.can_allocate(self.blocks.new_blocks_needed(seq, total)):
-                self.blocks.free(seq)  # give the prefix hits back until it can run
-                seq.num_computed_tokens = 0
+            req = self.waiting[0]
+            if req.num_in_flight:
+                break  # preempted with a step in flight: recompute once its tokens are known
+            req.num_computed_tokens = self.blocks.match_prefix(req)
+            n = min(req.num_uncomputed_tokens, budget)
+            total = req.num_computed_tokens + n
+            if not self.blocks.can_allocate(self.blocks.new_blocks_needed(req, total)):
+                self.blocks.free(req)  # give the prefix hits back until it can run
+                req.num_computed_tokens = 0
                 break
             self.waiting.popleft()
-            self._count_prefix_hit(seq)
-            out.blocks_to_copy += self.blocks.allocate(seq, total)
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            out.scheduled.append(ScheduledSeq(seq, n))
+            self._count_prefix_hit(req)
+            self._allocate(req, total, out)
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            scheduled.append((req, n))
             budget -= n
 
-    def _count_prefix_hit(self, seq: Sequence) -> None:
-        if seq.num_output_tokens == 0:  # count each prompt once, not on every resume
-            seq.num_cached_tokens = seq.num_computed_tokens
-            self.counters.prefix_queried_tokens += seq.num_tokens
-            self.counters.prefix_hit_tokens += seq.num_computed_tokens
+    def recompute_swapped(self, request_ids: list[str]) -> None:
+        """Send swapped-out requests back to recompute (a failed step's swap-out may not have run)."""
+        for rid in request_ids:
+            req = self.requests.get(rid)
+            if req is not None and req.status is RequestStatus.SWAPPED:
+                self.swapped.remove(req)
+                self.swap.free(req)
+                req.num_computed_tokens = 0
+                req.status = RequestStatus.WAITING
+                self.waiting.appendleft(req)
 
-    def recompute_swapped(self, seqs: list[Sequence]) -> None:
-        """Send swapped-out sequences back to recompute (their host copy may be stale)."""
-        for seq in seqs:
-            if seq in self.swapped:
-                self.swapped.remove(seq)
-                self.swap.free(seq)
-                seq.num_computed_tokens = 0
-                seq.status = SequenceStatus.WAITING
-                self.waiting.appendleft(seq)
+    def _count_prefix_hit(self, req: Request) -> None:
+        if req.num_output_tokens == 0:  # count each prompt once, not on every resume
+            req.num_cached_tokens = req.num_computed_tokens
+            self.counters.prefix_queried_tokens += req.num_tokens
+            self.counters.prefix_hit_tokens += req.num_computed_tokens
 
-    # --- after the model ran -------------------------------------------------------------------
-    def update(self, out: SchedulerOutput, skip_finished: bool = False) -> None:
-        """Advance computed counts of the sequences that ran and publish full blocks
-        (skip_finished: not for those that finished since the step was scheduled)."""
-        for s in out.scheduled:
-            if skip_finished and s.seq.is_finished:
+    def _after_schedule(self, out: SchedulerOutput, scheduled: list[tuple[Request, int]]) -> None:
+        """Rows in order; new requests' data once; computed counts advance now (the step is as
+        good as run: a failed step fails its requests) and a row that samples puts a token in
+        flight."""
+        ids, counts, starts = out.request_ids, out.num_scheduled_tokens, out.num_computed_tokens
+        now = None
+        for req, n in scheduled:
+            ids.append(req.request_id)
+            counts.append(n)
+            starts.append(req.num_computed_tokens)
+            if not req.runner_knows:
+                req.runner_knows = True
+                out.new_requests.append(NewRequestData(
+                    req.request_id, list(req.token_ids), req.num_prompt_tokens, req.params,
+                    sorted(req.eos_token_ids), list(req.block_table)))
+                if req.first_scheduled_time is None:
+                    req.first_scheduled_time = now = now or time.monotonic()
+                    self._first_scheduled.append(req)
+            drafts = len(out.spec_token_ids.get(req.request_id, ()))
+            req.num_computed_tokens += n
+            if req.num_computed_tokens - drafts == len(req.token_ids) + req.num_in_flight:
+                req.num_in_flight += 1 + drafts  # each draft, if accepted, and one more token
+        out.finished_request_ids, self._finished_ids = self._finished_ids, []
+
+    # --- after the model ran -----------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, result: ModelRunnerOutput) -> list[EngineCoreOutput]:
+        """Land a step's sampled tokens: record them, finish what they end, publish full
+        blocks; one output per live request that ran in the step."""
+        outputs: dict[str, EngineCoreOutput] = {}
+        logprobs = result.logprobs
+        for i, rid in enumerate(result.request_ids):
+            req = self.requests.get(rid)
+            if req is None or req.is_finished:  # aborted or finished since: a moot row
                 continue
-            s.seq.num_computed_tokens += s.num_tokens
-            self.blocks.commit_full_blocks(s.seq)
+            sampled = result.sampled_token_ids[i]
+            drafts = out.spec_token_ids.get(rid) if out.spec_token_ids else None
+            if drafts:  # rejected drafts roll back by counts: their KV is simply overwritten later
+                rejected = len(drafts) + 1 - len(sampled)
+                req.num_in_flight -= rejected
+                req.num_computed_tokens -= rejected
+            outputs[rid] = self._land(req, sampled, logprobs[i] if logprobs else None)
+        if len(outputs) < len(out.request_ids):  # prompt chunks that sampled nothing
+            for rid in out.request_ids:
+                if rid not in outputs and (req := self.requests.get(rid)) is not None:
+                    self.blocks.commit_full_blocks(req)
+        for req in self._first_scheduled:
+            if not req.is_finished or req.request_id in outputs:
+                got = outputs.get(req.request_id)
+                if got is None:
+                    outputs[req.request_id] = got = EngineCoreOutput(req.request_id)
+                got.first_scheduled_time = req.first_scheduled_time
+        self._first_scheduled = []
+        return list(outputs.values())
+
+    def _land(self, req: Request, tokens: list[int], logprobs: list[TokenLogprob] | None) -> EngineCoreOutput:
+        taken, reason = 0, None
+        for token in tokens:
+            req.num_in_flight -= 1
+            req.token_ids.append(token)
+            taken += 1
+            reason = req.stop_reason_for(token)
+            if reason is not None:
+                break
+        out = EngineCoreOutput(req.request_id, tokens[:taken], logprobs[:taken] if logprobs else None,
+                               reason, req.stop_reason, req.num_cached_tokens)
+        self.blocks.commit_full_blocks(req)  # a finished request's blocks stay cached for others
+        if reason is not None:
+            self.finish(req, reason)
+        return out
+
+    def fail(self, request_ids: list[str], error: str) -> list[EngineCoreOutput]:
+        """Finish the given live requests with an error (a failed step)."""
+        return [EngineCoreOutput(r.request_id, finish_reason="error", error=error)
+                for r in self.abort(request_ids, "error")]

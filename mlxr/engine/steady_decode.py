@@ -9,15 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlxr.engine.scheduler import SchedulerOutput
-from mlxr.engine.sequence import PLACEHOLDER
+from mlxr.engine.records import SchedulerOutput
 
 
 @dataclass
 class DecodeArrays:
-    """One decode step's index arrays (int64), one row a sequence, in schedule order."""
+    """One decode step's index arrays (int64), one row a request, in schedule order."""
 
-    seq_ids: list[int]
+    request_ids: list[str]
     positions: np.ndarray  # [n] position of the token each row computes
     slots: np.ndarray  # [n] its cache slot
     tables: np.ndarray  # [n, width] block tables, padded with 0
@@ -31,45 +30,43 @@ class SteadyDecode:
 
     def remember(self, out: SchedulerOutput, tables: list[int], width: int) -> None:
         """Keep a just-built all-decode step's arrays (positions and tables) for the next."""
-        seqs = [item.seq for item in out.scheduled]
-        positions = np.array([s.num_computed_tokens for s in seqs], dtype=np.int64)
-        self.last = DecodeArrays([s.seq_id for s in seqs], positions, positions,
-                                 np.array(tables, dtype=np.int64).reshape(len(seqs), width), [])
+        positions = np.array(out.num_computed_tokens, dtype=np.int64)
+        n = len(out.request_ids)
+        self.last = DecodeArrays(list(out.request_ids), positions, positions,
+                                 np.array(tables, dtype=np.int64).reshape(n, width), [])
 
     def forget(self) -> None:
         self.last = None
 
-    def advance(self, out: SchedulerOutput, pending_rows: dict[int, int]) -> DecodeArrays | None:
-        """This step's arrays if it is the last one advanced by a token; else None (the caller
-        builds them row by row). Only each row's current block is read again: the blocks
-        before it never change while a sequence keeps running (copy-on-write replaces the
-        block a token is about to be written into, which is the current one)."""
+    def advance(self, out: SchedulerOutput, states: dict, pending_rows: dict[str, int]) -> DecodeArrays | None:
+        """This step's arrays if it is the last one advanced by a token, each row on the token
+        the last step sampled; else None (the caller builds them row by row). Only each row's
+        current block is read again: the blocks before it never change while a request keeps
+        running (copy-on-write replaces the block a token is about to be written into, which
+        is the current one)."""
         last = self.last
-        scheduled = out.scheduled
-        if last is None or len(scheduled) != len(last.seq_ids) or out.blocks_to_swap_in:
-            return None  # (a swapped-in sequence has all new blocks, not only its current one)
-        seqs = [item.seq for item in scheduled]
-        if [s.seq_id for s in seqs] != last.seq_ids or sum(item.num_tokens for item in scheduled) != len(seqs):
+        if (last is None or out.request_ids != last.request_ids or out.blocks_to_swap_in
+                or out.new_requests or len(out.num_scheduled_tokens) != sum(out.num_scheduled_tokens)):
+            return None  # (a swapped-in request has all new blocks, not only its current one)
+        positions = np.array(out.num_computed_tokens, dtype=np.int64)
+        if not np.array_equal(positions, last.positions + 1):
             return None
-        positions = np.array([s.num_computed_tokens for s in seqs], dtype=np.int64)
-        ends = np.array([len(s.token_ids) for s in seqs], dtype=np.int64)
-        if not (np.array_equal(positions, last.positions + 1) and np.array_equal(ends, positions + 1)):
-            return None
-        if [s.token_ids[-1] for s in seqs].count(PLACEHOLDER) != len(seqs):
-            return None
-        fill_from = [pending_rows.get(sid, -1) for sid in last.seq_ids]
+        rows = [states[rid] for rid in last.request_ids]
+        if [len(s.token_ids) for s in rows] != out.num_computed_tokens:
+            return None  # not every row's token is the one in flight
+        fill_from = [pending_rows.get(rid, -1) for rid in last.request_ids]
         if -1 in fill_from:
             return None
         block_idx = positions // self.block_size
         tables = last.tables
         width = int(block_idx.max()) + 1
-        if width > tables.shape[1]:  # a sequence entered a block past the table's width
+        if width > tables.shape[1]:  # a request entered a block past the table's width
             tables = np.pad(tables, ((0, 0), (0, width - tables.shape[1])))
         try:
-            current = np.array([s.block_table[b] for s, b in zip(seqs, block_idx.tolist())], dtype=np.int64)
+            current = np.array([s.block_table[b] for s, b in zip(rows, block_idx.tolist())], dtype=np.int64)
         except IndexError:  # not expected: the scheduler allocated the block; rebuild to be safe
             return None
-        tables[np.arange(len(seqs)), block_idx] = current
+        tables[np.arange(len(rows)), block_idx] = current
         slots = current * self.block_size + positions % self.block_size
-        self.last = DecodeArrays(last.seq_ids, positions, slots, tables, fill_from)
+        self.last = DecodeArrays(last.request_ids, positions, slots, tables, fill_from)
         return self.last

@@ -1,38 +1,13 @@
 """Paged attention layer and the metadata the runner passes to every forward."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from mlxr.ops.attn_metadata import AttnMetadata  # noqa: F401 - the layer's argument, re-exported
 from mlxr.ops.paged_attention import paged_attention, write_kv
 from mlxr.ops.rotary import rotary_write_kv_query
-
-
-@dataclass
-class AttnMetadata:
-    """Where each new token's K/V goes and what each sequence attends to.
-
-    Tokens of all sequences are flattened: sequence s owns rows
-    query_start_loc[s]:query_start_loc[s+1] of the batch.
-    """
-
-    slot_mapping: torch.Tensor  # [T] int64: cache slot (block * block_size + offset) per token
-    block_tables: torch.Tensor  # [S, max_blocks] int64, padded with 0
-    query_start_loc: torch.Tensor  # [S + 1] int64 (cu_seqlens of the new tokens)
-    seq_lens: torch.Tensor  # [S] int64: context length after this step (cached + new)
-    query_lens_list: list[int]  # host copies, so reference ops never sync
-    seq_lens_list: list[int]
-    block_size: int
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.seq_lens_list)
-
-    @property
-    def is_decode_only(self) -> bool:
-        return self.query_lens_list.count(1) == len(self.query_lens_list)  # per layer: no generator
 
 
 class PagedAttention(nn.Module):

@@ -148,3 +148,18 @@ def materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.devi
 
 def _is_tied(args: ModelArgs, name: str) -> bool:
     return args.tie_word_embeddings and name == "lm_head.weight"
+
+
+def load_frontend(ref: str) -> tuple[ModelSource, ModelArgs, Tokenizer]:
+    """A model's shape and tokenizer without building its weights (a frontend whose engine
+    core loads the weights in its own process)."""
+    source = resolve_model(ref)
+    if source.format == "gguf":
+        from mlxr.loader.gguf_model import read_gguf
+
+        args, _, tokenizer = read_gguf(source.path, True)
+    else:
+        from mlxr.loader.hf_model import read_hf_dir
+
+        args, _, tokenizer = read_hf_dir(source.path)
+    return source, _with_canonical_type(args), tokenizer

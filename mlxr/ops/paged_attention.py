@@ -14,7 +14,7 @@ from mlxr.ops.attention_cpu import paged_decode_cpu
 from mlxr.ops.backend import use_triton
 
 if TYPE_CHECKING:
-    from mlxr.layers.attention import AttnMetadata
+    from mlxr.ops.attn_metadata import AttnMetadata
 
 
 def write_kv(

@@ -71,6 +71,8 @@ def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
          lambda s: s.prefix_cache_queried_tokens),
         ("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache", lambda s: s.prefix_cache_hit_tokens),
         ("mlxr:num_requests_aborted", "Requests aborted (client gone or cancelled)", lambda s: s.num_aborted),
+        ("mlxr:runtime_compiles", "Kernels compiled after the engine's warm-up (each paused a step)",
+         lambda s: s.runtime_compiles),
     ]
     specs += [(f"vllm:{n}", "Speculative decoding is not implemented", lambda s: 0) for n in SPEC_DECODE_COUNTERS]
     for name, doc, value in specs:

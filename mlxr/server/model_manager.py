@@ -7,11 +7,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from mlxr.config import ServerConfig
+from mlxr.config import ModelArgs, ServerConfig
 from mlxr.engine.async_engine import AsyncEngine
-from mlxr.engine.llm_engine import EngineParts, LLMEngine
+from mlxr.engine_factory import ModelSpec, build_engine
 from mlxr.errors import ModelNotFoundError, OverloadedError
-from mlxr.loader import LoadedModel, load_model
 from mlxr.llm import _parse_dtype
 
 log = logging.getLogger(__name__)
@@ -21,7 +20,8 @@ log = logging.getLogger(__name__)
 class ServedModel:
     name: str  # registry name, "name:tag"
     record: object  # mlxr.registry.ModelRecord
-    loaded: LoadedModel
+    args: ModelArgs
+    tokenizer: object  # mlxr.loader.tokenizer.Tokenizer
     engine: AsyncEngine
     loaded_at: float  # time.time()
     load_duration_s: float
@@ -29,12 +29,8 @@ class ServedModel:
     active: int = field(default=0)  # requests in flight
 
     @property
-    def tokenizer(self):
-        return self.loaded.tokenizer
-
-    @property
     def context_length(self) -> int:
-        return self.engine.engine.max_model_len
+        return self.engine.max_model_len
 
 
 class ModelManager:
@@ -56,6 +52,11 @@ class ModelManager:
         lock = self._locks.setdefault(record.name, asyncio.Lock())
         async with lock:
             served = self.served.get(record.name)
+            if served is not None and not served.engine.is_alive:
+                log.error("the engine of %s stopped; loading it again", record.name)
+                self.served.pop(record.name)
+                await asyncio.to_thread(served.engine.shutdown)
+                served = None
             if served is None:
                 async with self._loading:  # one load at a time, so the limit holds
                     await self._make_room()
@@ -68,13 +69,12 @@ class ModelManager:
     def _load(self, record) -> ServedModel:
         t0 = time.perf_counter()
         dtype = _parse_dtype(self.config.dtype) if self.config.dtype else None
-        loaded = load_model(str(record.path), dtype=dtype, device=self.config.device,
-                            quantization=self.config.quantization)
-        parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
-        engine = AsyncEngine(LLMEngine(parts, self.config.engine))
+        spec = ModelSpec(str(record.path), dtype=dtype, device=self.config.device, quantization=self.config.quantization)
+        built = build_engine(spec, self.config.engine)
+        engine = AsyncEngine(built.engine)
         took = time.perf_counter() - t0
         log.info("loaded model %s in %.2fs", record.name, took)
-        return ServedModel(record.name, record, loaded, engine, time.time(), took, None)
+        return ServedModel(record.name, record, built.args, built.tokenizer, engine, time.time(), took, None)
 
     def touch(self, served: ServedModel, keep_alive_s: float | None) -> None:
         ka = self.config.keep_alive_s if keep_alive_s is None else keep_alive_s

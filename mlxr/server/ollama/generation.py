@@ -5,12 +5,13 @@ prompt_eval_duration runs from the model being ready (the request reaching the e
 the first generated token, so total = load + prompt_eval + eval as in Ollama."""
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from fastapi.responses import JSONResponse, Response
 
@@ -90,7 +91,7 @@ def _token_json(lp: Logprob) -> dict[str, Any]:
 
 
 def line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
 
 
 def final_object(job: Job, tally: Tally, text: str) -> dict[str, Any]:

@@ -36,14 +36,7 @@ def ps_entry(served: ServedModel) -> dict[str, Any]:
 
 def device_bytes(served: ServedModel) -> int:
     """Bytes of weights and KV cache in GPU memory (0 when the model runs on the CPU)."""
-    if served.loaded.device.type != "cuda":
-        return 0
-    model = served.loaded.model
-    tensors = [*model.parameters(), *model.buffers()]
-    runner = getattr(served.engine.engine, "runner", None)
-    if runner is not None:
-        tensors += [t for pair in runner.kv_cache.layers for t in pair]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return served.engine.stats().device_bytes if served.engine.on_gpu else 0
 
 
 def read_model(record: Any) -> tuple[ModelArgs, str | None]:

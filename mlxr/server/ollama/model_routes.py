@@ -37,7 +37,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     record = await resolve(request, body.model)
     served = request.app.state.models.served.get(record.name)
     if served is not None:
-        args, template, ctx = served.loaded.args, served.tokenizer.chat_template, served.context_length
+        args, template, ctx = served.args, served.tokenizer.chat_template, served.context_length
     else:
         (args, template), ctx = await asyncio.to_thread(read_model, record), record.context_length
     return show_payload(record, args, template, ctx)

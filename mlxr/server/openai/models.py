@@ -27,21 +27,24 @@ def _epoch(stamp: object) -> int:
         return 0
 
 
-def model_card(record) -> dict:
+def model_card(record, served=None) -> dict:
+    """A loaded model reports the context its engine runs (the KV cache may cap the file's)."""
+    context = served.context_length if served is not None else record.context_length
     return {"id": record.name, "object": "model", "created": _epoch(record.created_at),
-            "owned_by": "mlxr", "max_model_len": record.context_length}
+            "owned_by": "mlxr", "max_model_len": context}
 
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> JSONResponse:
     records = await asyncio.to_thread(request.app.state.registry.list)
-    return JSONResponse({"object": "list", "data": [model_card(r) for r in records]})
+    served = request.app.state.models.served
+    return JSONResponse({"object": "list", "data": [model_card(r, served.get(r.name)) for r in records]})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
     record = await asyncio.to_thread(request.app.state.registry.resolve, model_id)
-    return JSONResponse(model_card(record))
+    return JSONResponse(model_card(record, request.app.state.models.served.get(record.name)))
 
 
 @router.post("/v1/embeddings")

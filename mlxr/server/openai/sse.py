@@ -1,8 +1,9 @@
 """Server-sent events: `data: {json}\n\n` per chunk, then `data: [DONE]\n\n`."""
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
+
+import orjson
 
 from mlxr.errors import MLXRError
 from mlxr.server.session import Session, SessionStream, status_of
@@ -13,7 +14,7 @@ Chunks = list[dict]
 
 
 def sse(obj: dict) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+    return f"data: {orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()}\n\n"
 
 
 def error_chunk(error: BaseException) -> dict:

@@ -1,0 +1,194 @@
+"""The engine core: the one owner of the step. It holds the device, the KV cache, the scheduler
+and the model runner; it sees token ids only (the frontend tokenizes and detokenizes).
+
+A step: schedule -> execute (forward, grammar-mask slot, sample; queued on the device) ->
+land the previous step (scheduler.update_from_output decides finishing and frees blocks).
+On CUDA the previous step lands while the device runs this one (overlap); elsewhere a step
+lands at once."""
+from __future__ import annotations
+
+import atexit
+import gc
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from mlxr.config import EngineConfig, ModelArgs
+from mlxr.engine.block_manager import BlockManager, SwapSpace
+from mlxr.engine.compile_watch import WATCH
+from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
+from mlxr.engine.model_runner import ModelRunner, RunnerStep
+from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
+from mlxr.engine.request import Request
+from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.warm_up import warm_up
+from mlxr.errors import ContextLengthError, OverloadedError
+
+log = logging.getLogger(__name__)
+
+_GC_TUNED = False
+# The cyclic collector's thresholds while an engine lives: (young objects, young collections
+# a middle one, middle collections a full one). A decode step at batch 256 leaves over a
+# thousand tracked objects (outputs, deltas) that reference counting frees soon after, so
+# Python's default (700, 10, 10) ran about two young collections a step (counted with
+# gc.callbacks on bench/host_phases.py's fixture), and full ones often, for nothing: the engine
+# breaks its own cycles. Interleaved runs on one H200 host: batch 256 decode median 98.8k
+# tok/s with the defaults, 102.7k with these (bench/gc_ab.py, gc_ab-20261124T123005Z.json).
+GC_THRESHOLDS = (50_000, 50, 100)
+
+
+def tune_gc_once() -> None:
+    """Once per process, after the first model loads: freeze the objects of loading (weights'
+    Python wrappers, vocabularies), which live on and which every full collection walked
+    (~100 ms pauses of a busy decode loop), and raise the collector's thresholds (never
+    lowering one the application set). Later loads stay collectable."""
+    global _GC_TUNED
+    if not _GC_TUNED:
+        _GC_TUNED = True
+        gc.collect()
+        gc.freeze()
+        atexit.register(gc.unfreeze)  # frozen objects are never freed at exit; bindings complain
+        gc.set_threshold(*(max(now, want) for now, want in zip(gc.get_threshold(), GC_THRESHOLDS)))
+
+
+@dataclass(frozen=True)
+class CoreParts:
+    """What a loaded model gives the engine core: the weights, their shape and placement."""
+
+    model: torch.nn.Module
+    args: ModelArgs
+    dtype: torch.dtype
+    device: torch.device
+
+
+class EngineCore:
+    def __init__(self, parts: CoreParts, config: EngineConfig = EngineConfig()) -> None:
+        self.parts, self.config = parts, config
+        num_blocks = config.num_kv_blocks or self._auto_num_blocks()
+        self.num_blocks = num_blocks
+        self.max_model_len = self._max_model_len(num_blocks)
+        host_blocks = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.swap_space_gb)
+                       if config.swap_space_gb > 0 else 0)
+        self.host_blocks = host_blocks
+        self._new_scheduler()
+        # One block past the manager's range: a scratch block for CUDA-graph padding rows.
+        self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
+        self.runner = ModelRunner(parts.model, self.kv, parts.device)
+        if parts.device.type == "cuda" and config.enable_cuda_graphs:
+            self.runner.enable_cuda_graphs(
+                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch),
+                self.block_manager.blocks_for(self.max_model_len),
+                min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,
+            )
+        # Overlap the host's work with the device's only where the device runs asynchronously.
+        self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
+        self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
+        self.device_bytes = self._device_bytes()
+        if config.warm_up:
+            warm_up(self)
+        tune_gc_once()
+
+    def _new_scheduler(self) -> None:
+        config = self.config
+        self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
+            self.block_manager,
+            SwapSpace(self.host_blocks) if self.host_blocks else None,
+        )
+
+    def reset(self) -> None:
+        """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
+        self._land(self._take_inflight())
+        self._new_scheduler()
+        self.runner.reset()
+
+    def _auto_num_blocks(self) -> int:
+        """The memory budget's worth of blocks, but no more than max_num_seqs full-length
+        sequences can use (plus room for cached prefixes), so small models stay small."""
+        config, args = self.config, self.parts.args
+        budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, config.kv_cache_memory_gb)
+        context = config.max_model_len or args.max_position_embeddings
+        useful = 2 * config.max_num_seqs * -(-context // config.block_size)
+        return min(budget, useful)
+
+    def _max_model_len(self, num_blocks: int) -> int:
+        cache_tokens = num_blocks * self.config.block_size
+        limit = self.config.max_model_len or self.parts.args.max_position_embeddings
+        if cache_tokens < limit:
+            log.info("max_model_len %d capped to the KV cache's %d tokens", limit, cache_tokens)
+        return min(limit, cache_tokens)
+
+    # --- requests ------------------------------------------------------------------------------
+    def add_request(self, request: EngineCoreRequest) -> None:
+        self.scheduler.add(Request(request))
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        self.scheduler.abort(request_ids)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished or self._inflight is not None
+
+    # --- the step ------------------------------------------------------------------------------
+    def step(self) -> list[EngineCoreOutput]:
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return self._land(self._take_inflight())
+        try:
+            launched = self.runner.execute(out)
+        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
+            log.exception("model step failed")
+            outputs = self._land(self._take_inflight())
+            self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
+            return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        outputs = self._land(self._take_inflight())
+        self._inflight = (out, launched)
+        if not self.overlap:
+            outputs += self._land(self._take_inflight())
+        return outputs
+
+    def _take_inflight(self) -> tuple[SchedulerOutput, RunnerStep] | None:
+        inflight, self._inflight = self._inflight, None
+        return inflight
+
+    def _land(self, inflight: tuple[SchedulerOutput, RunnerStep] | None) -> list[EngineCoreOutput]:
+        if inflight is None:
+            return []
+        out, launched = inflight
+        try:
+            result = launched.result()
+        except Exception as e:  # noqa: BLE001 - as a failed launch
+            log.exception("model step failed")
+            return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return self.scheduler.update_from_output(out, result)
+
+    # --- between steps -------------------------------------------------------------------------
+    def embed(self, token_ids: list[int]) -> list[float]:
+        """L2-normalised mean of the last hidden states (as llama.cpp and Ollama embed with
+        decoder models), computed in free KV blocks between steps."""
+        if len(token_ids) > self.max_model_len:
+            raise ContextLengthError(len(token_ids), self.max_model_len)
+        bm = self.block_manager
+        need = bm.blocks_for(len(token_ids))
+        if not bm.can_allocate(need):
+            raise OverloadedError("the KV cache is busy; retry the embedding later")
+        blocks = bm.take_blocks(need)
+        try:
+            hidden = self.runner.hidden_states(token_ids, blocks).float()
+        finally:
+            bm.release_blocks(blocks)
+        return torch.nn.functional.normalize(hidden.mean(0), dim=0).tolist()
+
+    def stats(self) -> CoreStats:
+        sch, usage = self.scheduler, self.block_manager.usage()
+        return CoreStats(
+            len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
+            sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
+            self.max_model_len, self.device_bytes, WATCH.after_warm_up,
+        )
+
+    def _device_bytes(self) -> int:
+        weights = sum(t.numel() * t.element_size() for t in self.parts.model.state_dict().values())
+        cache = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv.layers)
+        return weights + cache

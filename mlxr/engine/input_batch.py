@@ -1,0 +1,157 @@
+"""The runner's persistent view of the requests it runs, and the one place a step's inputs are
+built: token ids, positions, slot mapping, block tables and AttnMetadata.
+
+The runner learns a request once (NewRequestData) and keeps its tokens and block table; later
+steps bring counts and block ids only. A token sampled by the previous step but not yet landed
+on the host is read on the device from that step's sampled tokens (PendingTokens)."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mlxr.engine.records import NewRequestData, SchedulerOutput
+from mlxr.engine.sampler import SamplingState, make_generator
+from mlxr.engine.staging import to_device
+from mlxr.engine.steady_decode import DecodeArrays, SteadyDecode
+from mlxr.ops.attn_metadata import AttnMetadata
+
+
+class CachedRequestState:
+    """What the runner keeps of one request between steps."""
+
+    __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "block_table", "sampling")
+
+    def __init__(self, new: NewRequestData, device: torch.device) -> None:
+        self.request_id = new.request_id
+        self.token_ids = list(new.token_ids)  # known on the host; landed samples are appended
+        self.num_prompt_tokens = new.num_prompt_tokens
+        self.block_table = list(new.block_ids)
+        params = new.params
+        self.sampling = SamplingState(
+            params=params,
+            prompt_token_ids=self.token_ids[: new.num_prompt_tokens],
+            output_token_ids=self.token_ids[new.num_prompt_tokens:],
+            eos_token_ids=frozenset(new.eos_token_ids),
+            generator=make_generator(params.seed, device),
+        )
+
+    def take(self, tokens: list[int]) -> None:
+        self.token_ids += tokens
+        self.sampling.output_token_ids += tokens
+
+
+@dataclass
+class PendingTokens:
+    """The tokens a launched step sampled, still on the device: row rows[request_id] of tokens."""
+
+    tokens: torch.Tensor  # [R] int64
+    rows: dict[str, int]
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttnMetadata
+    logit_rows: list[int]  # flat row of the last token of each request that samples
+    sampling_ids: list[str]
+
+
+def slots_for(table: list[int], start: int, end: int, block_size: int) -> list[int]:
+    """Cache slots of positions start..end-1 of the request whose block table is table."""
+    return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+
+
+class InputBatch:
+    def __init__(self, block_size: int, device: torch.device) -> None:
+        self.block_size = block_size
+        self.device = device
+        self.states: dict[str, CachedRequestState] = {}
+        self.steady = SteadyDecode(block_size)  # the last all-decode step's arrays
+
+    def update(self, out: SchedulerOutput) -> None:
+        """Apply a step's request changes: forget, learn, extend or replace block tables."""
+        states = self.states
+        for rid in out.finished_request_ids:
+            states.pop(rid, None)
+        for rid in out.preempted_request_ids:
+            states.pop(rid, None)
+        for new in out.new_requests:
+            states[new.request_id] = CachedRequestState(new, self.device)
+        for rid, blocks in out.new_block_ids.items():
+            states[rid].block_table += blocks
+        for rid, table in out.replaced_block_tables.items():
+            states[rid].block_table = list(table)
+
+    def build(self, out: SchedulerOutput, pending: PendingTokens | None, graph_ok: bool,
+              graph_fits) -> StepInputs | DecodeArrays:
+        """The step's inputs; a steady decode step that a captured graph takes stays as its host
+        arrays (graph_fits(n, width) says whether one does)."""
+        steady = self.steady.advance(out, self.states, pending.rows) if pending is not None else None
+        if steady is None:
+            return self._build(out, pending)
+        if graph_ok and graph_fits(len(steady.request_ids), steady.tables.shape[1]):
+            return steady
+        return self._steady_inputs(steady, pending)
+
+    def _build(self, out: SchedulerOutput, pending: PendingTokens | None) -> StepInputs:
+        """The general path: the arrays built row by row."""
+        bs, states = self.block_size, self.states
+        ids, pos, slots, seq_lens, rows, sampling = [], [], [], [], [], []
+        fill_at, fill_from = [], []
+        tables_rows = []
+        for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens):
+            state = states[rid]
+            known, table = state.token_ids, state.block_table
+            end = start + n
+            chunk = known[start:end]
+            if len(chunk) < n:  # the last token is still on the device (the previous step's sample)
+                fill_at.append(len(ids) + n - 1)
+                fill_from.append(pending.rows[rid])
+                chunk.append(0)
+            ids += chunk
+            if n == 1:
+                pos.append(start)
+                slots.append(table[start // bs] * bs + start % bs)
+            else:
+                pos += range(start, end)
+                slots += slots_for(table, start, end, bs)
+            seq_lens.append(end)
+            tables_rows.append(table)
+            if end >= len(known):  # every known token computed: the row samples
+                rows.append(len(ids) - 1)
+                sampling.append(rid)
+        q_lens = out.num_scheduled_tokens
+        width = max(len(t) for t in tables_rows)
+        tables = []
+        for t in tables_rows:
+            tables += t
+            if len(t) < width:
+                tables += [0] * (width - len(t))
+        starts = list(itertools.accumulate(q_lens, initial=0))
+        t, n = len(ids), len(q_lens)
+        if t == n == len(rows):  # every row one token, every row samples: next may advance it
+            self.steady.remember(out, tables, width)
+        else:
+            self.steady.forget()
+        flat = to_device(ids + pos + slots + starts + seq_lens + tables + fill_at + fill_from, torch.long, self.device)
+        input_ids, positions, slot_t, start_t, lens_t, table_t, fills = flat.split(
+            [t, t, t, n + 1, n, n * width, 2 * len(fill_at)])
+        if fill_at:
+            input_ids[fills[: len(fill_at)]] = pending.tokens[fills[len(fill_at):]]
+        meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, list(q_lens), seq_lens, bs)
+        return StepInputs(input_ids, positions, meta, rows, sampling)
+
+    def _steady_inputs(self, a: DecodeArrays, pending: PendingTokens) -> StepInputs:
+        """StepInputs of a steady decode step from its advanced arrays (see steady_decode.py)."""
+        n, width = len(a.request_ids), a.tables.shape[1]
+        lens = a.positions + 1
+        flat = to_device(torch.from_numpy(np.concatenate(
+            [a.positions, a.slots, np.arange(n + 1, dtype=np.int64), lens, a.tables.reshape(-1),
+             np.array(a.fill_from, dtype=np.int64)])), torch.long, self.device)
+        positions, slot_t, start_t, lens_t, table_t, fill_t = flat.split([n, n, n + 1, n, n * width, n])
+        meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, [1] * n, lens.tolist(), self.block_size)
+        return StepInputs(pending.tokens[fill_t], positions, meta, list(range(n)), list(a.request_ids))

@@ -1,0 +1,60 @@
+"""The engine core's warm-up: synthetic requests through the real scheduler and runner, in the
+shapes serving will meet (prefill chunks of each graph bucket and between them, decode batches
+with a prefill arriving, sampled rows with logprobs and penalties), so every kernel variant
+compiles and every graph is used before the first user request. Then the core starts over."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from mlxr.engine.compile_watch import WATCH
+from mlxr.engine.records import EngineCoreRequest
+from mlxr.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+GREEDY = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+SAMPLED = SamplingParams(max_tokens=3, temperature=0.8, top_k=40, top_p=0.9, min_p=0.05, seed=1, logprobs=5,
+                         repetition_penalty=1.1, presence_penalty=0.1, frequency_penalty=0.1, ignore_eos=True,
+                         logit_bias={1: 1.0}, min_tokens=1)
+
+
+def waves(core) -> list[list[tuple[int, SamplingParams]]]:
+    """Requests to run together, wave after wave: (prompt length, params)."""
+    room = core.max_model_len - 4
+    if core.parts.device.type != "cuda":
+        return [[(min(5, room), GREEDY), (min(3, room), SAMPLED)]]
+    chunk = min(core.config.max_num_batched_tokens, room)
+    singles = sorted({n for n in (1, 2, 15, 17, 63, 64, 65, 100, 128, 255, 256, 300, 512, 700, 1024, 1500, 2048, chunk)
+                      if n <= room})
+    batch = min(core.config.max_num_seqs, 64)
+    return [
+        *[[(n, GREEDY)] for n in singles],
+        [(min(20 + i, room), GREEDY if i % 4 else SAMPLED) for i in range(batch)],  # decode batches, mixed steps
+        [(min(n, room), GREEDY) for n in (5, 900, 7, 333, 1)],
+    ]
+
+
+def warm_up(core) -> None:
+    WATCH.install()
+    t0 = time.perf_counter()
+    budget = core.config.warm_up_budget_s
+    rng = random.Random(0)
+    vocab = core.parts.args.vocab_size
+    steps = requests = 0
+    for w, wave in enumerate(waves(core)):
+        if time.perf_counter() - t0 > budget:
+            log.warning("warm-up stopped at its %.0fs budget after %d waves", budget, w)
+            break
+        for n, params in wave:
+            ids = [rng.randrange(vocab) for _ in range(n)]
+            core.add_request(EngineCoreRequest(f"warm-up-{requests}", ids, params, params.max_tokens, [], time.monotonic()))
+            requests += 1
+        while core.has_unfinished():
+            core.step()
+            steps += 1
+    core.reset()
+    WATCH.mark_warm()
+    log.info("warm-up: %d requests, %d steps in %.1fs; %d kernels compiled", requests, steps,
+             time.perf_counter() - t0, WATCH.total)

@@ -1,0 +1,32 @@
+"""The metadata every attention op and layer reads: where this step's K/V go and what each
+sequence attends to. Built by the engine's input batch, passed down as an argument."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttnMetadata:
+    """Where each new token's K/V goes and what each sequence attends to.
+
+    Tokens of all sequences are flattened: sequence s owns rows
+    query_start_loc[s]:query_start_loc[s+1] of the batch.
+    """
+
+    slot_mapping: torch.Tensor  # [T] int64: cache slot (block * block_size + offset) per token
+    block_tables: torch.Tensor  # [S, max_blocks] int64, padded with 0
+    query_start_loc: torch.Tensor  # [S + 1] int64 (cu_seqlens of the new tokens)
+    seq_lens: torch.Tensor  # [S] int64: context length after this step (cached + new)
+    query_lens_list: list[int]  # host copies, so reference ops never sync
+    seq_lens_list: list[int]
+    block_size: int
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_list)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.query_lens_list.count(1) == len(self.query_lens_list)  # per layer: no generator

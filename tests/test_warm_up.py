@@ -1,0 +1,52 @@
+"""The engine core's warm-up: it leaves no trace in the cache or the counters, changes no
+output, and afterwards (on a GPU) serving compiles no kernel."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import fixture_model
+from mlxr import LLM, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    return str(fixture_model("tiny-llama").hf_dir)
+
+
+def test_warm_up_leaves_no_trace_and_changes_no_output(model_dir):
+    warm = LLM(model_dir, dtype="float32")
+    cold = LLM(model_dir, dtype="float32", warm_up=False)
+    stats = warm.engine.stats()
+    assert stats.kv_blocks_used == stats.kv_blocks_cached == 0
+    assert stats.prefix_cache_queried_tokens == stats.num_preemptions == stats.prompt_tokens_total == 0
+    params = SamplingParams(max_tokens=10, temperature=0.0)
+    prompts = ["Once upon a time", [5, 6, 7]]
+    assert [o.outputs[0].token_ids for o in warm.generate(prompts, params)] == \
+           [o.outputs[0].token_ids for o in cold.generate(prompts, params)]
+
+
+def test_a_compile_after_the_warm_up_is_counted_and_logged(caplog):
+    from mlxr.engine.compile_watch import CompileWatch
+
+    watch = CompileWatch()
+    watch._count("k_early(x)")
+    watch.mark_warm()
+    with caplog.at_level("WARNING"):
+        watch._count("k_late(x: i32)")
+    assert (watch.total, watch.after_warm_up) == (2, 1)
+    assert "k_late" in caplog.text and "while serving" in caplog.text
+
+
+@pytest.mark.gpu
+def test_serving_after_the_warm_up_compiles_nothing():
+    """Every shape a mixed workload meets was compiled during the warm-up."""
+    import random
+
+    llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype=torch.bfloat16, device="cuda")
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, 200) for _ in range(rng.choice([1, 3, 30, 77, 130, 200]))] for _ in range(40)]
+    params = [SamplingParams(max_tokens=rng.choice([1, 5, 20]), temperature=rng.choice([0.0, 0.8]),
+                             logprobs=rng.choice([None, 2])) for _ in prompts]
+    llm.generate(prompts, params)
+    assert llm.engine.stats().runtime_compiles == 0
