@@ -28,7 +28,7 @@ def test_each_feature_changes_hf_logits_of_this_prompt(hf, change):
 @pytest.mark.parametrize("source", ["safetensors", "gguf"])
 def test_logits_match_hf(hf, source):
     llm = llm_for(NAME, source)
-    args = llm.engine.runner.model.args
+    args = llm.loaded.model.args
     assert (args.sliding_window, args.sliding_layers) == (8, (True, False, True, False))
     check_logits(hf, llm)
 

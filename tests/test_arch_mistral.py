@@ -33,7 +33,7 @@ def test_the_window_changes_the_logits_of_this_prompt(hf):
 @pytest.mark.parametrize("source", ["safetensors", "gguf"])
 def test_logits_match_hf(hf, source):
     llm = cached_llm(_path(source))
-    assert llm.engine.runner.model.args.sliding_window == 8
+    assert llm.loaded.model.args.sliding_window == 8
     check_logits(hf, llm)
 
 
@@ -44,7 +44,7 @@ def test_32_greedy_tokens_match_hf(hf, source):
 
 def test_llama_cpp_gguf_runs_full_attention_as_llama_cpp_does():
     llm = cached_llm(llama_cpp_gguf(fixture_model(NAME).hf_dir))
-    assert llm.engine.runner.model.args.sliding_window is None
+    assert llm.loaded.model.args.sliding_window is None
     full = hf_model(fixture_model(NAME).hf_dir, sliding_window=None)
     check_logits(full, llm)
     check_greedy(full, llm)

@@ -35,7 +35,7 @@ def test_q8_0_gguf_keeps_expert_tensors_quantized():
 
     path = str(llama_cpp_gguf(arch_fixture(NAME), FIXTURES, "q8_0"))
     kept, expanded = cached_llm(path, quantization="auto"), cached_llm(path, quantization="none")
-    experts = kept.engine.runner.model.model.layers[0].mlp.experts
+    experts = kept.loaded.model.model.layers[0].mlp.experts
     assert all(isinstance(m, QuantStacked) and m.qtype == "Q8_0"
                for m in (experts.gate_proj, experts.up_proj, experts.down_proj))
     ids = PROMPT[:12]

@@ -17,7 +17,7 @@ def hf():
 @pytest.mark.parametrize("source", ["safetensors", "gguf"])
 def test_logits_match_hf_on_the_long_factors(hf, source):
     llm = llm_for(NAME, source)
-    scaling = llm.engine.runner.model.args.rope_scaling
+    scaling = llm.loaded.model.args.rope_scaling
     assert (scaling.rope_type, scaling.original_max_position_embeddings) == ("longrope", 16)
     check_logits(hf, llm)  # positions 0..39, past 16
 
@@ -43,7 +43,7 @@ def test_q8_0_gguf_keeps_its_fused_tensors_quantized_split_by_rows(hf):
 
     path = str(llama_cpp_gguf(arch_fixture(NAME), FIXTURES, "q8_0"))
     kept, expanded = cached_llm(path, quantization="auto"), cached_llm(path, quantization="none")
-    layer = kept.engine.runner.model.model.layers[0]
+    layer = kept.loaded.model.model.layers[0]
     assert kept.loaded.quantization == "gguf"
     # the split q/k/v and gate/up blocks, merged again at load
     assert isinstance(layer.self_attn.qkv_proj, QuantLinear) and isinstance(layer.mlp.gate_up_proj, QuantLinear)

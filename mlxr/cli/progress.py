@@ -64,5 +64,7 @@ def load_llm(model: str, ns, **engine_kwargs):
     use_threads(ns)
     build_cpu_kernels(ns.device)
     with progress_bar(f"loading {model}") as update:
+        # One user at a terminal: the engine core stays in this process (its threads, its
+        # model for /show info), whatever the device.
         return LLM(model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization,
-                   load_progress=update, **engine_kwargs)
+                   load_progress=update, **{"engine_process": False, **engine_kwargs})
