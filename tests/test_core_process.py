@@ -73,16 +73,21 @@ def test_a_killed_core_fails_every_stream_within_seconds(model_dir):
     ae = AsyncEngine(llm.engine)
     pid = llm.engine.core.pid
 
+    started = 0
+
     async def stream(i: int) -> tuple[str, float]:
+        nonlocal started
         last = None
         async for out in ae.stream(f"s{i}", [5 + i, 6, 7], SamplingParams(max_tokens=240, temperature=0.0,
                                                                            ignore_eos=True)):
+            started += last is None
             last = out
         return last.error or last.outputs[0].finish_reason, time.monotonic()
 
     async def main():
         tasks = [asyncio.ensure_future(stream(i)) for i in range(16)]
-        await asyncio.sleep(1.0)
+        while started < 16:  # every stream has its first tokens: kill the core mid-decode
+            await asyncio.sleep(0.001)
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         results = await asyncio.wait_for(asyncio.gather(*tasks), 30)

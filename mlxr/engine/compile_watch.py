@@ -39,7 +39,7 @@ class CompileWatch:
             self.total += 1
             if self.warm:
                 self.after_warm_up += 1
-                log.warning("compiled %s while serving (the warm-up missed this variant)", what.split("(")[0])
+                log.warning("compiled %s while serving (the warm-up missed this variant)", what[:400])
 
     def mark_warm(self) -> None:
         self.warm = True

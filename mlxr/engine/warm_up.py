@@ -29,8 +29,14 @@ def waves(core) -> list[list[tuple[int, SamplingParams]]]:
     singles = sorted({n for n in (1, 2, 15, 17, 63, 64, 65, 100, 128, 255, 256, 300, 512, 700, 1024, 1500, 2048, chunk)
                       if n <= room})
     batch = min(core.config.max_num_seqs, 64)
+    seqs = min(core.config.max_num_seqs, 16)
+    # Triton specialises integer arguments on being 1 or a multiple of 16: prefill batches of
+    # several requests (run eagerly) with token and request counts on either side of that.
+    mixed = [[(min(n, room), GREEDY)] * k for n, k in ((16, seqs), (128, 8), (33, 3), (2, seqs - 1))]
     return [
         *[[(n, GREEDY)] for n in singles],
+        *mixed,
+        [(2, GREEDY)] * (seqs - 1) + [(3, GREEDY)],
         [(min(20 + i, room), GREEDY if i % 4 else SAMPLED) for i in range(batch)],  # decode batches, mixed steps
         [(min(n, room), GREEDY) for n in (5, 900, 7, 333, 1)],
     ]
