@@ -164,7 +164,8 @@ def test_the_core_process_on_cuda_gives_the_in_process_tokens(model_dir):
     inproc = LLM(model_dir, dtype=torch.bfloat16, device="cuda", engine_process=False)
     want = [o.outputs[0].token_ids for o in inproc.generate(prompts, params)]
     del inproc
-    proc = LLM(model_dir, dtype=torch.bfloat16, device="cuda")  # a process of its own by default on CUDA
+    # engine_process=None: the engine's own choice, a process of its own on CUDA
+    proc = LLM(model_dir, dtype=torch.bfloat16, device="cuda", engine_process=None)
     try:
         assert proc.loaded is None
         assert [o.outputs[0].token_ids for o in proc.generate(prompts, params)] == want

@@ -105,7 +105,7 @@ def test_overlapped_steps_match_synchronous_steps_on_the_gpu(monkeypatch):
     path = str(fixture_model("tiny-llama").hf_dir)
     sync = LLM(path, dtype="float32", device="cuda", overlap_steps=False, max_num_seqs=8)
     fast = LLM(path, dtype="float32", device="cuda", max_num_seqs=8)
-    assert fast.engine.overlap
+    assert fast.engine.core.core.overlap
     steady_batches = []
     run_steady = DecodeGraphs.run_steady
     monkeypatch.setattr(DecodeGraphs, "run_steady",

@@ -26,6 +26,17 @@ def test_warm_up_leaves_no_trace_and_changes_no_output(model_dir):
            [o.outputs[0].token_ids for o in cold.generate(prompts, params)]
 
 
+def test_another_engines_warm_up_is_not_counted_as_serving():
+    from mlxr.engine.compile_watch import CompileWatch
+
+    watch = CompileWatch()
+    watch.mark_warm()  # a first engine is serving
+    watch.warming()  # a second one warms up in the same process
+    watch._count("k(x)")
+    watch.mark_warm()
+    assert (watch.total, watch.after_warm_up) == (1, 0)
+
+
 def test_a_compile_after_the_warm_up_is_counted_and_logged(caplog):
     from mlxr.engine.compile_watch import CompileWatch
 

@@ -41,6 +41,11 @@ class CompileWatch:
                 self.after_warm_up += 1
                 log.warning("compiled %s while serving (the warm-up missed this variant)", what[:400])
 
+    def warming(self) -> None:
+        """An engine's warm-up starts: its compiles are expected (another engine of this process
+        may have been warm already)."""
+        self.warm = False
+
     def mark_warm(self) -> None:
         self.warm = True
 

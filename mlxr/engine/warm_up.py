@@ -44,6 +44,7 @@ def waves(core) -> list[list[tuple[int, SamplingParams]]]:
 
 def warm_up(core) -> None:
     WATCH.install()
+    WATCH.warming()
     t0 = time.perf_counter()
     budget = core.config.warm_up_budget_s
     rng = random.Random(0)
