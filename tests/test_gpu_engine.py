@@ -109,7 +109,7 @@ def test_overlapped_steps_match_synchronous_steps_on_the_gpu(monkeypatch):
     steady_batches = []
     run_steady = DecodeGraphs.run_steady
     monkeypatch.setattr(DecodeGraphs, "run_steady",
-                        lambda self, a, tokens: steady_batches.append(len(a.seq_ids)) or run_steady(self, a, tokens))
+                        lambda self, a, tokens: steady_batches.append(len(a.request_ids)) or run_steady(self, a, tokens))
     reqs = random_requests(20, seed=7)
     assert staggered(fast, reqs)[0] == staggered(sync, reqs)[0]
     params = SamplingParams(max_tokens=20, temperature=0.8, seed=5, stop=["a", "e"], logprobs=2)
