@@ -8,6 +8,7 @@ gguf_wordpiece).
 """
 from __future__ import annotations
 
+import logging
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,12 +21,17 @@ from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.loader.gguf_pre_tokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec
 from mlxr.loader.gguf_wordpiece import build_wordpiece
 
+log = logging.getLogger(__name__)
+
 # llama.cpp token types
 UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = range(7)
 
 # Real vocabularies stay far below this; the cap bounds work done on untrusted counts.
 MAX_VOCAB = 1 << 22
 SPACE = "\u2581"
+# SentencePiece's trainer keeps pieces to 16 characters unless told otherwise; longer ones in a
+# file get no merges, which bounds the work a hostile vocabulary can ask of derive_merges.
+MAX_MERGED_PIECE = 256
 
 @dataclass(frozen=True)
 class GGUFVocab:
@@ -212,19 +218,31 @@ def derive_merges(
 
     User-defined pieces come first (SentencePiece matches them whole), then normal pieces by
     score; among the splits of one piece the longer left part wins, as transformers orders them.
+    The work is at most the vocabulary's size in characters times MAX_MERGED_PIECE: longer
+    pieces get no merges, and only cuts into two lengths that some piece has are looked up.
     """
     pieces = {t: i for i, t in enumerate(tokens) if types[i] in (NORMAL, USER_DEFINED, UNDEFINED)}
+    lengths = {len(t) for t in pieces if len(t) <= MAX_MERGED_PIECE}
     find = pieces.get
     ranked: list[tuple[tuple[float, ...], str, str]] = []
+    too_long = 0
     for piece, i in pieces.items():
         size = len(piece)
+        if size > MAX_MERGED_PIECE:
+            too_long += 1
+            continue
         group = (0.0, float(i)) if types[i] == USER_DEFINED else (1.0, -float(scores[i]))
         for cut in range(1, size):
+            if cut not in lengths or size - cut not in lengths:
+                continue
             left, right = piece[:cut], piece[cut:]
             left_id = find(left)
             right_id = find(right) if left_id is not None else None
             if right_id is not None:
                 ranked.append(((*group, -cut, cut - size, i, left_id, right_id), left, right))
+    if too_long:
+        log.warning("%d SentencePiece pieces are longer than %d characters; text reaches them "
+                    "only in shorter pieces", too_long, MAX_MERGED_PIECE)
     ranked.sort(key=lambda r: r[0])
     return [(left, right) for _, left, right in ranked]
 
