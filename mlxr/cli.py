@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _model_options(p: argparse.ArgumentParser, positional: bool) -> None:
     if positional:
-        p.add_argument("model", nargs="?", default="gemma3-270m")
+        p.add_argument("model", nargs="?", default="smollm2:135m")  # the chat model
     else:
         p.add_argument("--model", "-m", default="gemma3-270m")
     p.add_argument("--device", default=None, help="cpu or cuda (default cpu)")
