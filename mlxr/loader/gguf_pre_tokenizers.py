@@ -198,6 +198,7 @@ PRE_TOKENIZERS: dict[str, PreTokenizerSpec] = {
 def pre_tokenizer_spec(name: str | None) -> PreTokenizerSpec:
     """The spec for a `tokenizer.ggml.pre` value; an unknown name gets GPT-2's split."""
     if name is None:
+        log.warning("the GGUF file names no pre-tokenizer; using the default (GPT-2) split")
         return _GPT2
     spec = PRE_TOKENIZERS.get(name)
     if spec is None:
