@@ -63,3 +63,27 @@ def test_server_serves_both_bundled_models_and_chats_with_the_instruct_one(tmp_p
         reply = client.chat(model=CHAT_MODEL, messages=QUESTION,
                             options={"temperature": 0, "num_predict": 32})
         assert "Paris" in reply.message.content
+
+
+def test_real_vocab_matches_transformers_with_smollm2s_pre_tokenizer(tokenizer) -> None:
+    # transformers' GGUF converter builds this vocabulary with GPT-2's split; SmolLM2's own
+    # tokenizer.json cuts digits one by one first (Digits, then ByteLevel).
+    from tokenizers import pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        convert_gguf_tokenizer,
+        get_gguf_tokenizer,
+    )
+
+    from test_gguf_pre_tokenizers import TEXTS
+
+    architecture, vocab, _ = get_gguf_tokenizer(str(SMOLLM2))
+    backend, _ = convert_gguf_tokenizer(architecture, vocab)
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    reference = PreTrainedTokenizerFast(tokenizer_object=backend)
+    for text in TEXTS:
+        assert tokenizer.encode(text, add_special_tokens=False) == reference.encode(
+            text, add_special_tokens=False), text
