@@ -24,7 +24,10 @@ _LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
 _SPACES = r"\s*[\r\n]+|\s+(?!\S)|\s+"
 
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3 = rf"{_CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|{_SPACES}"
+LLAMA3 = (
+    rf"{_CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}{{1,3}}"
+    rf"| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|{_SPACES}"
+)
 QWEN2 = rf"{_CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|{_SPACES}"
 QWEN35 = (
     rf"{_CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?[\p{{L}}\p{{M}}]+|\p{{N}}"
