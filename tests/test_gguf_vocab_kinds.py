@@ -100,3 +100,33 @@ def test_wordpiece_matches_transformers_bert(lowercase: bool) -> None:
         want = reference.encode(text)
         assert ours.encode(text) == want, text
         assert ours.decode(want) == reference.decode(want, skip_special_tokens=True), text
+
+
+def test_t5_unigram_matches_transformers_t5() -> None:
+    import io
+
+    spm = pytest.importorskip("sentencepiece")
+    pb2 = pytest.importorskip("sentencepiece.sentencepiece_model_pb2")
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(  # T5's layout: pad 0, eos 1, unk 2, no bos; NFKC table
+        sentence_iterator=iter(CORPUS), model_writer=out, vocab_size=500, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, minloglevel=2,
+    )
+    proto = pb2.ModelProto()
+    proto.ParseFromString(out.getvalue())
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    assert charsmap
+    pieces = [(p.piece, p.score) for p in proto.pieces]
+    reference = transformers.T5Tokenizer(vocab=pieces, _spm_precompiled_charsmap=charsmap, extra_ids=0)
+    ours = Tokenizer.from_gguf_metadata({
+        "tokenizer.ggml.model": "t5", "tokenizer.ggml.tokens": [p for p, _ in pieces],
+        "tokenizer.ggml.scores": [s for _, s in pieces],
+        "tokenizer.ggml.token_type": [int(p.type) for p in proto.pieces],
+        "tokenizer.ggml.precompiled_charsmap": list(charsmap),
+        "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.unknown_token_id": 2,
+        "tokenizer.ggml.padding_token_id": 0,
+    })
+    for text in TEXTS:
+        want = reference.encode(text)  # with T5's trailing </s>
+        assert ours.encode(text) == want, text
+        assert ours.decode(want) == reference.decode(want, skip_special_tokens=True), text

@@ -3,8 +3,8 @@
 Vocabulary kinds (`tokenizer.ggml.model`): "llama" (SentencePiece-style pieces with scores and
 byte fallback, rebuilt as a BPE whose merges are derived from the scores), "gpt2" and
 "whitespace" (BPE with explicit merges and a named pre-tokenizer, see gguf_pre_tokenizers),
-"gemma4" (SentencePiece-style BPE with explicit merges) and "bert" (WordPiece, see
-gguf_wordpiece).
+"gemma4" (SentencePiece-style BPE with explicit merges), "bert" (WordPiece, see
+gguf_wordpiece) and "t5" (unigram, see gguf_unigram).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.loader.gguf_pre_tokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec
+from mlxr.loader.gguf_unigram import build_t5_unigram
 from mlxr.loader.gguf_wordpiece import build_wordpiece
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def vocab_from_gguf_metadata(metadata: Mapping[str, Any]) -> GGUFVocab:
     types = types if types is not None else [NORMAL] * n
     if any(t < UNDEFINED or t > BYTE for t in types):
         raise ModelFormatError("tokenizer.ggml.token_type holds a value outside 0..6")
-    tok, default_bos = _build(kind, metadata, tokens, types)
+    tok, default_bos, default_eos = _build(kind, metadata, tokens, types)
     ids = {k: _get_id(metadata, f"tokenizer.ggml.{k}_token_id", n)
            for k in ("bos", "eos", "unknown", "padding", "eot", "eom")}
     return GGUFVocab(
@@ -74,7 +75,7 @@ def vocab_from_gguf_metadata(metadata: Mapping[str, Any]) -> GGUFVocab:
         add_bos=None if default_bos is None
         else _get_bool(metadata, "tokenizer.ggml.add_bos_token", default_bos),
         add_eos=None if default_bos is None
-        else _get_bool(metadata, "tokenizer.ggml.add_eos_token", False),
+        else _get_bool(metadata, "tokenizer.ggml.add_eos_token", default_eos),
         extra_stop_ids=tuple(i for i in (ids["eot"], ids["eom"]) if i is not None),
         chat_template=_get_str(metadata, "tokenizer.chat_template"),
         architecture=_get_str(metadata, "general.architecture"),
@@ -83,9 +84,9 @@ def vocab_from_gguf_metadata(metadata: Mapping[str, Any]) -> GGUFVocab:
 
 def _build(
     kind: str, metadata: Mapping[str, Any], tokens: list[str], types: list[int]
-) -> tuple[tokenizers.Tokenizer, bool | None]:
-    """The tokenizer, and whether this kind of vocabulary adds BOS when the file does not say
-    (None: its post-processor adds what the model wants, as BERT's [CLS] ... [SEP])."""
+) -> tuple[tokenizers.Tokenizer, bool | None, bool]:
+    """The tokenizer, and whether this kind of vocabulary adds BOS and EOS when the file does
+    not say (BOS None: its post-processor adds what the model wants, as BERT's [CLS] [SEP])."""
     n = len(tokens)
     merges = _merge_list(metadata)
     if kind == "llama":
@@ -93,7 +94,7 @@ def _build(
         if scores is None and merges is None:
             raise ModelFormatError("a llama (SentencePiece) vocabulary needs tokenizer.ggml.scores")
         prefix = _get_bool(metadata, "tokenizer.ggml.add_space_prefix", True)
-        return build_sentencepiece_bpe(tokens, scores or [0.0] * n, types, prefix, merges), True
+        return build_sentencepiece_bpe(tokens, scores or [0.0] * n, types, prefix, merges), True, False
     if kind in ("gpt2", "whitespace", "gemma4"):
         if merges is None:
             raise ModelFormatError(f"a {kind} (BPE) vocabulary needs tokenizer.ggml.merges")
@@ -101,12 +102,20 @@ def _build(
         spec = pre_tokenizer_spec(pre if pre is not None or kind != "whitespace" else kind)
         if not spec.byte_level and not spec.regexes:  # SentencePiece-style BPE (Gemma 4)
             prefix = _get_bool(metadata, "tokenizer.ggml.add_space_prefix", False)
-            return build_sentencepiece_bpe(tokens, [0.0] * n, types, prefix, merges), False
-        return build_bpe(tokens, types, merges, spec), False
+            return build_sentencepiece_bpe(tokens, [0.0] * n, types, prefix, merges), False, False
+        return build_bpe(tokens, types, merges, spec), False, False
     if kind == "bert":
-        return _wordpiece(metadata, tokens, types), None
+        return _wordpiece(metadata, tokens, types), None, False
+    if kind == "t5":
+        scores = _float_list(metadata, "tokenizer.ggml.scores", n)
+        if scores is None:
+            raise ModelFormatError("a t5 (unigram) vocabulary needs tokenizer.ggml.scores")
+        unk = _get_id(metadata, "tokenizer.ggml.unknown_token_id", n)
+        charsmap = _int_list(metadata, "tokenizer.ggml.precompiled_charsmap", None)
+        table = bytes(b & 0xFF for b in charsmap) if charsmap else None  # stored as int8 or uint8
+        return build_t5_unigram(tokens, scores, types, 2 if unk is None else unk, table), False, True
     raise UnsupportedModelError(
-        f"GGUF tokenizer model {kind!r} is not supported (llama, gpt2, gemma4, bert, whitespace)")
+        f"GGUF tokenizer model {kind!r} is not supported (llama, gpt2, gemma4, bert, t5, whitespace)")
 
 
 def _wordpiece(
@@ -343,7 +352,7 @@ def _str_list(metadata: Mapping[str, Any], key: str, n: int | None) -> list[str]
     return items
 
 
-def _int_list(metadata: Mapping[str, Any], key: str, n: int) -> list[int] | None:
+def _int_list(metadata: Mapping[str, Any], key: str, n: int | None) -> list[int] | None:
     items = _list(metadata, key, n)
     if items is not None and not _all_of(items, int, numbers.Integral):
         raise ModelFormatError(f"GGUF metadata {key} must hold integers")
