@@ -34,6 +34,7 @@ SPACE = "\u2581"
 # file get no merges, which bounds the work a hostile vocabulary can ask of derive_merges.
 MAX_MERGED_PIECE = 256
 
+
 @dataclass(frozen=True)
 class GGUFVocab:
     """A tokenizer built from GGUF metadata plus the special-token facts the file states."""
@@ -98,8 +99,8 @@ def _build(
     if kind in ("gpt2", "whitespace", "gemma4"):
         if merges is None:
             raise ModelFormatError(f"a {kind} (BPE) vocabulary needs tokenizer.ggml.merges")
-        pre = "gemma4" if kind == "gemma4" else _get_str(metadata, "tokenizer.ggml.pre")
-        spec = pre_tokenizer_spec(pre if pre is not None or kind != "whitespace" else kind)
+        # The gemma4 and whitespace kinds name their split themselves.
+        spec = pre_tokenizer_spec(kind if kind != "gpt2" else _get_str(metadata, "tokenizer.ggml.pre"))
         if not spec.byte_level and not spec.regexes:  # SentencePiece-style BPE (Gemma 4)
             prefix = _get_bool(metadata, "tokenizer.ggml.add_space_prefix", False)
             return build_sentencepiece_bpe(tokens, [0.0] * n, types, prefix, merges), False, False
@@ -107,15 +108,22 @@ def _build(
     if kind == "bert":
         return _wordpiece(metadata, tokens, types), None, False
     if kind == "t5":
-        scores = _float_list(metadata, "tokenizer.ggml.scores", n)
-        if scores is None:
-            raise ModelFormatError("a t5 (unigram) vocabulary needs tokenizer.ggml.scores")
-        unk = _get_id(metadata, "tokenizer.ggml.unknown_token_id", n)
-        charsmap = _int_list(metadata, "tokenizer.ggml.precompiled_charsmap", None)
-        table = bytes(b & 0xFF for b in charsmap) if charsmap else None  # stored as int8 or uint8
-        return build_t5_unigram(tokens, scores, types, 2 if unk is None else unk, table), False, True
+        return _t5_unigram(metadata, tokens, types), False, True
     raise UnsupportedModelError(
         f"GGUF tokenizer model {kind!r} is not supported (llama, gpt2, gemma4, bert, t5, whitespace)")
+
+
+def _t5_unigram(
+    metadata: Mapping[str, Any], tokens: list[str], types: list[int]
+) -> tokenizers.Tokenizer:
+    n = len(tokens)
+    scores = _float_list(metadata, "tokenizer.ggml.scores", n)
+    if scores is None:
+        raise ModelFormatError("a t5 (unigram) vocabulary needs tokenizer.ggml.scores")
+    unk = _get_id(metadata, "tokenizer.ggml.unknown_token_id", n)
+    charsmap = _int_list(metadata, "tokenizer.ggml.precompiled_charsmap", None)
+    table = bytes(b & 0xFF for b in charsmap) if charsmap else None  # stored as int8 or uint8
+    return build_t5_unigram(tokens, scores, types, 2 if unk is None else unk, table)
 
 
 def _wordpiece(
