@@ -47,8 +47,9 @@ def add_site(site: str | None) -> None:
         sys.path.insert(0, site)
 
 
-def measure(model: str, text: str = TEXT, threads: int = 2) -> dict:
-    """Tokenization equality and top-1 agreement of MLXR with llama.cpp on `model`'s file."""
+def measure(model: str, text: str = TEXT, threads: int = 2, probes: list[str] = ()) -> dict:
+    """Tokenization equality (on `text` and on each of `probes`, special tokens parsed) and
+    top-1 agreement of MLXR with llama.cpp on `model`'s file."""
     import numpy as np
     from llama_cpp import Llama
 
@@ -67,8 +68,25 @@ def measure(model: str, text: str = TEXT, threads: int = 2) -> dict:
     mine = [ours.generate([ids[: i + 1]], greedy)[0].outputs[0].token_ids[0] for i in range(len(ids) - 1)]
     n = min(len(mine), len(theirs) - 1)
     agree = sum(int(a == b) for a, b in zip(mine[:n], theirs[:n].tolist()))
+    differ = [t for t in probes if ours.tokenizer.encode(t, add_special_tokens=False)
+              != peer.tokenize(t.encode("utf-8"), add_bos=False, special=True)]
+    hf = _hf_top1(path, ids)[:n]
     return {"model": model, "file": path.name, "tokens": len(ids), "same_tokens": ids == peer_ids,
-            "positions": n, "top1_agreement": agree / n, "threads": threads}
+            "positions": n, "top1_agreement": agree / n, "threads": threads,
+            "mlxr_vs_hf_fp32_top1": sum(int(a == b) for a, b in zip(mine[:n], hf)) / n,
+            "llama_cpp_vs_hf_fp32_top1": sum(int(a == b) for a, b in zip(theirs[:n].tolist(), hf)) / n,
+            "probe_texts": len(probes), "probe_texts_tokenized_differently": differ}
+
+
+def _hf_top1(path: Path, ids: list[int]) -> list[int]:
+    """Greedy next token after every position from HF transformers on the same GGUF,
+    dequantized to fp32: the third opinion when the two engines disagree."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    with torch.inference_mode():
+        return hf.eval()(torch.tensor([ids])).logits[0].argmax(-1).tolist()
 
 
 def main() -> None:
@@ -81,8 +99,11 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import print_table, write_result
 
-    rows = [measure(m, threads=ns.threads) for m in ns.models]
-    print_table(rows, ["model", "tokens", "same_tokens", "positions", "top1_agreement"])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_gguf_pre_tokenizers import TEXTS
+
+    rows = [measure(m, threads=ns.threads, probes=TEXTS) for m in ns.models]
+    print_table(rows, ["model", "tokens", "same_tokens", "positions", "top1_agreement", "probe_texts"])
     print(write_result("llama_cpp_agreement", {"cpu": _cpu(), "rows": rows}))
 
 
