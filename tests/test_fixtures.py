@@ -116,10 +116,9 @@ def _rewrite(src: Path, dst: Path, drop: str | None = None, add: str | None = No
 ])
 def test_mapping_errors_name_the_tensor(tmp_path: Path, change: dict, fragment: str) -> None:
     bad = _rewrite(paths("tiny-llama").gguf_path, tmp_path / "bad.gguf", **change)
-    with open_gguf(bad) as f:
-        args = args_from_gguf_file(f)
-        with pytest.raises(ModelFormatError, match=fragment.replace(".", r"\.")):
-            list(iter_gguf_hf_weights(f, args))
+    with open_gguf(bad) as f, pytest.raises(ModelFormatError, match=fragment.replace(".", r"\.")):
+        # A layer past the declared count is refused as the config is read (before any mapping).
+        list(iter_gguf_hf_weights(f, args_from_gguf_file(f)))
 
 
 # ---- Hugging Face transformers as the reference -----------------------------------------

@@ -22,6 +22,8 @@ import random, sys
 from pathlib import Path
 from mlxr.errors import ModelNotFoundError
 from mlxr.registry import Registry
+import mlxr.models.model_args  # facts read through the architectures' declarations (torch): loaded
+                               # before "ready", so the kills land among the writes, not the import
 
 home, seed, *models = sys.argv[1:]
 reg = Registry(Path(home))

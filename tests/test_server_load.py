@@ -134,12 +134,14 @@ def test_disconnect_while_queued_or_prefilling(base_url, model, stream):
     # 12 x 231 prompt tokens at 4 tokens a step: hundreds of steps of prefill.
     wait_for(lambda: stats(base_url)["active_http_requests"] == n)
     s = stats(base_url)
-    assert s["num_requests_waiting"] > 0 and s["kv_blocks_used"] > 0 and s["generation_tokens_total"] == gen0
+    assert s["num_requests_waiting"] > 0 and s["kv_blocks_used"] > 0
     for sock in socks:
         sock.close()
     after = assert_idle(base_url)
-    assert after["num_aborted"] - before == n
-    assert after["generation_tokens_total"] == gen0  # none got past prefill
+    assert after["num_aborted"] - before == n  # every one aborted: none had finished
+    # At most the first could decode (20 tokens at most) before the last was admitted: the
+    # prompts wait behind its prefill at 4 tokens a step.
+    assert after["generation_tokens_total"] - gen0 < 20
 
 
 def test_disconnect_mid_stream(base_url, model):

@@ -102,13 +102,13 @@ class BlockManager:
         return [self._take_free_block() for _ in range(n)]
 
     def release_blocks(self, blocks: list[int]) -> None:
+        """Give blocks back, last first."""
         for block in reversed(blocks):
             self._release(block)
 
     def free(self, seq: Request) -> None:
         # Tail blocks go first into the free order, so they are evicted before the shared head.
-        for block in reversed(seq.block_table):
-            self._release(block)
+        self.release_blocks(seq.block_table)
         seq.block_table = []
         seq.block_hashes = []
 
@@ -187,15 +187,6 @@ class SwapSpace:
         seq.host_block_table = []
         seq.block_table = [dev for _, dev in pairs]
         return pairs
-
-    def take_blocks(self, n: int) -> list[int]:
-        """n blocks owned by the caller (no request), e.g. for an embedding's one prefill."""
-        assert self.can_allocate(n), "out of KV blocks"
-        return [self._take_free_block() for _ in range(n)]
-
-    def release_blocks(self, blocks: list[int]) -> None:
-        for block in reversed(blocks):
-            self._release(block)
 
     def free(self, seq: Request) -> None:
         self.free_blocks += reversed(seq.host_block_table)

@@ -45,4 +45,6 @@ def check_layers_present(declared: int, names: Iterable[str], prefix: str, sourc
     present = {int(m.group(1)) for name in names if (m := pattern.match(name))}
     if present != set(range(declared)):
         found = f"{len(present)} (numbered {min(present)} to {max(present)})" if present else "none"
-        raise ModelFormatError(f"{source} declares {declared} layers but holds tensors for {found}")
+        stray = sorted(present - set(range(declared)))[:3]
+        extra = f"; tensors of {', '.join(f'layer {n}' for n in stray)} have no place" if stray else ""
+        raise ModelFormatError(f"{source} declares {declared} layers but holds tensors for {found}{extra}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse, RedirectResponse
@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 STATIC_DIR = Path(__file__).parent / "static"
 UI_PREFIX = "/ui"
 DOCS_ASSETS = "/docs-assets"
+REDOC_JS = DOCS_ASSETS + "/redoc-offline.js"
 # Same-origin only: no inline script, no remote script, style or connection.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
@@ -58,6 +59,8 @@ class WebUI:
             await RedirectResponse(UI_PREFIX + "/", status_code=307)(scope, receive, send)
         elif path.startswith(UI_PREFIX + "/"):
             await _files(self.ui, _strip(scope, UI_PREFIX), receive, _with_headers(send, UI_HEADERS))
+        elif path == REDOC_JS and method == "GET" and self.docs is not None:
+            await Response(_offline_redoc(self.docs.directory), media_type="text/javascript")(scope, receive, send)
         elif path.startswith(DOCS_ASSETS + "/") and self.docs is not None:
             await _files(self.docs, _strip(scope, DOCS_ASSETS), receive, send)
         else:
@@ -104,5 +107,19 @@ def add_docs(app: FastAPI) -> None:
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} - API",
-                              redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_js_url=REDOC_JS,
                               redoc_favicon_url=f"{DOCS_ASSETS}/favicon.png", with_google_fonts=False)
+
+
+_REDOC_CDN_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+_redoc_js: bytes | None = None
+
+
+def _offline_redoc(folder) -> bytes:
+    """ReDoc's bundle with its footer logo (always fetched from Redocly's CDN) pointed at a local
+    image, so /redoc makes no request off this machine."""
+    global _redoc_js
+    if _redoc_js is None:
+        text = (Path(folder) / "redoc.standalone.js").read_bytes()
+        _redoc_js = text.replace(_REDOC_CDN_LOGO.encode(), f"{DOCS_ASSETS}/favicon.png".encode())
+    return _redoc_js
