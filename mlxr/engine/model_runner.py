@@ -23,6 +23,11 @@ class RunnerStep:
         self.batch, self.request_ids, self.future = batch, request_ids, future
         self._output: ModelRunnerOutput | None = None
 
+    @property
+    def in_flight(self) -> bool:
+        """Its sampled tokens are on the device only: the next step reads them there."""
+        return self.future is not None and self._output is None
+
     def result(self) -> ModelRunnerOutput:
         """Wait for the sampled ids; the runner's own request states take them in."""
         if self._output is not None:
@@ -99,7 +104,7 @@ class ModelRunner:
         self.kv_cache.copy_blocks(out.blocks_to_copy)
         last = self._last
         pending = None
-        if last is not None and last.future is not None and last._output is None:
+        if last is not None and last.in_flight:
             pending = PendingTokens(last.future.tokens, {rid: i for i, rid in enumerate(last.request_ids)})
         ids, logits = self._forward(out, pending)
         return ids, logits, pending
