@@ -28,6 +28,25 @@ def _check_int(name: str, value: int, lo: int, hi: int) -> None:
 
 
 @dataclass
+class StructuredOutputsParams:
+    """A constraint on what a request may generate (vLLM's `structured_outputs` shape): exactly
+    one of a JSON schema, any JSON object, a regex, a choice of strings, or a Lark grammar."""
+
+    json: dict | str | None = None  # a JSON schema (a dict or its JSON text)
+    json_object: bool = False  # any JSON object
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None  # Lark / EBNF text
+
+    def __post_init__(self) -> None:
+        given = [self.json is not None, self.json_object, self.regex is not None,
+                 self.choice is not None, self.grammar is not None]
+        if sum(given) != 1:
+            raise InvalidParameterError(
+                "structured_outputs", "give exactly one of json, json_object, regex, choice, grammar")
+
+
+@dataclass
 class SamplingParams:
     """How to sample one request (vLLM-shaped). temperature 0 means greedy."""
 
@@ -47,6 +66,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     logit_bias: dict[int, float] | None = None
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
