@@ -87,6 +87,8 @@ class EngineCore:
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)
+        else:  # compiles are expected from an engine that skipped its warm-up: none is a miss
+            WATCH.warming()
         tune_gc_once()
 
     def _new_scheduler(self) -> None:
