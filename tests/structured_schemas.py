@@ -68,6 +68,6 @@ SCHEMAS: dict[str, dict] = {
                         "tags": {"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 2}}),
 }
 
-# A few of every kind, for the default (fast) run; the whole suite is marked slow.
+# A few of every kind, for the routes that do not run the whole suite.
 FAST = ["nested_mixed", "array_min_max", "enum_strings", "pattern_code", "number_range", "anyof_objects",
         "ref_defs", "optional_fields", "unicode_enum", "unicode_pattern"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import cached_llm, fixture_model
-from structured_schemas import FAST, SCHEMAS
+from structured_schemas import SCHEMAS
 from mlxr import LLM, SamplingParams
 from mlxr.errors import InvalidParameterError
 from mlxr.ops.sampling import apply_token_bitmask_
@@ -43,7 +43,7 @@ def valid(text: str, schema: dict) -> None:
     jsonschema.validate(json.loads(text), schema)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in sorted(SCHEMAS)])
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_every_schema_of_the_suite_validates(llm, name):
     out = run(llm, SO(json=SCHEMAS[name]))[0]
     assert out.finish_reason == "stop", out.text
