@@ -132,3 +132,17 @@ def test_bitmask_op_matches_llguidance_reference():
     ref = logits.numpy().copy()
     llg_np.apply_token_bitmask_inplace(ref, mask.numpy())
     assert np.array_equal(ours.numpy(), ref)
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_and_overlap_keep_constrained_rows_valid(model_dir):
+    llm = LLM(model_dir, device="cuda", dtype="float32", engine_process=False)
+    assert llm.engine.core.core.overlap
+    names = sorted(SCHEMAS)
+    params = [SamplingParams(max_tokens=240, temperature=1.0, seed=i, structured_outputs=SO(json=SCHEMAS[n]))
+              for i, n in enumerate(names)]
+    plain = SamplingParams(max_tokens=32, temperature=0, ignore_eos=True)
+    outs = llm.generate([PROMPT] * len(names) + ["The weather"], params + [plain])
+    for name, out in zip(names, outs):
+        valid(out.outputs[0].text, SCHEMAS[name])
+    assert outs[-1].outputs[0].token_ids == llm.generate(["The weather"], plain)[0].outputs[0].token_ids

@@ -20,6 +20,7 @@ from mlxr.engine.request import Request
 
 COMPILE_TIMEOUT_S = 30.0  # a safety net: the frontend's check already bounded the compile
 WAIT_S = 0.005  # how long an idle step waits for a compile before returning
+PARALLEL_ROWS = 8  # from this many constrained rows on, masks are filled on llguidance's threads
 
 
 @dataclass
@@ -118,7 +119,11 @@ class StructuredOutputManager:
 
         start = time.perf_counter()
         mask = torch.full((len(rows), (self._compiler.vocab_size + 31) // 32), -1, dtype=torch.int32)
-        llg_torch.fill_next_token_bitmask_par(self._executor, matchers, mask)
+        if len(matchers) >= PARALLEL_ROWS:
+            llg_torch.fill_next_token_bitmask_par(self._executor, matchers, mask)
+        else:  # a few rows: in this thread (waking the executor's pool costs more than it saves)
+            for matcher, i in matchers:
+                llg_torch.fill_next_token_bitmask(matcher, mask, i)
         self.timing.seconds += time.perf_counter() - start
         self.timing.rows += len(matchers)
         return mask
