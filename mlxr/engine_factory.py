@@ -42,7 +42,7 @@ def core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: st
     """The engine core process's factory (core_proc.py): the weights, loaded there."""
     spec = ModelSpec(ref, DTYPES.get(dtype), device, DTYPES.get(weight_dtype), quantization)
     loaded = spec.load()
-    return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device)
+    return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, loaded.tokenizer)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from mlxr.engine.llm_engine import LLMEngine
+from mlxr.engine.structured.grammar import check_off_loop
 from mlxr.errors import OverloadedError
 from mlxr.types import EngineStats, RequestOutput, SamplingParams
 
@@ -72,6 +73,8 @@ class AsyncEngine:
     ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes; closing the iterator aborts it.
         Admission errors (invalid prompt, too long, overloaded) raise before the first yield."""
+        if params.structured_outputs is not None:  # off the engine thread, which serves the others
+            await check_off_loop(params.structured_outputs)
         sink = _Sink(asyncio.get_running_loop(), asyncio.Queue())
         accepted: Future = Future()
         self._submit(adds=[_Add(request_id, prompt, params, sink, accepted)])

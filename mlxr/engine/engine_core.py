@@ -22,6 +22,7 @@ from mlxr.engine.model_runner import ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.warm_up import warm_up
 from mlxr.errors import ContextLengthError, OverloadedError
 
@@ -60,6 +61,7 @@ class CoreParts:
     args: ModelArgs
     dtype: torch.dtype
     device: torch.device
+    tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer: structured output's vocabulary
 
 
 class EngineCore:
@@ -84,6 +86,7 @@ class EngineCore:
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
+        self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)
@@ -124,31 +127,50 @@ class EngineCore:
 
     # --- requests ------------------------------------------------------------------------------
     def add_request(self, request: EngineCoreRequest) -> None:
-        self.scheduler.add(Request(request))
+        req = Request(request)
+        if request.params.structured_outputs is None:
+            self.scheduler.add(req)
+        else:
+            self.structured.add(req)  # joins the scheduler once its grammar has compiled
 
     def abort_requests(self, request_ids: list[str]) -> None:
+        self.structured.abort(request_ids)
         self.scheduler.abort(request_ids)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished or self._inflight is not None
+        return self.scheduler.has_unfinished or self._inflight is not None or self.structured.busy
 
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
+        outputs = self.structured.admit(self.scheduler)
         out = self.scheduler.schedule()
         if out.is_empty:
-            return self._land(self._take_inflight())
+            if self._inflight is None and not outputs:
+                self.structured.wait_for_compile()
+            return outputs + self._land(self._take_inflight())
+        landed: list[EngineCoreOutput] = []
+        hook = self._mask_hook(landed) if self.structured.constrains(out.request_ids) else None
         try:
-            launched = self.runner.execute(out)
+            launched = self.runner.execute(out, hook)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
-            outputs = self._land(self._take_inflight())
+            outputs += landed + self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        outputs = self._land(self._take_inflight())
+        outputs += landed + self._land(self._take_inflight())
         self._inflight = (out, launched)
         if not self.overlap:
             outputs += self._land(self._take_inflight())
         return outputs
+
+    def _mask_hook(self, landed: list[EngineCoreOutput]):
+        """Called by the runner between a step's forward (queued) and its sampling: lands the
+        previous step, whose tokens the matchers need, and returns the rows' bitmask."""
+        def before_sample(request_ids: list[str]):
+            landed.extend(self._land(self._take_inflight()))
+            requests = self.scheduler.requests
+            return self.structured.bitmask([requests.get(rid) for rid in request_ids])
+        return before_sample
 
     def _take_inflight(self) -> tuple[SchedulerOutput, RunnerStep] | None:
         inflight, self._inflight = self._inflight, None

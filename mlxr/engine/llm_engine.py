@@ -40,7 +40,7 @@ class LLMEngine:
         self.config = config
         self.tokenizer = parts.tokenizer
         self.args = parts.args
-        self.core = core or InprocClient(CoreParts(parts.model, parts.args, parts.dtype, parts.device), config)
+        self.core = core or InprocClient(CoreParts(parts.model, parts.args, parts.dtype, parts.device, parts.tokenizer), config)
         self.max_model_len = self.core.max_model_len
         self.processor = Processor(self.tokenizer, Limits(parts.args.vocab_size, self.max_model_len))
         self.output = OutputProcessor(self.tokenizer)

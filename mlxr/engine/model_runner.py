@@ -3,6 +3,8 @@ CUDA graph replay), samples, and hands back a RunnerStep whose ModelRunnerOutput
 the host needs it, so the host can prepare the next step while the device runs this one."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -14,6 +16,10 @@ from mlxr.engine.staging import to_device
 from mlxr.engine.steady_decode import DecodeArrays
 from mlxr.ops.attn_metadata import AttnMetadata
 from mlxr.ops.backend import use_triton
+
+
+# (sampling request ids) -> a packed int32 bitmask [rows, ceil(vocab / 32)] on the host, or None
+BeforeSample = Callable[[list[str]], "torch.Tensor | None"]
 
 
 class RunnerStep:
@@ -77,14 +83,20 @@ class ModelRunner:
         self._last = None
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> RunnerStep:
-        """Queue one step (forward and sampling) on the device; returns before it has run."""
+    def execute(self, out: SchedulerOutput, before_sample: BeforeSample | None = None) -> RunnerStep:
+        """Queue one step (forward and sampling) on the device; returns before it has run.
+        before_sample(sampling ids), when given, runs once the forward is queued and may land
+        the previous step; it returns the rows' packed token bitmask (structured output) or None."""
         ids, logits, pending = self._forward_step(out)
         future = None
         if ids:
             states = [self.batch.states[rid].sampling for rid in ids]
-            # (grammar-mask slot: a structured-output bitmask applies to logits here)
-            future = self.sampler.launch(logits, states, self._pending_for(ids, pending))
+            bitmask = None
+            if before_sample is not None:
+                bitmask = before_sample(ids)
+                if pending is not None and not self._last.in_flight:
+                    pending = None  # it landed: the states hold its tokens now
+            future = self.sampler.launch(logits, states, self._pending_for(ids, pending), bitmask)
         self._last = step = RunnerStep(self.batch, ids, future)
         return step
 

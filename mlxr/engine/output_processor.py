@@ -110,8 +110,9 @@ class OutputProcessor:
         sample.token_ids += tokens
         if sample.logprobs is not None and out.new_logprobs:
             sample.logprobs += [self._logprobs(lp) for lp in out.new_logprobs]
-        # A stop token or EOS ends the sample without its text.
-        shown = tokens[:-1] if out.finish_reason == "stop" else tokens
+        # A stop token or EOS ends the sample without its text (a grammar's last token has text).
+        ends_on_stop_token = out.stop_reason is not None or tokens[-1] in self.tokenizer.stop_token_ids
+        shown = tokens[:-1] if out.finish_reason == "stop" and ends_on_stop_token else tokens
         for token in shown:
             if self._add_text(sample, sample.detok.add(token)):
                 return

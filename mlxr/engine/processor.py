@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlxr.engine.structured.grammar import check as check_structured
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.types import SamplingParams
 
@@ -36,6 +37,8 @@ class Processor:
         """Refuse what can never run; returns the effective max_tokens. Without max_tokens
         a request may fill the context; with it, prompt + max_tokens must fit (as vLLM)."""
         vocab = self.limits.vocab_size
+        if params.structured_outputs is not None:
+            check_structured(params.structured_outputs)  # a cache hit when AsyncEngine checked it
         for name, tokens in (("logit_bias", params.logit_bias or {}), ("stop_token_ids", params.stop_token_ids)):
             if any(t >= vocab for t in tokens):
                 raise InvalidParameterError(name, f"token ids must be below the vocabulary size {vocab}")

@@ -22,7 +22,7 @@ class Request:
         "request_id", "params", "token_ids", "num_prompt_tokens", "max_output_tokens",
         "eos_token_ids", "arrival_time", "status", "num_computed_tokens", "num_in_flight",
         "block_table", "block_hashes", "host_block_table", "finish_reason", "stop_reason",
-        "num_cached_tokens", "spec_token_ids", "first_scheduled_time", "runner_knows",
+        "num_cached_tokens", "spec_token_ids", "first_scheduled_time", "runner_knows", "grammar",
     )
 
     def __init__(self, core: EngineCoreRequest) -> None:
@@ -45,6 +45,7 @@ class Request:
         self.spec_token_ids: list[int] = []  # draft tokens to verify (speculative decoding)
         self.first_scheduled_time: float | None = None
         self.runner_knows = False  # the runner holds its state (new data sent, not dropped)
+        self.grammar = None  # structured output: a GrammarState the landed tokens advance
 
     @property
     def num_tokens(self) -> int:

@@ -187,15 +187,19 @@ class Sampler:
         return self.launch(logits, states).result().as_list()
 
     def launch(self, logits: torch.Tensor, states: list[SamplingState],
-               pending: LastTokens | None = None) -> SampleFuture:
+               pending: LastTokens | None = None, bitmask: torch.Tensor | None = None) -> SampleFuture:
         """Nothing here waits for the device: host-side parameters travel through pinned
-        memory, and the results come back through an event."""
+        memory, and the results come back through an event. bitmask (structured output): a
+        packed int32 [rows, ceil(vocab / 32)] on the host; a clear bit bans its token, before
+        anything else, so logprobs are those of the allowed tokens (as vLLM reports them)."""
         assert logits.dim() == 2 and logits.shape[0] == len(states), (logits.shape, len(states))
+        raw = ops.sanitize(logits)
+        if bitmask is not None:
+            ops.apply_token_bitmask_(raw, to_device(bitmask, torch.int32, raw.device))
         if all(s.plain for s in states):
             # An all -inf row picks token 0 here as after _rescue_empty_rows: that step is moot.
-            tokens = ops.sanitize(logits).argmax(dim=-1)
+            tokens = raw.argmax(dim=-1)
             return SampleFuture(tokens, HostCopy([tokens]), False, [])
-        raw = ops.sanitize(logits)
         pending = pending or LastTokens.none(raw.device, len(states))
         tokens = self._choose(self._process(raw, states, pending), states)
         return self._future(raw, tokens, states)

@@ -284,10 +284,14 @@ class Scheduler:
             req.token_ids.append(token)
             taken += 1
             reason = req.stop_reason_for(token)
+            if req.grammar is not None and reason != "stop":  # a complete grammar ends it as "stop"
+                reason = req.grammar.advance(token) or reason
             if reason is not None:
                 break
         out = EngineCoreOutput(req.request_id, tokens[:taken], logprobs[:taken] if logprobs else None,
                                reason, req.stop_reason, req.num_cached_tokens)
+        if reason == "error":
+            out.error = f"the grammar refused token {tokens[taken - 1]}: {req.grammar.error}"
         self.blocks.commit_full_blocks(req)  # a finished request's blocks stay cached for others
         if reason is not None:
             self.finish(req, reason)

@@ -134,6 +134,10 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)
 
+    def backend_json(self) -> str:
+        """The vocabulary as tokenizer.json text (grammar engines build their token tables from it)."""
+        return self._backend.to_str()
+
 
     @property
     def vocab_size(self) -> int:

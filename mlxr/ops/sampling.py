@@ -17,6 +17,17 @@ def sanitize(logits: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num_(x, nan=NEG_INF, posinf=torch.finfo(torch.float32).max, neginf=NEG_INF)
 
 
+def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Ban (-inf) every token whose bit is clear in a packed int32 bitmask [R, W] (bit j of
+    word i is token 32 * i + j, as llguidance and xgrammar pack them); tokens past 32 * W too."""
+    rows, vocab = logits.shape
+    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(rows, -1).bool()
+    width = min(vocab, allowed.shape[1])
+    logits[:, :width].masked_fill_(~allowed[:, :width], NEG_INF)
+    logits[:, width:] = NEG_INF
+
+
 def unique_pairs(
     rows: torch.Tensor, cols: torch.Tensor, vocab: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

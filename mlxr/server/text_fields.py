@@ -12,21 +12,30 @@ _SCALARS = {int, float, bool, type(None)}
 
 
 def lone_surrogate_in(value: Any) -> bool:
-    """True when a string anywhere in value (nested lists, dicts and their keys) has one."""
-    if isinstance(value, str):
-        if value.isascii():
-            return False
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
+    """True when a string anywhere in value (nested lists, dicts and their keys) has one.
+    Iterative: a deeply nested JSON schema must not exhaust the interpreter's stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _bad_str(item):
+                return True
+        elif isinstance(item, (list, tuple)):
+            if not set(map(type, item)) <= _SCALARS:  # token-id lists: a C-speed pass, not a loop
+                stack += [v for v in item if type(v) not in _SCALARS]
+        elif isinstance(item, dict):
+            stack += item.keys()
+            stack += [v for v in item.values() if type(v) not in _SCALARS]
+    return False
+
+
+def _bad_str(value: str) -> bool:
+    if value.isascii():
         return False
-    if isinstance(value, (list, tuple)):
-        if set(map(type, value)) <= _SCALARS:  # token-id lists: a C-speed pass, not a call per item
-            return False
-        return any(lone_surrogate_in(v) for v in value if type(v) not in _SCALARS)
-    if isinstance(value, dict):
-        return any(lone_surrogate_in(k) or lone_surrogate_in(v) for k, v in value.items())
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     return False
 
 

@@ -1,8 +1,7 @@
 """Ollama's generation routes: /api/generate, /api/chat, /api/embed, /api/embeddings and
 /api/version. Model management routes live in model_routes and are included here.
 
-`format` ("json" or a schema) is accepted but decoding is NOT constrained: the output may
-not be valid JSON; a log line says so. `think` is refused. A prompt over num_ctx is cut to fit
+`format` ("json" or a schema) constrains decoding (structured.py). `think` is refused. A prompt over num_ctx is cut to fit
 (truncation.py) unless `truncate: false`.
 Tool calls are passed to the chat template, but tool calls in the output are not parsed.
 """
@@ -26,6 +25,7 @@ from mlxr.server.ollama.loading import Hold, hold
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
+from mlxr.server.ollama.structured import structured_outputs
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
@@ -92,7 +92,8 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
             prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
         held.session.trace.prompt_tokens = len(prompt_ids)
-        params = replace(sampling_params(body.options, budget), logprobs=top_n)
+        params = replace(sampling_params(body.options, budget), logprobs=top_n,
+                         structured_outputs=structured_outputs(body.format))
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
         return await generation.run(job, body.stream)
     except BaseException as e:
@@ -111,9 +112,6 @@ async def _load_only(held: Hold, model: str, empty: dict[str, Any]) -> JSONRespo
 def _check_extras(fmt: Any, think: Any, options: Options | None) -> None:
     if think not in (None, False, "", "false"):
         raise InvalidParameterError("think", "the served models do not support thinking")
-    if fmt:
-        log.warning("format=%s accepted but decoding is not constrained: the output may not be valid JSON",
-                    "json" if fmt == "json" else "<schema>")
     log_ignored(options)
 
 

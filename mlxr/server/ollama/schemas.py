@@ -11,7 +11,7 @@ from mlxr.server.text_fields import CheckedText
 # Strict: JSON true is not one second.
 KeepAlive = Annotated[float, Strict()] | Annotated[str, Strict()] | None
 MAX_EMBED_INPUTS = 256  # each is a forward pass on the engine thread
-# "json" or a JSON schema; accepted, but decoding is not constrained (see routes).
+# "json" or a JSON schema: decoding is constrained to it (see structured.py).
 Format = Literal["", "json"] | dict[str, Any] | None
 
 

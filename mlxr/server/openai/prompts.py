@@ -5,6 +5,7 @@ from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.server.prompt_work import check_prompt_chars, off_loop
+from mlxr.server.openai.structured import structured_outputs
 from mlxr.server.openai.schemas import (
     MAX_LOGIT_BIAS,
     ChatCompletionRequest,
@@ -33,6 +34,7 @@ def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int 
         ignore_eos=body.ignore_eos,
         logprobs=logprobs,
         logit_bias=parse_logit_bias(body.logit_bias),
+        structured_outputs=structured_outputs(body),
     )
 
 

@@ -30,6 +30,11 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: dict[str, Any] | None = None
+
+
 class SamplingFields(_Body):
     """Fields shared by chat and completions, vLLM's extras included."""
 
@@ -52,6 +57,13 @@ class SamplingFields(_Body):
     min_tokens: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
     stop_token_ids: Annotated[list[TokenId], Field(max_length=256)] | None = None
     ignore_eos: bool = False
+    # Structured output (vLLM's extras; response_format below): see openai/structured.py.
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
 
 class ContentPart(_Body):
@@ -80,17 +92,11 @@ class Tool(_Body):
     function: FunctionDef
 
 
-class ResponseFormat(_Body):
-    type: Literal["text", "json_object", "json_schema"] = "text"
-    json_schema: dict[str, Any] | None = None
-
-
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1, max_length=4096)
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    response_format: ResponseFormat | None = None
     tools: list[Tool] | None = Field(None, max_length=512)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None

@@ -1,0 +1,85 @@
+"""Structured-output overhead: decode tok/s with a JSON schema on every request against the same
+requests unconstrained, interleaved (plain, schema, plain, schema, ...), single stream and a
+batch; and the host's mask time per constrained token. Writes bench/results/structured_overhead-*.json.
+
+The schema never completes within --gen-len tokens (an array with many required items), so both
+arms generate exactly gen-len tokens per request (the plain arm ignores EOS).
+
+  python bench/structured_overhead.py --device cpu --batches 1 --reps 5
+  python bench/structured_overhead.py --device cuda --model gemma3-270m --batches 1 64 --reps 5
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import torch
+
+from common import device_name, median, print_table, write_result
+from mlxr import LLM, SamplingParams
+from mlxr.types import StructuredOutputsParams
+
+SCHEMA = {"type": "object", "properties": {"rows": {"type": "array", "minItems": 10_000, "items": {
+    "type": "object", "additionalProperties": False, "required": ["id", "name", "ok"],
+    "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 100000},
+                   "name": {"type": "string", "maxLength": 12}, "ok": {"type": "boolean"}}}}},
+          "required": ["rows"], "additionalProperties": False}
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_arm(llm: LLM, batch: int, gen_len: int, constrained: bool) -> tuple[float, int]:
+    spec = StructuredOutputsParams(json=SCHEMA) if constrained else None
+    params = SamplingParams(max_tokens=gen_len, temperature=0.8, seed=1, ignore_eos=not constrained,
+                            structured_outputs=spec)
+    prompts = [f"Write record list number {i} as JSON:" for i in range(batch)]
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    elapsed = time.perf_counter() - start
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    assert all(o.outputs[0].finish_reason == "length" for o in outs), "an arm ended early"
+    return tokens / elapsed, tokens
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2:135m")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    ap.add_argument("--gen-len", type=int, default=96)
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=max(64, *a.batches))
+    manager = llm.engine.core.core.structured
+    rows = []
+    for batch in a.batches:
+        run_arm(llm, batch, a.gen_len, False), run_arm(llm, batch, a.gen_len, True)  # warm-up, grammar compile
+        plain, schema, mask_s, mask_rows = [], [], 0.0, 0
+        for _ in range(a.reps):
+            plain.append(run_arm(llm, batch, a.gen_len, False)[0])
+            before = (manager.timing.seconds, manager.timing.rows)
+            schema.append(run_arm(llm, batch, a.gen_len, True)[0])
+            mask_s += manager.timing.seconds - before[0]
+            mask_rows += manager.timing.rows - before[1]
+        rows.append({"batch": batch, "plain_tok_s": median(plain), "schema_tok_s": median(schema),
+                     "ratio": median(schema) / median(plain), "mask_us_per_token": 1e6 * mask_s / max(1, mask_rows),
+                     "plain_runs": plain, "schema_runs": schema})
+        print(f"batch {batch}: plain {median(plain):.1f} tok/s, schema {median(schema):.1f} tok/s", flush=True)
+    print_table(rows, ["batch", "plain_tok_s", "schema_tok_s", "ratio", "mask_us_per_token"])
+    path = write_result("structured_overhead", {
+        "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
+        "reps": a.reps, "grammar_engine": "llguidance", "threads": torch.get_num_threads(), "rows": rows})
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

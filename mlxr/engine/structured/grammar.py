@@ -1,0 +1,156 @@
+"""A StructuredOutputsParams -> llguidance grammar text, with the bounds a request may not pass,
+and the check that gives a clear 400 before a request reaches the engine core. No torch here."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+
+import llguidance
+
+from mlxr.errors import InvalidParameterError
+from mlxr.types import StructuredOutputsParams
+
+PARAM = "structured_outputs"
+MAX_SPEC_BYTES = 64 * 1024  # a schema, regex or grammar as text
+MAX_CHOICES = 1024
+MAX_CHOICE_CHARS = 1024
+MAX_JSON_DEPTH = 64  # nesting of the schema document itself
+CHECK_TIMEOUT_S = 10.0
+
+# llguidance's parser limits (its defaults are generous for server use): fuel bounds the work
+# of building the lexer and of each token's mask, so a hostile regex is refused or cut short,
+# never exponential; the grammar size bounds what a schema may expand to.
+LIMITS = dict(max_grammar_size=200_000, max_lexer_states=100_000,
+              initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000, step_max_items=50_000)
+
+
+# JSON as models usually write it, one space after ':' and ','; no free whitespace, so a model
+# cannot spend its tokens on blanks (a schema's "x-guidance" options still override these).
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def parser_limits() -> llguidance.LLParserLimits:
+    return llguidance.LLParserLimits(**LIMITS)
+
+
+def grammar_text(spec: StructuredOutputsParams) -> str:
+    """The llguidance grammar for spec; raises InvalidParameterError for what is too big."""
+    if spec.json_object:
+        return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_STYLE)
+    if spec.json is not None:
+        return llguidance.LLMatcher.grammar_from_json_schema(_schema_text(spec.json), defaults=JSON_STYLE)
+    if spec.regex is not None:
+        return llguidance.LLMatcher.grammar_from_regex(_bounded("regex", spec.regex))
+    if spec.choice is not None:
+        return llguidance.LLMatcher.grammar_from_lark(_choice_lark(spec.choice))
+    return llguidance.LLMatcher.grammar_from_lark(_bounded("grammar", spec.grammar))
+
+
+def _bounded(what: str, text: object) -> str:
+    if not isinstance(text, str) or not text:
+        raise InvalidParameterError(PARAM, f"{what} must be a non-empty string")
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        raise InvalidParameterError(PARAM, f"{what} is over {MAX_SPEC_BYTES} bytes")
+    return text
+
+
+def _schema_text(schema: dict | str) -> str:
+    if isinstance(schema, dict):
+        schema = json.dumps(schema, separators=(",", ":"))
+    text = _bounded("json schema", schema)
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise InvalidParameterError(PARAM, f"json schema is not valid JSON: {e}") from None
+    if not isinstance(doc, (dict, bool)):
+        raise InvalidParameterError(PARAM, "json schema must be a JSON object")
+    if _depth(doc) > MAX_JSON_DEPTH:
+        raise InvalidParameterError(PARAM, f"json schema nests deeper than {MAX_JSON_DEPTH} levels")
+    return text
+
+
+def _depth(doc: object) -> int:
+    """Nesting depth of a parsed JSON document, without recursion."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_JSON_DEPTH:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack += [(c, d + 1) for c in children if isinstance(c, (dict, list))]
+    return deepest
+
+
+def _choice_lark(choices: list[str]) -> str:
+    if not isinstance(choices, list) or not choices or len(choices) > MAX_CHOICES:
+        raise InvalidParameterError(PARAM, f"choice must be a list of 1 to {MAX_CHOICES} strings")
+    for c in choices:
+        if not isinstance(c, str) or not c or len(c) > MAX_CHOICE_CHARS:
+            raise InvalidParameterError(PARAM, f"each choice must be 1 to {MAX_CHOICE_CHARS} characters")
+    return "start: " + " | ".join(json.dumps(c) for c in choices)
+
+
+def spec_key(spec: StructuredOutputsParams) -> str:
+    """The content hash a compiled grammar is cached under."""
+    fields = [spec.json if not isinstance(spec.json, dict) else json.dumps(spec.json, sort_keys=True),
+              spec.json_object, spec.regex, spec.choice, spec.grammar]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+
+class _Checked:
+    """Specs already checked (by content hash), so the engine thread does not check them again."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size, self.keys, self.lock = size, OrderedDict(), threading.Lock()
+
+    def __contains__(self, key: str) -> bool:
+        with self.lock:
+            if key in self.keys:
+                self.keys.move_to_end(key)
+                return True
+            return False
+
+    def add(self, key: str) -> None:
+        with self.lock:
+            self.keys[key] = None
+            while len(self.keys) > self.size:
+                self.keys.popitem(last=False)
+
+
+_CHECKED = _Checked()
+
+
+def check(spec: StructuredOutputsParams) -> str:
+    """The grammar text of spec if llguidance accepts it; else InvalidParameterError naming
+    the problem (an invalid or unsatisfiable schema, a bad regex or grammar). Bounded time:
+    the text is bounded and llguidance's limits bound the compile."""
+    text = grammar_text(spec)
+    key = spec_key(spec)
+    if key in _CHECKED:
+        return text
+    try:
+        error = llguidance.LLMatcher.validate_grammar(text, limits=parser_limits())
+    except (ValueError, RuntimeError) as e:
+        error = str(e)
+    if error:
+        raise InvalidParameterError(PARAM, _first_line(error))
+    _CHECKED.add(key)
+    return text
+
+
+async def check_off_loop(spec: StructuredOutputsParams) -> None:
+    """check() on a worker thread, refused once it passes CHECK_TIMEOUT_S (llguidance drops the
+    GIL while it builds, so the event loop and the engine thread keep running meanwhile)."""
+    try:
+        await asyncio.wait_for(asyncio.to_thread(check, spec), CHECK_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise InvalidParameterError(PARAM, f"the grammar did not compile within {CHECK_TIMEOUT_S:.0f} s") from None
+
+
+def _first_line(error: str) -> str:
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return "; ".join(lines[:3])[:500]

@@ -1,0 +1,143 @@
+"""The engine core's structured-output manager: requests wait here while their grammar compiles
+(on the compiler's thread, so the step loop keeps running), and each step that samples a
+constrained row gets the packed token bitmask of its rows, filled on the host from the matchers.
+
+The mask of a row needs the row's previous token taken by its matcher, but the runner launches a
+step before the previous step's tokens reach the host. So for a step with a constrained row the
+engine core queues the forward, lands the previous step while the forward runs, fills the mask
+here, and only then queues sampling (EngineCore.step, ModelRunner.execute's before_sample).
+A step with no constrained row keeps the plain overlap."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+from mlxr.engine.records import EngineCoreOutput
+from mlxr.engine.request import Request
+
+COMPILE_TIMEOUT_S = 30.0  # a safety net: the frontend's check already bounded the compile
+WAIT_S = 0.005  # how long an idle step waits for a compile before returning
+PARALLEL_ROWS = 8  # from this many constrained rows on, masks are filled on llguidance's threads
+
+
+@dataclass
+class MaskTiming:
+    """Host time spent filling masks (the bench reads it)."""
+
+    seconds: float = 0.0
+    rows: int = 0
+
+
+@dataclass
+class _Pending:
+    request: Request
+    future: Future
+    since: float = field(default_factory=time.monotonic)
+
+
+class StructuredOutputManager:
+    def __init__(self, tokenizer, vocab_size: int) -> None:
+        self._tokenizer, self._vocab_size = tokenizer, vocab_size
+        self._compiler = None  # GrammarCompiler, built on the first constrained request
+        self._executor = None
+        self.pending: dict[str, _Pending] = {}
+        self.live: set[str] = set()  # constrained requests in the scheduler
+        self.timing = MaskTiming()
+
+    # --- admission ---------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        rid = request.request_id
+        if self._tokenizer is None:
+            self.pending[rid] = _Pending(request, _failed("this engine has no tokenizer for structured output"))
+            return
+        if self._compiler is None:
+            import llguidance
+
+            from mlxr.engine.structured.compiler import GrammarCompiler
+            self._compiler = GrammarCompiler(self._tokenizer, self._vocab_size)
+            self._executor = llguidance.LLExecutor()
+        self.pending[rid] = _Pending(request, self._compiler.submit(request.params.structured_outputs))
+
+    def abort(self, request_ids: list[str]) -> None:
+        if self.pending:
+            for rid in request_ids:
+                self.pending.pop(rid, None)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def admit(self, scheduler) -> list[EngineCoreOutput]:
+        """Hand the requests whose grammar is ready to the scheduler; error outputs for the rest
+        that failed."""
+        if self.live:
+            self.live &= scheduler.requests.keys()
+        if not self.pending:
+            return []
+        failed, now = [], time.monotonic()
+        for rid, p in list(self.pending.items()):
+            if not p.future.done():
+                if now - p.since > COMPILE_TIMEOUT_S:
+                    del self.pending[rid]
+                    failed.append(_error(rid, f"the grammar did not compile in {COMPILE_TIMEOUT_S:.0f} s"))
+                continue
+            del self.pending[rid]
+            try:
+                p.request.grammar = p.future.result()
+            except Exception as e:  # noqa: BLE001 - the request fails, not the engine
+                failed.append(_error(rid, str(e)))
+                continue
+            scheduler.add(p.request)
+            self.live.add(rid)
+        return failed
+
+    def wait_for_compile(self) -> None:
+        """Block briefly while only compiles are outstanding (rather than spin)."""
+        for p in self.pending.values():
+            try:
+                p.future.exception(timeout=WAIT_S)
+            except Exception:  # noqa: BLE001 - a timeout; the result is read in admit
+                pass
+            return
+
+    # --- the step ----------------------------------------------------------------------------
+    def constrains(self, request_ids: list[str]) -> bool:
+        live = self.live
+        return bool(live) and any(rid in live for rid in request_ids)
+
+    def bitmask(self, rows: list[Request | None]) -> torch.Tensor | None:
+        """[len(rows), words] int32 on the host: each constrained row's allowed tokens at its
+        next position, every bit set for the others; None when no row is constrained."""
+        matchers = [(r.grammar.matcher, i) for i, r in enumerate(rows)
+                    if r is not None and r.grammar is not None and not r.grammar.done]
+        if not matchers:
+            return None
+        import llguidance.torch as llg_torch
+
+        start = time.perf_counter()
+        mask = torch.full((len(rows), (self._compiler.vocab_size + 31) // 32), -1, dtype=torch.int32)
+        if len(matchers) >= PARALLEL_ROWS:
+            llg_torch.fill_next_token_bitmask_par(self._executor, matchers, mask)
+        else:  # a few rows: in this thread (waking the executor's pool costs more than it saves)
+            for matcher, i in matchers:
+                llg_torch.fill_next_token_bitmask(matcher, mask, i)
+        self.timing.seconds += time.perf_counter() - start
+        self.timing.rows += len(matchers)
+        return mask
+
+    def shutdown(self) -> None:
+        if self._compiler is not None:
+            self._compiler.shutdown()
+
+
+def _failed(message: str) -> Future:
+    future: Future = Future()
+    future.set_exception(RuntimeError(message))
+    return future
+
+
+def _error(request_id: str, message: str) -> EngineCoreOutput:
+    return EngineCoreOutput(request_id, finish_reason="error", error=message)

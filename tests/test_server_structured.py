@@ -1,0 +1,177 @@
+"""Structured output over HTTP on a random-weight model (nothing but the mask makes JSON), with
+the official clients: OpenAI response_format (json_schema, and .parse with Pydantic models), vLLM's
+structured_outputs / guided_* extras, Ollama's format; bad specs are 400s naming the problem;
+hostile ones are answered in bounded time while another request keeps streaming."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal, Optional
+
+import httpx
+import jsonschema
+import ollama
+import openai
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+from server_harness import tiny_llama_server
+
+from structured_schemas import FAST, SCHEMAS
+
+ARGS = {"temperature": 1.0, "seed": 5, "max_tokens": 200}
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client) -> str:
+    return client.models.list().data[0].id
+
+
+def ask(client, model, schema: dict) -> str:
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
+    reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Answer in JSON"}],
+                                           response_format=fmt, **ARGS)
+    assert reply.choices[0].finish_reason == "stop"
+    return reply.choices[0].message.content
+
+
+def check_suite(client, model, names: list[str]) -> None:
+    with ThreadPoolExecutor(8) as pool:  # concurrent: the server batches them
+        texts = list(pool.map(lambda n: ask(client, model, SCHEMAS[n]), names))
+    for name, text in zip(names, texts):
+        jsonschema.validate(json.loads(text), SCHEMAS[name])
+
+
+def test_response_format_json_schema_whole_suite(client, model):
+    check_suite(client, model, sorted(SCHEMAS))
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # additionalProperties: false, as strict mode wants
+    name: str = Field(max_length=6)
+    count: int = Field(ge=0, le=9)
+
+
+class Order(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # additionalProperties: false, as strict mode wants
+    kind: Literal["buy", "sell"]
+    items: list[Item] = Field(min_length=1, max_length=2)
+    note: Optional[str] = Field(max_length=4)
+
+
+class Point(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # additionalProperties: false, as strict mode wants
+    x: float = Field(ge=-1, le=1)
+    label: Literal["é", "日本"]
+
+
+@pytest.mark.parametrize("model_cls", [Order, Point, Item])
+def test_parse_with_pydantic_models(client, model, model_cls):
+    reply = client.chat.completions.parse(model=model, messages=[{"role": "user", "content": "Give one"}],
+                                          response_format=model_cls, **ARGS)
+    parsed = reply.choices[0].message.parsed
+    assert isinstance(parsed, model_cls)
+    model_cls.model_validate_json(reply.choices[0].message.content)
+
+
+def test_completions_route_and_streaming(client, model):
+    schema = SCHEMAS["record_like"]
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    out = client.completions.create(model=model, prompt="Data:", extra_body={"response_format": fmt}, **ARGS)
+    jsonschema.validate(json.loads(out.choices[0].text), schema)
+    chunks = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
+                                            response_format=fmt, stream=True, **ARGS)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(text), schema)
+
+
+def test_vllm_extras_regex_choice_grammar(client, model):
+    def complete(extra):
+        return client.completions.create(model=model, prompt="Hi", extra_body=extra, **ARGS).choices[0].text
+    assert re.fullmatch(r"[A-Z]{2}[0-9]{3}", complete({"structured_outputs": {"regex": "[A-Z]{2}[0-9]{3}"}}))
+    assert complete({"structured_outputs": {"choice": ["alpha", "beta"]}}) in ("alpha", "beta")
+    lark = 'start: "<" word (" " word)* ">"\nword: /[xyz]{1,4}/'
+    assert re.fullmatch(r"<[xyz]{1,4}( [xyz]{1,4})*>", complete({"structured_outputs": {"grammar": lark}}))
+    assert complete({"guided_choice": ["left", "right"]}) in ("left", "right")
+    assert re.fullmatch(r"[0-9]{4}", complete({"guided_regex": "[0-9]{4}"}))
+    jsonschema.validate(json.loads(complete({"guided_json": SCHEMAS["ref_defs"]})), SCHEMAS["ref_defs"])
+
+
+def test_ollama_format_schema(base_url, model):
+    client = ollama.Client(host=base_url, timeout=120)
+    options = {"temperature": 1.0, "seed": 9, "num_predict": 200}
+    for name in FAST[:5]:
+        out = client.chat(model=model, messages=[{"role": "user", "content": "JSON"}], format=SCHEMAS[name],
+                          options=options)
+        jsonschema.validate(json.loads(out.message.content), SCHEMAS[name])
+    out = client.generate(model=model, prompt="JSON", format=Order.model_json_schema(), options=options)
+    Order.model_validate_json(out.response)
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
+      {"type": "integer", "minimum": 3, "maximum": 1}}}}, "minimum"),
+    ({"structured_outputs": {"regex": "(("}}, "regex"),
+    ({"structured_outputs": {"grammar": "start: nowhere"}}, "nowhere"),
+    ({"structured_outputs": {"choice": ["a"]}, "guided_regex": "b"}, "one constraint"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "schema"),
+])
+def test_bad_specs_are_400_naming_the_problem(base_url, model, body, words):
+    r = httpx.post(base_url + "/v1/completions", json={"model": model, "prompt": "x", **body}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert words in r.json()["error"]["message"]
+
+
+def _deep(n: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(n):
+        schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    return schema
+
+
+HOSTILE = [
+    ({"guided_json": _deep(200)}, 400),  # deep nesting
+    ({"guided_json": {"enum": [f"value-{i}" for i in range(50_000)]}}, 400),  # a huge enum
+    ({"guided_choice": [f"c{i}" for i in range(5000)]}, 400),
+    ({"guided_regex": "(a|b)*a(a|b){60}"}, 200),  # exponential as a DFA: llguidance's lazy lexer copes
+    ({"guided_regex": "((a{1,1000}){1,1000}){1,1000}"}, 200),
+]
+
+
+def test_hostile_grammars_are_answered_in_bounded_time_while_another_streams(base_url, model, client):
+    arrivals: list[float] = []
+
+    def stream():
+        for chunk in client.completions.create(model=model, prompt="go", max_tokens=150, temperature=0,
+                                               extra_body={"ignore_eos": True}, stream=True):
+            arrivals.append(time.monotonic())
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    while len(arrivals) < 3:
+        time.sleep(0.01)
+    spans = []
+    for body, status in HOSTILE:
+        start = time.monotonic()
+        r = httpx.post(base_url + "/v1/completions", timeout=60,
+                       json={"model": model, "prompt": "x", "max_tokens": 16, **body})
+        spans.append((start, time.monotonic()))
+        assert r.status_code == status, r.text
+        assert spans[-1][1] - start < 10
+    streamer.join(120)
+    assert len(arrivals) >= 150
+    during = [t for t in arrivals if spans[0][0] <= t <= spans[-1][1]]
+    assert during, "the stream stalled while the hostile requests were handled"
