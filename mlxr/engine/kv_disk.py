@@ -245,10 +245,16 @@ class DiskStore:
     def _evict(self, db: sqlite3.Connection) -> None:
         """Least recently used files go, of any layout, until the directory is within its bound."""
         while self.total_bytes > self.max_bytes:
-            rows = db.execute("SELECT layout, hash FROM blocks ORDER BY last_used LIMIT 64").fetchall()
+            rows = db.execute("SELECT layout, hash, bytes FROM blocks ORDER BY last_used LIMIT 64").fetchall()
             if not rows:
                 return
-            self._delete(db, rows)
+            excess, doomed = self.total_bytes - self.max_bytes, []
+            for layout, h, size in rows:
+                if excess <= 0:
+                    break
+                doomed.append((layout, h))
+                excess -= size
+            self._delete(db, doomed)
 
     def _delete(self, db: sqlite3.Connection, rows: list[tuple[str, bytes]]) -> None:
         for layout, h in rows:
