@@ -207,3 +207,24 @@ def test_size_bound_evicts_least_recently_used(model, tmp_path):
         assert tiers(llm).disk.num_blocks == 8 and not old & {p.name for p in files}
     finally:
         llm.shutdown()
+
+
+def test_host_tier_beside_preemption_swap(model):
+    """Swap space and the host tier are separate pools: sequences swapped out under pressure
+    and prefix blocks evicted to host memory in the same engine, outputs as without either."""
+    prompts = [list(range(5, 105)), list(range(105, 205)), list(range(5, 105))]
+    params = SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True)
+    plain = LLM(model, dtype=torch.float32, enable_prefix_caching=False)
+    try:
+        want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
+    finally:
+        plain.shutdown()
+    llm = LLM(model, dtype=torch.float32, num_kv_blocks=16, swap_space_gb=0.01, kv_host_cache_gb=0.01)
+    try:
+        got = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+        assert got == want
+        assert got == [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+        stats = llm.engine.stats()
+        assert stats.num_preemptions > 0 and stats.kv_tiers["host"]["hits"] > 0
+    finally:
+        llm.shutdown()

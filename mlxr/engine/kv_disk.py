@@ -29,6 +29,18 @@ HEADER_MAX = 4096
 MAX_PENDING_BYTES = 512 << 20  # blocks queued for writing; past it new ones are dropped
 
 
+def _alive(pid: str) -> bool:
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass(frozen=True)
 class Layout:
     """What a block's bytes mean: a block is only reused by the same model laid out the same way."""
@@ -90,7 +102,8 @@ class DiskStore:
 
     def _load_index(self) -> None:
         for tmp in self.dir.glob("*.tmp"):  # left by a process killed mid-write
-            tmp.unlink(missing_ok=True)
+            if not _alive(tmp.suffixes[-2].lstrip(".")):  # another live server may share the directory
+                tmp.unlink(missing_ok=True)
         db = self._connect()
         try:
             rows = db.execute("SELECT hash FROM blocks WHERE layout = ?", (self.layout.key(),)).fetchall()
