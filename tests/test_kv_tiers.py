@@ -228,3 +228,29 @@ def test_host_tier_beside_preemption_swap(model):
         assert stats.num_preemptions > 0 and stats.kv_tiers["host"]["hits"] > 0
     finally:
         llm.shutdown()
+
+
+@pytest.mark.gpu
+def test_tiers_on_cuda(model, tmp_path):
+    """The side stream and pinned pool: host churn, then a disk restore in a new engine, each
+    giving the output of a CUDA engine without tiers."""
+    kw = dict(dtype=torch.float32, device="cuda")
+    plain = LLM(model, enable_prefix_caching=False, **kw)
+    try:
+        want = run(plain)
+    finally:
+        plain.shutdown()
+    llm = LLM(model, num_kv_blocks=20, kv_host_cache_gb=0.01, kv_cache_dir=str(tmp_path), **kw)
+    try:
+        assert run(llm) == want
+        run(llm, list(range(300, 500)))
+        assert run(llm) == want
+        assert llm.engine.stats().kv_tiers["host"]["hits"] >= 5
+    finally:
+        llm.shutdown()
+    again = LLM(model, kv_cache_dir=str(tmp_path), **kw)
+    try:
+        assert run(again) == want
+        assert again.engine.stats().kv_tiers["disk"]["hits"] == FULL_BLOCKS
+    finally:
+        again.shutdown()

@@ -125,15 +125,22 @@ class DiskStore:
         return self.dir / f"{h.hex()}.kvb"
 
     # --- reading (the scheduler's thread) ------------------------------------------------------
-    def read(self, h: bytes) -> bytes | None:
+    def _read_bounded(self, path: Path) -> memoryview:
+        """The file's bytes, reading no more than a well-formed file holds (plus one, to tell)."""
+        buf = bytearray(len(MAGIC) + 4 + HEADER_MAX + self.block_bytes + 1)
+        view, n = memoryview(buf), 0
+        with open(path, "rb", buffering=0) as f:
+            while n < len(buf) and (got := f.readinto(view[n:])):
+                n += got
+        return view[:n]
+
+    def read(self, h: bytes) -> memoryview | None:
         """The block's verified payload, or None (logged) when its file is unusable."""
         if h not in self._resident:
             return None
         path = self._path(h)
         try:
-            with open(path, "rb") as f:
-                data = f.read(len(MAGIC) + 4 + HEADER_MAX + self.block_bytes + 1)
-            payload = self._verify(h, data)
+            payload = self._verify(h, self._read_bounded(path))
         except (OSError, ValueError) as e:
             log.warning("KV disk tier: skipping %s (%s); the block is recomputed", path.name, e)
             self.counters.skipped_files += 1
@@ -144,14 +151,16 @@ class DiskStore:
         self._queue.put(("touch", h))
         return payload
 
-    def _verify(self, h: bytes, data: bytes) -> bytes:
-        if data[: len(MAGIC)] != MAGIC:
+    def _verify(self, h: bytes, data: memoryview) -> memoryview:
+        if len(data) < len(MAGIC) + 4 or bytes(data[: len(MAGIC)]) != MAGIC:
             raise ValueError("not a KV block file")
         (n,) = struct.unpack_from("<I", data, len(MAGIC))
         start = len(MAGIC) + 4 + n
         if n > HEADER_MAX or len(data) < start:
             raise ValueError("truncated header")
-        header = json.loads(data[len(MAGIC) + 4 : start])
+        header = json.loads(bytes(data[len(MAGIC) + 4 : start]))
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
         expected = {**self._header, "hash": h.hex(), "bytes": self.block_bytes}
         wrong = sorted(k for k, v in expected.items() if header.get(k) != v)
         if wrong:

@@ -81,7 +81,7 @@ class KVTiers:
             self.host_counters.bytes_read += self.block_bytes
             return slot
         if self.disk is not None and (payload := self.disk.read(h)) is not None:
-            return torch.frombuffer(bytearray(payload), dtype=self.dtype).view(self.block_shape)
+            return torch.frombuffer(payload, dtype=self.dtype).view(self.block_shape)
         return None
 
     def load(self, source: object, block: int) -> None:
