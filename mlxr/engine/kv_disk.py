@@ -281,10 +281,13 @@ class DiskStore:
     def _delete(self, db: sqlite3.Connection, rows: list[tuple[str, bytes]]) -> None:
         for layout, h in rows:
             h = bytes(h)
-            path = self.root / layout / f"{h.hex()}.kvb"
+            # Only names this code makes: an index edited by hand cannot point a delete elsewhere.
+            well_formed = isinstance(layout, str) and len(layout) == 32 and all(c in "0123456789abcdef" for c in layout)
+            path = self.root / layout / f"{h.hex()}.kvb" if well_formed else None
             got = db.execute("SELECT bytes FROM blocks WHERE layout = ? AND hash = ?", (layout, h)).fetchone()
             db.execute("DELETE FROM blocks WHERE layout = ? AND hash = ?", (layout, h))
-            path.unlink(missing_ok=True)
+            if path is not None:
+                path.unlink(missing_ok=True)
             with self._lock:
                 if got is not None:
                     self.total_bytes -= got[0]
