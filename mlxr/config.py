@@ -84,7 +84,13 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None  # None: the model's context length
     enable_prefix_caching: bool = True
-    swap_space_gb: float = 0.0
+    swap_space_gb: float = 0.0  # preempted sequences swap here (a pool apart from the tiers below)
+    # KV cache tiers (engine/kv_tiers.py): prefix blocks the device evicts are kept in this much host
+    # memory; with a directory, every computed block is also written there (up to kv_cache_disk_gb,
+    # least recently used out) and found again after a restart.
+    kv_host_cache_gb: float = 0.0
+    kv_cache_dir: str | None = None
+    kv_cache_disk_gb: float = 10.0
     max_waiting: int = 1024
     enable_cuda_graphs: bool = True  # decode steps replay captured graphs on CUDA
     # Graph block tables span the whole context; the Triton decode kernel skips the empty

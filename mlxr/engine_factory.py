@@ -3,8 +3,10 @@ come here. With EngineConfig.engine_process the engine core runs in its own proc
 the weights there; this process keeps the tokenizer."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -42,7 +44,30 @@ def core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: st
     """The engine core process's factory (core_proc.py): the weights, loaded there."""
     spec = ModelSpec(ref, DTYPES.get(dtype), device, DTYPES.get(weight_dtype), quantization)
     loaded = spec.load()
-    return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, loaded.tokenizer)
+    return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
+                     model_digest=model_digest(loaded))
+
+
+SAMPLE_BYTES = 1 << 20
+
+
+def model_digest(loaded: LoadedModel) -> str:
+    """The disk tier's key for a model's KV: its files (names, sizes, and their first, middle and
+    last MiB: hashing many GB at every start would cost more than the prefill it saves) and how
+    they were loaded (weight storage and quantization change the KV's values)."""
+    h = hashlib.sha256(f"{loaded.weight_dtype} {loaded.quantization} {loaded.args.model_type}".encode())
+    path = Path(loaded.source.path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if f.suffix not in (".gguf", ".safetensors", ".json"):
+            continue
+        size = f.stat().st_size
+        h.update(f"{f.name} {size}".encode())
+        with open(f, "rb") as fh:
+            for offset in sorted({0, max(0, size // 2 - SAMPLE_BYTES // 2), max(0, size - SAMPLE_BYTES)}):
+                fh.seek(offset)
+                h.update(fh.read(SAMPLE_BYTES))
+    return "sampled-sha256:" + h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -65,5 +90,6 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
         parts = EngineParts(None, args, tokenizer, None, None)
         return Built(LLMEngine(parts, config, core=client), None, args, tokenizer)
     loaded = spec.load(progress)
-    parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
+    parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device,
+                        model_digest(loaded) if config.kv_cache_dir else "")
     return Built(LLMEngine(parts, config), loaded, loaded.args, loaded.tokenizer)

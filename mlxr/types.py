@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlxr.errors import InvalidParameterError
 
@@ -178,6 +178,8 @@ class EngineStats:
     max_model_len: int = 0  # the context the engine runs (the KV cache may cap the model's)
     device_bytes: int = 0  # weights and KV cache on the device
     runtime_compiles: int = 0  # kernels compiled after the engine's warm-up
+    # KV cache tiers: {"host"|"disk": {"hits", "bytes_read", "bytes_written", "blocks", ...}}
+    kv_tiers: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def kv_cache_usage(self) -> float:

@@ -34,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--max-num-batched-tokens", type=int, default=2048)
     s.add_argument("--max-model-len", type=int, default=None)
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
+    s.add_argument("--num-kv-blocks", type=int, default=None, help="device KV blocks (overrides --kv-cache-gb)")
+    s.add_argument("--kv-host-cache-gb", type=float, default=0.0,
+                   help="host memory for prefix-cache blocks the device evicts (0 = off)")
+    s.add_argument("--kv-cache-dir", default=None,
+                   help="directory that keeps computed KV blocks across restarts (disk tier; off when unset)")
+    s.add_argument("--kv-cache-disk-gb", type=float, default=10.0, help="size bound of --kv-cache-dir")
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
     s.add_argument("--allowed-host", action="append", default=[],
@@ -79,6 +85,9 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
     engine = EngineConfig(
         max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens,
         max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
+        num_kv_blocks=ns.num_kv_blocks, kv_host_cache_gb=ns.kv_host_cache_gb,
+        kv_cache_dir=str(Path(ns.kv_cache_dir).expanduser().resolve()) if ns.kv_cache_dir else None,
+        kv_cache_disk_gb=ns.kv_cache_disk_gb,
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,

@@ -7,6 +7,7 @@ import hashlib
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 from mlxr.engine.request import Request
 
@@ -27,6 +28,18 @@ def block_hash(parent: bytes | None, tokens: tuple[int, ...]) -> bytes:
     return h.digest()
 
 
+class LowerTiers(Protocol):
+    """Where prefix-cache blocks go when the device evicts them and come back from (kv_tiers.py)."""
+
+    def evicted(self, h: bytes, block: int) -> None: ...
+
+    def committed(self, h: bytes, block: int) -> None: ...
+
+    def lookup(self, h: bytes) -> object | None: ...
+
+    def load(self, source: object, block: int) -> None: ...
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
         assert num_blocks > 0 and block_size > 0
@@ -38,6 +51,7 @@ class BlockManager:
         self.cached: dict[bytes, int] = {}  # prefix hash -> block id
         # Blocks with no reference, least recently freed first (evicted first).
         self.free_blocks: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.tiers: LowerTiers | None = None
 
     # --- figures -------------------------------------------------------------------------
     def usage(self) -> BlockUsage:
@@ -67,6 +81,8 @@ class BlockManager:
         old_hash = self.hash_of.pop(block, None)
         if old_hash is not None and self.cached.get(old_hash) == block:
             del self.cached[old_hash]
+            if self.tiers is not None:
+                self.tiers.evicted(old_hash, block)
         self.ref_counts[block] = 1
         return block
 
@@ -131,14 +147,33 @@ class BlockManager:
             h = block_hash(parent, self._block_tokens(seq, i))
             block = self.cached.get(h)
             if block is None:
-                break
-            if self.ref_counts[block] == 0:
-                del self.free_blocks[block]
-            self.ref_counts[block] += 1
+                block = self._load_from_tiers(seq, h)
+                if block is None:
+                    break
+            else:
+                if self.ref_counts[block] == 0:
+                    del self.free_blocks[block]
+                self.ref_counts[block] += 1
             seq.block_table.append(block)
             seq.block_hashes.append(h)
             parent = h
         return len(seq.block_table) * self.block_size
+
+    def _load_from_tiers(self, seq: Request, h: bytes) -> int | None:
+        """A block the device misses, copied back from host memory or disk into a new block that
+        joins the prefix cache; None where no tier has it or loading would leave seq no room."""
+        if self.tiers is None:
+            return None
+        if len(self.free_blocks) < self.blocks_for(seq.num_tokens) - len(seq.block_table):
+            return None
+        source = self.tiers.lookup(h)
+        if source is None:
+            return None
+        block = self._take_free_block()
+        self.tiers.load(source, block)
+        self.cached[h] = block
+        self.hash_of[block] = h
+        return block
 
     def commit_full_blocks(self, seq: Request) -> None:
         """Publish the hashes of blocks that seq has completely computed."""
@@ -155,6 +190,8 @@ class BlockManager:
             if h not in self.cached and block not in self.hash_of:
                 self.cached[h] = block
                 self.hash_of[block] = h
+                if self.tiers is not None:
+                    self.tiers.committed(h, block)
 
     def _block_tokens(self, seq: Request, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])

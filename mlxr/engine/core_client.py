@@ -71,7 +71,7 @@ class InprocClient:
         return True
 
     def shutdown(self) -> None:
-        pass
+        self.core.close()
 
 
 class MPClient:

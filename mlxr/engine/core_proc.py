@@ -52,6 +52,7 @@ def main() -> None:
     try:
         CoreLoop(core, inputs, outputs, launch.parent_pid).run()
     finally:
+        core.close()
         outputs.close(linger=1000)
         inputs.close(linger=0)
         ctx.term()

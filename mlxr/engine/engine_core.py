@@ -17,7 +17,9 @@ import torch
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.compile_watch import WATCH
-from mlxr.engine.kv_cache import KVCache, num_blocks_for_memory
+from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
+from mlxr.engine.kv_disk import DiskStore, Layout
+from mlxr.engine.kv_tiers import KVTiers
 from mlxr.engine.model_runner import ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
@@ -62,6 +64,7 @@ class CoreParts:
     dtype: torch.dtype
     device: torch.device
     tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer: structured output's vocabulary
+    model_digest: str = ""  # what the disk tier keys blocks by (the model's files and load options)
 
 
 class EngineCore:
@@ -73,6 +76,7 @@ class EngineCore:
         host_blocks = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.swap_space_gb)
                        if config.swap_space_gb > 0 else 0)
         self.host_blocks = host_blocks
+        self.tiers: KVTiers | None = None  # none during the warm-up: its synthetic blocks stay out
         self._new_scheduler()
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
@@ -92,11 +96,34 @@ class EngineCore:
             warm_up(self)
         else:  # compiles are expected from an engine that skipped its warm-up: none is a miss
             WATCH.warming()
+        self.tiers = self._make_tiers()
+        self.block_manager.tiers = self.tiers
         tune_gc_once()
+
+    def _make_tiers(self) -> KVTiers | None:
+        config, parts = self.config, self.parts
+        if not config.enable_prefix_caching or (config.kv_host_cache_gb <= 0 and not config.kv_cache_dir):
+            return None
+        host = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.kv_host_cache_gb)
+                if config.kv_host_cache_gb > 0 else 0)
+        disk = None
+        if config.kv_cache_dir:
+            a = parts.args
+            layout = Layout(parts.model_digest, str(parts.dtype).removeprefix("torch."), config.block_size,
+                            a.num_hidden_layers, a.num_key_value_heads, a.head_dim, parts.device.type)
+            disk = DiskStore(config.kv_cache_dir, layout, kv_bytes_per_block(a, config.block_size, parts.dtype),
+                             int(config.kv_cache_disk_gb * (1 << 30)))
+        return KVTiers(self.kv, host, disk)
+
+    def close(self) -> None:
+        """Finish the disk tier's writes (the engine stops)."""
+        if self.tiers is not None:
+            self.tiers.close()
 
     def _new_scheduler(self) -> None:
         config = self.config
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.block_manager.tiers = self.tiers
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
             self.block_manager,
@@ -147,20 +174,28 @@ class EngineCore:
         if out.is_empty:
             if self._inflight is None and not outputs:
                 self.structured.wait_for_compile()
-            return outputs + self._land(self._take_inflight())
+            return outputs + self._land_and_flush(self._take_inflight())
         landed: list[EngineCoreOutput] = []
         hook = self._mask_hook(landed) if self.structured.constrains(out.request_ids) else None
         try:
+            if self.tiers is not None:
+                self.tiers.flush()  # blocks evicted or loaded while scheduling move before the forward
             launched = self.runner.execute(out, hook)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
             outputs += landed + self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        outputs += landed + self._land(self._take_inflight())
+        outputs += landed + self._land_and_flush(self._take_inflight())
         self._inflight = (out, launched)
         if not self.overlap:
-            outputs += self._land(self._take_inflight())
+            outputs += self._land_and_flush(self._take_inflight())
+        return outputs
+
+    def _land_and_flush(self, inflight: tuple[SchedulerOutput, RunnerStep] | None) -> list[EngineCoreOutput]:
+        outputs = self._land(inflight)
+        if self.tiers is not None:
+            self.tiers.flush()  # blocks the step completed go to disk now, not at the next step
         return outputs
 
     def _mask_hook(self, landed: list[EngineCoreOutput]):
@@ -198,6 +233,8 @@ class EngineCore:
         if not bm.can_allocate(need):
             raise OverloadedError("the KV cache is busy; retry the embedding later")
         blocks = bm.take_blocks(need)
+        if self.tiers is not None:
+            self.tiers.flush()  # the blocks taken may have held cached prefixes to save first
         try:
             hidden = self.runner.hidden_states(token_ids, blocks).float()
         finally:
@@ -210,6 +247,7 @@ class EngineCore:
             len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
             sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
             self.max_model_len, self.device_bytes, WATCH.after_warm_up,
+            self.tiers.stats() if self.tiers is not None else {},
         )
 
     def _device_bytes(self) -> int:

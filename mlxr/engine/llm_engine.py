@@ -32,6 +32,7 @@ class EngineParts:
     tokenizer: object  # mlxr.loader.tokenizer.Tokenizer (engine never imports the loader)
     dtype: torch.dtype
     device: torch.device
+    model_digest: str = ""  # keys the disk tier's blocks (engine_factory.model_digest)
 
 
 class LLMEngine:
@@ -40,7 +41,9 @@ class LLMEngine:
         self.config = config
         self.tokenizer = parts.tokenizer
         self.args = parts.args
-        self.core = core or InprocClient(CoreParts(parts.model, parts.args, parts.dtype, parts.device, parts.tokenizer), config)
+        self.core = core or InprocClient(CoreParts(
+            parts.model, parts.args, parts.dtype, parts.device, tokenizer=parts.tokenizer,
+            model_digest=parts.model_digest), config)
         self.max_model_len = self.core.max_model_len
         self.processor = Processor(self.tokenizer, Limits(parts.args.vocab_size, self.max_model_len))
         self.output = OutputProcessor(self.tokenizer)
@@ -137,6 +140,7 @@ class LLMEngine:
             max_model_len=core.max_model_len,
             device_bytes=core.device_bytes,
             runtime_compiles=core.runtime_compiles,
+            kv_tiers=core.kv_tiers,
         )
 
     @property

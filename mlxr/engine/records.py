@@ -115,6 +115,7 @@ class CoreStats(msgspec.Struct, array_like=True, frozen=True):
     max_model_len: int
     device_bytes: int  # weights and KV cache on the device
     runtime_compiles: int  # kernels compiled after the warm-up (each paused a step)
+    kv_tiers: dict[str, dict[str, int]] = {}  # "host" / "disk" -> hits, bytes, resident blocks...
 
 
 # --- the core process's messages (core_proc.py) ------------------------------------------------

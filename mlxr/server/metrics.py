@@ -43,6 +43,7 @@ class EngineCollector(Collector):
         stats = self._snapshot()
         yield from _gauges(stats)
         yield from _counters(stats)
+        yield from _tiers(stats)
 
 
 def _gauges(stats: dict[str, EngineStats]) -> Iterator[Metric]:
@@ -86,6 +87,29 @@ def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
         for reason, count in sorted(s.finished_by_reason.items()):
             ok.add_metric([model, reason], float(count))
     yield ok
+
+
+TIER_METRICS = (  # (name, kind, help, key of EngineStats.kv_tiers[tier])
+    ("mlxr:kv_tier_hits", "counter", "KV blocks found in a lower tier instead of recomputed", "hits"),
+    ("mlxr:kv_tier_read_bytes", "counter", "Bytes of KV copied back to the device from a tier", "bytes_read"),
+    ("mlxr:kv_tier_written_bytes", "counter", "Bytes of KV copied into a tier", "bytes_written"),
+    ("mlxr:kv_tier_blocks", "gauge", "KV blocks resident in a tier", "blocks"),
+    ("mlxr:kv_tier_skipped_files", "counter", "Disk tier files skipped (corrupt, truncated, mismatched)",
+     "skipped_files"),
+    ("mlxr:kv_tier_write_errors", "counter", "Disk tier writes that failed (writes turn off)", "write_errors"),
+    ("mlxr:kv_tier_writes_enabled", "gauge", "1 while the disk tier still writes", "writes_enabled"),
+)
+
+
+def _tiers(stats: dict[str, EngineStats]) -> Iterator[Metric]:
+    for name, kind, doc, key in TIER_METRICS:
+        family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+            name, doc, labels=["model_name", "tier"])
+        for model, s in stats.items():
+            for tier, figures in sorted(s.kv_tiers.items()):
+                if key in figures:
+                    family.add_metric([model, tier], float(figures[key]))
+        yield family
 
 
 class ServerMetrics:

@@ -1,0 +1,176 @@
+"""KV cache tiers: a ~4,000-token shared system prompt, then a question.
+
+Disk tier (real processes): `mlxr serve --kv-cache-dir D` answers the prompt cold (streamed,
+TTFT at the first text), is stopped (SIGTERM), a new server starts on the same directory and
+answers again: TTFT against the cold one (target <= 30%), greedy text identical.
+Host tier (one process, LLM API): an engine with a small device cache answers the prompt, other
+prompts churn the device cache until the prompt's blocks are evicted, the prompt comes again;
+the same engine without the host tier recomputes it. TTFT ratio (target <= 40%), identical text.
+Rounds interleave the two sides. Writes bench/results/kv_tiers-*.json.
+
+  python bench/kv_tiers.py --device cpu
+  python bench/kv_tiers.py --device cuda --rounds 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from common import device_name, median, print_table, write_result  # noqa: E402
+from server_harness import server_process  # noqa: E402
+
+QUESTION = "\n\nQuestion: which tool turns a city name into its current weather, and what does it return?\nAnswer:"
+
+
+def system_prompt(tokenizer, target: int, topic: str = "tool") -> str:
+    """An agent's tool list, line after line, until it is `target` tokens long."""
+    lines, i = [f"You are an assistant with these {topic}s. Use them exactly as documented.\n"], 0
+    while len(tokenizer.encode("".join(lines))) < target:
+        lines.append(f"- {topic}_{i}: takes a {['city', 'date', 'number', 'file', 'query'][i % 5]} "
+                     f"argument named arg_{i} and returns a JSON object with fields f{i}a, f{i}b and "
+                     f"status; errors come back as code {400 + i % 100}.\n")
+        i += 1
+    return "".join(lines)
+
+
+# --- disk tier: servers -------------------------------------------------------------------------
+def stream_ttft(url: str, prompt: str, max_tokens: int) -> tuple[float, str]:
+    model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    first, text = None, []
+    t0 = time.perf_counter()
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            piece = json.loads(line[6:])["choices"][0]["text"]
+            if piece and first is None:
+                first = time.perf_counter() - t0
+            text.append(piece)
+    return first, "".join(text)
+
+
+def disk_round(model: str, device: str, prompt: str, max_tokens: int, work: Path) -> dict:
+    cache = work / "kv"
+    args = ("--model", model, "--device", device, "--kv-cache-dir", str(cache))
+    times = {}
+    for phase in ("cold", "restart"):
+        with server_process(work / f"home-{phase}", *args, timeout_s=600) as (url, _):
+            times[phase] = stream_ttft(url, prompt, max_tokens)
+            stats = next(iter(httpx.get(url + "/admin/stats").json()["models"].values()))
+        times[phase + "_tiers"] = stats["kv_tiers"]
+    (cold, cold_text), (warm, warm_text) = times["cold"], times["restart"]
+    return {"cold_ttft_s": cold, "restart_ttft_s": warm, "ratio": warm / cold, "identical": cold_text == warm_text,
+            "text": cold_text, "restart_disk": times["restart_tiers"].get("disk")}
+
+
+# --- host tier: one process ---------------------------------------------------------------------
+def ttft(llm, rid: str, ids: list[int], max_tokens: int) -> tuple[float, list[int]]:
+    from mlxr import SamplingParams
+
+    engine = llm.engine
+    engine.add_request(rid, ids, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+    t0, first, tokens = time.perf_counter(), None, []
+    while engine.has_unfinished():
+        for out in engine.step():
+            if first is None and out.outputs[0].token_ids:
+                first = time.perf_counter() - t0
+            if out.finished:
+                tokens = out.outputs[0].token_ids
+    return first, tokens
+
+
+def host_round(llm, label: str, r: int, prompt: list[int], churn: list[list[int]], max_tokens: int) -> dict:
+    _, cold_tokens = ttft(llm, f"{label}-{r}-cold", prompt, max_tokens)
+    for i, c in enumerate(churn):
+        ttft(llm, f"{label}-{r}-churn{i}", c, 1)
+    again, tokens = ttft(llm, f"{label}-{r}-again", prompt, max_tokens)
+    return {"ttft_s": again, "identical": tokens == cold_tokens, "tokens": tokens}
+
+
+def host_side(args, tokenizer, prompt_text: str) -> dict:
+    import torch
+
+    from mlxr import LLM
+
+    prompt = tokenizer.encode(prompt_text)
+    blocks = -(-(len(prompt) + args.max_tokens) // 16) + 16
+    # Churn of more tokens than the device holds: every block of the prompt is evicted.
+    churn = [tokenizer.encode(system_prompt(tokenizer, blocks * 16 // 2 + 64, topic)) for topic in ("sensor", "recipe")]
+    kw = dict(device=args.device, num_kv_blocks=blocks, max_model_len=blocks * 16)
+    with_host = LLM(args.model, kv_host_cache_gb=args.host_gb, **kw)
+    recompute = LLM(args.model, **kw)
+    rows = {"host": [], "recompute": []}
+    for r in range(args.rounds):
+        rows["host"].append(host_round(with_host, "host", r, prompt, churn, args.max_tokens))
+        rows["recompute"].append(host_round(recompute, "recompute", r, prompt, churn, args.max_tokens))
+    tiers = with_host.engine.stats().kv_tiers
+    for llm in (with_host, recompute):
+        llm.shutdown()
+        del llm
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    host_t = median([x["ttft_s"] for x in rows["host"]])
+    re_t = median([x["ttft_s"] for x in rows["recompute"]])
+    same = all(h["tokens"] == c["tokens"] for h, c in zip(rows["host"], rows["recompute"]))
+    return {"device_blocks": blocks, "prompt_tokens": len(prompt), "churn_tokens": [len(c) for c in churn],
+            "host_ttft_s": host_t, "recompute_ttft_s": re_t, "ratio": host_t / re_t, "target": 0.4,
+            "identical": same and all(x["identical"] for v in rows.values() for x in v), "rounds": rows,
+            "host_tier": tiers.get("host")}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--model", default="gemma3-270m")
+    ap.add_argument("--prompt-tokens", type=int, default=4000)
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--host-gb", type=float, default=2.0)
+    ap.add_argument("--skip", choices=["disk", "host"], default=None)
+    args = ap.parse_args()
+    from mlxr.bundled_models import gemma3_270m_path
+    from mlxr.loader import load_frontend
+
+    model_path = str(gemma3_270m_path()) if args.model == "gemma3-270m" else args.model
+    _, _, tokenizer = load_frontend(args.model)
+    text = system_prompt(tokenizer, args.prompt_tokens) + QUESTION
+    result = {"device": device_name(args.device), "cpu": cpu_model(), "cpus": os.cpu_count(),
+              "model": args.model, "prompt_tokens": len(tokenizer.encode(text))}
+    if args.skip != "disk":
+        rounds = []
+        for r in range(args.rounds):
+            with tempfile.TemporaryDirectory(prefix="kv-tiers-bench-") as work:
+                rounds.append(disk_round(model_path, args.device, text, args.max_tokens, Path(work)))
+        cold, warm = median([x["cold_ttft_s"] for x in rounds]), median([x["restart_ttft_s"] for x in rounds])
+        result["disk"] = {"cold_ttft_s": cold, "restart_ttft_s": warm, "ratio": warm / cold, "target": 0.3,
+                          "identical": all(x["identical"] for x in rounds), "rounds": rounds}
+    if args.skip != "host":
+        result["host"] = host_side(args, tokenizer, text)
+    rows = [{"tier": k, "fast_ttft_s": f"{v.get('restart_ttft_s', v.get('host_ttft_s')):.3f}",
+             "slow_ttft_s": f"{v.get('cold_ttft_s', v.get('recompute_ttft_s')):.3f}", "ratio": f"{v['ratio']:.3f}",
+             "target": v["target"], "identical": v["identical"]} for k, v in result.items() if k in ("disk", "host")]
+    print_table(rows, ["tier", "fast_ttft_s", "slow_ttft_s", "ratio", "target", "identical"])
+    print(write_result("kv_tiers", result))
+
+
+if __name__ == "__main__":
+    main()

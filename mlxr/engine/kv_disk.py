@@ -1,0 +1,296 @@
+"""The disk tier of the KV cache: one file per block under DIR/<layout key>/, an SQLite index
+(least recently used first, bounded in bytes across every layout in DIR), written by a thread
+of its own so the step loop never waits on a disk.
+
+A file is MAGIC, a 4-byte header length, a JSON header (model digest and cache layout, block
+hash, payload length, CRC-32) and the raw tensor bytes: nothing in it is executed or unpickled.
+Writes go to a temporary name, are fsynced and renamed, so a process killed mid-write leaves
+the whole file or none; the index row is added after the rename. Pure Python (no torch)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import sqlite3
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"MLXRKV01"
+HEADER_MAX = 4096
+MAX_PENDING_BYTES = 512 << 20  # blocks queued for writing; past it new ones are dropped
+
+
+def _alive(pid: str) -> bool:
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a block's bytes mean: a block is only reused by the same model laid out the same way."""
+
+    model_digest: str
+    dtype: str
+    block_size: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    device_type: str  # KV computed on another device differs in its last bits
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclass
+class DiskCounters:
+    hits: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    skipped_files: int = 0  # corrupt, truncated or mismatched: recomputed instead
+    write_errors: int = 0
+    dropped_writes: int = 0  # the writer was behind by MAX_PENDING_BYTES
+
+
+# A batch to write: the blocks' hashes, their payload buffers (a callable, so the bytes are taken
+# once the device copy is done), and what to wait on first.
+WriteBatch = tuple[list[bytes], Callable[[], list[memoryview]], Callable[[], None] | None]
+
+
+class DiskStore:
+    def __init__(self, root: Path, layout: Layout, block_bytes: int, max_bytes: int) -> None:
+        self.root, self.layout, self.block_bytes, self.max_bytes = Path(root), layout, block_bytes, max_bytes
+        self.dir = self.root / layout.key()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.root / "index.sqlite"
+        self.counters = DiskCounters()
+        self.opener: Callable = open  # where files are opened for writing (tests inject a full disk)
+        self._header = asdict(layout)
+        self._lock = threading.Lock()
+        self._resident: set[bytes] = set()
+        self._pending: set[bytes] = set()
+        self._pending_bytes = 0
+        self.total_bytes = 0
+        self.writes_enabled = max_bytes > 0
+        self._load_index()
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._writer, name="kv-disk-writer", daemon=True)
+        self._thread.start()
+
+    # --- index --------------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.db_path, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE IF NOT EXISTS blocks (layout TEXT, hash BLOB, bytes INTEGER, "
+                   "last_used REAL, PRIMARY KEY (layout, hash))")
+        return db
+
+    def _load_index(self) -> None:
+        for tmp in self.dir.glob("*.tmp"):  # left by a process killed mid-write
+            if not _alive(tmp.suffixes[-2].lstrip(".")):  # another live server may share the directory
+                tmp.unlink(missing_ok=True)
+        db = self._connect()
+        try:
+            rows = db.execute("SELECT hash FROM blocks WHERE layout = ?", (self.layout.key(),)).fetchall()
+            self._resident = {bytes(h) for (h,) in rows}
+            self.total_bytes = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM blocks").fetchone()[0]
+        finally:
+            db.close()
+        log.info("KV disk tier %s: %d blocks of this model's layout, %.1f MB in all", self.dir,
+                 len(self._resident), self.total_bytes / 1e6)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._resident)
+
+    def contains(self, h: bytes) -> bool:
+        return h in self._resident
+
+    def _path(self, h: bytes) -> Path:
+        return self.dir / f"{h.hex()}.kvb"
+
+    # --- reading (the scheduler's thread) ------------------------------------------------------
+    def _read_bounded(self, path: Path) -> memoryview:
+        """The file's bytes, reading no more than a well-formed file holds (plus one, to tell)."""
+        buf = bytearray(len(MAGIC) + 4 + HEADER_MAX + self.block_bytes + 1)
+        view, n = memoryview(buf), 0
+        with open(path, "rb", buffering=0) as f:
+            while n < len(buf) and (got := f.readinto(view[n:])):
+                n += got
+        return view[:n]
+
+    def read(self, h: bytes) -> memoryview | None:
+        """The block's verified payload, or None (logged) when its file is unusable."""
+        if h not in self._resident:
+            return None
+        path = self._path(h)
+        try:
+            payload = self._verify(h, self._read_bounded(path))
+        except (OSError, ValueError) as e:
+            log.warning("KV disk tier: skipping %s (%s); the block is recomputed", path.name, e)
+            self.counters.skipped_files += 1
+            self._forget(h)
+            return None
+        self.counters.hits += 1
+        self.counters.bytes_read += len(payload)
+        self._queue.put(("touch", h))
+        return payload
+
+    def _verify(self, h: bytes, data: memoryview) -> memoryview:
+        if len(data) < len(MAGIC) + 4 or bytes(data[: len(MAGIC)]) != MAGIC:
+            raise ValueError("not a KV block file")
+        (n,) = struct.unpack_from("<I", data, len(MAGIC))
+        start = len(MAGIC) + 4 + n
+        if n > HEADER_MAX or len(data) < start:
+            raise ValueError("truncated header")
+        header = json.loads(bytes(data[len(MAGIC) + 4 : start]))
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
+        expected = {**self._header, "hash": h.hex(), "bytes": self.block_bytes}
+        wrong = sorted(k for k, v in expected.items() if header.get(k) != v)
+        if wrong:
+            raise ValueError(f"written for another model or layout ({', '.join(wrong)} differ)")
+        payload = data[start:]
+        if len(payload) != self.block_bytes:
+            raise ValueError(f"payload of {len(payload)} bytes, expected {self.block_bytes}")
+        if zlib.crc32(payload) != header.get("crc32"):
+            raise ValueError("checksum mismatch")
+        return payload
+
+    def _forget(self, h: bytes) -> None:
+        with self._lock:
+            self._resident.discard(h)
+        self._queue.put(("forget", h))
+
+    # --- writing (queued here, done by the writer thread) --------------------------------------
+    def wants(self, h: bytes) -> bool:
+        return self.writes_enabled and h not in self._resident and h not in self._pending
+
+    def submit(self, batch: WriteBatch) -> None:
+        hashes = batch[0]
+        size = len(hashes) * self.block_bytes
+        with self._lock:
+            if self._pending_bytes + size > MAX_PENDING_BYTES:
+                self.counters.dropped_writes += len(hashes)
+                return
+            self._pending_bytes += size
+            self._pending.update(hashes)
+        self._queue.put(("write", batch))
+
+    def drain(self, timeout_s: float = 60.0) -> bool:
+        """Wait until every queued write is on disk (tests, shutdown); False on timeout."""
+        done = threading.Event()
+        self._queue.put(("mark", done))
+        return done.wait(timeout_s)
+
+    def close(self, timeout_s: float = 8.0) -> None:
+        self.drain(timeout_s)
+        self._queue.put(("stop", None))
+        self._thread.join(timeout_s)
+
+    def _writer(self) -> None:
+        db = self._connect()
+        try:
+            while True:
+                kind, item = self._queue.get()
+                if kind == "stop":
+                    return
+                if kind == "mark":
+                    item.set()
+                elif kind == "write":
+                    self._write_batch(db, *item)
+                elif kind == "touch":
+                    db.execute("UPDATE blocks SET last_used = ? WHERE layout = ? AND hash = ?",
+                               (time.time(), self.layout.key(), item))
+                    db.commit()
+                elif kind == "forget":
+                    self._delete(db, [(self.layout.key(), item)])
+        finally:
+            db.close()
+
+    def _write_batch(self, db: sqlite3.Connection, hashes: list[bytes], payloads, wait) -> None:
+        try:
+            if wait is not None:
+                wait()
+            buffers = payloads()
+            for h, buf in zip(hashes, buffers):
+                if self.writes_enabled:
+                    self._write_one(db, h, buf)
+        finally:
+            with self._lock:
+                self._pending.difference_update(hashes)
+                self._pending_bytes -= len(hashes) * self.block_bytes
+        self._evict(db)
+
+    def _write_one(self, db: sqlite3.Connection, h: bytes, payload: memoryview) -> None:
+        header = json.dumps({**self._header, "hash": h.hex(), "bytes": len(payload),
+                             "crc32": zlib.crc32(payload)}).encode()
+        final = self._path(h)
+        tmp = final.with_name(f"{final.name}.{os.getpid()}.tmp")
+        try:
+            with self.opener(tmp, "wb") as f:
+                f.write(MAGIC + struct.pack("<I", len(header)) + header)
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            self.counters.write_errors += 1
+            self.writes_enabled = False
+            log.error("KV disk tier: writing %s failed (%s); disk writes are off, the cache on disk "
+                      "stays readable and nothing is lost", final.name, e)
+            return
+        size = final.stat().st_size
+        db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?)", (self.layout.key(), h, size, time.time()))
+        db.commit()
+        with self._lock:
+            self._resident.add(h)
+            self.total_bytes += size
+        self.counters.bytes_written += len(payload)
+
+    def _evict(self, db: sqlite3.Connection) -> None:
+        """Least recently used files go, of any layout, until the directory is within its bound."""
+        while self.total_bytes > self.max_bytes:
+            rows = db.execute("SELECT layout, hash, bytes FROM blocks ORDER BY last_used LIMIT 64").fetchall()
+            if not rows:
+                return
+            excess, doomed = self.total_bytes - self.max_bytes, []
+            for layout, h, size in rows:
+                if excess <= 0:
+                    break
+                doomed.append((layout, h))
+                excess -= size
+            self._delete(db, doomed)
+
+    def _delete(self, db: sqlite3.Connection, rows: list[tuple[str, bytes]]) -> None:
+        for layout, h in rows:
+            h = bytes(h)
+            # Only names this code makes: an index edited by hand cannot point a delete elsewhere.
+            well_formed = isinstance(layout, str) and len(layout) == 32 and all(c in "0123456789abcdef" for c in layout)
+            path = self.root / layout / f"{h.hex()}.kvb" if well_formed else None
+            got = db.execute("SELECT bytes FROM blocks WHERE layout = ? AND hash = ?", (layout, h)).fetchone()
+            db.execute("DELETE FROM blocks WHERE layout = ? AND hash = ?", (layout, h))
+            if path is not None:
+                path.unlink(missing_ok=True)
+            with self._lock:
+                if got is not None:
+                    self.total_bytes -= got[0]
+                if layout == self.layout.key():
+                    self._resident.discard(h)
+        db.commit()

@@ -1,0 +1,163 @@
+"""The KV cache's lower tiers behind the device's prefix cache, keyed by the same chained block
+hashes: a host-memory pool that evicted blocks are copied into (LRU), and a disk store
+(kv_disk.py) that every newly committed block is written to in the background.
+
+The block manager calls evicted / committed / lookup / load while it schedules; the copies are
+queued in order and run by flush() before the step's forward (and after a step lands). On CUDA
+they run on a side stream into pinned memory: the side stream waits for the work already
+queued, and the forward waits for the copies, so the host never blocks on them. A block's
+bytes are laid out [layers, K|V, block_size, kv_heads, head_dim]."""
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from mlxr.engine.kv_cache import KVCache
+from mlxr.engine.kv_disk import DiskStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HostCounters:
+    hits: int = 0
+    bytes_read: int = 0  # copied back to the device
+    bytes_written: int = 0  # copied in from the device
+
+
+class HostPool:
+    """Slots of host memory, one block each, least recently used first."""
+
+    def __init__(self, num_slots: int, block_shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> None:
+        self.data = torch.empty((num_slots, *block_shape), dtype=dtype, pin_memory=pin)
+        self.slot_of: OrderedDict[bytes, int] = OrderedDict()
+        self.free = list(range(num_slots - 1, -1, -1))
+
+    def get(self, h: bytes) -> int | None:
+        slot = self.slot_of.get(h)
+        if slot is not None:
+            self.slot_of.move_to_end(h)
+        return slot
+
+    def assign(self, h: bytes) -> int:
+        slot = self.free.pop() if self.free else self.slot_of.popitem(last=False)[1]
+        self.slot_of[h] = slot
+        return slot
+
+
+class KVTiers:
+    def __init__(self, kv: KVCache, host_blocks: int, disk: DiskStore | None) -> None:
+        self.layers = kv.layers
+        k0 = kv.layers[0][0]
+        self.device, self.dtype = k0.device, k0.dtype
+        self.block_shape = (len(kv.layers), 2, *k0.shape[1:])
+        self.block_bytes = k0[0].numel() * 2 * len(kv.layers) * k0.element_size()
+        self.cuda = self.device.type == "cuda"
+        self.host = HostPool(host_blocks, self.block_shape, self.dtype, self.cuda) if host_blocks else None
+        self.disk = disk
+        self.host_counters = HostCounters()
+        self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
+        self._ops: list[tuple] = []
+
+    # --- the block manager's hooks -------------------------------------------------------------
+    def evicted(self, h: bytes, block: int) -> None:
+        """A cached block leaves the device: keep a copy in host memory."""
+        if self.host is not None and self.host.get(h) is None:
+            self._ops.append(("save", block, self.host.assign(h)))
+
+    def committed(self, h: bytes, block: int) -> None:
+        """A block was computed and published: write it to disk unless it is there."""
+        if self.disk is not None and self.disk.wants(h):
+            self._ops.append(("persist", h, block))
+
+    def lookup(self, h: bytes) -> object | None:
+        """Where a block the device misses can come from: a host slot or a verified disk payload."""
+        if self.host is not None and (slot := self.host.get(h)) is not None:
+            self.host_counters.hits += 1
+            self.host_counters.bytes_read += self.block_bytes
+            return slot
+        if self.disk is not None and (payload := self.disk.read(h)) is not None:
+            return torch.frombuffer(payload, dtype=self.dtype).view(self.block_shape)
+        return None
+
+    def load(self, source: object, block: int) -> None:
+        self._ops.append(("load", source, block))
+
+    # --- the copies ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def flush(self) -> None:
+        """Run the queued copies in order (grouped into runs of one kind)."""
+        if not self._ops:
+            return
+        ops, self._ops = self._ops, []
+        if self.stream is None:
+            self._run(ops)
+            return
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            self._run(ops)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+
+    def _run(self, ops: list[tuple]) -> None:
+        start = 0
+        for i in range(1, len(ops) + 1):
+            if i == len(ops) or ops[i][0] != ops[start][0]:
+                run = ops[start:i]
+                getattr(self, f"_{run[0][0]}")(run)
+                start = i
+
+    def _gather(self, blocks: list[int]) -> torch.Tensor:
+        idx = torch.tensor(blocks, device=self.device)
+        return torch.stack([torch.stack((k.index_select(0, idx), v.index_select(0, idx)), 1)
+                            for k, v in self.layers], 1)
+
+    def _save(self, run: list[tuple]) -> None:
+        blocks = self._gather([op[1] for op in run])
+        for i, (_, _, slot) in enumerate(run):
+            self.host.data[slot].copy_(blocks[i], non_blocking=True)
+        self.host_counters.bytes_written += len(run) * self.block_bytes
+
+    def _load(self, run: list[tuple]) -> None:
+        staged = torch.empty((len(run), *self.block_shape), dtype=self.dtype, device=self.device)
+        for i, (_, source, _) in enumerate(run):
+            staged[i].copy_(self.host.data[source] if isinstance(source, int) else source, non_blocking=True)
+        idx = torch.tensor([op[2] for op in run], device=self.device)
+        for layer, (k, v) in enumerate(self.layers):
+            k.index_copy_(0, idx, staged[:, layer, 0])
+            v.index_copy_(0, idx, staged[:, layer, 1])
+
+    def _persist(self, run: list[tuple]) -> None:
+        blocks = self._gather([op[2] for op in run])
+        wait = None
+        if self.cuda:
+            host = torch.empty(blocks.shape, dtype=self.dtype, pin_memory=True)
+            host.copy_(blocks, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+            blocks, wait = host, event.synchronize
+        rows = blocks.view(len(run), -1).view(torch.uint8)
+        self.disk.submit(([op[1] for op in run], lambda: [memoryview(r.numpy()) for r in rows], wait))
+
+    # --- figures -------------------------------------------------------------------------------
+    def stats(self) -> dict[str, dict[str, int]]:
+        out = {}
+        if self.host is not None:
+            c = self.host_counters
+            out["host"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
+                           "blocks": len(self.host.slot_of), "capacity_blocks": self.host.data.shape[0]}
+        if self.disk is not None:
+            c = self.disk.counters
+            out["disk"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
+                           "blocks": self.disk.num_blocks, "skipped_files": c.skipped_files,
+                           "write_errors": c.write_errors, "dropped_writes": c.dropped_writes,
+                           "writes_enabled": int(self.disk.writes_enabled)}
+        return out
+
+    def close(self) -> None:
+        if self.disk is not None:
+            self.flush()
+            self.disk.close()
