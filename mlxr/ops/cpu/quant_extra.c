@@ -1,0 +1,155 @@
+/* CPU kernels for the extra GGUF block types kept quantized: Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
+ * IQ4_XS (codes 6..11 of mlxr/ops/quant_types.py EXTRA_TYPES).
+ *
+ * Matmul: y[m][n] = sum_k x[m][k] * W[n][k] with fp32 activations. Each weight block is
+ * dequantized once into a small fp32 buffer (it stays in L1) and dotted with every activation
+ * row, so each weight byte is read from memory once per call: decode is bound by the quantized
+ * bytes. The dot keeps 16 independent partial sums, which the compiler turns into vector FMAs
+ * without reassociating anything itself.
+ *
+ * Dequantization is exact to gguf-py's numpy reference: the same fp32 operations in the same
+ * order, built with -ffp-contract=off so no multiply-add is fused.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { T_Q4_1 = 6, T_Q5_1 = 7, T_Q2_K = 8, T_Q3_K = 9, T_IQ4_NL = 10, T_IQ4_XS = 11 };
+
+static const int BLOCK_ELEMS[6] = {32, 32, 256, 256, 32, 256};
+static const int BLOCK_BYTES[6] = {20, 24, 84, 110, 18, 136};
+static const int8_t KVALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static inline float h2f(const uint8_t *p) {
+    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    float f;
+    if (exp == 0) {
+        f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24, exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline int nibble(const uint8_t *qs, int i) { /* 16 low nibbles, then 16 high */
+    return i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4);
+}
+
+static void q4_1(const uint8_t *b, float *y) {
+    float d = h2f(b), m = h2f(b + 2);
+    for (int i = 0; i < 32; i++) y[i] = d * (float)nibble(b + 4, i) + m;
+}
+
+static void q5_1(const uint8_t *b, float *y) {
+    float d = h2f(b), m = h2f(b + 2);
+    uint32_t qh = (uint32_t)b[4] | ((uint32_t)b[5] << 8) | ((uint32_t)b[6] << 16) | ((uint32_t)b[7] << 24);
+    for (int i = 0; i < 32; i++) y[i] = d * (float)(nibble(b + 8, i) | (((qh >> i) & 1) << 4)) + m;
+}
+
+/* Q2_K and Q3_K's 2-bit codes: element i of 256 is in byte (i / 128) * 32 + i % 32 at shift
+ * 2 * ((i % 128) / 32). */
+static inline int two_bits(const uint8_t *qs, int i) {
+    return (qs[(i >> 7) * 32 + (i & 31)] >> (2 * ((i & 127) >> 5))) & 3;
+}
+
+static void q2_k(const uint8_t *b, float *y) {
+    float d = h2f(b + 80), dmin = h2f(b + 82);
+    for (int s = 0; s < 16; s++) {
+        float dl = d * (float)(b[s] & 15), ml = dmin * (float)(b[s] >> 4);
+        for (int j = 0; j < 16; j++) y[s * 16 + j] = dl * (float)two_bits(b + 16, s * 16 + j) - ml;
+    }
+}
+
+static void q3_k(const uint8_t *b, float *y) {
+    const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+    float d = h2f(b + 108);
+    for (int s = 0; s < 16; s++) {
+        int low = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+        int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+        float dl = d * (float)((low | (high << 4)) - 32);
+        for (int j = 0; j < 16; j++) {
+            int i = s * 16 + j;
+            int q = two_bits(qs, i) - (((hmask[i & 31] >> (i >> 5)) & 1) ? 0 : 4);
+            y[i] = dl * (float)q;
+        }
+    }
+}
+
+static void iq4_nl(const uint8_t *b, float *y) {
+    float d = h2f(b);
+    for (int i = 0; i < 32; i++) y[i] = d * (float)KVALUES[nibble(b + 2, i)];
+}
+
+static void iq4_xs(const uint8_t *b, float *y) {
+    float d = h2f(b);
+    int sh = b[2] | (b[3] << 8);
+    for (int s = 0; s < 8; s++) {
+        int low = (b[4 + s / 2] >> (4 * (s & 1))) & 15, high = (sh >> (2 * s)) & 3;
+        float dl = d * (float)((low | (high << 4)) - 32);
+        for (int j = 0; j < 32; j++) y[s * 32 + j] = dl * (float)KVALUES[nibble(b + 8 + s * 16, j)];
+    }
+}
+
+static void dequant_block(int t, const uint8_t *b, float *y) {
+    switch (t) {
+    case T_Q4_1: q4_1(b, y); break;
+    case T_Q5_1: q5_1(b, y); break;
+    case T_Q2_K: q2_k(b, y); break;
+    case T_Q3_K: q3_k(b, y); break;
+    case T_IQ4_NL: iq4_nl(b, y); break;
+    default: iq4_xs(b, y); break;
+    }
+}
+
+static void dequant_row(int t, const uint8_t *row, int64_t k, float *y) {
+    int be = BLOCK_ELEMS[t - 6], bb = BLOCK_BYTES[t - 6];
+    for (int64_t j = 0; j < k / be; j++) dequant_block(t, row + j * bb, y + j * be);
+}
+
+int mlxr_extra_valid(int t) { return t >= T_Q4_1 && t <= T_IQ4_XS; }
+
+void mlxr_extra_dequant_f32(int t, const uint8_t *w, int64_t n, int64_t k, float *out, int nthreads) {
+    int64_t row_bytes = k / BLOCK_ELEMS[t - 6] * BLOCK_BYTES[t - 6];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t r = 0; r < n; r++) dequant_row(t, w + r * row_bytes, k, out + r * k);
+}
+
+void mlxr_extra_dequant_rows_f32(int t, const uint8_t *w, int64_t k, const int64_t *rows, int64_t nrows, float *out) {
+    int64_t row_bytes = k / BLOCK_ELEMS[t - 6] * BLOCK_BYTES[t - 6];
+    for (int64_t r = 0; r < nrows; r++) dequant_row(t, w + rows[r] * row_bytes, k, out + r * k);
+}
+
+static inline float dot(const float *a, const float *b, int len) {
+    float lanes[16] = {0};
+    for (int i = 0; i < len; i += 16)
+        for (int l = 0; l < 16; l++) lanes[l] += a[i + l] * b[i + l];
+    float s = 0.0f;
+    for (int l = 0; l < 16; l++) s += lanes[l];
+    return s;
+}
+
+void mlxr_extra_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y,
+                        int nthreads) {
+    int be = BLOCK_ELEMS[t - 6], bb = BLOCK_BYTES[t - 6];
+    int64_t nblk = k / be, row_bytes = nblk * bb;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t r = 0; r < n; r++) {
+        float buf[256];
+        const uint8_t *row = w + r * row_bytes;
+        for (int64_t i = 0; i < m; i++) y[i * n + r] = 0.0f;
+        for (int64_t j = 0; j < nblk; j++) {
+            if (j + 4 < nblk) __builtin_prefetch(row + (j + 4) * bb);
+            dequant_block(t, row + j * bb, buf);
+            for (int64_t i = 0; i < m; i++) y[i * n + r] += dot(buf, x + i * k + j * be, be);
+        }
+    }
+}
