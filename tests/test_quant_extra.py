@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gguf.constants import GGMLQuantizationType
-from gguf.quants import dequantize as gguf_dequantize
-from quant_blocks import random_blocks
+from quant_blocks import random_blocks, reference_dequantize
 
 from mlxr.ops import quant, quant_extra_cpu
 from mlxr.ops.quant_reference import dequantize
@@ -19,7 +17,7 @@ MARCHES = ["native", "x86-64"]  # the host's vector build and the portable one
 
 
 def _gguf(raw: np.ndarray, qtype: str, n: int, k: int) -> np.ndarray:
-    return gguf_dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
+    return reference_dequantize(raw, qtype, n, k)  # gguf-py's, or bitsandbytes' rule for NF4
 
 
 @pytest.mark.parametrize("qtype", TYPES)

@@ -11,9 +11,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
 
-from gguf.constants import GGMLQuantizationType  # noqa: E402
-from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
-from quant_blocks import random_blocks  # noqa: E402
+from quant_blocks import random_blocks, reference_dequantize  # noqa: E402
 
 from mlxr.ops.quant_extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
 from mlxr.ops.quant_types import EXTRA_TYPES  # noqa: E402
@@ -28,7 +26,7 @@ DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason=
 def test_triton_dequantize_and_matmul_against_gguf_py(qtype: str, device: str) -> None:
     n, k = (20, 512) if device == "cpu" else (300, 4096)
     raw = random_blocks(qtype, n, k, seed=4)
-    want = gguf_dequantize(raw, GGMLQuantizationType[qtype]).reshape(n, k)
+    want = reference_dequantize(raw, qtype, n, k)
     t = torch.from_numpy(raw).to(device)
     got = dequantize_extra_triton(t, qtype, k).cpu().numpy()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

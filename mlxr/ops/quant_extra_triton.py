@@ -1,10 +1,11 @@
-"""Triton kernels for the extra GGUF types kept quantized (Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
-IQ4_XS), on weights in their raw block layout (quant_types.py).
+"""Triton kernels for the extra types kept quantized (GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
+IQ4_XS; bitsandbytes' NF4), on weights in their raw block layout (quant_types.py).
 
 Each weight is computed from byte gathers by its column: block = col // block_elems, then the
 type's fields. Every product of the dequantization is exact in float32 (an fp16 significand of
 11 bits times scale and quant integers stays under 24 bits), so a contracted multiply-add
-rounds as gguf-py's separate operations do: the float32 output is bit-exact to gguf-py.
+rounds as gguf-py's separate operations do: the float32 output is bit-exact to gguf-py (NF4:
+one float32 product, as bitsandbytes rounds it).
 - M <= GEMV_MAX_M rows of x: `_gemv_kernel`, one program per (BN output channels, row of x),
   each weight byte read from global memory per row of x (decode reads it once).
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
@@ -17,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.quant_reference_extra import IQ4_KVALUES
+from mlxr.ops.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
 from mlxr.ops.quant_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
@@ -77,6 +78,14 @@ def _weights(w_ptr, kv_ptr, rb, col, QT: tl.constexpr):
         dl = _f16(base + 108) * ((low | (high << 4)) - 32).to(tl.float32)
         hb = (_u8(base + i % 32) >> (i // 32)) & 1
         v = dl * (_two_bits(base + 32, i) - 4 * (1 - hb)).to(tl.float32)
+    elif QT == 12:  # NF4: float32 absmax, element 2j in the high nibble of byte j
+        base = w_ptr + rb + (col // 64) * 36
+        i = col % 64
+        bits = (_u8(base) | (_u8(base + 1) << 8) | (_u8(base + 2) << 16) | (_u8(base + 3) << 24))
+        absmax = bits.to(tl.float32, bitcast=True)
+        b = _u8(base + 4 + i // 2)
+        q = tl.where(i % 2 == 0, b >> 4, b & 15)
+        v = tl.load(kv_ptr + 16 + q) * absmax
     elif QT == 10:  # IQ4_NL
         base = w_ptr + rb + (col // 32) * 18
         v = _f16(base) * tl.load(kv_ptr + _nibble(base + 2, col % 32))
@@ -121,7 +130,8 @@ def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, N, K, stride_x, stride_w, stride
 
 def _kvalues(device: torch.device) -> torch.Tensor:
     if device not in _KVALUES:
-        _KVALUES[device] = torch.tensor(IQ4_KVALUES, dtype=torch.float32, device=device)
+        # IQ4's grid, then the NF4 code (entries 16..31)
+        _KVALUES[device] = torch.tensor(IQ4_KVALUES + NF4_VALUES, dtype=torch.float32, device=device)
     return _KVALUES[device]
 
 

@@ -1,13 +1,19 @@
 """Pure-torch dequantization of the extra GGUF block types (Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
 IQ4_XS), bit-exact to gguf-py's numpy dequantizer: the same float32 operations in the same order
 (Q4_1/Q5_1 `d * q + m`, Q2_K `(d * sc) * q - dmin * mn`, Q3_K `(d * sc) * q`, IQ4 `(d * sc) *
-kvalue`). Blocks are (..., block_bytes) uint8; results (..., block_elems) float32."""
+kvalue`), and of bitsandbytes NF4 blocks (`nf4[q] * absmax` in float32, as bnb computes it).
+Blocks are (..., block_bytes) uint8; results (..., block_elems) float32."""
 from __future__ import annotations
 
 import torch
 
 # The non-linear 4-bit grid of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
 IQ4_KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+# The NF4 code of QLoRA (Dettmers et al. 2023, appendix E), as float32.
+NF4_VALUES = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+              -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+              0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+              0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0)
 
 
 def _f16(b: torch.Tensor) -> torch.Tensor:
@@ -88,5 +94,13 @@ def _iq4_xs(b: torch.Tensor) -> torch.Tensor:
     return (dl * _kvalues(q)).flatten(-2)
 
 
+def _nf4(b: torch.Tensor) -> torch.Tensor:
+    absmax = b[..., 0:4].contiguous().view(torch.float32)
+    qs = b[..., 4:36]
+    q = torch.stack([qs >> 4, qs & 0x0F], dim=-1).flatten(-2)
+    table = torch.tensor(NF4_VALUES, dtype=torch.float32, device=b.device)
+    return table[q.long()] * absmax
+
+
 EXTRA_DEQUANT = {"Q4_1": _q4_1, "Q5_1": _q5_1, "Q2_K": _q2_k, "Q3_K": _q3_k, "IQ4_NL": _iq4_nl,
-                 "IQ4_XS": _iq4_xs}
+                 "IQ4_XS": _iq4_xs, "NF4": _nf4}

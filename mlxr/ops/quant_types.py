@@ -46,6 +46,9 @@ EXTRA_TYPES: dict[str, QuantType] = {
         QuantType("Q3_K", 9, 256, 110),
         QuantType("IQ4_NL", 10, 32, 18),
         QuantType("IQ4_XS", 11, 256, 136),
+        # bitsandbytes NF4 (mlxr/loader/bnb_nf4.py): per 64 weights a float32 absmax, then bnb's
+        # 32 packed bytes as saved (element 2j in the high nibble of byte j, 2j+1 in the low).
+        QuantType("NF4", 12, 64, 36),
     )
 }
 KEPT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, **EXTRA_TYPES}

@@ -1,5 +1,5 @@
-/* CPU kernels for the extra GGUF block types kept quantized: Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
- * IQ4_XS (codes 6..11 of mlxr/ops/quant_types.py EXTRA_TYPES).
+/* CPU kernels for the extra block types kept quantized: GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
+ * IQ4_XS and bitsandbytes' NF4 (codes 6..12 of mlxr/ops/quant_types.py EXTRA_TYPES).
  *
  * Matmul: y[m][n] = sum_k x[m][k] * W[n][k] with fp32 activations. Each weight block is
  * dequantized once into a small fp32 buffer (it stays in L1) and dotted with every activation
@@ -17,10 +17,15 @@
 #include <omp.h>
 #endif
 
-enum { T_Q4_1 = 6, T_Q5_1 = 7, T_Q2_K = 8, T_Q3_K = 9, T_IQ4_NL = 10, T_IQ4_XS = 11 };
+enum { T_Q4_1 = 6, T_Q5_1 = 7, T_Q2_K = 8, T_Q3_K = 9, T_IQ4_NL = 10, T_IQ4_XS = 11, T_NF4 = 12 };
 
-static const int BLOCK_ELEMS[6] = {32, 32, 256, 256, 32, 256};
-static const int BLOCK_BYTES[6] = {20, 24, 84, 110, 18, 136};
+static const int BLOCK_ELEMS[7] = {32, 32, 256, 256, 32, 256, 64};
+static const int BLOCK_BYTES[7] = {20, 24, 84, 110, 18, 136, 36};
+static const float NF4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                              -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                              0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
+                              0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+                              0.7229568362236023f, 1.0f};
 static const int8_t KVALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static inline float h2f(const uint8_t *p) {
@@ -99,6 +104,15 @@ static void iq4_xs(const uint8_t *b, float *y) {
     }
 }
 
+static void nf4(const uint8_t *b, float *y) {
+    float absmax;
+    memcpy(&absmax, b, 4);
+    for (int j = 0; j < 32; j++) {
+        y[2 * j] = NF4[b[4 + j] >> 4] * absmax;
+        y[2 * j + 1] = NF4[b[4 + j] & 15] * absmax;
+    }
+}
+
 static void dequant_block(int t, const uint8_t *b, float *y) {
     switch (t) {
     case T_Q4_1: q4_1(b, y); break;
@@ -106,6 +120,7 @@ static void dequant_block(int t, const uint8_t *b, float *y) {
     case T_Q2_K: q2_k(b, y); break;
     case T_Q3_K: q3_k(b, y); break;
     case T_IQ4_NL: iq4_nl(b, y); break;
+    case T_NF4: nf4(b, y); break;
     default: iq4_xs(b, y); break;
     }
 }
@@ -115,7 +130,7 @@ static void dequant_row(int t, const uint8_t *row, int64_t k, float *y) {
     for (int64_t j = 0; j < k / be; j++) dequant_block(t, row + j * bb, y + j * be);
 }
 
-int mlxr_extra_valid(int t) { return t >= T_Q4_1 && t <= T_IQ4_XS; }
+int mlxr_extra_valid(int t) { return t >= T_Q4_1 && t <= T_NF4; }
 
 void mlxr_extra_dequant_f32(int t, const uint8_t *w, int64_t n, int64_t k, float *out, int nthreads) {
     int64_t row_bytes = k / BLOCK_ELEMS[t - 6] * BLOCK_BYTES[t - 6];
