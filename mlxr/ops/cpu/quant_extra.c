@@ -45,53 +45,66 @@ static inline float h2f(const uint8_t *p) {
     return f;
 }
 
-static inline int nibble(const uint8_t *qs, int i) { /* 16 low nibbles, then 16 high */
-    return i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4);
-}
-
+/* Blocks of 32 from 16 bytes: the low nibbles are elements 0..15, the high ones 16..31. The
+ * loops below are written per run of constant scale so that the compiler vectorizes them. */
 static void q4_1(const uint8_t *b, float *y) {
     float d = h2f(b), m = h2f(b + 2);
-    for (int i = 0; i < 32; i++) y[i] = d * (float)nibble(b + 4, i) + m;
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)(qs[j] & 15) + m;
+        y[j + 16] = d * (float)(qs[j] >> 4) + m;
+    }
 }
 
 static void q5_1(const uint8_t *b, float *y) {
     float d = h2f(b), m = h2f(b + 2);
     uint32_t qh = (uint32_t)b[4] | ((uint32_t)b[5] << 8) | ((uint32_t)b[6] << 16) | ((uint32_t)b[7] << 24);
-    for (int i = 0; i < 32; i++) y[i] = d * (float)(nibble(b + 8, i) | (((qh >> i) & 1) << 4)) + m;
+    const uint8_t *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)((qs[j] & 15) | (((qh >> j) & 1) << 4)) + m;
+        y[j + 16] = d * (float)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) + m;
+    }
 }
 
-/* Q2_K and Q3_K's 2-bit codes: element i of 256 is in byte (i / 128) * 32 + i % 32 at shift
- * 2 * ((i % 128) / 32). */
-static inline int two_bits(const uint8_t *qs, int i) {
-    return (qs[(i >> 7) * 32 + (i & 31)] >> (2 * ((i & 127) >> 5))) & 3;
-}
-
+/* Q2_K and Q3_K's 2-bit codes: element i = 128 h + 32 t + l of 256 sits in byte 32 h + l at
+ * shift 2 t; its scale is sub-block i / 16 = 8 h + 2 t + l / 16. */
 static void q2_k(const uint8_t *b, float *y) {
     float d = h2f(b + 80), dmin = h2f(b + 82);
-    for (int s = 0; s < 16; s++) {
-        float dl = d * (float)(b[s] & 15), ml = dmin * (float)(b[s] >> 4);
-        for (int j = 0; j < 16; j++) y[s * 16 + j] = dl * (float)two_bits(b + 16, s * 16 + j) - ml;
-    }
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 4; t++)
+            for (int half = 0; half < 2; half++) {
+                int s = 8 * h + 2 * t + half;
+                float dl = d * (float)(b[s] & 15), ml = dmin * (float)(b[s] >> 4);
+                const uint8_t *q = b + 16 + 32 * h + 16 * half;
+                float *out = y + 128 * h + 32 * t + 16 * half;
+                for (int l = 0; l < 16; l++) out[l] = dl * (float)((q[l] >> (2 * t)) & 3) - ml;
+            }
 }
 
 static void q3_k(const uint8_t *b, float *y) {
-    const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+    const uint8_t *hmask = b, *sc = b + 96;
     float d = h2f(b + 108);
-    for (int s = 0; s < 16; s++) {
-        int low = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
-        int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
-        float dl = d * (float)((low | (high << 4)) - 32);
-        for (int j = 0; j < 16; j++) {
-            int i = s * 16 + j;
-            int q = two_bits(qs, i) - (((hmask[i & 31] >> (i >> 5)) & 1) ? 0 : 4);
-            y[i] = dl * (float)q;
-        }
-    }
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 4; t++)
+            for (int half = 0; half < 2; half++) {
+                int s = 8 * h + 2 * t + half, bit = 4 * h + t;
+                int low = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+                int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+                float dl = d * (float)((low | (high << 4)) - 32);
+                const uint8_t *q = b + 32 + 32 * h + 16 * half, *hm = hmask + 16 * half;
+                float *out = y + 128 * h + 32 * t + 16 * half;
+                for (int l = 0; l < 16; l++)
+                    out[l] = dl * (float)(((q[l] >> (2 * t)) & 3) - (((hm[l] >> bit) & 1) ? 0 : 4));
+            }
 }
 
 static void iq4_nl(const uint8_t *b, float *y) {
     float d = h2f(b);
-    for (int i = 0; i < 32; i++) y[i] = d * (float)KVALUES[nibble(b + 2, i)];
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)KVALUES[qs[j] & 15];
+        y[j + 16] = d * (float)KVALUES[qs[j] >> 4];
+    }
 }
 
 static void iq4_xs(const uint8_t *b, float *y) {
@@ -100,7 +113,11 @@ static void iq4_xs(const uint8_t *b, float *y) {
     for (int s = 0; s < 8; s++) {
         int low = (b[4 + s / 2] >> (4 * (s & 1))) & 15, high = (sh >> (2 * s)) & 3;
         float dl = d * (float)((low | (high << 4)) - 32);
-        for (int j = 0; j < 32; j++) y[s * 32 + j] = dl * (float)KVALUES[nibble(b + 8 + s * 16, j)];
+        const uint8_t *qs = b + 8 + s * 16;
+        for (int j = 0; j < 16; j++) {
+            y[s * 32 + j] = dl * (float)KVALUES[qs[j] & 15];
+            y[s * 32 + j + 16] = dl * (float)KVALUES[qs[j] >> 4];
+        }
     }
 }
 
