@@ -2,6 +2,7 @@
 
   python bench/quant_extra.py --kernels-only              # kernel rows only (no llama.cpp)
   python bench/quant_extra.py --site /tmp/lcpp/lib/python3.11/site-packages --runs 3
+  python bench/quant_extra.py --kernels-only --device cuda  # the Triton kernels (bf16 x)
 
 Kernel rows: one (5632 x 2048) quantized matrix times --m activation rows (decode: m=1), median
 of --repeats, as GB/s of weight bytes, beside the core Q4_0 and Q4_K kernels for scale.
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import device_name, median, print_table, write_result
+from common import device_name, median, print_table, sync, write_result
 from latency import bench_mlxr, prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ MID = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidde
            num_attention_heads=16, num_key_value_heads=4, head_dim=64, max_position_embeddings=1024)
 
 
-def kernel_rows(types: list[str], ms: list[int], repeats: int) -> list[dict]:
+def kernel_rows(types: list[str], ms: list[int], repeats: int, device: str = "cpu") -> list[dict]:
     from mlxr.ops.quant import qmatmul
     from mlxr.ops.quant_types import quant_type
 
@@ -42,16 +43,19 @@ def kernel_rows(types: list[str], ms: list[int], repeats: int) -> list[dict]:
     rows, n, k = [], 5632, 2048
     for qtype in ["Q4_0", "Q4_K", *types]:
         raw = torch.from_numpy(random_blocks(qtype, n, k) if qtype in F16_FIELDS or qtype == "NF4"
-                               else np.zeros((n, quant_type(qtype).row_bytes(k)), np.uint8))
+                               else np.zeros((n, quant_type(qtype).row_bytes(k)), np.uint8)).to(device)
         for m in ms:
-            x = torch.randn(m, k)
+            x = torch.randn(m, k, device=device, dtype=torch.float32 if device == "cpu" else torch.bfloat16)
             times = []
             for _ in range(repeats):
+                sync(device)
                 t0 = time.perf_counter()
                 qmatmul(x, raw, qtype, k)
+                sync(device)
                 times.append(time.perf_counter() - t0)
             sec = median(times[3:])
-            rows.append({"kernel": f"{qtype} {n}x{k} m={m}", "ms": sec * 1e3, "GB_s": raw.numel() / sec / 1e9})
+            rows.append({"kernel": f"{qtype} {n}x{k} m={m}", "device": device, "ms": sec * 1e3,
+                         "GB_s": raw.numel() / sec / 1e9})
     return rows
 
 
@@ -111,9 +115,10 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--gen", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="kernel rows on cpu (C kernels) or cuda (Triton)")
     ns = p.parse_args()
     torch.set_num_threads(ns.threads)
-    kernels = kernel_rows(ns.types, ns.m, ns.repeats)
+    kernels = kernel_rows(ns.types, ns.m, ns.repeats, ns.device)
     print_table(kernels, ["kernel", "ms", "GB_s"])
     models = []
     if not ns.kernels_only:
@@ -122,7 +127,7 @@ def main() -> None:
         models = [model_row(t, ns.runs, ns.gen, ns.threads) for t in ns.types if t in FTYPES]
         print_table(models, ["type", "mlxr_prefill", "llama_cpp_prefill", "mlxr_decode", "llama_cpp_decode",
                              "decode_ratio"])
-    path = write_result("quant_extra", {"device": device_name("cpu"), "threads": ns.threads, "prompt_len": 128,
+    path = write_result("quant_extra", {"device": device_name(ns.device), "threads": ns.threads, "prompt_len": 128,
                                         "gen_len": ns.gen, "kernels": kernels, "models": models})
     print(f"wrote {path}")
 
