@@ -136,6 +136,7 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()  # besides localhost, 127.0.0.1 and [::1] on any port ("*": all)
     allowed_hosts: tuple[str, ...] = ()  # Host names besides the loopback ones ("*": any); see server/access.py
     max_body_bytes: int = 8 << 20
+    max_blob_bytes: int = 256 << 30  # one /api/blobs upload (a model file); free disk space also bounds it
     keep_alive_s: float = 300.0  # Ollama's default 5m; negative = forever
     max_loaded_models: int = 2
     preload: tuple[str, ...] = ()  # models to load at start-up

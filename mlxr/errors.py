@@ -95,3 +95,10 @@ class EngineDeadError(MLXRError):
 
     status = 503
     kind = "engine_dead_error"
+
+
+class DownloadError(MLXRError):
+    """A pull could not fetch or verify a model (the hub or index failed, a checksum differed)."""
+
+    status = 502
+    kind = "download_error"

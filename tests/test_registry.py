@@ -144,7 +144,7 @@ def test_progress_reports_bytes(reg: Registry, llama) -> None:
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
 
 
-BAD_NAMES = ["../x", "a/../../b", "/etc/passwd", "x:../../y", "a\0b", "", "a\\b", "a/b/c",
+BAD_NAMES = ["../x", "a/../../b", "/etc/passwd", "x:../../y", "a\0b", "", "a\\b", "a/b/c/d",
              ".hidden", "x:", ":tag", "a..b", "UPPER", "sp ace", "x" * 200]
 
 
@@ -228,7 +228,7 @@ def test_database_settings_and_idempotent_migrations(tmp_path: Path, llama) -> N
     assert [r.name for r in reg.list()] == ["m:latest"]
     conn = sqlite3.connect(home / "registry.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
     conn.execute("INSERT INTO schema_version VALUES (99)")
     conn.commit()
     conn.close()

@@ -17,8 +17,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
 @errors_exit_1
 def cmd_import(ns: argparse.Namespace) -> int:
     from mlxr.cli.progress import progress_bar
+    from mlxr.loader.preflight import check_loadable
 
     with progress_bar(f"hashing {ns.path.name}", in_bytes=True) as update:
-        record = open_registry(ns).import_model(ns.path, ns.name, update)
+        record = open_registry(ns).import_model(ns.path, ns.name, update, check=check_loadable)
     print(f"imported {record.name} ({record.short_id}) from {record.path}")
     return 0

@@ -1,4 +1,4 @@
-"""`mlxr quantize SRC --type q8_0|q4_0|q4_k_m OUT.gguf [--register NAME] [--home DIR]`."""
+"""`mlxr quantize SRC --type q8_0|q4_0|q4_1|q6_k|q5_k_m|q4_k_m|q3_k_m|q2_k OUT.gguf [--register NAME]`."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from pathlib import Path
 
 Handler = Callable[[argparse.Namespace], int]
 # Kept literal so that building the parser does not import the quantizer (numpy, gguf).
-TYPES = ("q8_0", "q4_0", "q4_k_m")
+TYPES = ("q8_0", "q4_0", "q4_1", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
 
 
 def register(sub: argparse._SubParsersAction) -> dict[str, Handler]:

@@ -283,8 +283,13 @@ def _check_no_overlap(infos: list[GGUFTensorInfo]) -> None:
             raise ModelFormatError(f"GGUF tensors {prev.name!r} and {cur.name!r} overlap")
 
 
+_PLAIN_TYPES = {"I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64, "F64": np.float64}
+
+
 @cache
 def _can_dequantize(qtype: GGMLQuantizationType) -> bool:
+    if qtype.name in _PLAIN_TYPES:
+        return True
     _, type_size = GGML_QUANT_SIZES[qtype]
     try:
         dequantize(np.zeros((1, type_size), dtype=np.uint8), qtype)
@@ -353,6 +358,9 @@ class GGUFFile:
         """The tensor dequantized to float32, in numpy/torch shape order."""
         raw, type_name = self.load_raw(name)
         qtype = GGMLQuantizationType[type_name]
+        if type_name in _PLAIN_TYPES:  # integers and F64: gguf-py reads them as numpy arrays
+            values = raw.reshape(-1).view(np.dtype(_PLAIN_TYPES[type_name]).newbyteorder("<"))
+            return values.astype(np.float32).reshape(self._tensors[name].shape)
         if not _can_dequantize(qtype):
             raise UnsupportedModelError(f"GGUF tensor {name!r} has type {type_name}, which we cannot dequantize")
         out = np.ascontiguousarray(dequantize(raw, qtype), dtype=np.float32)

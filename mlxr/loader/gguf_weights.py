@@ -17,7 +17,7 @@ from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
 from mlxr.models import architecture
-from mlxr.ops.quant_types import QUANT_TYPES
+from mlxr.ops.quant_types import KEPT_TYPES
 
 # GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
 _SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
@@ -126,7 +126,7 @@ def iter_gguf_hf_tensors(
     linear or embedding weight whose GGUF type MLXR multiplies quantized."""
     for name, target in plan(f, args):
         qtype = f.tensor_info(name).ggml_type
-        if keep_quantized and qtype in QUANT_TYPES and target.endswith(_PACKABLE):
+        if keep_quantized and qtype in KEPT_TYPES and target.endswith(_PACKABLE):
             raw, _ = f.load_raw(name)
             yield name, target, to_hf_layout(target, raw, args), qtype
         else:
@@ -138,7 +138,7 @@ def dequantized_types(f: GGUFFile, keep_quantized: bool) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name in f.tensor_names:
         qtype = f.tensor_info(name).ggml_type
-        if qtype not in _FLOAT_TYPES and not (keep_quantized and qtype in QUANT_TYPES):
+        if qtype not in _FLOAT_TYPES and not (keep_quantized and qtype in KEPT_TYPES):
             counts[qtype] = counts.get(qtype, 0) + 1
     return counts
 

@@ -52,8 +52,16 @@ def _weights(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tens
 
 def _checkpoint_tensors(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     from mlxr.loader import to_torch
+    from mlxr.loader.bnb_nf4 import group_nf4, nf4_bases
 
-    for raw in iter_safetensors(model_dir):
+    tensors = iter_safetensors(model_dir)
+    bases = nf4_bases(tensor_names(model_dir))
+    for raw in group_nf4(tensors, bases) if bases else tensors:
+        if isinstance(raw, tuple):  # a bitsandbytes 4-bit weight, kept 4-bit
+            name = hf_name(raw[0])
+            if name is not None:
+                yield name, raw[1]
+            continue
         name = hf_name(raw.name)
         if name is not None:
             yield from split_fused(name, to_torch(raw.array, raw.dtype), args)

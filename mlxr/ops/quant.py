@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mlxr.ops import quant_cpu
+from mlxr.ops import quant_cpu, quant_extra
 from mlxr.ops.backend import use_triton
 
 # Rows from which dequantize + fp32 GEMM beats the portable-C integer kernel (bench/quant_cpu.py).
@@ -21,6 +21,8 @@ CPU_GEMM_MIN_ROWS = 16
 
 def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
+    if quant_extra.is_extra(qtype):
+        return quant_extra.qmatmul(x, raw, qtype, k)
     if x.is_cpu:
         return _qmatmul_cpu(x, raw, qtype, k)
     if use_triton(x, raw):
@@ -34,6 +36,8 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
 
 def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """Rows of the weight in float32: an embedding lookup."""
+    if quant_extra.is_extra(qtype):
+        return quant_extra.dequantize_rows(raw, rows, qtype, k)
     if raw.device.type == "cpu" and quant_cpu.available():
         return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
     from mlxr.ops.quant_reference import dequantize_rows as reference_rows

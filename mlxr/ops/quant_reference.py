@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from mlxr.ops.quant_reference_extra import EXTRA_DEQUANT
 from mlxr.ops.quant_types import quant_type
 
 
@@ -91,7 +92,8 @@ def _q6_k(b: torch.Tensor) -> torch.Tensor:
     return (dd * q).flatten(-2)
 
 
-_DEQUANT = {"Q4_0": _q4_0, "Q5_0": _q5_0, "Q8_0": _q8_0, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+_DEQUANT = {"Q4_0": _q4_0, "Q5_0": _q5_0, "Q8_0": _q8_0, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+            **EXTRA_DEQUANT}
 
 
 def dequantize(raw: torch.Tensor, qtype: str, k: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -35,8 +35,27 @@ QUANT_TYPES: dict[str, QuantType] = {
 }
 
 
+# Kept quantized by their own kernels (mlxr/ops/quant_extra.py: cpu/quant_extra.c, Triton in
+# quant_extra_triton.py); their codes (after the core types') are quant_extra.c's.
+EXTRA_TYPES: dict[str, QuantType] = {
+    t.name: t
+    for t in (
+        QuantType("Q4_1", 6, 32, 20),
+        QuantType("Q5_1", 7, 32, 24),
+        QuantType("Q2_K", 8, 256, 84),
+        QuantType("Q3_K", 9, 256, 110),
+        QuantType("IQ4_NL", 10, 32, 18),
+        QuantType("IQ4_XS", 11, 256, 136),
+        # bitsandbytes NF4 (mlxr/loader/bnb_nf4.py): per 64 weights a float32 absmax, then bnb's
+        # 32 packed bytes as saved (element 2j in the high nibble of byte j, 2j+1 in the low).
+        QuantType("NF4", 12, 64, 36),
+    )
+}
+KEPT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, **EXTRA_TYPES}
+
+
 def quant_type(name: str) -> QuantType:
     try:
-        return QUANT_TYPES[name]
+        return KEPT_TYPES[name]
     except KeyError:
-        raise ValueError(f"{name} is not kept quantized; kept types: {', '.join(QUANT_TYPES)}") from None
+        raise ValueError(f"{name} is not kept quantized; kept types: {', '.join(KEPT_TYPES)}") from None

@@ -1,7 +1,8 @@
 """float32 tensor -> the bytes of one ggml tensor type.
 
-Q8_0, Q4_0 and Q5_0 come from gguf-py's `gguf.quants.quantize`; Q4_K and Q6_K from our
-numpy quantizers, checked against gguf-py's dequantizers in the tests.
+Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 come from gguf-py's `gguf.quants.quantize`; the K-quants and
+IQ4_NL from our numpy quantizers (kquants.py, low_bit.py), checked against gguf-py's
+dequantizers in the tests.
 """
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import quantize
 
 from mlxr.quantize.kquants import quantize_q4_k, quantize_q6_k
+from mlxr.quantize.low_bit import quantize_iq4_nl, quantize_q2_k, quantize_q3_k, quantize_q5_k
 
 Q = GGMLQuantizationType
-_GGUF_PY = frozenset({Q.Q8_0, Q.Q4_0, Q.Q5_0})
-SUPPORTED = frozenset({Q.F32, Q.F16, Q.Q4_K, Q.Q6_K} | _GGUF_PY)
+_GGUF_PY = frozenset({Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1})
+_OURS = {Q.Q4_K: quantize_q4_k, Q.Q6_K: quantize_q6_k, Q.Q5_K: quantize_q5_k, Q.Q3_K: quantize_q3_k,
+         Q.Q2_K: quantize_q2_k, Q.IQ4_NL: quantize_iq4_nl}
+SUPPORTED = frozenset({Q.F32, Q.F16, *_OURS} | _GGUF_PY)
 
 
 def block_size(qtype: GGMLQuantizationType) -> int:
@@ -38,8 +42,6 @@ def encode(array: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
         return x
     if qtype == Q.F16:
         return x.astype(np.float16)
-    if qtype == Q.Q4_K:
-        return quantize_q4_k(x)
-    if qtype == Q.Q6_K:
-        return quantize_q6_k(x)
+    if qtype in _OURS:
+        return _OURS[qtype](x)
     return quantize(x, qtype)

@@ -78,7 +78,7 @@ def _write_atomically(
 
 
 def _write(source: Source, ft: FileType, path: Path, progress: Progress | None) -> tuple[TensorReport, ...]:
-    planner = TypePlanner(ft, [t.name for t in source.tensors])
+    planner = TypePlanner(ft, [t.name for t in source.tensors], _heads_per_kv_head(source))
     choices = [planner.choose(t.name, t.shape) for t in source.tensors]
     _log_fallbacks(choices)
     w = gguf.GGUFWriter(str(path), source.arch)
@@ -94,6 +94,12 @@ def _write(source: Source, ft: FileType, path: Path, progress: Progress | None) 
         return _write_tensors(w, source, choices, progress)
     finally:
         w.close()
+
+
+def _heads_per_kv_head(source: Source) -> int:
+    shapes = {t.name: t.shape for t in source.tensors}
+    q, v = shapes.get("blk.0.attn_q.weight"), shapes.get("blk.0.attn_v.weight")
+    return q[0] // v[0] if q and v and v[0] else 1
 
 
 def _log_fallbacks(choices: list[Choice]) -> None:

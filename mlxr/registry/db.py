@@ -38,6 +38,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX models_digest ON models (digest)",
     ),
+    # Modelfile settings (registry/settings.py) as JSON.
+    ("ALTER TABLE models ADD COLUMN settings TEXT NOT NULL DEFAULT '{}'",),
 )
 
 

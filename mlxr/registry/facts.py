@@ -116,14 +116,17 @@ def _dominant(pairs: Iterable[tuple[str, int]]) -> str:
 def _hf_facts(root: Path) -> ModelFacts:
     from mlxr.models.model_args import args_from_hf
 
-    args = args_from_hf(_read_config(root / _CONFIG))
+    config = _read_config(root / _CONFIG)
+    args = args_from_hf(config)
     shards = sorted(shard_files(root), key=lambda p: p.name)
     counts: Counter[str] = Counter()
     for shard in shards:
         counts.update(_shard_elements(shard))
+    quant = config.get("quantization_config")
+    nf4 = isinstance(quant, dict) and quant.get("load_in_4bit") and quant.get("bnb_4bit_quant_type") == "nf4"
     return ModelFacts(
         root, "safetensors", args.model_type, args.model_type, sum(counts.values()),
-        _dominant(counts.items()), args.max_position_embeddings, directory_size(root),
+        "NF4" if nf4 else _dominant(counts.items()), args.max_position_embeddings, directory_size(root),
         tuple(shards),
     )
 

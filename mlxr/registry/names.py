@@ -1,4 +1,5 @@
-"""Model names: `name:tag` or `namespace/name:tag`, validated before anything else sees them.
+"""Model names: `name:tag`, `namespace/name:tag` or `host/namespace/name:tag` (a pulled
+`hf.co/owner/repo:quant`), validated before anything else sees them.
 
 A name is only ever a database key, never a path; the rules still refuse anything that
 looks like one, so a later blob store keyed by name cannot be walked out of its directory.
@@ -11,7 +12,7 @@ from mlxr.errors import InvalidParameterError
 
 DEFAULT_TAG = "latest"
 _PART = r"[a-z0-9][a-z0-9._-]{0,127}"
-_NAME_RE = re.compile(rf"(?:{_PART}/)?{_PART}(?::{_PART})?")
+_NAME_RE = re.compile(rf"(?:{_PART}/){{0,2}}{_PART}(?::{_PART})?")
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _MAX_NAME = 300
 
@@ -36,7 +37,7 @@ def name_problem(name: object) -> str | None:
         return "it must not contain NUL, backslashes or '..'"
     if not _NAME_RE.fullmatch(name):
         return ("use lowercase letters, digits, '.', '_' and '-', starting with a letter or "
-                "digit, as name, name:tag or namespace/name:tag")
+                "digit, as name, name:tag, namespace/name:tag or host/namespace/name:tag")
     return None
 
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mlxr.registry.settings import ModelSettings
+
 _UNITS = ((1_000_000_000, "B", 1), (1_000_000, "M", 2))
 
 
@@ -27,6 +29,7 @@ class ModelRecord:
     created_at: str
     modified_at: str
     last_used_at: str | None = None
+    settings: ModelSettings = ModelSettings()  # SYSTEM, TEMPLATE, PARAMETER, MESSAGE
 
     @property
     def short_id(self) -> str:

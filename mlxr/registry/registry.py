@@ -20,6 +20,9 @@ from mlxr.registry import db
 from mlxr.registry.facts import ModelFacts, Progress, digest_files, fingerprint, inspect_model
 from mlxr.registry.names import default_name, name_problem, parse_name
 from mlxr.registry.record import ModelRecord, format_parameter_count, now_rfc3339, rfc3339
+from mlxr.registry.settings import ModelSettings
+
+Check = Callable[[ModelFacts], None]  # raises when the model would not load
 
 BUNDLED_NAME = GEMMA3_270M
 log = logging.getLogger(__name__)
@@ -27,7 +30,7 @@ _TOUCH_EVERY = timedelta(seconds=1)
 _COLUMNS = (
     "name", "path", "format", "architecture", "family", "parameter_count", "quantization",
     "context_length", "size_bytes", "digest", "content_bytes", "content_mtime_ns",
-    "created_at", "modified_at", "last_used_at",
+    "created_at", "modified_at", "last_used_at", "settings",
 )
 # A re-import keeps when the name was created and last used.
 _KEEP_ON_REPLACE = ("name", "created_at", "last_used_at")
@@ -78,13 +81,18 @@ class Registry:
         return [_record(r) for r in rows]
 
     def import_model(
-        self, path: Path, name: str | None = None, progress: Progress | None = None
+        self, path: Path, name: str | None = None, progress: Progress | None = None,
+        settings: ModelSettings | None = None, check: Check | None = None,
     ) -> ModelRecord:
         """Validate and register a .gguf file or a Hugging Face directory under `name`
         (default: from the file or directory name), replacing an existing entry of that name.
-        `progress(done, total)` follows the hashing. Nothing is registered on any error."""
+        `progress(done, total)` follows the hashing; `check(facts)` may refuse the model (the
+        loader's tokenizer check: the registry does not import the loader). Nothing is
+        registered on any error."""
         canonical = parse_name(name) if name is not None else None
         facts = inspect_model(path)
+        if check is not None:
+            check(facts)
         before = fingerprint(facts.content)
         digest = digest_files(facts.content, progress)
         if fingerprint(facts.content) != before:
@@ -93,14 +101,16 @@ class Registry:
         now = now_rfc3339()
         values = {**_fact_values(facts), "name": canonical, "digest": digest,
                   "content_bytes": before.size, "content_mtime_ns": before.mtime_ns,
-                  "created_at": now, "modified_at": now, "last_used_at": None}
+                  "created_at": now, "modified_at": now, "last_used_at": None,
+                  "settings": (settings or ModelSettings()).to_json()}
         with self._db() as conn, db.transaction(conn):
             conn.execute(_UPSERT, values)
             row = conn.execute("SELECT * FROM models WHERE name = ?", (canonical,)).fetchone()
         return _record(row)
 
-    def copy(self, src: str, dst: str) -> ModelRecord:
-        """Register `dst` as another name for `src`'s model; an existing `dst` is replaced."""
+    def copy(self, src: str, dst: str, settings: ModelSettings | None = None) -> ModelRecord:
+        """Register `dst` as another name for `src`'s model; an existing `dst` is replaced.
+        `settings` replace the source's Modelfile settings where given."""
         src_key = _lookup_key(src)
         dst_key = parse_name(dst, "destination")
         with self._db() as conn, db.transaction(conn):
@@ -113,6 +123,8 @@ class Registry:
                           "last_used_at": None}
                 conn.execute("DELETE FROM models WHERE name = ?", (dst_key,))
                 conn.execute(_UPSERT, values)
+            if settings is not None:
+                conn.execute("UPDATE models SET settings = ? WHERE name = ?", (settings.to_json(), dst_key))
             row = conn.execute("SELECT * FROM models WHERE name = ?", (dst_key,)).fetchone()
         return _record(row)
 
@@ -200,4 +212,5 @@ def _record(row: sqlite3.Row) -> ModelRecord:
         quantization=row["quantization"], context_length=row["context_length"],
         size_bytes=row["size_bytes"], digest=row["digest"], created_at=row["created_at"],
         modified_at=row["modified_at"], last_used_at=row["last_used_at"],
+        settings=ModelSettings.from_json(row["settings"]),
     )

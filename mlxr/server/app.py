@@ -80,7 +80,7 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
     access = AccessPolicy.build(config.host, config.allowed_hosts, config.cors_origins)
     # Added last = outermost: CORS answers preflights and decorates the guard's 401s too.
     app.add_middleware(Guard, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes,
-                       respond=error_response, access=access)
+                       respond=error_response, access=access, max_blob_bytes=config.max_blob_bytes)
     app.add_middleware(
         CORSMiddleware,
         allow_origin_regex=LOOPBACK_ORIGIN_REGEX,

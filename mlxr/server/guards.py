@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mlxr.server.access import AccessPolicy
 
 OPEN_PATHS = frozenset({"/health"})
+BLOB_PREFIX = "/api/blobs/"  # raw model bytes, bounded by max_blob_bytes instead
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _CURL_FORM = "application/x-www-form-urlencoded"
 
@@ -53,11 +54,12 @@ def as_json_body(scope: Scope) -> Scope:
 
 class Guard:
     def __init__(self, app: ASGIApp, api_keys: tuple[str, ...], max_body_bytes: int, respond,
-                 access: AccessPolicy | None = None) -> None:
+                 access: AccessPolicy | None = None, max_blob_bytes: int = 0) -> None:
         # respond(path, status, message, kind) -> an ASGI response in the route family's shape.
         self.app = app
         self.keys = [k.encode() for k in api_keys]
         self.max_body = max_body_bytes
+        self.max_blob = max_blob_bytes
         self.respond = respond
         self.access = access or AccessPolicy.build("127.0.0.1", (), ())
 
@@ -75,16 +77,21 @@ class Guard:
         if self.keys and path not in OPEN_PATHS and not self._authorized(headers):
             await self.respond(path, 401, "missing or invalid API key", "authentication_error")(scope, receive, send)
             return
+        blob = path.startswith(BLOB_PREFIX)
+        limit = self.max_blob if blob else self.max_body
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            msg = f"request body over {self.max_body} bytes"
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            msg = f"request body over {limit} bytes"
             await self.respond(path, 413, msg, "invalid_request_error")(scope, receive, send)
+            return
+        if blob:
+            await self.app(scope, self._limited(receive, limit), send)
             return
         problem = body_type_problem(scope, headers)
         if problem is not None:
             await self.respond(path, 415, problem, "invalid_request_error")(scope, receive, send)
             return
-        await self.app(as_json_body(scope), self._limited(receive), send)
+        await self.app(as_json_body(scope), self._limited(receive, limit), send)
 
     def _refusal(self, headers: Headers) -> tuple[int, str, str] | None:
         host = headers.get("host")
@@ -101,7 +108,7 @@ class Guard:
         # Compare against every key so timing does not say which prefix matched.
         return any([hmac.compare_digest(token, k) for k in self.keys])
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, limit: int) -> Receive:
         """Chunked bodies carry no length: count as they arrive."""
         seen = 0
 
@@ -110,8 +117,8 @@ class Guard:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    raise HTTPException(413, f"request body over {self.max_body} bytes")
+                if seen > limit:
+                    raise HTTPException(413, f"request body over {limit} bytes")
             return message
 
         return wrapped

@@ -39,7 +39,7 @@ def _cpu_signature() -> str:
     return os.uname().machine + flags
 
 
-LIBRARIES = ("attention", "norm", "quant")  # the *.c files beside this one
+LIBRARIES = ("attention", "norm", "quant", "quant_extra")  # the *.c files beside this one
 
 
 def _target(name: str, march: str, compiler: str, flags: list[str]) -> Path:

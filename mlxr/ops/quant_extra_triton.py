@@ -1,0 +1,169 @@
+"""Triton kernels for the extra types kept quantized (GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
+IQ4_XS; bitsandbytes' NF4), on weights in their raw block layout (quant_types.py).
+
+Each weight is computed from byte gathers by its column: block = col // block_elems, then the
+type's fields. Every product of the dequantization is exact in float32 (an fp16 significand of
+11 bits times scale and quant integers stays under 24 bits), so a contracted multiply-add
+rounds as gguf-py's separate operations do: the float32 output is bit-exact to gguf-py (NF4:
+one float32 product, as bitsandbytes rounds it).
+- M <= GEMV_MAX_M rows of x: `_gemv_kernel`, one program per (BN output channels, row of x),
+  each weight byte read from global memory per row of x (decode reads it once).
+- More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
+  same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
+Speed is not tuned (simple gathers; bench/quant_extra.py --device cuda measures it).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mlxr.ops.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
+from mlxr.ops.quant_types import EXTRA_TYPES
+
+GEMV_MAX_M = 16
+_BN, _BK = 16, 256
+_KVALUES: dict[torch.device, torch.Tensor] = {}
+
+
+@triton.jit
+def _u8(p):
+    return tl.load(p).to(tl.int32)
+
+
+@triton.jit
+def _f16(p):
+    bits = (tl.load(p).to(tl.int32) | (tl.load(p + 1).to(tl.int32) << 8)).to(tl.int16)
+    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _nibble(p, i):
+    """Element i of 32 from 16 bytes at p: low nibbles first, then high."""
+    b = _u8(p + (i % 16))
+    return tl.where(i < 16, b & 15, b >> 4)
+
+
+@triton.jit
+def _two_bits(p, i):
+    """Element i of 256 from 64 bytes at p: byte (i // 128) * 32 + i % 32, shift 2 * ((i % 128) // 32)."""
+    return (_u8(p + (i // 128) * 32 + (i % 32)) >> (2 * ((i % 128) // 32))) & 3
+
+
+@triton.jit
+def _weights(w_ptr, kv_ptr, rb, col, QT: tl.constexpr):
+    """Float32 weights at byte-row offsets rb [BN, 1] and columns col [1, BK]."""
+    if QT == 6:  # Q4_1
+        base = w_ptr + rb + (col // 32) * 20
+        i = col % 32
+        v = _f16(base) * _nibble(base + 4, i).to(tl.float32) + _f16(base + 2)
+    elif QT == 7:  # Q5_1
+        base = w_ptr + rb + (col // 32) * 24
+        i = col % 32
+        high = (_u8(base + 4 + i // 8) >> (i % 8)) & 1
+        v = _f16(base) * (_nibble(base + 8, i) | (high << 4)).to(tl.float32) + _f16(base + 2)
+    elif QT == 8:  # Q2_K
+        base = w_ptr + rb + (col // 256) * 84
+        i = col % 256
+        sc = _u8(base + i // 16)
+        dl = _f16(base + 80) * (sc & 15).to(tl.float32)
+        ml = _f16(base + 82) * (sc >> 4).to(tl.float32)
+        v = dl * _two_bits(base + 16, i).to(tl.float32) - ml
+    elif QT == 9:  # Q3_K
+        base = w_ptr + rb + (col // 256) * 110
+        i = col % 256
+        s = i // 16
+        low = tl.where(s < 8, _u8(base + 96 + (s % 8)) & 15, _u8(base + 96 + (s % 8)) >> 4)
+        high = (_u8(base + 104 + s % 4) >> (2 * (s // 4))) & 3
+        dl = _f16(base + 108) * ((low | (high << 4)) - 32).to(tl.float32)
+        hb = (_u8(base + i % 32) >> (i // 32)) & 1
+        v = dl * (_two_bits(base + 32, i) - 4 * (1 - hb)).to(tl.float32)
+    elif QT == 12:  # NF4: float32 absmax, element 2j in the high nibble of byte j
+        base = w_ptr + rb + (col // 64) * 36
+        i = col % 64
+        bits = (_u8(base) | (_u8(base + 1) << 8) | (_u8(base + 2) << 16) | (_u8(base + 3) << 24))
+        absmax = bits.to(tl.float32, bitcast=True)
+        b = _u8(base + 4 + i // 2)
+        q = tl.where(i % 2 == 0, b >> 4, b & 15)
+        v = tl.load(kv_ptr + 16 + q) * absmax
+    elif QT == 10:  # IQ4_NL
+        base = w_ptr + rb + (col // 32) * 18
+        v = _f16(base) * tl.load(kv_ptr + _nibble(base + 2, col % 32))
+    else:  # IQ4_XS
+        base = w_ptr + rb + (col // 256) * 136
+        i = col % 256
+        s = i // 32
+        low = (_u8(base + 4 + s // 2) >> (4 * (s % 2))) & 15
+        high = ((_u8(base + 2) | (_u8(base + 3) << 8)) >> (2 * s)) & 3
+        dl = _f16(base) * ((low | (high << 4)) - 32).to(tl.float32)
+        v = dl * tl.load(kv_ptr + _nibble(base + 8 + s * 16, i % 32))
+    return v
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
+                    QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    cols = tl.program_id(1) * BK + tl.arange(0, BK)
+    ok = (rows < N)[:, None] & (cols < K)[None, :]
+    rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
+    v = _weights(w_ptr, kv_ptr, rb, tl.minimum(cols, K - 1)[None, :], QT)
+    out = out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :]
+    tl.store(out, v.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, N, K, stride_x, stride_w, stride_o,
+                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    m = tl.program_id(1)
+    rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
+    acc = tl.zeros([BN, BK], dtype=tl.float32)
+    for k0 in range(0, K, BK):  # K is a multiple of BK (the launcher checks)
+        cols = k0 + tl.arange(0, BK)
+        w = _weights(w_ptr, kv_ptr, rb, cols[None, :], QT)
+        x = tl.load(x_ptr + m * stride_x + cols).to(tl.float32)
+        acc += w * x[None, :]
+    out = tl.sum(acc, axis=1)
+    tl.store(out_ptr + m * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
+
+
+def _kvalues(device: torch.device) -> torch.Tensor:
+    if device not in _KVALUES:
+        # IQ4's grid, then the NF4 code (entries 16..31)
+        _KVALUES[device] = torch.tensor(IQ4_KVALUES + NF4_VALUES, dtype=torch.float32, device=device)
+    return _KVALUES[device]
+
+
+def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
+    t = EXTRA_TYPES[qtype]
+    assert raw.dtype == torch.uint8 and raw.dim() == 2 and raw.stride(1) == 1, (raw.dtype, raw.shape)
+    assert raw.shape[1] == t.row_bytes(k), (tuple(raw.shape), qtype, k)
+    return t.code
+
+
+def dequantize_extra_triton(raw: torch.Tensor, qtype: str, k: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The (n, k) weight in `dtype` (float32: bit-exact to gguf-py)."""
+    code = _check(raw, qtype, k)
+    n = raw.shape[0]
+    out = torch.empty(n, k, dtype=dtype, device=raw.device)
+    grid = (triton.cdiv(n, _BN), triton.cdiv(k, _BK))
+    _dequant_kernel[grid](raw, _kvalues(raw.device), out, n, k, raw.stride(0), out.stride(0),
+                          QT=code, BN=_BN, BK=_BK)
+    return out
+
+
+def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """x (..., k) @ W^T -> (..., n) in x.dtype, float32 accumulation."""
+    code = _check(raw, qtype, k)
+    assert x.shape[-1] == k and x.device == raw.device, (tuple(x.shape), k)
+    rows = x.reshape(-1, k)
+    m, n = rows.shape[0], raw.shape[0]
+    if m > GEMV_MAX_M or k % _BK:
+        w = dequantize_extra_triton(raw, qtype, k, x.dtype if x.dtype != torch.float32 else torch.float32)
+        return (rows @ w.T).reshape(*x.shape[:-1], n)
+    rows = rows.contiguous()
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    _gemv_kernel[(triton.cdiv(n, _BN), m)](rows, raw, _kvalues(raw.device), out, n, k, rows.stride(0),
+                                           raw.stride(0), out.stride(0), QT=code, BN=_BN, BK=_BK)
+    return out.reshape(*x.shape[:-1], n)

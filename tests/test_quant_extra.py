@@ -1,0 +1,62 @@
+"""The extra kept-quantized GGUF types (Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS): the torch
+reference and the C kernels against gguf-py's dequantizer, the matmul against float64, and a
+model whose GGUF holds them loading them kept quantized."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from quant_blocks import random_blocks, reference_dequantize
+
+from mlxr.ops import quant, quant_extra_cpu
+from mlxr.ops.quant_reference import dequantize
+from mlxr.ops.quant_types import EXTRA_TYPES
+
+TYPES = list(EXTRA_TYPES)
+MARCHES = ["native", "x86-64"]  # the host's vector build and the portable one
+
+
+def _gguf(raw: np.ndarray, qtype: str, n: int, k: int) -> np.ndarray:
+    return reference_dequantize(raw, qtype, n, k)  # gguf-py's, or bitsandbytes' rule for NF4
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_reference_is_bit_exact_to_gguf_py(qtype: str) -> None:
+    n, k = 5, 512
+    raw = random_blocks(qtype, n, k, seed=1)
+    got = dequantize(torch.from_numpy(raw), qtype, k).numpy()
+    assert np.array_equal(got.view(np.uint32), _gguf(raw, qtype, n, k).view(np.uint32))
+
+
+@pytest.mark.parametrize("march", MARCHES)
+@pytest.mark.parametrize("qtype", TYPES)
+def test_cpu_kernels_against_gguf_py(qtype: str, march: str) -> None:
+    lib = quant_extra_cpu.library(march)
+    assert lib is not None
+    n, k = 24, 768
+    raw = random_blocks(qtype, n, k, seed=2)
+    want = _gguf(raw, qtype, n, k)
+    t = torch.from_numpy(raw)
+    got = quant_extra_cpu.dequantize_cpu(t, qtype, k, lib).numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for m in (1, 3, 9):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+        ref = x.double() @ torch.from_numpy(want).double().T
+        out = quant_extra_cpu.qmatmul_cpu(x, t, qtype, k, lib)
+        err = (out.double() - ref).norm() / ref.norm()
+        assert err < 1e-5, (qtype, m, float(err))
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_dispatch_matmul_and_embedding_rows(qtype: str) -> None:
+    n, k = 16, 512
+    raw = random_blocks(qtype, n, k, seed=3)
+    want = torch.from_numpy(_gguf(raw, qtype, n, k))
+    t = torch.from_numpy(raw)
+    for m in (1, 4, 20):  # the kernel's rows and the dequantize + GEMM rows
+        x = torch.randn(2, m, k)
+        got = quant.qmatmul(x, t, qtype, k)
+        ref = (x.double() @ want.double().T)
+        assert got.shape == (2, m, n) and (got.double() - ref).norm() / ref.norm() < 1e-5
+    rows = torch.tensor([[3, 0], [15, 3]])
+    assert torch.equal(quant.dequantize_rows(t, rows, qtype, k), want[rows])
