@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from importlib.metadata import version
 
 import llguidance
 import llguidance.torch as llg_torch
@@ -130,8 +131,8 @@ def main() -> None:
     print_table(rows, ["vocab", "schema", "ll_compile_ms", "xg_compile_ms", "ll_mask_us_median",
                        "xg_mask_us_median", "ll_mask_us_max", "xg_mask_us_max"])
     print(write_result("structured_engines", {"cpu": cpu_model(), "threads": torch.get_num_threads(),
-                                              "llguidance": llguidance.__version__ if hasattr(llguidance, "__version__") else "",
-                                              "xgrammar": xgr.__version__, "rows": rows, "hostile": bad}))
+                                              "llguidance": version("llguidance"), "xgrammar": version("xgrammar"),
+                                              "rows": rows, "hostile": bad}))
 
 
 if __name__ == "__main__":

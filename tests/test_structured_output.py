@@ -90,12 +90,18 @@ def test_a_constrained_row_leaves_its_neighbours_alone(llm):
     valid(mixed[1].outputs[0].text, RECORD)
 
 
-@pytest.mark.parametrize("engine", ["overlap", "preempt"])
-def test_overlapped_steps_and_preemption(model_dir, engine):
+ENGINES = {
+    "overlap": dict(overlap_steps=True),
+    "preempt": dict(num_kv_blocks=40, block_size=4, max_num_batched_tokens=64, enable_prefix_caching=False),
+    "process": dict(engine_process=True, overlap_steps=True),  # the core loads its own tokenizer
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
     """With overlap, a constrained step lands the previous one between its forward and its
     sampling; a tiny KV cache preempts and recomputes: the matchers must stay in step."""
-    kw = dict(overlap_steps=True) if engine == "overlap" else dict(
-        num_kv_blocks=40, block_size=4, max_num_batched_tokens=64, enable_prefix_caching=False)
+    kw = ENGINES[engine]
     llm = LLM(model_dir, dtype="float32", **kw)
     names = ["nested_mixed", "record_like", "array_of_objects", "many_fields"]
     params = [SamplingParams(max_tokens=120, temperature=1.0, seed=i, structured_outputs=SO(json=SCHEMAS[n]))
@@ -108,6 +114,7 @@ def test_overlapped_steps_and_preemption(model_dir, engine):
     if engine == "preempt":
         assert llm.engine.stats().num_preemptions > 0
     assert llm.engine.stats().kv_blocks_used == 0
+    llm.shutdown()
 
 
 @pytest.mark.parametrize("spec, words", [
