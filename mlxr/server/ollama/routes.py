@@ -2,9 +2,9 @@
 /api/version. Model management routes live in model_routes and are included here.
 
 `format` ("json" or a schema) is accepted but decoding is NOT constrained: the output may
-not be valid JSON; a log line says so. `think` is refused. A prompt over num_ctx is cut to fit
+not be valid JSON; a log line says so. `think` works on /api/chat where the template thinks. A prompt over num_ctx is cut to fit
 (truncation.py) unless `truncate: false`.
-Tool calls are passed to the chat template, but tool calls in the output are not parsed.
+Tools are rendered and calls read back as in server/chat_plan.py and reply_parser.py.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from mlxr.server.ollama.generation import Job
 from mlxr.server.ollama.loading import Hold, hold
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
-from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
+from mlxr.server.ollama.prompts import chat_plan, generate_prompt_ids
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
@@ -68,14 +68,25 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
 @router.post("/api/chat")
 async def chat(body: ChatRequest, request: Request) -> Response:
     arrival = time.perf_counter()
-    _check_extras(body.format, body.think, body.options)
+    _check_extras(body.format, None, body.options)  # `think` is checked against the template
     top_n = _logprobs(body.logprobs, body.top_logprobs)
     held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
     if not body.messages:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window)
-    return await _start(held, body, arrival, chat=True, ids=lambda tok: chat_prompt_ids(body, tok),
-                        fit=fit, top_n=top_n)
+    planned = _Planned(body)
+    return await _start(held, body, arrival, chat=True, ids=planned.ids, fit=fit, top_n=top_n, planned=planned)
+
+
+class _Planned:
+    """Renders a chat prompt and keeps its plan (tools, thinking) to read the reply with."""
+
+    def __init__(self, body: ChatRequest) -> None:
+        self.body, self.plan = body, None
+
+    def ids(self, tokenizer: Any) -> list[int]:
+        self.plan = chat_plan(self.body, tokenizer)
+        return tokenizer.encode(self.plan.prompt_text, add_special_tokens=False)
 
 
 # (tokenizer, prompt ids, window) -> prompt ids that fit the window
@@ -83,7 +94,8 @@ Fit = Callable[[Any, list[int], int], list[int]]
 
 
 async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float, *, chat: bool,
-                 ids: Callable[[Any], list[int]], fit: Fit | None, top_n: int | None) -> Response:
+                 ids: Callable[[Any], list[int]], fit: Fit | None, top_n: int | None,
+                 planned: _Planned | None = None) -> Response:
     try:
         tokenizer = held.served.tokenizer
         prompt_ids = await off_loop(ids, tokenizer)
@@ -93,7 +105,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
         held.session.trace.prompt_tokens = len(prompt_ids)
         params = replace(sampling_params(body.options, budget), logprobs=top_n)
-        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
+        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, planned.plan if planned else None)
         return await generation.run(job, body.stream)
     except BaseException as e:
         await held.session.fail(e)
