@@ -2,9 +2,10 @@
 /api/version. Model management routes live in model_routes and are included here.
 
 `format` ("json" or a schema) is accepted but decoding is NOT constrained: the output may
-not be valid JSON; a log line says so. `think` works on /api/chat where the template thinks. A prompt over num_ctx is cut to fit
+not be valid JSON; a log line says so. `think` is refused. A prompt over num_ctx is cut to fit
 (truncation.py) unless `truncate: false`.
-Tools are rendered and calls read back as in server/chat_plan.py and reply_parser.py.
+Tools are rendered and calls read back as in server/chat_plan.py and reply_parser.py;
+/api/chat's `think` works where the template thinks (chat_plan).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from mlxr.server.ollama.generation import Job
 from mlxr.server.ollama.loading import Hold, hold
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
-from mlxr.server.ollama.prompts import chat_plan, generate_prompt_ids
+from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
+from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
@@ -105,7 +107,8 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
         held.session.trace.prompt_tokens = len(prompt_ids)
         params = replace(sampling_params(body.options, budget), logprobs=top_n)
-        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, planned.plan if planned else None)
+        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
+        job.plan = planned.plan if planned else None
         return await generation.run(job, body.stream)
     except BaseException as e:
         await held.session.fail(e)
