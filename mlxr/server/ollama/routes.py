@@ -23,11 +23,11 @@ from mlxr.errors import InvalidParameterError
 from mlxr.server.ollama import generation
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
+from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.loading import Hold, hold
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
-from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
