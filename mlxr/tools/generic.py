@@ -14,11 +14,9 @@ GENERIC = register(ToolFormat(
     detect=lambda template: False,
 ))
 
-_INSTRUCTIONS = (
-    "You can call the following tools. Each is described by a JSON object:\n<tools>\n{tools}\n</tools>\n\n"
-    "To call a tool, reply with one line per call, exactly:\n"
-    '<tool_call>{{"name": "<tool name>", "arguments": {{<arguments as JSON>}}}}</tool_call>\n'
-    "A tool's result comes back inside <tool_response></tool_response>."
+_INSTRUCTIONS = (  # short: small models have small contexts
+    "Tools:\n<tools>\n{tools}\n</tools>\n"
+    'To call one, reply <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>'
 )
 
 
