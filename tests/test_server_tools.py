@@ -13,7 +13,7 @@ import pytest
 from conftest import fixture_model
 from server_harness import running_server
 
-GREEDY = {"temperature": 0.0, "max_tokens": 64}
+GREEDY = {"temperature": 0.0, "max_tokens": 128}
 
 
 def fn(name: str, properties: dict, required: list[str]) -> dict:
@@ -23,7 +23,7 @@ def fn(name: str, properties: dict, required: list[str]) -> dict:
 
 TOOLS = [
     fn("get_weather", {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["C", "F"]}}, ["city", "unit"]),
-    fn("add", {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer"}}, ["a", "b"]),
+    fn("add", {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": -9, "maximum": 9}}, ["a", "b"]),
     fn("tag", {"tags": {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 1, "maxItems": 3}}, ["tags"]),
     fn("flag", {"on": {"type": "boolean"}}, ["on"]),
     fn("nothing", {}, []),
