@@ -55,11 +55,11 @@ def test_message_list_input_with_instructions_and_tool_results(client, model):
 
 def test_json_schema_streamed_through_responses_stream(client, model):
     fmt = {"format": {"type": "json_schema", "name": "w", "schema": SCHEMA, "strict": True}}
-    r = client.responses.create(model=model, input="weather as JSON", text=fmt, max_output_tokens=120, seed=1)
+    r = client.responses.create(model=model, input="weather as JSON", text=fmt, max_output_tokens=120, temperature=0)
     assert r.status == "completed"
     jsonschema.validate(json.loads(r.output_text), SCHEMA)
     with client.responses.stream(model=model, input="weather as JSON", text=fmt, max_output_tokens=120,
-                                 extra_body={"seed": 1}) as stream:
+                                 temperature=0) as stream:
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert "".join(deltas) == final.output_text == r.output_text
