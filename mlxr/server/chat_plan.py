@@ -30,6 +30,15 @@ def _tool_function(tool: dict[str, Any]) -> dict[str, Any]:
     return tool.get("function", tool)
 
 
+def _check_tools(tools: list[dict[str, Any]] | None) -> None:
+    names = [_tool_function(t).get("name") if isinstance(t, dict) else None for t in tools or []]
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise InvalidParameterError(f"tools[{i}]", "a tool needs a function name")
+    if len(set(names)) != len(names):
+        raise InvalidParameterError("tools", "tool names must be unique")
+
+
 def _choice(tool_choice: Any, tools: list[dict[str, Any]] | None) -> tuple[str, str | None]:
     """("none" | "auto" | "required" | "named", the named function)."""
     if tool_choice is None:
@@ -53,10 +62,11 @@ def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, na
                for t in tools}
     if mode == "named":
         return StructuredOutputsParams(json=schemas[name])
-    array: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": list(schemas.values())}}
-    if parallel is False:
-        array["maxItems"] = 1
-    return StructuredOutputsParams(json=array)
+    if parallel is not True:
+        # One call unless the client asks for several: a small model under a list grammar
+        # repeats the call until max_tokens (SmolLM2-135M did).
+        return StructuredOutputsParams(json={"anyOf": list(schemas.values())})
+    return StructuredOutputsParams(json={"type": "array", "minItems": 1, "items": {"anyOf": list(schemas.values())}})
 
 
 def _template_kwargs(extra: dict[str, Any] | None, thinking: bool | None, toggles: bool) -> dict[str, Any]:
@@ -75,6 +85,7 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
               template_kwargs: dict[str, Any] | None = None, add_generation_prompt: bool = True,
               other_constraint: bool = False) -> ChatPlan:
     """Render the prompt text; raises InvalidParameterError for a bad tool_choice."""
+    _check_tools(tools)
     source = tokenizer.template_source
     fmt = format_for_template(source)
     mode, name = _choice(tool_choice, tools)
