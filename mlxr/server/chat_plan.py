@@ -58,8 +58,8 @@ def _choice(tool_choice: Any, tools: list[dict[str, Any]] | None) -> tuple[str, 
 
 def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, name: str | None,
                      parallel: bool | None) -> StructuredOutputsParams:
-    schemas = {_tool_function(t)["name"]: fmt.call_schema(_tool_function(t)["name"], _tool_function(t).get("parameters"))
-               for t in tools}
+    functions = [_tool_function(t) for t in tools]
+    schemas = {f["name"]: fmt.call_schema(f["name"], f.get("parameters")) for f in functions}
     if mode == "named":
         return StructuredOutputsParams(json=schemas[name])
     if parallel is not True:

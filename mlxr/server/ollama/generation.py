@@ -141,7 +141,10 @@ async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None
     try:
         while item is not None:
             delta = tally.add(item[1])
-            said = (content(False, delta) if delta else {}) if reply is None else _said(reply.delta(delta, item[1].finished))
+            if reply is None:
+                said = content(False, delta) if delta else {}
+            else:
+                said = _said(reply.delta(delta, item[1].finished))
             if said:
                 yield line({"model": job.model, "created_at": rfc3339(), **said, "done": False,
                             **take_logprobs(job, tally)})

@@ -43,6 +43,8 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     top_n = _top_logprobs(body)
     params = sampling_params(body, max_tokens, top_n)
     if plan.constraint is not None:  # tool_choice required / a named function
+        if params.structured_outputs is not None:
+            raise InvalidParameterError("tool_choice", "a forced tool call cannot be combined with another constraint")
         params = replace(params, structured_outputs=plan.constraint)
     check_fits(len(ids), served.context_length, max_tokens)
     choices = Choices(1, body.n)
