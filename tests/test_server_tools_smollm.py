@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from mlxr.bundled_models import CHAT_MODEL, smollm2_135m_path
+from mlxr.bundled_models import CHAT_MODEL, COMPLETION_MODEL, smollm2_135m_path
 from mlxr.errors import ModelNotFoundError
 from server_harness import running_server
 
@@ -23,7 +23,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
-def test_required_call_then_tool_result(tmp_path: Path) -> None:
+def test_required_call_then_tool_result_and_gemma_renders_it(tmp_path: Path) -> None:
     with running_server(tmp_path / "home", timeout_s=240) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
         messages = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -37,3 +37,8 @@ def test_required_call_then_tool_result(tmp_path: Path) -> None:
         r = client.chat.completions.create(model=CHAT_MODEL, messages=messages, tools=[WEATHER],
                                            temperature=0, max_tokens=40)
         assert r.choices[0].finish_reason in ("stop", "length") and r.choices[0].message.content
+        # The bundled Gemma 3 file carries no template: the built-in one renders the tool turns
+        # (it was a 400: its turns must alternate user/model).
+        r = client.chat.completions.create(model=COMPLETION_MODEL, messages=messages, tools=[WEATHER],
+                                           temperature=0, max_tokens=8)
+        assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")

@@ -136,3 +136,22 @@ def test_reasoning_opened_by_the_prompt_and_cut_off():
     s = ReasoningSplitter(markers, "x")
     assert [(p.kind, p.text) for p in s.feed("no <think> here") + s.finish()] == [("content", "no <think> here")]
     assert markers_for_template(GEMMA_TEMPLATE) is None
+
+
+def test_ollama_message_shape_read_by_the_official_client():
+    import ollama
+
+    from mlxr.server.chat_plan import ChatPlan
+    from mlxr.server.ollama.replies import StreamedMessage, whole_message
+
+    plan = ChatPlan(fmt=format_named("generic"), markers=markers_for_template("</think>"), prompt_text="x")
+    text = '<think>hm</think>\n\nOK <tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    whole = ollama.Message(**whole_message(plan, text))
+    assert whole.thinking == "hm" and whole.content == "OK "
+    assert whole.tool_calls[0].function.name == "get_weather"
+    assert whole.tool_calls[0].function.arguments == {"city": "Rome"}  # an object, not JSON text
+    stream = StreamedMessage(plan)
+    chunks = [stream.delta(ch, False) for ch in text] + [stream.delta("", True)]
+    parts = [ollama.Message(**c) for c in chunks if c is not None]
+    assert "".join(p.thinking or "" for p in parts) == "hm" and "".join(p.content for p in parts) == "OK "
+    assert [c.function.arguments for p in parts for c in p.tool_calls or []] == [{"city": "Rome"}]
