@@ -92,3 +92,13 @@ def test_a_forced_tool_call_is_not_preceded_by_thinking(client, model):
                                        parallel_tool_calls=False, temperature=0, max_tokens=60).choices[0]
     assert c.finish_reason == "tool_calls" and not getattr(c.message, "reasoning_content", None)
     assert c.message.tool_calls[0].function.name == "ping"
+
+
+def test_responses_api_reasoning_item(client, model):
+    r = client.responses.create(model=model, input="hi", max_output_tokens=12, temperature=0)
+    assert [o.type for o in r.output] == ["reasoning"]
+    expected = raw_text(client, model, thinking=True).split("</think>")[0]
+    assert r.output[0].content[0].text == expected
+    events = list(client.responses.create(model=model, input="hi", max_output_tokens=12, temperature=0, stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == expected
+    assert events[-1].response.output[0].type == "reasoning"

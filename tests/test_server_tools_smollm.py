@@ -23,6 +23,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
 
+@pytest.mark.slow  # two bundled models load: about 50 s on 2 cores
 def test_required_call_then_tool_result_and_gemma_renders_it(tmp_path: Path) -> None:
     with running_server(tmp_path / "home", timeout_s=240) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
