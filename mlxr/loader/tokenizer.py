@@ -172,6 +172,11 @@ class Tokenizer:
         """The template the model files carry (None when they carry none)."""
         return self._chat_template
 
+    @property
+    def template_source(self) -> str | None:
+        """The template chats render with: the model's own, else the built-in one (or None)."""
+        return self._template_source
+
 
     def apply_chat_template(
         self,

@@ -17,7 +17,9 @@ from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import MLXRError
 from mlxr.server.ollama.durations import ns, rfc3339
+from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.ollama.loading import Hold
+from mlxr.server.ollama.replies import StreamedMessage, whole_message
 from mlxr.server.session import SessionStream, status_of
 from mlxr.types import Logprob, RequestOutput, SamplingParams, TokenLogprobs
 
@@ -33,6 +35,7 @@ class Job:
     chat: bool
     arrival: float  # time.perf_counter() when the request arrived
     top_logprobs: int | None = None  # None: no logprobs; else alternatives per token
+    plan: ChatPlan | None = None  # chat: how the reply is read (tools, thinking)
 
 
 @dataclass
@@ -94,10 +97,11 @@ def line(obj: dict[str, Any]) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
 
 
-def final_object(job: Job, tally: Tally, text: str) -> dict[str, Any]:
+def final_object(job: Job, tally: Tally, text: str, message: dict[str, Any] | None = None) -> dict[str, Any]:
     end = tally.finished_at or time.perf_counter()
     first = tally.first_token_at or end
-    body = {"model": job.model, "created_at": rfc3339(), **content(job.chat, text), "done": True,
+    said = {"message": message} if message is not None else content(job.chat, text)
+    body = {"model": job.model, "created_at": rfc3339(), **said, "done": True,
             "done_reason": "length" if tally.finish_reason == "length" else "stop", **take_logprobs(job, tally)}
     if not job.chat:
         body["context"] = job.prompt_ids + tally.token_ids
@@ -126,16 +130,23 @@ async def run(job: Job, stream: bool) -> Response:
         item = await session.next()
     await job.hold.finish()
     await job.hold.unload_if_asked()
-    return JSONResponse(final_object(job, tally, "".join(tally.parts)))
+    text = "".join(tally.parts)
+    return JSONResponse(final_object(job, tally, text, whole_message(job.plan, text) if job.chat else None))
 
 
 async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:
     # A client that goes away cancels this generator; SessionStream then closes the session.
     session = job.hold.session
+    reply = StreamedMessage(job.plan) if job.chat else None
     try:
         while item is not None:
-            if delta := tally.add(item[1]):
-                yield line({"model": job.model, "created_at": rfc3339(), **content(job.chat, delta), "done": False,
+            delta = tally.add(item[1])
+            if reply is None:
+                said = content(False, delta) if delta else {}
+            else:
+                said = _said(reply.delta(delta, item[1].finished))
+            if said:
+                yield line({"model": job.model, "created_at": rfc3339(), **said, "done": False,
                             **take_logprobs(job, tally)})
             item = await session.next()
         session.outcome = (200, None)
@@ -145,3 +156,7 @@ async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None
     except Exception as e:  # noqa: BLE001 - the status line is gone; report in-band
         session.outcome = (status_of(e), str(e) or type(e).__name__)
         yield line({"error": e.message if isinstance(e, MLXRError) else "internal error"})
+
+
+def _said(message: dict[str, Any] | None) -> dict[str, Any]:
+    return {"message": message} if message is not None else {}

@@ -11,6 +11,7 @@ from typing import Any
 
 from mlxr.errors import InvalidParameterError
 from mlxr.loader.chat_template import default_template_for
+from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
 
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.S)
@@ -39,9 +40,18 @@ def generate_prompt_ids(req: GenerateRequest, tokenizer: Any) -> list[int]:
 
 
 def chat_prompt_ids(req: ChatRequest, tokenizer: Any) -> list[int]:
+    return tokenizer.encode(chat_plan(req, tokenizer).prompt_text, add_special_tokens=False)
+
+
+def chat_plan(req: ChatRequest, tokenizer: Any) -> ChatPlan:
+    """The rendered prompt with its tools and thinking (`think`: true, false, or a level)."""
     messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=req.tools or None)
-    return tokenizer.encode(text, add_special_tokens=False)
+    thinking = None if req.think in (None, "") else req.think not in (False, "false")
+    plan = plan_chat(tokenizer, messages, req.tools or None, thinking=thinking,
+                     other_constraint=bool(req.format))
+    if thinking and plan.markers is None:
+        raise InvalidParameterError("think", f"{req.model!r} does not support thinking")
+    return plan
 
 
 def has_chat_template(tokenizer: Any) -> bool:

@@ -1,9 +1,10 @@
 """Ollama's generation routes: /api/generate, /api/chat, /api/embed, /api/embeddings and
 /api/version. Model management routes live in model_routes and are included here.
 
-`format` ("json" or a schema) constrains decoding (structured.py). `think` is refused. A prompt over num_ctx is cut to fit
-(truncation.py) unless `truncate: false`.
-Tool calls are passed to the chat template, but tool calls in the output are not parsed.
+`format` ("json" or a schema) constrains decoding (structured.py). A prompt over num_ctx is cut
+to fit (truncation.py) unless `truncate: false`.
+Tools are rendered and calls read back as in server/chat_plan.py and reply_parser.py;
+/api/chat's `think` works where the template thinks (chat_plan).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mlxr.server.ollama import generation, modelfile
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
 from mlxr.server.ollama.loading import Hold, hold, resolve
+from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
@@ -69,15 +71,26 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
 @router.post("/api/chat")
 async def chat(body: ChatRequest, request: Request) -> Response:
     arrival = time.perf_counter()
-    _check_extras(body.format, body.think, body.options)
+    _check_extras(body.format, None, body.options)  # `think` is checked against the template
     top_n = _logprobs(body.logprobs, body.top_logprobs)
     body = modelfile.for_chat(body, (await resolve(request, body.model)).settings)
     held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
     if not body.messages:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window)
-    return await _start(held, body, arrival, chat=True, ids=lambda tok: chat_prompt_ids(body, tok),
-                        fit=fit, top_n=top_n)
+    planned = _Planned(body)
+    return await _start(held, body, arrival, chat=True, ids=planned.ids, fit=fit, top_n=top_n, planned=planned)
+
+
+class _Planned:
+    """Renders a chat prompt and keeps its plan (tools, thinking) to read the reply with."""
+
+    def __init__(self, body: ChatRequest) -> None:
+        self.body, self.plan = body, None
+
+    def ids(self, tokenizer: Any) -> list[int]:
+        self.plan = chat_plan(self.body, tokenizer)
+        return tokenizer.encode(self.plan.prompt_text, add_special_tokens=False)
 
 
 # (tokenizer, prompt ids, window) -> prompt ids that fit the window
@@ -85,7 +98,8 @@ Fit = Callable[[Any, list[int], int], list[int]]
 
 
 async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float, *, chat: bool,
-                 ids: Callable[[Any], list[int]], fit: Fit | None, top_n: int | None) -> Response:
+                 ids: Callable[[Any], list[int]], fit: Fit | None, top_n: int | None,
+                 planned: _Planned | None = None) -> Response:
     try:
         tokenizer = held.served.tokenizer
         prompt_ids = await off_loop(ids, tokenizer)
@@ -97,6 +111,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         params = replace(sampling_params(body.options, budget), logprobs=top_n,
                          structured_outputs=structured_outputs(body.format))
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
+        job.plan = planned.plan if planned else None
         return await generation.run(job, body.stream)
     except BaseException as e:
         await held.session.fail(e)

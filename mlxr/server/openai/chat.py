@@ -1,11 +1,15 @@
 """POST /v1/chat/completions."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
+from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.choices import Choice, Choices, chat_logprobs
+from mlxr.server.openai.replies import StreamedReply, finish_reason, message
 from mlxr.server.openai.prompts import check_fits, render_chat, sampling_params
 from mlxr.server.openai.schemas import ChatCompletionRequest
 from mlxr.server.openai.sse import events, stream_response
@@ -34,16 +38,20 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 
 async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     served = session.served
-    ids = await render_chat(served.tokenizer, body, served.context_length)
+    ids, plan = await render_chat(served.tokenizer, body, served.context_length)
     max_tokens = body.max_completion_tokens or body.max_tokens
     top_n = _top_logprobs(body)
     params = sampling_params(body, max_tokens, top_n)
+    if plan.constraint is not None:  # tool_choice required / a named function
+        if params.structured_outputs is not None:
+            raise InvalidParameterError("tool_choice", "a forced tool call cannot be combined with another constraint")
+        params = replace(params, structured_outputs=plan.constraint)
     check_fits(len(ids), served.context_length, max_tokens)
     choices = Choices(1, body.n)
     choices.prompt_tokens = len(ids)
     session.start([ids], params)
     first = await session.next()  # admission errors surface here, before any header is sent
-    fmt = _ChatFormat(session, choices, top_n, body)
+    fmt = _ChatFormat(session, choices, top_n, body, plan)
     if body.stream:
         return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail))
     item = first
@@ -55,8 +63,10 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
 
 
 class _ChatFormat:
-    def __init__(self, session: Session, choices: Choices, top_n: int | None, body: ChatCompletionRequest) -> None:
-        self.session, self.choices, self.top_n = session, choices, top_n
+    def __init__(self, session: Session, choices: Choices, top_n: int | None, body: ChatCompletionRequest,
+                 plan: ChatPlan) -> None:
+        self.session, self.choices, self.top_n, self.plan = session, choices, top_n, plan
+        self.replies = [StreamedReply(plan) for _ in choices.items]
         opts = body.stream_options
         self.include_usage = bool(body.stream and opts and opts.include_usage)
 
@@ -73,17 +83,21 @@ class _ChatFormat:
         return [self._envelope("chat.completion.chunk", first)]
 
     def chunks(self, prompt_index: int, out: RequestOutput) -> list[dict]:
-        return [self._envelope("chat.completion.chunk", [self._delta(c, o)])
-                for c, o in self.choices.apply(prompt_index, out)]
+        return [self._envelope("chat.completion.chunk", [d])
+                for c, o in self.choices.apply(prompt_index, out) for d in self._deltas(c, o)]
 
-    def _delta(self, choice: Choice, o: CompletionOutput) -> dict:
-        delta = {"content": o.text} if o.text else {}
+    def _deltas(self, choice: Choice, o: CompletionOutput) -> list[dict]:
         logprobs = None
         if self.top_n is not None and o.token_ids:
             logprobs = chat_logprobs(o.token_ids, o.logprobs or [], self.top_n)
-        finish = choice.finish_reason if not choice.finish_sent else None
+        ending = choice.finish_reason is not None and not choice.finish_sent
+        reply = self.replies[choice.index]
+        delta, call_deltas = reply.deltas(o.text, ending)
+        finish = finish_reason(choice.finish_reason, reply.calls > 0) if ending else None
         choice.finish_sent = choice.finish_reason is not None
-        return {"index": choice.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        items = [(delta, logprobs), *((d, None) for d in call_deltas)]
+        return [{"index": choice.index, "delta": d, "logprobs": lp,
+                 "finish_reason": finish if i == len(items) - 1 else None} for i, (d, lp) in enumerate(items)]
 
     def tail(self) -> list[dict]:
         if not self.include_usage:
@@ -99,5 +113,6 @@ class _ChatFormat:
 
     def _message(self, c: Choice) -> dict:
         logprobs = chat_logprobs(c.token_ids, c.logprobs, self.top_n) if self.top_n is not None else None
-        return {"index": c.index, "message": {"role": "assistant", "content": c.text},
-                "logprobs": logprobs, "finish_reason": c.finish_reason}
+        msg, has_calls = message(self.plan, c.text)
+        return {"index": c.index, "message": msg, "logprobs": logprobs,
+                "finish_reason": finish_reason(c.finish_reason, has_calls)}

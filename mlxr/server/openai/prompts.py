@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.prompt_work import check_prompt_chars, off_loop
 from mlxr.server.openai.structured import structured_outputs
 from mlxr.server.openai.schemas import (
@@ -101,20 +102,25 @@ def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
     return d
 
 
-async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_length: int) -> list[int]:
-    """The chat template's prompt as token ids (its text already carries BOS and markers)."""
+async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_length: int) -> tuple[list[int], ChatPlan]:
+    """The chat template's prompt as token ids (its text already carries BOS and markers), and
+    the plan its reply is read back with (tools, reasoning; see server/chat_plan.py)."""
     messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    thinking = None if body.reasoning_effort is None else body.reasoning_effort != "none"
+    fmt = getattr(body, "response_format", None)
 
-    def run() -> list[int]:
-        text = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=body.add_generation_prompt, tools=tools
-        )
-        check_prompt_chars(tokenizer, context_length, text, "messages")
-        return tokenizer.encode(text, add_special_tokens=False)
+    def run() -> tuple[list[int], ChatPlan]:
+        plan = plan_chat(tokenizer, messages, tools, tool_choice=body.tool_choice,
+                         parallel=body.parallel_tool_calls, thinking=thinking,
+                         template_kwargs=body.chat_template_kwargs,
+                         add_generation_prompt=body.add_generation_prompt,
+                         other_constraint=fmt is not None and fmt.type != "text")
+        check_prompt_chars(tokenizer, context_length, plan.prompt_text, "messages")
+        return tokenizer.encode(plan.prompt_text, add_special_tokens=False), plan
 
     # Rendering runs untrusted template code with a time budget: keep it off the event loop.
-    ids = await off_loop(run)
+    ids, plan = await off_loop(run)
     if not ids:
         raise InvalidParameterError("messages", "the rendered prompt is empty")
-    return ids
+    return ids, plan

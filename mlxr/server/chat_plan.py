@@ -1,0 +1,107 @@
+"""What a chat request asks beyond text, decided once for OpenAI, Ollama and the Responses API:
+the tool format (from the template), the grammar a forced call decodes under, whether the
+model thinks, and the prompt text rendered with all of that. reply_parser.py reads the reply
+back with the same plan."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxr.errors import InvalidParameterError
+from mlxr.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
+from mlxr.tools import ToolFormat, format_for_template, template_messages
+from mlxr.types import StructuredOutputsParams
+
+_RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+MAX_TEMPLATE_KWARGS = 32
+
+
+@dataclass
+class ChatPlan:
+    fmt: ToolFormat | None = None  # None: the reply is not searched for calls
+    forced: bool = False  # the reply is a call under a grammar (tool_choice required / named)
+    constraint: StructuredOutputsParams | None = None
+    markers: ThinkMarkers | None = None  # None: no reasoning to split off
+    prompt_text: str = ""
+    tool_names: list[str] = field(default_factory=list)
+
+
+def _tool_function(tool: dict[str, Any]) -> dict[str, Any]:
+    return tool.get("function", tool)
+
+
+def _check_tools(tools: list[dict[str, Any]] | None) -> None:
+    names = [_tool_function(t).get("name") if isinstance(t, dict) else None for t in tools or []]
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise InvalidParameterError(f"tools[{i}]", "a tool needs a function name")
+    if len(set(names)) != len(names):
+        raise InvalidParameterError("tools", "tool names must be unique")
+
+
+def _choice(tool_choice: Any, tools: list[dict[str, Any]] | None) -> tuple[str, str | None]:
+    """("none" | "auto" | "required" | "named", the named function)."""
+    if tool_choice is None:
+        return ("auto" if tools else "none"), None
+    if isinstance(tool_choice, str):
+        if tool_choice not in ("none", "auto", "required"):
+            raise InvalidParameterError("tool_choice", f"unknown value {tool_choice!r}")
+        if tool_choice == "required" and not tools:
+            raise InvalidParameterError("tool_choice", "'required' needs tools")
+        return tool_choice, None
+    name = (tool_choice.get("function") or {}).get("name") or tool_choice.get("name")
+    names = [_tool_function(t).get("name") for t in tools or []]
+    if name not in names:
+        raise InvalidParameterError("tool_choice", f"names function {name!r}, which is not among the tools")
+    return "named", name
+
+
+def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, name: str | None,
+                     parallel: bool | None) -> StructuredOutputsParams:
+    functions = [_tool_function(t) for t in tools]
+    schemas = {f["name"]: fmt.call_schema(f["name"], f.get("parameters")) for f in functions}
+    if mode == "named":
+        return StructuredOutputsParams(json=schemas[name])
+    if parallel is not True:
+        # One call unless the client asks for several: a small model under a list grammar
+        # repeats the call until max_tokens (SmolLM2-135M did).
+        return StructuredOutputsParams(json={"anyOf": list(schemas.values())})
+    return StructuredOutputsParams(json={"type": "array", "minItems": 1, "items": {"anyOf": list(schemas.values())}})
+
+
+def _template_kwargs(extra: dict[str, Any] | None, thinking: bool | None, toggles: bool) -> dict[str, Any]:
+    kwargs = dict(extra or {})
+    if len(kwargs) > MAX_TEMPLATE_KWARGS:
+        raise InvalidParameterError("chat_template_kwargs", f"at most {MAX_TEMPLATE_KWARGS} entries")
+    if bad := sorted(_RESERVED & kwargs.keys()):
+        raise InvalidParameterError("chat_template_kwargs", f"may not set {bad}")
+    if thinking is not None and toggles:
+        kwargs["enable_thinking"] = thinking
+    return kwargs
+
+
+def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
+              tool_choice: Any = None, parallel: bool | None = None, thinking: bool | None = None,
+              template_kwargs: dict[str, Any] | None = None, add_generation_prompt: bool = True,
+              other_constraint: bool = False) -> ChatPlan:
+    """Render the prompt text; raises InvalidParameterError for a bad tool_choice."""
+    _check_tools(tools)
+    source = tokenizer.template_source
+    fmt = format_for_template(source)
+    mode, name = _choice(tool_choice, tools)
+    plan = ChatPlan(markers=markers_for_template(source))
+    if mode != "none":
+        plan.fmt, plan.tool_names = fmt, [_tool_function(t).get("name", "") for t in tools or []]
+    if mode in ("required", "named"):
+        if other_constraint:
+            raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with response_format")
+        plan.forced, plan.constraint = True, _call_constraint(fmt, tools or [], mode, name, parallel)
+    if plan.markers is not None and (plan.constraint is not None or other_constraint):
+        # Grammar hook: until the grammar engine can start after the reasoning ends, a
+        # constrained reply does not think (the template is asked not to).
+        thinking = False
+    shown, shown_tools = template_messages(messages, fmt, tools if mode != "none" else None)
+    kwargs = _template_kwargs(template_kwargs, thinking, template_toggles_thinking(source))
+    plan.prompt_text = tokenizer.apply_chat_template(
+        shown, add_generation_prompt=add_generation_prompt, tools=shown_tools, **kwargs)
+    return plan

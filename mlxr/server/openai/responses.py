@@ -1,0 +1,131 @@
+"""POST /v1/responses: OpenAI's Responses API, stateless (no store, no previous_response_id).
+Text or message-list input, instructions, function tools (function_call output items),
+text.format json_schema / json_object, reasoning items, and the streaming events."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from mlxr.errors import InvalidParameterError
+from mlxr.server.chat_plan import ChatPlan, plan_chat
+from mlxr.server.openai.prompts import check_fits
+from mlxr.server.openai.responses_input import (
+    ResponsesRequest, chat_messages, chat_tools, check_stateless, text_constraint,
+)
+from mlxr.server.openai.responses_output import OutputBuilder, response_object, usage
+from mlxr.server.openai.sse import error_chunk, stream_response
+from mlxr.server.prompt_work import check_prompt_chars, off_loop
+from mlxr.server.reply_parser import ReplyParser
+from mlxr.server.session import Session, status_of
+from mlxr.types import RequestOutput, SamplingParams, StructuredOutputsParams
+
+router = APIRouter()
+ROUTE = "/v1/responses"
+
+
+@router.post(ROUTE)
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    session = await Session.open(request, body.model, ROUTE, "resp")
+    try:
+        return await _respond(session, body)
+    except BaseException as e:
+        await session.fail(e)
+        raise
+
+
+async def _render(session: Session, body: ResponsesRequest,
+                  constraint: StructuredOutputsParams | None) -> tuple[list[int], ChatPlan]:
+    tokenizer, context = session.served.tokenizer, session.served.context_length
+    messages, tools = chat_messages(body), chat_tools(body)
+    effort = body.reasoning.effort if body.reasoning else None
+    thinking = None if effort is None else effort != "none"
+
+    def run() -> tuple[list[int], ChatPlan]:
+        plan = plan_chat(tokenizer, messages, tools, tool_choice=body.tool_choice, parallel=body.parallel_tool_calls,
+                         thinking=thinking, other_constraint=constraint is not None)
+        check_prompt_chars(tokenizer, context, plan.prompt_text, "input")
+        return tokenizer.encode(plan.prompt_text, add_special_tokens=False), plan
+
+    ids, plan = await off_loop(run)
+    if not ids:
+        raise InvalidParameterError("input", "the rendered prompt is empty")
+    return ids, plan
+
+
+class _Run:
+    """One response being generated: its parser, output items and token counts."""
+
+    def __init__(self, session: Session, body: ResponsesRequest, plan: ChatPlan, prompt_tokens: int) -> None:
+        self.session, self.body = session, body
+        self.parser, self.out = ReplyParser(plan), OutputBuilder()
+        self.prompt_tokens, self.tokens, self.cached, self.finish = prompt_tokens, 0, 0, None
+
+    def apply(self, out: RequestOutput) -> None:
+        o = out.outputs[0]
+        self.tokens += len(o.token_ids)
+        self.cached = out.num_cached_tokens
+        self.out.add(self.parser.feed(o.text))
+        if o.finish_reason is not None:
+            self.finish = o.finish_reason
+            self.out.add(self.parser.finish())
+            self.out.close()
+
+    def response(self, done: bool) -> dict[str, Any]:
+        s = self.session
+        status = ("incomplete" if self.finish == "length" else "completed") if done else "in_progress"
+        return response_object(s.request_id, s.created, s.model, self.body, self.out.items if done else [], status,
+                               usage(self.prompt_tokens, self.tokens, self.cached) if done else None)
+
+
+async def _respond(session: Session, body: ResponsesRequest) -> Response:
+    check_stateless(body)
+    constraint = text_constraint(body)
+    ids, plan = await _render(session, body, constraint)
+    check_fits(len(ids), session.served.context_length, body.max_output_tokens, param="input")
+    params = SamplingParams(max_tokens=body.max_output_tokens, seed=body.seed,
+                            temperature=1.0 if body.temperature is None else body.temperature,
+                            top_p=1.0 if body.top_p is None else body.top_p,
+                            structured_outputs=plan.constraint or constraint)
+    session.start([ids], params)
+    first = await session.next()  # admission errors surface here, before any header is sent
+    run = _Run(session, body, plan, len(ids))
+    if body.stream:
+        return stream_response(session, _events(run, first))
+    item = first
+    while item is not None:
+        run.apply(item[1])
+        item = await session.next()
+    await session.close(200)
+    return JSONResponse(run.response(done=True))
+
+
+def _event(seq: int, event: dict[str, Any]) -> str:
+    event = {**event, "sequence_number": seq}
+    return f"event: {event['type']}\ndata: {orjson.dumps(event).decode()}\n\n"
+
+
+async def _events(run: _Run, item: tuple[int, RequestOutput] | None) -> AsyncIterator[str]:
+    session, seq = run.session, 0
+    try:
+        for kind in ("response.created", "response.in_progress"):
+            yield _event(seq, {"type": kind, "response": run.response(done=False)})
+            seq += 1
+        while item is not None:
+            run.apply(item[1])
+            for event in run.out.events:
+                yield _event(seq, event)
+                seq += 1
+            run.out.events.clear()
+            item = await session.next()
+        final = run.response(done=True)
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        yield _event(seq, {"type": kind, "response": final})
+        session.outcome = (200, None)
+    except Exception as e:  # noqa: BLE001 - the status line is gone; report in-band
+        session.outcome = (status_of(e), str(e) or type(e).__name__)
+        err = error_chunk(e)["error"]
+        yield _event(seq, {"type": "error", "code": str(err["code"]), "message": err["message"], "param": err["param"]})

@@ -1,0 +1,129 @@
+"""The Responses API's request: its body, and its input items as chat messages and tools."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from mlxr.errors import InvalidParameterError
+from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, _Body
+from mlxr.types import StructuredOutputsParams
+
+MAX_ITEMS = 4096
+
+
+class TextFormat(_Body):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextOptions(_Body):
+    format: TextFormat | None = None
+
+
+class Reasoning(_Body):
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+
+
+class ResponsesRequest(_Body):
+    model: str | None = Field(None, max_length=512)
+    input: str | list[dict[str, Any]] = Field(..., max_length=MAX_ITEMS)
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = Field(None, max_length=512)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextOptions | None = None
+    reasoning: Reasoning | None = None
+    max_output_tokens: MaxTokens | None = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+
+
+def check_stateless(body: ResponsesRequest) -> None:
+    if body.previous_response_id:
+        raise InvalidParameterError("previous_response_id", "is not supported (stateless)")
+    if body.store:
+        raise InvalidParameterError("store", "is not supported (stateless): send store=false or leave it out")
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidParameterError(where, "content must be a string or a list of parts")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "output_text", "text") or not isinstance(part.get("text"), str):
+            raise InvalidParameterError(where, f"content parts of type {kind!r} are not supported")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _item_message(i: int, item: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    kind = item.get("type", "message")
+    where = f"input[{i}]"
+    if kind == "message":
+        role = item.get("role")
+        if role not in ("user", "system", "developer", "assistant"):
+            raise InvalidParameterError(where, f"unknown role {role!r}")
+        messages.append({"role": "system" if role == "developer" else role, "content": _text(item.get("content"), where)})
+    elif kind == "function_call":
+        call = {"id": item.get("call_id"), "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}
+        last = messages[-1] if messages else None
+        if last and last["role"] == "assistant" and last.get("tool_calls") and not last["content"]:
+            last["tool_calls"].append(call)
+        else:
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": _text(output, where)})
+    elif kind != "reasoning":  # our own reasoning items, sent back: the template re-renders none
+        raise InvalidParameterError(where, f"input items of type {kind!r} are not supported")
+
+
+def chat_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if body.instructions:
+        messages.append({"role": "system", "content": body.instructions})
+    if isinstance(body.input, str):
+        messages.append({"role": "user", "content": body.input})
+        return messages
+    for i, item in enumerate(body.input):
+        _item_message(i, item, messages)
+    if not messages:
+        raise InvalidParameterError("input", "is empty")
+    return messages
+
+
+def chat_tools(body: ResponsesRequest) -> list[dict[str, Any]] | None:
+    if not body.tools:
+        return None
+    tools = []
+    for i, tool in enumerate(body.tools):
+        if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            raise InvalidParameterError(f"tools[{i}]", "only function tools (type 'function' with a name) are supported")
+        fn = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
+        tools.append({"type": "function", "function": fn})
+    return tools
+
+
+def text_constraint(body: ResponsesRequest) -> StructuredOutputsParams | None:
+    fmt = body.text.format if body.text else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if not isinstance(fmt.schema_, dict):
+        raise InvalidParameterError("text.format.schema", "json_schema needs a JSON schema object")
+    return StructuredOutputsParams(json=fmt.schema_)

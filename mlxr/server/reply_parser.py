@@ -1,0 +1,54 @@
+"""One choice's reply, read back with its ChatPlan: reasoning split off first, then tool calls
+out of what remains. Streaming and whole replies go through the same feed/finish."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlxr.reasoning import ReasoningSplitter
+from mlxr.server.chat_plan import ChatPlan
+from mlxr.tools import CallSplitter, Piece, ToolCall
+
+
+class ReplyParser:
+    def __init__(self, plan: ChatPlan) -> None:
+        self._think = ReasoningSplitter(plan.markers, plan.prompt_text) if plan.markers else None
+        self._calls = CallSplitter(plan.fmt, plan.forced) if plan.fmt else None
+
+    def feed(self, text: str) -> list[Piece]:
+        return self._route(self._think.feed(text) if self._think else [Piece("content", text)])
+
+    def finish(self) -> list[Piece]:
+        out = self._route(self._think.finish()) if self._think else []
+        return out + (self._calls.finish() if self._calls else [])
+
+    def _route(self, pieces: list[Piece]) -> list[Piece]:
+        out: list[Piece] = []
+        for p in pieces:
+            if p.kind == "content" and self._calls is not None:
+                out += self._calls.feed(p.text)
+            elif p.text:
+                out.append(p)
+        return out
+
+
+@dataclass
+class Reply:
+    content: str = ""
+    reasoning: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def add(self, pieces: list[Piece]) -> None:
+        for p in pieces:
+            if p.kind == "call" and p.call is not None:
+                self.calls.append(p.call)
+            elif p.kind == "reasoning":
+                self.reasoning += p.text
+            else:
+                self.content += p.text
+
+
+def parse_reply(plan: ChatPlan, text: str) -> Reply:
+    parser, reply = ReplyParser(plan), Reply()
+    reply.add(parser.feed(text))
+    reply.add(parser.finish())
+    return reply

@@ -1,0 +1,67 @@
+"""A parsed tool call, and reading calls out of JSON the way the families write them."""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_CALLS = 64  # calls taken from one reply; the rest stays content
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str = field(default_factory=new_call_id)
+
+    @property
+    def arguments_json(self) -> str:
+        """OpenAI's `arguments`: the object as JSON text."""
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+def call_from_object(obj: Any) -> ToolCall | None:
+    """{"name": ..., "arguments"|"parameters": {...} or its JSON text} -> a call, else None."""
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("function"), dict):  # OpenAI's own shape, which some models echo
+        obj = obj["function"]
+    name = obj.get("name")
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            return None
+    if not isinstance(name, str) or not name or not isinstance(args, dict):
+        return None
+    return ToolCall(name, args)
+
+
+def calls_from_json(text: str) -> list[ToolCall] | None:
+    """One call object or a list of them; None unless all of it parses into calls."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    items = value if isinstance(value, list) else [value]
+    calls = [call_from_object(item) for item in items[:MAX_CALLS]]
+    if not calls or len(items) > MAX_CALLS or any(c is None for c in calls):
+        return None
+    return calls  # type: ignore[return-value]
+
+
+def calls_from_json_prefix(text: str) -> tuple[list[ToolCall], str] | None:
+    """Calls from JSON at the start of `text` (one value), and the text after it."""
+    stripped = text.lstrip()
+    try:
+        value, end = json.JSONDecoder().raw_decode(stripped)
+    except ValueError:
+        return None
+    calls = calls_from_json(json.dumps(value))
+    return (calls, stripped[end:]) if calls else None

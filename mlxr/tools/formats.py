@@ -1,0 +1,58 @@
+"""Tool-call formats: how a family's replies mark a call, how its template is recognised, and
+the registry they join. A new format is one module that calls `register` (listed in
+__init__.py); the first registered format whose `detect` accepts a template wins, and a
+template that renders no tools gets GENERIC (tools described in the system prompt)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mlxr.tools.calls import ToolCall, calls_from_json
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    name: str
+    starts: tuple[str, ...]  # text that opens a call block in a reply
+    end: str | None  # text that closes one (None: the block runs to the end of the reply)
+    detect: Callable[[str], bool]  # does this chat template render tools in this format?
+    # A reply that opens with JSON may be a call: the marker is a special token the
+    # detokenizer drops (Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS]).
+    bare_json: bool = False
+    args_key: str = "arguments"  # the key the family writes a call's arguments under
+    renders_tools: bool = True  # False: tools and tool turns are rendered by messages.py
+
+    def parse_block(self, body: str) -> list[ToolCall] | None:
+        """The calls in the text between a start marker and the end (None: not calls)."""
+        return calls_from_json(body.strip())
+
+    def call_schema(self, name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+        """A JSON schema for one call of `name` in this family's key names."""
+        params = parameters if parameters else {"type": "object"}
+        return {"type": "object", "properties": {"name": {"const": name}, self.args_key: params},
+                "required": ["name", self.args_key], "additionalProperties": False}
+
+
+_REGISTRY: list[ToolFormat] = []
+
+
+def register(fmt: ToolFormat) -> ToolFormat:
+    _REGISTRY.append(fmt)
+    return fmt
+
+
+def registered() -> list[ToolFormat]:
+    return list(_REGISTRY)
+
+
+def format_for_template(source: str | None) -> ToolFormat:
+    from mlxr.tools.generic import GENERIC
+
+    for fmt in _REGISTRY:
+        if fmt.renders_tools and source and fmt.detect(source):
+            return fmt
+    return GENERIC
+
+
+def format_named(name: str) -> ToolFormat | None:
+    return next((f for f in _REGISTRY if f.name == name), None)

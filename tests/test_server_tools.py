@@ -1,0 +1,159 @@
+"""Tool calling against a real `mlxr serve` (random-weight tiny Llama, whose template knows no
+tools, so the generic <tool_call> format applies) through the official openai and ollama
+clients. tool_choice required / named decode under the call's JSON schema: those tests need
+the grammar engine (the structured branch) to pass."""
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import ollama
+import openai
+import pytest
+from conftest import fixture_model
+from server_harness import running_server
+
+GREEDY = {"temperature": 0.0, "max_tokens": 128}
+
+
+def fn(name: str, properties: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": properties, "required": required, "additionalProperties": False}}}
+
+
+TOOLS = [
+    fn("get_weather", {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["C", "F"]}}, ["city", "unit"]),
+    fn("add", {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": -9, "maximum": 9}}, ["a", "b"]),
+    fn("tag", {"tags": {"type": "array", "items": {"enum": ["x", "y"]}, "minItems": 1, "maxItems": 3}}, ["tags"]),
+    fn("flag", {"on": {"type": "boolean"}}, ["on"]),
+    fn("nothing", {}, []),
+]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "use a tool"}]
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                          "arguments": '{"city": "Paris", "unit": "C"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "18"},
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory):
+    gguf = str(fixture_model("tiny-llama3").gguf_path)  # 512 positions: room for a tool's schema
+    with running_server(tmp_path_factory.mktemp("home"), "--model", gguf) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client) -> str:
+    return client.models.list().data[0].id
+
+
+def check_calls(calls, names=None):
+    assert calls, "no tool calls"
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_")
+        assert names is None or c.function.name in names
+        jsonschema.validate(json.loads(c.function.arguments), PARAMS[c.function.name])
+
+
+def reassemble(chunks) -> tuple[dict, str | None, str]:
+    """Streamed tool-call deltas folded by index, as a client does."""
+    calls: dict[int, dict] = {}
+    finish, content = None, ""
+    for chunk in chunks:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+            for d in choice.delta.tool_calls or []:
+                call = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+                call["id"] = d.id or call["id"]
+                if d.function:
+                    call["name"] += d.function.name or ""
+                    call["arguments"] += d.function.arguments or ""
+    return calls, finish, content
+
+
+@pytest.mark.parametrize("tool", [t["function"]["name"] for t in TOOLS])
+def test_named_function_gives_a_valid_call_streamed_or_not(client, model, tool):
+    choice = {"type": "function", "function": {"name": tool}}
+    tools = [t for t in TOOLS if t["function"]["name"] == tool]  # one at a time: the context is 512
+    r = client.chat.completions.create(model=model, messages=ASK, tools=tools, tool_choice=choice, seed=3, **GREEDY)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls"
+    check_calls(c.message.tool_calls, {tool})
+    assert len(c.message.tool_calls) == 1
+    calls, finish, content = reassemble(client.chat.completions.create(
+        model=model, messages=ASK, tools=tools, tool_choice=choice, seed=3, stream=True, **GREEDY))
+    assert finish == "tool_calls" and content == ""
+    assert [(v["name"], json.loads(v["arguments"])) for v in calls.values()] == \
+        [(tool, json.loads(c.message.tool_calls[0].function.arguments))]
+    assert calls[0]["id"].startswith("call_")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_required_gives_valid_calls(client, model, seed):
+    r = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS[3:], tool_choice="required",
+                                       temperature=1.0, seed=seed, max_tokens=160,
+                                       parallel_tool_calls=False)  # one call: a random model never stops a list
+    assert r.choices[0].finish_reason == "tool_calls"
+    check_calls(r.choices[0].message.tool_calls)
+    assert len(r.choices[0].message.tool_calls) == 1
+
+
+def test_auto_with_a_random_model_never_fails(client, model):
+    for stream in (False, True):
+        r = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS[:1], stream=stream, **GREEDY)
+        if stream:
+            calls, finish, _ = reassemble(r)
+            assert finish in ("stop", "length", "tool_calls")
+        else:
+            assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+            if r.choices[0].message.tool_calls:
+                check_calls(r.choices[0].message.tool_calls)
+
+
+def test_multi_turn_with_tool_results(client, model):
+    r = client.chat.completions.create(model=model, messages=CONVERSATION, tools=TOOLS[:1], max_tokens=4)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    r = client.chat.completions.create(model=model, messages=CONVERSATION, max_tokens=4)  # no tools sent now
+    assert r.usage.prompt_tokens > 20
+
+
+def test_bad_tool_choice_is_a_400(client, model):
+    with pytest.raises(openai.BadRequestError, match="not among the tools"):
+        client.chat.completions.create(model=model, messages=ASK, tools=TOOLS,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(openai.BadRequestError, match="needs tools"):
+        client.chat.completions.create(model=model, messages=ASK, tool_choice="required")
+    with pytest.raises(openai.BadRequestError, match="chat_template_kwargs"):
+        client.chat.completions.create(model=model, messages=ASK, extra_body={"chat_template_kwargs": {"messages": 1}})
+
+
+def test_ollama_tools_and_tool_results(base_url, model):
+    client = ollama.Client(host=base_url, timeout=120)
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}}]},
+                {"role": "tool", "content": "18", "tool_name": "get_weather"}]
+    r = client.chat(model=model, messages=messages, tools=TOOLS[:1], options={"temperature": 0, "num_predict": 8})
+    assert r.done and r.message.role == "assistant"
+    streamed = list(client.chat(model=model, messages=messages, tools=TOOLS[:1], stream=True,
+                                options={"temperature": 0, "num_predict": 8}))
+    assert "".join(c.message.content or "" for c in streamed) == r.message.content
+
+
+def test_ollama_think_needs_a_thinking_template(base_url, model):
+    client = ollama.Client(host=base_url, timeout=120)
+    with pytest.raises(ollama.ResponseError, match="does not support thinking"):
+        client.chat(model=model, messages=ASK, think=True)
+    r = client.chat(model=model, messages=ASK, think=False, options={"num_predict": 2})
+    assert r.done and not r.message.thinking
