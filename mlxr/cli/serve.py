@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
+from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="allow a non-loopback --host without an API key")
     s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
     add_device_options(s)
+    add_parallel_options(s)
     add_threads_option(s)
     s.add_argument("--keep-alive", default="5m", type=parse_duration,
                    help="unload idle models after this (\"5m\", seconds, -1 = never)")
@@ -79,6 +81,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
     engine = EngineConfig(
         max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens,
         max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
+        parallel=parallel_from(ns),
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -110,6 +113,8 @@ def register_models(registry, models: list[str]) -> tuple[str, ...]:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    if ns.node_rank > 0:  # a further node of the tensor-parallel group: its workers only
+        return run_node(parallel_from(ns), ns.device or "cpu")
     try:
         keys = api_keys(ns)
     except (OSError, ValueError) as e:

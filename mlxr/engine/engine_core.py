@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,9 @@ class CoreParts:
     args: ModelArgs
     dtype: torch.dtype
     device: torch.device
+    # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
+    # announces every step to its workers); it runs without step overlap and CUDA graphs.
+    make_runner: Callable[[torch.nn.Module, KVCache, torch.device], ModelRunner] | None = None
 
 
 class EngineCore:
@@ -74,8 +78,8 @@ class EngineCore:
         self._new_scheduler()
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
-        self.runner = ModelRunner(parts.model, self.kv, parts.device)
-        if parts.device.type == "cuda" and config.enable_cuda_graphs:
+        self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
+        if parts.device.type == "cuda" and config.enable_cuda_graphs and parts.make_runner is None:
             self.runner.enable_cuda_graphs(
                 num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch),
                 self.block_manager.blocks_for(self.max_model_len),
@@ -83,6 +87,7 @@ class EngineCore:
             )
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
+        self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
         self.device_bytes = self._device_bytes()
         if config.warm_up:
@@ -126,6 +131,14 @@ class EngineCore:
 
     def abort_requests(self, request_ids: list[str]) -> None:
         self.scheduler.abort(request_ids)
+
+    @property
+    def fatal(self) -> str | None:
+        """Why no further step can run (a tensor-parallel worker died), or None."""
+        return self.runner.fatal
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished or self._inflight is not None

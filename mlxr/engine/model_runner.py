@@ -50,6 +50,8 @@ class RunnerStep:
 
 
 class ModelRunner:
+    fatal: str | None = None  # set by a runner that can run no further step (mlxr/distributed)
+
     def __init__(self, model: nn.Module, kv_cache: KVCache, device: torch.device) -> None:
         self.model = model
         self.kv_cache = kv_cache
@@ -70,6 +72,9 @@ class ModelRunner:
         if max_prefill_tokens and use_triton(self.kv_cache.layers[0][0]):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv_cache, scratch_block, max_prefill_tokens,
                                                 max_blocks_per_seq, self.graphs.pool)
+
+    def shutdown(self) -> None:
+        """Release what the runner started besides the model (a tensor-parallel group's workers)."""
 
     def reset(self) -> None:
         """Forget every request (the engine core starts over)."""

@@ -1,0 +1,48 @@
+"""Load a model and keep one rank's share. The whole model is read into host memory, cut, and
+only the share moves to the rank's device: a model too large for one GPU still loads."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mlxr.config import ModelArgs
+from mlxr.distributed.parallel_state import TPGroup
+from mlxr.distributed.sharding import shard_model
+from mlxr.loader import default_dtypes, load_model
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ModelShard:
+    model: nn.Module
+    args: ModelArgs  # the whole model's
+    local_args: ModelArgs  # this rank's heads: what its KV cache holds
+    dtype: torch.dtype
+
+
+def load_shard(spec: dict[str, str | None], group: TPGroup) -> ModelShard:
+    """spec: ModelSpec.as_strings() of the model to load."""
+    target = group.device
+    default_act, default_weights = default_dtypes(target)
+    dtype = DTYPES.get(spec.get("dtype") or "", None)
+    weight_dtype = DTYPES.get(spec.get("weight_dtype") or "", None) or dtype or default_weights
+    dtype = dtype or default_act
+    fp8 = spec.get("quantization") == "fp8"
+    loaded = load_model(spec["ref"], dtype=dtype, device="cpu", weight_dtype=weight_dtype,
+                        quantization="none" if fp8 else spec.get("quantization"))
+    model = loaded.model
+    local_args = shard_model(model, loaded.args, group)
+    model.to(target)
+    if fp8:  # per-channel scales of each rank's share: quantized after the cut
+        from mlxr.layers.fp8_linear import store_weights_fp8
+
+        store_weights_fp8(model, check_device=target.type == "cuda")
+    log.info("rank %d holds %s: %d of %d heads, %d KV heads", group.rank, spec["ref"],
+             local_args.num_attention_heads, loaded.args.num_attention_heads, local_args.num_key_value_heads)
+    return ModelShard(model, loaded.args, local_args, dtype)
