@@ -49,9 +49,9 @@ def check_supported(args: ModelArgs, world: int) -> None:
     if args.num_experts:
         raise ShardingError(f"tensor parallelism does not split mixture-of-experts layers yet "
                             f"({args.model_type}, {args.num_experts} experts); run it on one device")
+    head_share(args, 0, world)
     if args.intermediate_size % world:
         raise ShardingError(f"intermediate size {args.intermediate_size} does not split over {world} ranks")
-    head_share(args, 0, world)
 
 
 def shard_model(model: nn.Module, args: ModelArgs, group: TPGroup) -> ModelArgs:
