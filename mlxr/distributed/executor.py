@@ -14,6 +14,7 @@ import time
 
 import msgspec
 import torch
+import torch.distributed as dist
 
 from mlxr.config import ParallelConfig
 from mlxr.distributed import messages as msg
@@ -50,7 +51,22 @@ class TPExecutor:
         try:
             self.group.broadcast_bytes(msg.encode(message))
         except RuntimeError as e:
+            self.check_failure(e)
             self._broken(f"the tensor-parallel group broke: {e}")
+
+    def check_failure(self, error: RuntimeError) -> None:
+        """After a step raised: a broken group (a worker gone, a collective cut off) becomes
+        the engine's fatal error; anything else stays the step's own failure."""
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not any(p.poll() is not None for p in self.procs):
+            if isinstance(error, dist.DistError) or "Connection" in str(error):
+                break
+            time.sleep(0.1)
+        dead = [p for p in self.procs if p.poll() is not None]
+        if dead:
+            self._broken(f"tensor-parallel worker pid {dead[0].pid} exited with status {dead[0].returncode}")
+        if isinstance(error, dist.DistError) or "Connection" in str(error):
+            self._broken(f"the tensor-parallel group broke: {error}")
 
     def _broken(self, reason: str) -> None:
         if self.fatal is None:
@@ -123,11 +139,19 @@ class TPRunner(ModelRunner):
             ids, tokens = landed.request_ids, landed.sampled_token_ids
         self._last = None  # its tokens are on their way: never sent twice
         self.executor.send(msg.Step(out, list(ids), [list(t) for t in tokens]))
-        return super()._forward_step(out)
+        try:
+            return super()._forward_step(out)
+        except RuntimeError as e:
+            self.executor.check_failure(e)
+            raise
 
     def hidden_states(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         self.executor.send(msg.Embed(list(token_ids), list(block_table)))
-        return super().hidden_states(token_ids, block_table)
+        try:
+            return super().hidden_states(token_ids, block_table)
+        except RuntimeError as e:
+            self.executor.check_failure(e)
+            raise
 
 
 def tp_core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: str | None,
