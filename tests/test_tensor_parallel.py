@@ -116,3 +116,30 @@ def test_a_worker_killed_mid_generation_fails_the_requests_and_stops_the_core():
     assert all("tensor-parallel" in r.error for r in failed), [r.error for r in failed]
     assert not worker.is_running()
     llm.shutdown()
+
+
+MLXR = [str(Path(sys.executable).parent / "mlxr")]
+
+
+@pytest.mark.slow
+def test_two_nodes_meet_through_the_rendezvous_and_generate_one_device_text():
+    """Two launchers on one host as two "nodes": node 0 serves (`mlxr generate`, rank 0),
+    node 1 runs its worker rank (`python -m mlxr.distributed.launch --node-rank 1`)."""
+    from mlxr.distributed.parallel_state import free_port
+
+    model = str(fixture_model("tiny-llama").hf_dir)
+    common = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
+              "--master-port", str(free_port())]
+    node1 = subprocess.Popen([sys.executable, "-m", "mlxr.distributed.launch", *common, "--node-rank", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        gen = ["generate", "--model", model, "--dtype", "float32", "--max-tokens", "10", "Once upon a time"]
+        node0 = subprocess.run(MLXR + gen + common + ["--node-rank", "0"], capture_output=True, text=True, timeout=180)
+        assert node0.returncode == 0, node0.stderr[-3000:]
+        assert node1.wait(timeout=30) == 0, node1.stderr.read()[-3000:]
+    finally:
+        if node1.poll() is None:
+            node1.kill()
+    one = subprocess.run(MLXR + gen, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert node0.stdout == one.stdout and one.stdout.strip()
