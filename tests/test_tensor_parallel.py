@@ -143,3 +143,26 @@ def test_two_nodes_meet_through_the_rendezvous_and_generate_one_device_text():
     one = subprocess.run(MLXR + gen, capture_output=True, text=True, timeout=120)
     assert one.returncode == 0, one.stderr[-3000:]
     assert node0.stdout == one.stdout and one.stdout.strip()
+
+
+def test_a_shape_that_does_not_split_is_refused_at_start_with_its_name():
+    """tiny-llama's o_proj takes 64 inputs: a quarter each is 16, not a whole Q8_0 block of 32."""
+    from mlxr.errors import EngineDeadError
+
+    with pytest.raises(EngineDeadError, match=r"o_proj: Q8_0 blocks hold 32 inputs"):
+        LLM(str(fixture_model("tiny-llama", "q8_0").gguf_path), tensor_parallel_size=4)
+
+
+@pytest.mark.slow
+def test_serve_with_two_ranks_answers_the_openai_client_as_one_device(tmp_path):
+    import openai
+    from server_harness import tiny_llama_server
+
+    gguf = str(fixture_model("tiny-llama").gguf_path)
+    want = LLM(gguf, engine_process=False).generate(
+        "Once upon a time", SamplingParams(max_tokens=10, temperature=0.0))[0].outputs[0].text
+    with tiny_llama_server(tmp_path / "home", "--tensor-parallel-size", "2") as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        model = client.models.list().data[0].id
+        got = client.completions.create(model=model, prompt="Once upon a time", max_tokens=10, temperature=0.0)
+    assert got.choices[0].text == want

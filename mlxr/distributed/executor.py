@@ -99,13 +99,14 @@ class TPExecutor:
         if self._stopping:
             return
         self._stopping = True
-        if self.fatal is None:
+        group = getattr(self, "group", None)  # None: the rendezvous itself failed
+        if self.fatal is None and group is not None:
             try:
-                self.group.broadcast_bytes(msg.encode(msg.Stop()))
+                group.broadcast_bytes(msg.encode(msg.Stop()))
             except RuntimeError:
                 pass
             stop(self.procs)
-            self.group.destroy()
+            group.destroy()
         else:
             self._kill_workers()
 

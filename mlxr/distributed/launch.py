@@ -27,7 +27,7 @@ def spawn_workers(parallel: ParallelConfig, device_type: str, master_port: int) 
         if rank == 0:
             continue
         rdzv = Rendezvous(rank, parallel.tensor_parallel_size, local, k, parallel.master_addr, master_port)
-        env = {**os.environ, **rdzv.env(), "MLXR_TP_DEVICE": device_type, "MLXR_TP_DIE_WITH_PARENT": "1",
+        env = {**os.environ, **rdzv.env(), "MLXR_TP_DEVICE": device_type, "MLXR_TP_PARENT_PID": str(os.getpid()),
                "MLXR_TP_TIMEOUT_S": str(parallel.timeout_s)}
         procs.append(subprocess.Popen([sys.executable, "-m", "mlxr.distributed.worker"], env=env))
     return procs

@@ -100,7 +100,7 @@ class TPGroup:
             dist.destroy_process_group()
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Linux: this process gets SIGKILL when the process that started it dies, so no worker
     outlives its engine core even when the core was killed with -9."""
     try:
@@ -108,5 +108,5 @@ def die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         log.warning("no prctl here: a worker may outlive a killed engine core")
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)

@@ -61,8 +61,8 @@ class Worker:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if os.environ.get("MLXR_TP_DIE_WITH_PARENT") == "1":
-        die_with_parent()
+    if os.environ.get("MLXR_TP_PARENT_PID"):
+        die_with_parent(int(os.environ["MLXR_TP_PARENT_PID"]))
     rdzv = Rendezvous.from_env(dict(os.environ))
     device = rank_device(os.environ.get("MLXR_TP_DEVICE", "cpu"), rdzv.local_rank)
     if device.type == "cpu":
