@@ -145,6 +145,7 @@ def test_two_nodes_meet_through_the_rendezvous_and_generate_one_device_text():
     assert node0.stdout == one.stdout and one.stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_shape_that_does_not_split_is_refused_at_start_with_its_name():
     """tiny-llama's o_proj takes 64 inputs: a quarter each is 16, not a whole Q8_0 block of 32."""
     from mlxr.errors import EngineDeadError
