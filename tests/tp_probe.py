@@ -1,7 +1,8 @@
 """Test helper: a model's figures through a real engine core: the float32 logits of a prefill
 step of two prompts, and greedy generations with their top-5 logprobs. Run as a script,
-`python tests/tp_probe.py --tp N --out DIR REF...`, it is rank 0 of an N-rank tensor-parallel
-group (mlxr.distributed, gloo on CPU) and probes each model in turn on the same workers."""
+`python tests/tp_probe.py --tp N --out DIR [--device cuda] REF...`, it is rank 0 of an N-rank
+tensor-parallel group (mlxr.distributed: gloo on CPU, NCCL on GPUs) and probes each model in
+turn on the same workers."""
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,10 @@ def _prefill_logits(core: EngineCore) -> torch.Tensor:
             bm.release_blocks(n.block_ids)
 
 
-def spec_of(ref: str) -> dict[str, str | None]:
+def spec_of(ref: str, device: str) -> dict[str, str | None]:
     """REF is a path, or PATH@QUANTIZATION."""
     path, _, quantization = ref.partition("@")
-    return {"ref": path, "dtype": "float32", "weight_dtype": None, "device": "cpu", "quantization": quantization or None}
+    return {"ref": path, "dtype": "float32", "weight_dtype": None, "device": device, "quantization": quantization or None}
 
 
 def main(argv: list[str]) -> int:
@@ -70,21 +71,22 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, a GPU a rank)")
     p.add_argument("refs", nargs="+")
     ns = p.parse_args(argv)
     if ns.tp == 1:  # the single-device path, untouched
         from mlxr.loader import load_model
 
         for i, ref in enumerate(ns.refs):
-            spec = spec_of(ref)
-            lm = load_model(spec["ref"], dtype=torch.float32, quantization=spec["quantization"])
+            spec = spec_of(ref, ns.device)
+            lm = load_model(spec["ref"], dtype=torch.float32, device=ns.device, quantization=spec["quantization"])
             save_file(probe(EngineCore(CoreParts(lm.model, lm.args, lm.dtype, lm.device), CONFIG)),
                       str(ns.out / f"{i}.safetensors"))
         return 0
-    executor = TPExecutor(ParallelConfig(ns.tp), "cpu")
+    executor = TPExecutor(ParallelConfig(ns.tp), ns.device)
     try:
         for i, ref in enumerate(ns.refs):
-            spec = spec_of(ref)
+            spec = spec_of(ref, ns.device)
             executor.send(msg.Load(spec))
             shard = load_shard(spec, executor.group)
             parts = CoreParts(shard.model, shard.local_args, shard.dtype, executor.group.device,
