@@ -94,15 +94,18 @@ def test_nccl_group_matches_one_gpu_on_every_fixture_and_format(tmp_path, kernel
 def test_llm_with_two_ranks_gives_one_device_tokens_and_logprobs():
     model = str(fixture_model("tiny-llama").hf_dir)
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=3)
-    ref = LLM(model, dtype=torch.float32, engine_process=False).generate(PROMPTS, params)
+    one = LLM(model, dtype=torch.float32, engine_process=False)
+    ref, ref_vector = one.generate(PROMPTS, params), one.engine.embed(PROMPTS[0])[0]
     llm = LLM(model, dtype=torch.float32, tensor_parallel_size=2)
     core_pid = llm.engine.core.pid
     workers = children_of(core_pid)
     assert len(workers) == 1  # rank 1; rank 0 is the core process itself
     try:
         got = llm.generate(PROMPTS, params)
+        vector = llm.engine.embed(PROMPTS[0])[0]  # between steps, in free blocks, on every rank
     finally:
         llm.shutdown()
+    assert max(abs(a - b) for a, b in zip(ref_vector, vector)) <= 1e-5
     for a, b in zip(ref, got):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         for la, lb in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):
