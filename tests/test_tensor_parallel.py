@@ -184,3 +184,10 @@ def test_serve_with_two_ranks_answers_the_openai_client_as_one_device(tmp_path):
         model = client.models.list().data[0].id
         got = client.completions.create(model=model, prompt="Once upon a time", max_tokens=10, temperature=0.0)
     assert got.choices[0].text == want
+
+
+def test_the_cli_refuses_a_group_that_cannot_form_in_one_line():
+    res = subprocess.run(MLXR + ["serve", "--tensor-parallel-size", "3", "--nnodes", "2", "--master-port", "29500"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip() == "error: tensor_parallel_size 3 must be a positive multiple of nnodes 2, and node_rank 0 in 0..1"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from mlxr.cli.options import add_model_options, add_sampling_options, model_path, sampling_from
 from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
@@ -20,7 +21,11 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     from mlxr.cli.progress import load_llm
     from mlxr.cli.stream import print_stream
 
-    parallel = parallel_from(ns)
+    try:
+        parallel = parallel_from(ns)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if parallel.node_rank > 0:  # a further node of the group: its workers only
         return run_node(parallel, ns.device or "cpu")
     params = sampling_from(ns)

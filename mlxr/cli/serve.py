@@ -113,8 +113,12 @@ def register_models(registry, models: list[str]) -> tuple[str, ...]:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
-    if ns.node_rank > 0:  # a further node of the tensor-parallel group: its workers only
-        return run_node(parallel_from(ns), ns.device or "cpu")
+    try:
+        parallel = parallel_from(ns)
+    except ValueError as e:
+        return fail(str(e))
+    if parallel.node_rank > 0:  # a further node of the tensor-parallel group: its workers only
+        return run_node(parallel, ns.device or "cpu")
     try:
         keys = api_keys(ns)
     except (OSError, ValueError) as e:
