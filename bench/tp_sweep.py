@@ -61,7 +61,7 @@ def cases(tiny: bool, big: bool) -> list[Case]:
 
 
 # --- one case, in a process of its own ----------------------------------------------------------
-def run_case(case: Case, device: str, eager: bool) -> dict:
+def run_case(case: Case, device: str, eager: bool, tp_graphs: bool) -> dict:
     from mlxr.config import EngineConfig
     from mlxr.engine.engine_core import CoreParts, EngineCore
 
@@ -76,14 +76,14 @@ def run_case(case: Case, device: str, eager: bool) -> dict:
         parts = CoreParts(random_model(args, dtype, dev), args, dtype, dev)
         core, stop = EngineCore(parts, config), lambda: None
     else:
-        core, stop = _tp_core(args, dtype, device, case.tp, config)
+        core, stop = _tp_core(args, dtype, device, case.tp, config, tp_graphs)
     try:
         return _decode_figures(core, case, device)
     finally:
         stop()
 
 
-def _tp_core(args: ModelArgs, dtype: torch.dtype, device: str, tp: int, config):
+def _tp_core(args: ModelArgs, dtype: torch.dtype, device: str, tp: int, config, graphs: bool):
     import functools
 
     from mlxr.config import ParallelConfig
@@ -92,7 +92,7 @@ def _tp_core(args: ModelArgs, dtype: torch.dtype, device: str, tp: int, config):
     from mlxr.distributed.model_shard import RANDOM_PREFIX, load_shard
     from mlxr.engine.engine_core import CoreParts, EngineCore
 
-    executor = TPExecutor(ParallelConfig(tp), device)
+    executor = TPExecutor(ParallelConfig(tp, cuda_graphs=graphs), device)
     spec = {"ref": RANDOM_PREFIX + msgspec.json.encode(args).decode(), "dtype": str(dtype).removeprefix("torch."),
             "weight_dtype": None, "device": device, "quantization": None}
     executor.send(msg.Load(spec))
@@ -133,16 +133,18 @@ def main() -> None:
     p.add_argument("--no-big", action="store_true", help="skip the model too large for one device")
     p.add_argument("--eager", action="store_true",
                    help="no CUDA graphs at TP=1 either (tensor-parallel steps run eagerly: the like-for-like view)")
+    p.add_argument("--tp-graphs", action="store_true",
+                   help="capture CUDA graphs on every rank too, all-reduces inside (not yet run on GPUs)")
     p.add_argument("--case", help=argparse.SUPPRESS)  # internal: one case as JSON
     a = p.parse_args()
     if a.case:
-        print(json.dumps(run_case(Case(**json.loads(a.case)), a.device, a.eager)))
+        print(json.dumps(run_case(Case(**json.loads(a.case)), a.device, a.eager, a.tp_graphs)))
         return
     todo = cases(a.tiny, not a.no_big)
     runs: dict[Case, list[dict]] = {c: [] for c in todo}
     for _ in range(a.runs):
         for c in todo:
-            runs[c].append(_run_in_process(c, a.device, a.eager))
+            runs[c].append(_run_in_process(c, a.device, a.eager, a.tp_graphs))
     rows = [{**dataclasses.asdict(c), "decode_tok_s": median([r["decode_tok_s"] for r in rs]),
              "runs": [r["decode_tok_s"] for r in rs]} for c, rs in runs.items()]
     for r in rows:
@@ -150,13 +152,13 @@ def main() -> None:
         r["vs_tp1"] = r["decode_tok_s"] / base["decode_tok_s"] if base else None
     path = write_result("tp_sweep", {"device": device_name(a.device if a.device == "cpu" else "cuda:0"),
                                      "gpus": torch.cuda.device_count() if a.device == "cuda" else 0,
-                                     "tiny": a.tiny, "eager": a.eager, "rows": rows})
+                                     "tiny": a.tiny, "eager": a.eager, "tp_graphs": a.tp_graphs, "rows": rows})
     print_table(rows, ["shape", "tp", "batch", "decode_tok_s", "vs_tp1"])
     print(f"wrote {path}")
 
 
-def _run_in_process(c: Case, device: str, eager: bool) -> dict:
-    flags = ["--eager"] if eager else []
+def _run_in_process(c: Case, device: str, eager: bool, tp_graphs: bool) -> dict:
+    flags = (["--eager"] if eager else []) + (["--tp-graphs"] if tp_graphs else [])
     done = subprocess.run([sys.executable, __file__, "--device", device, *flags, "--case", json.dumps(dataclasses.asdict(c))],
                           capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:

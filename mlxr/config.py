@@ -85,6 +85,9 @@ class ParallelConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = 0
     timeout_s: float = 600.0  # the rendezvous's and every collective's limit
+    # Capture decode/prefill CUDA graphs on every rank, all-reduces inside (NCCL). Off until it
+    # has run on GPUs: tensor-parallel steps run eagerly by default.
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         tp, nodes = self.tensor_parallel_size, self.nnodes

@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -35,6 +36,7 @@ EXIT_GRACE_S = 5.0
 class TPExecutor:
     def __init__(self, parallel: ParallelConfig, device_type: str) -> None:
         port = parallel.master_port or free_port(parallel.master_addr)
+        self.cuda_graphs = parallel.cuda_graphs
         self.procs = spawn_workers(parallel, device_type, port)
         self.fatal: str | None = None
         self._stopping = False
@@ -117,12 +119,18 @@ class TPRunner(ModelRunner):
     def __init__(self, model: torch.nn.Module, kv_cache: KVCache, device: torch.device, executor: TPExecutor) -> None:
         super().__init__(model, kv_cache, device)
         self.executor = executor
+        self.can_capture_graphs = executor.cuda_graphs
         host = kv_cache.host_layers[0][0].shape[0] if kv_cache.host_layers else 0
         executor.send(msg.Setup(kv_cache.num_blocks, kv_cache.block_size, host))
 
     @property
     def fatal(self) -> str | None:
         return self.executor.fatal
+
+    def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int,
+                           max_prefill_tokens: int = 0, capture_budget_s: float | None = None) -> None:
+        self.executor.send(msg.Graphs(scratch_block, max_batch, max_blocks_per_seq, max_prefill_tokens))
+        super().enable_cuda_graphs(scratch_block, max_batch, max_blocks_per_seq, max_prefill_tokens, math.inf)
 
     def shutdown(self) -> None:
         self.executor.shutdown()

@@ -21,6 +21,15 @@ class Setup(msgspec.Struct, tag=True):
     host_blocks: int
 
 
+class Graphs(msgspec.Struct, tag=True):
+    """Capture the CUDA graphs rank 0 captures, in the same order (ModelRunner.enable_cuda_graphs)."""
+
+    scratch_block: int
+    max_batch: int
+    max_blocks_per_seq: int
+    max_prefill_tokens: int
+
+
 class Step(msgspec.Struct, tag=True):
     """One forward. landed: the tokens rank 0 sampled in the step before, which the workers'
     request states take in first, as rank 0's did."""
@@ -43,6 +52,6 @@ class Stop(msgspec.Struct, tag=True):
     pass
 
 
-Message = Load | Setup | Step | Embed | Reset | Stop
+Message = Load | Setup | Graphs | Step | Embed | Reset | Stop
 encode = msgspec.msgpack.Encoder().encode
 decode = msgspec.msgpack.Decoder(Message).decode

@@ -5,6 +5,7 @@ share, step after step; it samples nothing. It exits when rank 0 says so or is g
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 
@@ -40,6 +41,9 @@ class Worker:
             kv = KVCache(self.shard.local_args, message.num_blocks, message.block_size, self.shard.dtype,
                          self.group.device, message.host_blocks)
             self.runner = ModelRunner(self.shard.model, kv, self.group.device)
+        elif isinstance(message, msg.Graphs):
+            self.runner.enable_cuda_graphs(message.scratch_block, message.max_batch, message.max_blocks_per_seq,
+                                           message.max_prefill_tokens, capture_budget_s=math.inf)
         elif isinstance(message, msg.Step):
             self._step(message)
         elif isinstance(message, msg.Embed):

@@ -62,7 +62,7 @@ class CoreParts:
     dtype: torch.dtype
     device: torch.device
     # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
-    # announces every step to its workers); it runs without step overlap and CUDA graphs.
+    # announces every step to its workers); it runs without step overlap.
     make_runner: Callable[[torch.nn.Module, KVCache, torch.device], ModelRunner] | None = None
 
 
@@ -79,7 +79,7 @@ class EngineCore:
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
-        if parts.device.type == "cuda" and config.enable_cuda_graphs and parts.make_runner is None:
+        if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
             self.runner.enable_cuda_graphs(
                 num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch),
                 self.block_manager.blocks_for(self.max_model_len),
