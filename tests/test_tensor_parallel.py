@@ -91,6 +91,7 @@ def test_nccl_group_matches_one_gpu_on_every_fixture_and_format(tmp_path, kernel
     compare_over_ranks(tmp_path, kernels, "cuda", sizes, 1e-3)
 
 
+@pytest.mark.slow
 def test_llm_with_two_ranks_gives_one_device_tokens_and_logprobs():
     model = str(fixture_model("tiny-llama").hf_dir)
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=3)
