@@ -56,7 +56,8 @@ def load_shard(spec: dict[str, str | None], group: TPGroup) -> ModelShard:
     if fp8:  # per-channel scales of each rank's share: quantized after the cut
         from mlxr.layers.fp8_linear import store_weights_fp8
 
-        store_weights_fp8(model, check_device=target.type == "cuda")
+        # the backbone only: the lm_head (now inside its vocab-parallel wrapper) stays 16-bit
+        store_weights_fp8(model.model, check_device=target.type == "cuda")
     log.info("rank %d holds %s: %d of %d heads, %d KV heads", group.rank, spec["ref"],
              local_args.num_attention_heads, loaded.args.num_attention_heads, local_args.num_key_value_heads)
     return ModelShard(model, loaded.args, local_args, dtype)
