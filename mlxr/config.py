@@ -74,6 +74,35 @@ class ModelArgs:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    """Tensor parallelism: one process per device, torch.distributed between them. The
+    rendezvous names are torchrun's (MASTER_ADDR, MASTER_PORT, node rank); master_port 0 on
+    one node picks a free port."""
+
+    tensor_parallel_size: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    timeout_s: float = 600.0  # the rendezvous's and every collective's limit
+    # Capture decode/prefill CUDA graphs on every rank, all-reduces inside (NCCL). Off until it
+    # has run on GPUs: tensor-parallel steps run eagerly by default.
+    cuda_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        tp, nodes = self.tensor_parallel_size, self.nnodes
+        if tp < 1 or nodes < 1 or tp % nodes or not 0 <= self.node_rank < nodes:
+            raise ValueError(f"tensor_parallel_size {tp} must be a positive multiple of nnodes {nodes}, "
+                             f"and node_rank {self.node_rank} in 0..{nodes - 1}")
+        if nodes > 1 and self.master_port == 0:
+            raise ValueError("several nodes need an agreed --master-port")
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.tensor_parallel_size // self.nnodes
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Knobs of the serving engine (vLLM names)."""
 
@@ -109,6 +138,8 @@ class EngineConfig:
     # capture at start-up, not in a user's request.
     warm_up: bool = True
     warm_up_budget_s: float = 120.0
+    # tensor_parallel_size > 1: the core process is rank 0 of a group (mlxr/distributed/)
+    parallel: ParallelConfig = ParallelConfig()
 
 
 def default_num_threads(usable_cpus: int) -> int:

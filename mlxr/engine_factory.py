@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import torch
 
 from mlxr.config import EngineConfig
@@ -81,12 +82,17 @@ class Built:
 def build_engine(spec: ModelSpec, config: EngineConfig,
                  progress: Callable[[int, int], None] | None = None) -> Built:
     """progress(done, total) as the weights' tensors are placed (in this process only)."""
-    own_process = config.engine_process
+    tensor_parallel = config.parallel.tensor_parallel_size > 1
+    own_process = True if tensor_parallel else config.engine_process  # the core process is rank 0
     if own_process is None:
         own_process = spec.device is not None and torch.device(spec.device).type == "cuda"
     if own_process:
         _, args, tokenizer = load_frontend(spec.ref)
-        client = MPClient("mlxr.engine_factory:core_parts", spec.as_strings(), config)
+        factory, kwargs = "mlxr.engine_factory:core_parts", spec.as_strings()
+        if tensor_parallel:
+            factory = "mlxr.distributed.executor:tp_core_parts"
+            kwargs["parallel"] = msgspec.json.encode(config.parallel).decode()
+        client = MPClient(factory, kwargs, config)
         parts = EngineParts(None, args, tokenizer, None, None)
         return Built(LLMEngine(parts, config, core=client), None, args, tokenizer)
     loaded = spec.load(progress)

@@ -7,7 +7,7 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from mlxr.config import EngineConfig
+from mlxr.config import EngineConfig, ParallelConfig
 from mlxr.errors import InvalidParameterError
 from mlxr.engine_factory import ModelSpec, build_engine
 from mlxr.types import RequestOutput, SamplingParams
@@ -36,7 +36,7 @@ class LLM:
         dtype = _parse_dtype(dtype) if isinstance(dtype, str) else dtype
         weight_dtype = _parse_dtype(weight_dtype) if isinstance(weight_dtype, str) else weight_dtype
         built = build_engine(ModelSpec(model, dtype, device, weight_dtype, quantization),
-                             EngineConfig(**engine_kwargs), progress=load_progress)
+                             _engine_config(engine_kwargs), progress=load_progress)
         self.loaded = built.loaded  # None when the engine core runs in its own process
         self.args = built.args
         self.tokenizer = built.tokenizer
@@ -103,3 +103,15 @@ def _parse_dtype(name: str) -> torch.dtype:
     if name not in table:
         raise InvalidParameterError("dtype", f"unknown dtype {name!r}; use one of {sorted(table)}")
     return table[name]
+
+
+PARALLEL_KEYS = ("tensor_parallel_size", "nnodes", "node_rank", "master_addr", "master_port")
+
+
+def _engine_config(kwargs: dict) -> EngineConfig:
+    """EngineConfig from LLM's keywords; tensor_parallel_size and the rendezvous keywords
+    (vLLM's names) make its ParallelConfig."""
+    parallel = {k: kwargs.pop(k) for k in PARALLEL_KEYS if k in kwargs}
+    if parallel:
+        kwargs["parallel"] = ParallelConfig(**parallel)
+    return EngineConfig(**kwargs)

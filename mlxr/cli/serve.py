@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
+from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="allow a non-loopback --host without an API key")
     s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
     add_device_options(s)
+    add_parallel_options(s)
     add_threads_option(s)
     s.add_argument("--keep-alive", default="5m", type=parse_duration,
                    help="unload idle models after this (\"5m\", seconds, -1 = never)")
@@ -87,7 +89,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
         num_kv_blocks=ns.num_kv_blocks, kv_host_cache_gb=ns.kv_host_cache_gb,
         kv_cache_dir=str(Path(ns.kv_cache_dir).expanduser().resolve()) if ns.kv_cache_dir else None,
-        kv_cache_disk_gb=ns.kv_cache_disk_gb,
+        kv_cache_disk_gb=ns.kv_cache_disk_gb, parallel=parallel_from(ns),
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -119,6 +121,12 @@ def register_models(registry, models: list[str]) -> tuple[str, ...]:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    try:
+        parallel = parallel_from(ns)
+    except ValueError as e:
+        return fail(str(e))
+    if parallel.node_rank > 0:  # a further node of the tensor-parallel group: its workers only
+        return run_node(parallel, ns.device or "cpu")
     try:
         keys = api_keys(ns)
     except (OSError, ValueError) as e:

@@ -71,7 +71,7 @@ class InprocClient:
         return True
 
     def shutdown(self) -> None:
-        self.core.close()
+        self.core.shutdown()
 
 
 class MPClient:

@@ -52,7 +52,7 @@ def main() -> None:
     try:
         CoreLoop(core, inputs, outputs, launch.parent_pid).run()
     finally:
-        core.close()
+        core.shutdown()
         outputs.close(linger=1000)
         inputs.close(linger=0)
         ctx.term()
@@ -79,6 +79,10 @@ class CoreLoop:
                 stats, self.stats_at = self.core.stats(), now
             if outs or stats is not None:
                 self.outputs.send(encode(CoreOutputs(outs, stats)), copy=False)
+            if self.core.fatal is not None:
+                log.error("the engine core exits: %s", self.core.fatal)
+                self.outputs.send(encode(CoreFailed(self.core.fatal)))
+                return
         if not self.stop:
             log.error("the server process %d is gone; the engine core exits", self.parent_pid)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +66,9 @@ class CoreParts:
     device: torch.device
     tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer: structured output's vocabulary
     model_digest: str = ""  # what the disk tier keys blocks by (the model's files and load options)
+    # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
+    # announces every step to its workers); it runs without step overlap.
+    make_runner: Callable[[torch.nn.Module, KVCache, torch.device], ModelRunner] | None = None
 
 
 class EngineCore:
@@ -80,8 +84,8 @@ class EngineCore:
         self._new_scheduler()
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
-        self.runner = ModelRunner(parts.model, self.kv, parts.device)
-        if parts.device.type == "cuda" and config.enable_cuda_graphs:
+        self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
+        if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
             self.runner.enable_cuda_graphs(
                 num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch),
                 self.block_manager.blocks_for(self.max_model_len),
@@ -89,6 +93,7 @@ class EngineCore:
             )
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
+        self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size)
         self.device_bytes = self._device_bytes()
@@ -163,6 +168,16 @@ class EngineCore:
     def abort_requests(self, request_ids: list[str]) -> None:
         self.structured.abort(request_ids)
         self.scheduler.abort(request_ids)
+
+    @property
+    def fatal(self) -> str | None:
+        """Why no further step can run (a tensor-parallel worker died), or None."""
+        return self.runner.fatal
+
+    def shutdown(self) -> None:
+        """The engine stops: the disk tier's writes finish, tensor-parallel workers exit."""
+        self.close()
+        self.runner.shutdown()
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished or self._inflight is not None or self.structured.busy

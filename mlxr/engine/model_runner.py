@@ -56,6 +56,9 @@ class RunnerStep:
 
 
 class ModelRunner:
+    fatal: str | None = None  # set by a runner that can run no further step (mlxr/distributed)
+    can_capture_graphs = True  # False: a runner whose steps are not captured (see mlxr/distributed)
+
     def __init__(self, model: nn.Module, kv_cache: KVCache, device: torch.device) -> None:
         self.model = model
         self.kv_cache = kv_cache
@@ -67,15 +70,21 @@ class ModelRunner:
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
 
     def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int,
-                           max_prefill_tokens: int = 0) -> None:
+                           max_prefill_tokens: int = 0, capture_budget_s: float | None = None) -> None:
+        """capture_budget_s: None, each kind's own time budget; ranks of a tensor-parallel group
+        pass infinity, so that every rank captures the same graphs."""
         from mlxr.engine.cuda_graphs import DecodeGraphs
         from mlxr.engine.prefill_graphs import PrefillGraphs
 
-        self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq)
+        budget = {} if capture_budget_s is None else {"capture_budget_s": capture_budget_s}
+        self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq, **budget)
         # Prefill graphs bake in the Triton kernels' launch grids; the reference ops read host lengths.
         if max_prefill_tokens and use_triton(self.kv_cache.layers[0][0]):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv_cache, scratch_block, max_prefill_tokens,
-                                                max_blocks_per_seq, self.graphs.pool)
+                                                max_blocks_per_seq, self.graphs.pool, **budget)
+
+    def shutdown(self) -> None:
+        """Release what the runner started besides the model (a tensor-parallel group's workers)."""
 
     def reset(self) -> None:
         """Forget every request (the engine core starts over)."""

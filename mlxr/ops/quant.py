@@ -9,11 +9,17 @@ fp32 reference, where the kernel's 16-bit activations flip none.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
 from mlxr.ops import quant_cpu, quant_extra
 from mlxr.ops.backend import use_triton
+
+# MLXR_KERNELS=reference (read once): dequantize + fp32 GEMM on the CPU too, a continuous
+# function of the activations, which tests compare at 1e-5 (the kernels round activations).
+CPU_REFERENCE = os.environ.get("MLXR_KERNELS", "auto") == "reference"
 
 # Rows from which dequantize + fp32 GEMM beats the portable-C integer kernel (bench/quant_cpu.py).
 CPU_GEMM_MIN_ROWS = 16
@@ -23,7 +29,7 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
     """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
     if quant_extra.is_extra(qtype):
         return quant_extra.qmatmul(x, raw, qtype, k)
-    if x.is_cpu:
+    if x.is_cpu and not CPU_REFERENCE:
         return _qmatmul_cpu(x, raw, qtype, k)
     if use_triton(x, raw):
         from mlxr.ops.quant_triton import qmatmul_triton

@@ -30,6 +30,7 @@ GGUF_TYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
     "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_k": (gguf.GGMLQuantizationType.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
 }
 
 
@@ -102,6 +103,17 @@ CONFIGS: dict[str, FixtureSpec] = {
         num_attention_heads=32, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
         torch_dtype="bfloat16"), ft.LLAMA, weight_std=0.02, safetensors_dtype="BF16",
         gguf_type="f16", shard_bytes=1 << 30),
+    # Tensor parallelism over 4 ranks with Q4_K weights: every split along a matrix's inputs
+    # (o_proj: heads x head_dim, down_proj: intermediate) is a multiple of 256 per rank.
+    "tp-llama": FixtureSpec("llama", _llama_config(
+        hidden_size=256, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=128), ft.LLAMA, seed=7),
+    "tp-qwen2": FixtureSpec("qwen2", {**_QWEN2, "hidden_size": 1024, "intermediate_size": 1024,
+                                      "num_attention_heads": 8, "num_key_value_heads": 2}, ft.QWEN2, seed=8),
+    "tp-gemma3": FixtureSpec("gemma3", {
+        **_GEMMA3, "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 128, "query_pre_attn_scalar": 128,
+        "sliding_window_pattern": 2, "layer_types": ["sliding_attention", "full_attention"]}, ft.GEMMA, seed=9),
     # The TinyLlama shape's vocabulary and tokenizer with almost no model: host-cost benchmarks.
     "tinyllama-vocab": FixtureSpec("llama", _llama_config(
         vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
@@ -181,7 +193,9 @@ def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
 def _gguf_encode(value: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
     if value.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
         return value.astype(np.float32)  # llama.cpp keeps 1-D tensors in F32
-    return gguf.quants.quantize(value, qtype)
+    from mlxr.quantize.encode import encode  # Q4_K: gguf-py only dequantizes K-quants
+
+    return encode(value, qtype)
 
 
 def _gguf_metadata(w: gguf.GGUFWriter, spec: FixtureSpec, conv: HFToGGUF, tok, ftype: gguf.LlamaFileType) -> None:
