@@ -16,7 +16,10 @@ from mlxr.ops.quant_types import quant_type
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
-def library(march: str = "native") -> ctypes.CDLL | None:
+SIMD_LEVELS = {2: "avx512-vnni", 1: "avx2", 0: "portable"}  # quant.c's mlxr_simd_level
+
+
+def library(march: str | None = None) -> ctypes.CDLL | None:
     lib = load_library("quant", march)
     if lib is not None and not getattr(lib, "_typed", False):
         lib.mlxr_qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
@@ -24,13 +27,19 @@ def library(march: str = "native") -> ctypes.CDLL | None:
         lib.mlxr_dequant_f32.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
         lib.mlxr_dequant_rows_f32.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
         lib.mlxr_simd_level.restype = _INT
-        lib._vnni = bool(lib.mlxr_simd_level())
+        lib._vnni = lib.mlxr_simd_level() == 2
         lib._typed = True
     return lib
 
 
 def available() -> bool:
     return library() is not None
+
+
+def kernel_path() -> str:
+    """Which matmul kernel the CPU build runs: avx512-vnni, avx2, portable (or none)."""
+    lib = library()
+    return "none" if lib is None else SIMD_LEVELS[lib.mlxr_simd_level()]
 
 
 def vectorized() -> bool:
