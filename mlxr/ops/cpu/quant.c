@@ -158,6 +158,22 @@ void mlxr_dequant_rows_f32(int t, const uint8_t *w, int64_t k, const int64_t *ro
 
 #define ROW_TILE 8
 
+/* Per calling thread, grow-only buffers for the quantized activations: a decode step's ~100
+ * matmuls allocate nothing (their size is bounded by the engine's batch of tokens). */
+static __thread struct { void *p; size_t cap; } scratch_slots[3];
+
+static void *scratch(int slot, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes > scratch_slots[slot].cap) {
+        void *p = aligned_alloc(64, bytes);
+        if (!p) return NULL;
+        free(scratch_slots[slot].p);
+        scratch_slots[slot].p = p;
+        scratch_slots[slot].cap = bytes;
+    }
+    return scratch_slots[slot].p;
+}
+
 /* 32 activations to hi, lo with x ~ d * (256*hi + lo); returns d, the sums of 256*hi + lo over
  * columns 0-15 and 16-31 in s[0], s[1]. */
 static inline float quant32(const float *x, int8_t *hi, int8_t *lo, int32_t *s) {
@@ -223,15 +239,10 @@ static int64_t padded(int64_t k) { return (k + 255) / 256 * 256; }
 
 static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     a->kp = padded(k);
-    a->q = (int8_t *)aligned_alloc(64, (size_t)(2 * m * a->kp));
-    a->s = (float *)aligned_alloc(64, sizeof(float) * (size_t)(m * a->kp / 8));
-    if (a->q && a->s) return 0;
-    free(a->q);
-    free(a->s);
-    return -1;
+    a->q = (int8_t *)scratch(0, (size_t)(2 * m * a->kp));
+    a->s = (float *)scratch(1, sizeof(float) * (size_t)(m * a->kp / 8));
+    return a->q && a->s ? 0 : -1;
 }
-
-static void acts_free(acts_t *a) { free(a->q); free(a->s); }
 
 static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
     const int64_t kp = a->kp;
@@ -575,7 +586,6 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     if (acts_alloc(&a, m, k)) return -2;
     quantize_acts(x, m, k, &a);
     matmul(t, w, n, k, &a, m, y, nthreads);
-    acts_free(&a);
     return 0;
 }
 

@@ -13,16 +13,11 @@ typedef struct {
 } acts_t;
 
 static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
-    size_t xbytes = ((size_t)(2 * m * k) + 63) / 64 * 64;
-    a->x = (int16_t *)aligned_alloc(64, xbytes ? xbytes : 64);
-    a->d = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32) + 1));
-    a->s16 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m * (k / 16) + 1));
-    if (a->x && a->d && a->s16) return 0;
-    free(a->x); free(a->d); free(a->s16);
-    return -1;
+    a->x = (int16_t *)scratch(0, (size_t)(2 * m * k) + 1);
+    a->d = (float *)scratch(1, sizeof(float) * (size_t)(m * (k / 32) + 1));
+    a->s16 = (int32_t *)scratch(2, sizeof(int32_t) * (size_t)(m * (k / 16) + 1));
+    return a->x && a->d && a->s16 ? 0 : -1;
 }
-
-static void acts_free(acts_t *a) { free(a->x); free(a->d); free(a->s16); }
 
 static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
     for (int64_t r = 0; r < m; r++)
