@@ -4,9 +4,9 @@
   python bench/sweep.py --device cuda [--quick]
   make bench                               # --device cuda where nvidia-smi sees a GPU, else cpu
 
-cpu: single-stream latency and batched throughput of the bundled Gemma 3 270M, then
-quant_cpu.py (the GGUF files beside llama.cpp's figures, and the kernel rows); with
---llama-site, llama_cpp_cpu.py on the same files, interleaved with quant_cpu.py run by run.
+cpu: single-stream latency and batched throughput of the bundled Gemma 3 270M, then the GGUF
+files (Gemma Q4_K_M, SmolLM2 Q4_1, TinyLlama shape Q4_K_M and Q8_0): with --llama-site,
+cpu_vs_llama_cpp.py (MLXR and llama.cpp run by run interleaved), else quant_cpu.py alone.
 cuda: gpu_sweep.py (latency, batches, kernels, a profile) and gpu_quant.py.
 Each part is its own process (as it would be run by hand) writing its JSON into a scratch
 folder; this script gathers them into one file. One-off investigations live in bench/probes/.
@@ -32,13 +32,13 @@ def cpu_parts(quick: bool, llama_site: str | None) -> list[tuple[str, list[str]]
     parts = [("latency", ["latency.py", "--model", "gemma3-270m", "--no-hf", *runs]),
              ("throughput", ["throughput.py", "--model", "gemma3-270m", "--batch", "1", "8", "--gen-len", "64",
                              "--no-hf"])]
-    models = ["gemma3-270m"] if quick else ["gemma3-270m", "tinyllama-shape-q4_k_m", "tinyllama-shape-q8_0"]
-    rounds = 1 if quick else 3
-    for r in range(rounds):  # A B A B: the two engines see the same load from other work
-        parts.append((f"quant_cpu-{r}", ["quant_cpu.py", "--models", *models, "--runs", "1"]))
-        if llama_site:
-            parts.append((f"llama_cpp_cpu-{r}", ["llama_cpp_cpu.py", "--models", *models, "--runs", "1",
-                                                 "--site", llama_site]))
+    models = ["gemma3-270m"] if quick else ["gemma3-270m", "smollm2:135m", "tinyllama-shape-q4_k_m",
+                                            "tinyllama-shape-q8_0"]
+    if llama_site:  # run by run interleaved with llama.cpp (cpu_vs_llama_cpp.py)
+        parts.append(("cpu_vs_llama_cpp", ["cpu_vs_llama_cpp.py", "--site", llama_site, "--rounds",
+                                           "1" if quick else "3", "--models", *models]))
+    else:
+        parts.append(("quant_cpu", ["quant_cpu.py", "--models", *models, *runs]))
     return parts
 
 
