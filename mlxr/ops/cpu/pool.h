@@ -17,10 +17,22 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define POOL_MAX_HELPERS 63
-#define POOL_SPIN_NS 60000
+#define POOL_SPIN_NS_DEFAULT 60000
+
+/* How long an idle helper polls for the next job before it sleeps: MLXR_POOL_SPIN_US. */
+static int64_t pool_spin_ns(void) {
+    static int64_t ns = -1;
+    if (ns < 0) {
+        const char *env = getenv("MLXR_POOL_SPIN_US");
+        ns = env && *env ? (int64_t)(atof(env) * 1000.0) : POOL_SPIN_NS_DEFAULT;
+        if (ns < 0) ns = 0;
+    }
+    return ns;
+}
 
 typedef void (*chunk_fn)(void *ctx, int64_t c0, int64_t c1);
 
@@ -70,7 +82,7 @@ static void *pool_helper(void *arg) {
     const int index = (int)(intptr_t)arg;
     uint64_t seen = 0; /* job number last seen */
     for (;;) {
-        int64_t spin_until = now_ns() + POOL_SPIN_NS;
+        int64_t spin_until = now_ns() + pool_spin_ns();
         uint64_t t;
         for (;;) {
             t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
