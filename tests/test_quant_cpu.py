@@ -238,3 +238,23 @@ def test_matmuls_from_several_threads_at_once_match_one_at_a_time():
                 assert all(ex.map(run, range(8)))
     finally:
         torch.set_num_threads(before)
+
+
+def test_openmp_team_instead_of_the_pool_gives_the_same_results(tmp_path):
+    """MLXR_POOL=0 (bench/threads.py's A/B of the pool) splits rows over OpenMP's team; each
+    output is computed by one thread either way, so the results are identical."""
+    import os
+    import subprocess
+    import sys
+
+    raw = random_blocks("Q4_K", 300, 512, seed=3)
+    x = np.random.default_rng(3).standard_normal((2, 512)).astype(np.float32)
+    np.save(tmp_path / "raw.npy", raw)
+    np.save(tmp_path / "x.npy", x)
+    code = ("import numpy as np, torch, sys; from mlxr.ops import quant_cpu; torch.set_num_threads(2); "
+            "d = sys.argv[1]; y = quant_cpu.qmatmul_cpu(torch.from_numpy(np.load(d + '/x.npy')), "
+            "torch.from_numpy(np.load(d + '/raw.npy')), 'Q4_K', 512); np.save(d + '/y.npy', y.numpy())")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
+                   env={**os.environ, "MLXR_POOL": "0"})
+    ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), "Q4_K", 512).numpy()
+    assert np.array_equal(np.load(tmp_path / "y.npy"), ours)

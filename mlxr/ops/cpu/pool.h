@@ -23,6 +23,16 @@
 #define POOL_MAX_HELPERS 63
 #define POOL_SPIN_NS_DEFAULT 60000
 
+/* MLXR_POOL=0 turns the pool off (the caller then uses OpenMP), for A/B runs. */
+static int pool_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *env = getenv("MLXR_POOL");
+        on = !(env && env[0] == '0');
+    }
+    return on;
+}
+
 /* How long an idle helper polls for the next job before it sleeps: MLXR_POOL_SPIN_US. */
 static int64_t pool_spin_ns(void) {
     static int64_t ns = -1;

@@ -577,7 +577,19 @@ static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *
     matmul_job job = {RANGES[t], w, n, k, m, a, y};
     int64_t chunk = n / (16 * (int64_t)(nthreads > 0 ? nthreads : 1));
     chunk = chunk < COL_CHUNK ? COL_CHUNK : (chunk + COL_CHUNK - 1) / COL_CHUNK * COL_CHUNK;
-    pool_run(nthreads, n, chunk, matmul_chunk, &job);
+    if (pool_enabled()) {
+        pool_run(nthreads, n, chunk, matmul_chunk, &job);
+        return;
+    }
+#pragma omp parallel num_threads(nthreads) /* MLXR_POOL=0: the OpenMP team, for A/B runs */
+    {
+        int64_t th = 0, nth = 1;
+#ifdef _OPENMP
+        th = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        matmul_chunk(&job, n * th / nth, n * (th + 1) / nth);
+    }
 }
 
 int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
