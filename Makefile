@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HAS_CUDA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: run chat generate test install webui
+.PHONY: run chat generate test install webui bench
 
 # The last step compiles the C kernels now rather than as a pause at the first request.
 $(VENV)/.installed: pyproject.toml
@@ -38,6 +38,10 @@ generate: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not gpu and not slow" --durations=15
+
+# The standard benchmark set (bench/sweep.py), one JSON under bench/results/<day>/.
+bench: $(VENV)/.installed
+	$(PY) bench/sweep.py --device $(if $(HAS_CUDA),cuda,cpu)
 
 # Rebuild the browser UI into mlxr/server/webui/static (committed; `make run` needs no Node).
 webui:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parent / "results"  # one folder a day (UTC): results/2026-11-24/name-stamp.json
 
 
 def device_name(device: str) -> str:
@@ -32,11 +32,20 @@ def git_commit() -> str:
         return "unknown"
 
 
+def results_dir(now: dt.datetime) -> Path:
+    """Where a result goes: $MLXR_BENCH_RESULTS (bench/sweep.py collects its parts there), else
+    the day's folder under bench/results, so the history does not crowd one folder."""
+    override = os.environ.get("MLXR_BENCH_RESULTS")
+    return Path(override) if override else RESULTS / now.strftime("%Y-%m-%d")
+
+
 def write_result(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    now = dt.datetime.now(dt.timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
     payload = {"date": stamp, "commit": git_commit(), "torch": torch.__version__, **payload}
-    path = RESULTS / f"{name}-{stamp}.json"
+    folder = results_dir(now)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{stamp}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 

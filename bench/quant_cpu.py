@@ -33,7 +33,8 @@ LLAMA_CPP = {
 
 
 def model_file(name: str) -> str:
-    if name == "gemma3-270m":
+    """A registry name (gemma3-270m, smollm2:135m) as it is; tinyllama-shape-<type> written once."""
+    if not name.startswith("tinyllama-shape-"):
         return name
     file_type = name.rsplit("-", 1)[1]
     path = TINYLLAMA_DIR / f"{name}.gguf"
@@ -73,9 +74,10 @@ def bench_model(name: str, runs: int, batch: int) -> dict:
            **bench_mlxr(llm, "cpu", prompt_ids(vocab, 128), 64, runs)}
     if batch > 1:
         row[f"batch{batch}_decode_tok_s"] = batched_decode(llm, vocab, batch, 32)
-    peer_prefill, peer_decode = LLAMA_CPP[name]
-    row.update(llama_cpp_prefill=peer_prefill, llama_cpp_decode=peer_decode,
-               prefill_ratio=row["prefill_tok_s"] / peer_prefill, decode_ratio=row["decode_tok_s"] / peer_decode)
+    if name in LLAMA_CPP:  # figures from another session's machine; bench/cpu_vs_llama_cpp.py measures here
+        peer_prefill, peer_decode = LLAMA_CPP[name]
+        row.update(llama_cpp_prefill=peer_prefill, llama_cpp_decode=peer_decode,
+                   prefill_ratio=row["prefill_tok_s"] / peer_prefill, decode_ratio=row["decode_tok_s"] / peer_decode)
     return row
 
 
@@ -116,7 +118,10 @@ def main() -> None:
     p.add_argument("--m", type=int, nargs="*", default=[1], help="activation rows of the kernel rows")
     p.add_argument("--types", nargs="*", default=None, help="kernel rows of these types only")
     p.add_argument("--repeats", type=int, default=50)
+    p.add_argument("--threads", type=int, default=None, help="default: torch's (every CPU this process may use)")
     ns = p.parse_args()
+    if ns.threads:
+        torch.set_num_threads(ns.threads)
     rows = [] if ns.kernels_only else [bench_model(m, ns.runs, ns.batch) for m in ns.models]
     kernels = bench_kernels(ns.repeats, tuple(ns.m), ns.types)
     if ns.kernels_only:

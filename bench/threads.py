@@ -25,8 +25,12 @@ from common import median, print_table, write_result
 # config.openmp_environment. "2-spin": two threads whose idle OpenMP threads spin
 # (OMP_WAIT_POLICY=ACTIVE); before the wait policy was set the default spun too (libgomp's
 # default spins for a while before sleeping).
+# "2-openmp": the quantized matmuls on OpenMP's team instead of ops/cpu/pool.h (MLXR_POOL=0),
+# the A/B of the pool; "2-nospin": the pool's helpers sleep at once after a job.
 SETTINGS = {"1": (["--threads", "1"], {}), "2": (["--threads", "2"], {}), "default": ([], {}),
-            "2-spin": (["--threads", "2"], {"OMP_WAIT_POLICY": "ACTIVE"})}
+            "2-spin": (["--threads", "2"], {"OMP_WAIT_POLICY": "ACTIVE"}),
+            "2-openmp": (["--threads", "2"], {"MLXR_POOL": "0"}),
+            "2-nospin": (["--threads", "2"], {"MLXR_POOL_SPIN_US": "0"})}
 
 
 def lscpu_model() -> str:
@@ -39,7 +43,8 @@ def one_run(model: str, setting: str, gen_len: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         env = {k: v for k, v in os.environ.items()
-               if k not in ("MLXR_NUM_THREADS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY")} | extra_env
+               if k not in ("MLXR_NUM_THREADS", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MLXR_POOL",
+                           "MLXR_POOL_SPIN_US")} | extra_env
         cmd = [sys.executable, "-m", "mlxr.cli", "bench", "--model", model, "--prompt-len", "32",
                "--gen-len", str(gen_len), "--json", str(out), *extra]
         subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=600)

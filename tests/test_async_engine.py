@@ -134,3 +134,32 @@ def test_work_sent_to_a_stopped_engine_fails_fast(engine):
             await ae.embed("hello")
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_cpu_threads_apply_on_the_engine_thread(engine):
+    """Ollama's num_thread: the model's ops run on the engine thread, so the setting must land
+    there (torch's thread count is per OS thread), and None restores the load-time default."""
+    from concurrent.futures import Future
+
+    import torch
+
+    from mlxr.engine.async_engine import _Call
+
+    llm, ae = engine
+    want = llm.generate(["Once upon a time"], GREEDY)[0].outputs[0].text  # before the engine thread runs
+
+    async def engine_threads() -> int:
+        call = _Call(torch.get_num_threads, Future())
+        ae._submit(calls=[call])
+        return await asyncio.wrap_future(call.result)
+
+    async def run():
+        assert await ae.use_cpu_threads(1)
+        one = await engine_threads()
+        text, _, _ = await collect(ae, "t1", "Once upon a time")
+        assert await ae.use_cpu_threads(None)
+        return one, await engine_threads(), text
+
+    one, back, text = asyncio.run(asyncio.wait_for(run(), 60))
+    assert one == 1 and back == ae.default_threads
+    assert text == want

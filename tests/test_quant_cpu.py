@@ -1,6 +1,7 @@
 """CPU kernels for GGUF blocks (mlxr/ops/cpu/quant.c) against gguf-py's numpy dequantizer:
-dequantization bit-exact, matmuls within the arithmetic of int8 activations, on both the
-AVX-512 VNNI build and the portable C build."""
+dequantization bit-exact, matmuls within the arithmetic of int8 activations, on every kernel
+path this CPU can run: the native build (AVX-512 VNNI where the CPU has it), the AVX2 build
+(x86-64-v3) and the portable C build."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,19 @@ if not quant_cpu.available():
 TYPES = list(QUANT_TYPES)
 # Byte offsets of the fp16 scales in each block (random bytes there could be inf/NaN).
 HALF_AT = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
-BUILDS = ["native", pytest.param("x86-64", id="portable-c")]
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    return set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
+
+
+HAS_AVX2 = {"avx2", "fma", "f16c"} <= _cpu_flags()
+BUILDS = ["native", pytest.param("x86-64-v3", id="avx2", marks=pytest.mark.skipif(not HAS_AVX2, reason="no AVX2")),
+          pytest.param("x86-64", id="portable-c")]
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int = 0, extremes: bool = False) -> np.ndarray:
@@ -122,10 +135,35 @@ def test_qmatmul_at_widths_that_end_in_a_partial_group(build, qtype, m, k):
 
 
 def test_kernel_builds_report_their_simd_level():
-    assert quant_cpu.library("native").mlxr_simd_level() in (0, 1)
+    native = quant_cpu.library("native").mlxr_simd_level()
+    assert native == (2 if {"avx512_vnni", "avx512bw", "avx512vl", "gfni"} <= _cpu_flags() else 1 if HAS_AVX2 else 0)
+    if HAS_AVX2:
+        assert quant_cpu.library("x86-64-v3").mlxr_simd_level() == 1
     portable = quant_cpu.library("x86-64")
     if portable is not None:
         assert portable.mlxr_simd_level() == 0
+
+
+@pytest.mark.parametrize("choice,path", [("portable", "portable"), ("avx2", "avx2"), ("bogus", None)])
+def test_mlxr_cpu_kernels_forces_a_path(monkeypatch, choice, path):
+    """The dispatcher's override: every layer then runs that path (a bad value: native, logged)."""
+    from mlxr.ops.cpu import build
+
+    if choice == "avx2" and not HAS_AVX2:
+        pytest.skip("no AVX2")
+    native = quant_cpu.kernel_path()
+    monkeypatch.setenv("MLXR_CPU_KERNELS", choice)
+    build.load_library.cache_clear()
+    try:
+        assert quant_cpu.kernel_path() == (path or native)
+        raw = random_blocks("Q4_K", 16, 256)
+        layer = QuantLinear(PackedWeight(torch.from_numpy(raw), "Q4_K", (16, 256)))
+        x = torch.randn(3, 256)
+        ref = x @ torch.from_numpy(gguf_dequant(raw, "Q4_K")).T
+        assert float((layer(x) - ref).norm() / ref.norm()) < 1e-4
+    finally:
+        monkeypatch.delenv("MLXR_CPU_KERNELS")
+        build.load_library.cache_clear()
 
 
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "Q6_K"])
@@ -174,3 +212,49 @@ def test_without_a_compiler_quantized_layers_fall_back_to_torch(monkeypatch, tmp
         assert torch.equal(emb(torch.tensor([2, 15])), w[[2, 15]])
     finally:
         build.load_library.cache_clear()
+
+
+def test_matmuls_from_several_threads_at_once_match_one_at_a_time():
+    """The kernels' work pool (ops/cpu/pool.h) serves one job at a time and runs a concurrent
+    caller's job inline (two models served at once): every result equals the lone call's, at
+    1, 2 and 4 threads, with jobs of one chunk and of many."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = []
+    for i, (qtype, n, k) in enumerate([("Q4_K", 640, 1024), ("Q8_0", 4096, 256), ("Q6_K", 31, 256)]):
+        raw = torch.from_numpy(random_blocks(qtype, n, k, seed=i))
+        jobs.append((torch.randn(3, k), raw, qtype, k))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            want = [quant_cpu.qmatmul_cpu(*job) for job in jobs]
+
+            def run(i: int) -> bool:
+                torch.set_num_threads(threads)  # per OS thread
+                return all(torch.equal(quant_cpu.qmatmul_cpu(*jobs[j % 3]), want[j % 3]) for j in range(i, i + 60))
+
+            with ThreadPoolExecutor(4) as ex:
+                assert all(ex.map(run, range(8)))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_openmp_team_instead_of_the_pool_gives_the_same_results(tmp_path):
+    """MLXR_POOL=0 (bench/threads.py's A/B of the pool) splits rows over OpenMP's team; each
+    output is computed by one thread either way, so the results are identical."""
+    import os
+    import subprocess
+    import sys
+
+    raw = random_blocks("Q4_K", 300, 512, seed=3)
+    x = np.random.default_rng(3).standard_normal((2, 512)).astype(np.float32)
+    np.save(tmp_path / "raw.npy", raw)
+    np.save(tmp_path / "x.npy", x)
+    code = ("import numpy as np, torch, sys; from mlxr.ops import quant_cpu; torch.set_num_threads(2); "
+            "d = sys.argv[1]; y = quant_cpu.qmatmul_cpu(torch.from_numpy(np.load(d + '/x.npy')), "
+            "torch.from_numpy(np.load(d + '/raw.npy')), 'Q4_K', 512); np.save(d + '/y.npy', y.numpy())")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
+                   env={**os.environ, "MLXR_POOL": "0"})
+    ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), "Q4_K", 512).numpy()
+    assert np.array_equal(np.load(tmp_path / "y.npy"), ours)

@@ -9,6 +9,9 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import torch
+
+from mlxr.engine.core_client import InprocClient
 from mlxr.engine.llm_engine import LLMEngine
 from mlxr.engine.structured.grammar import check_off_loop
 from mlxr.errors import OverloadedError
@@ -64,6 +67,10 @@ class AsyncEngine:
         self._sinks: dict[str, _Sink] = {}
         self._stop = False
         self._closed = False  # set once the engine thread has stopped taking work
+        # The thread count the model was loaded with (torch's process default, which new threads
+        # inherit); Ollama's num_thread changes it per request, a request without it restores it.
+        self.default_threads = torch.get_num_threads()
+        self._threads = self.default_threads
         self._thread = threading.Thread(target=self._loop, name="mlxr-engine", daemon=True)
         self._thread.start()
 
@@ -103,6 +110,22 @@ class AsyncEngine:
         call = _Call(lambda: self.engine.embed(prompt), Future())
         self._submit(calls=[call])
         return await asyncio.wrap_future(call.result)
+
+    async def use_cpu_threads(self, n: int | None) -> bool:
+        """Run the model's CPU math on n threads (None: the load-time default) from the next
+        step on, as Ollama's num_thread sets its runner's threads. Applied on the engine thread,
+        whose OpenMP setting the model's ops and C kernels read. False where it cannot apply: a
+        GPU model, or an engine core in a process of its own."""
+        n = self.default_threads if n is None else n
+        if self.engine.on_gpu or not isinstance(self.engine.core, InprocClient):
+            return False
+        if n != self._threads:
+            self._threads = n
+            call = _Call(lambda: torch.set_num_threads(n), Future())
+            self._submit(calls=[call])
+            await asyncio.wrap_future(call.result)
+            log.info("CPU threads of this model set to %d", n)
+        return True
 
     def stats(self) -> EngineStats:
         with self._lock:

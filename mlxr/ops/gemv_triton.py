@@ -76,7 +76,7 @@ def _x_row(xk, stride_xm, m: tl.constexpr, k, K, cols, EVEN: tl.constexpr):
 
 
 def launch_config(n: int, k: int) -> tuple[int, int, int]:
-    """(block_n, block_k, num_warps) for an [n, k] weight, from bench/gemv.py's sweep with
+    """(block_n, block_k, num_warps) for an [n, k] weight, from bench/probes/gemv.py's sweep with
     the weights out of L2 (H200, gemv-20261123T185529Z): long rows want one row a program,
     short ones 1024 columns a step and a few rows."""
     if k >= 4096:

@@ -11,7 +11,7 @@ _GEMV_DTYPES = (torch.bfloat16, torch.float16)
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The Triton GEMV for a single row of x against 16-bit CUDA weights (decode at batch 1,
-    where it beats cuBLAS: bench/gemv.py); torch otherwise."""
+    where it beats cuBLAS: bench/probes/gemv.py); torch otherwise."""
     if x.numel() == x.shape[-1] and weight.dtype in _GEMV_DTYPES and x.dtype == weight.dtype \
             and use_triton(x, weight):
         from mlxr.ops.gemv_triton import gemv_triton

@@ -1,6 +1,6 @@
 """One decode token's q/k/v projection with the rotary embedding and the K/V cache write in
 its epilogue, in Triton: at batch 1 the separate rope kernel is a launch of its own per layer
-(~3 us of a ~45 us layer, bench/step_probe.py), for a few thousand multiply-adds.
+(~3 us of a ~45 us layer, bench/probes/step_probe.py), for a few thousand multiply-adds.
 
 Each program takes two rows of the merged [q; k; v] weight and dots them with x (the GEMV's
 loop). For q and k the two rows are a rotary pair, i and i + head_dim/2 of one head, so the

@@ -22,7 +22,7 @@ from mlxr.ops.backend import use_triton
 CPU_REFERENCE = os.environ.get("MLXR_KERNELS", "auto") == "reference"
 
 # Rows from which dequantize + fp32 GEMM beats the portable-C integer kernel (bench/quant_cpu.py).
-CPU_GEMM_MIN_ROWS = 16
+CPU_GEMM_MIN_ROWS = quant_cpu.GEMM_MIN_ROWS[0]
 
 
 def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
@@ -53,7 +53,7 @@ def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -
 
 def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     # Called ~100 times a decode step: the common case (VNNI build) checks one cached flag.
-    if quant_cpu.vectorized() or (quant_cpu.available() and x.numel() // k < CPU_GEMM_MIN_ROWS):
+    if quant_cpu.vectorized() or (quant_cpu.available() and x.numel() // k < quant_cpu.gemm_min_rows()):
         if x.dtype == torch.float32:  # .float() and .to() cost ~1 us even when they copy nothing
             return quant_cpu.qmatmul_cpu(x, raw, qtype, k)
         return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)

@@ -16,7 +16,14 @@ from mlxr.ops.quant_types import quant_type
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
-def library(march: str = "native") -> ctypes.CDLL | None:
+SIMD_LEVELS = {2: "avx512-vnni", 1: "avx2", 0: "portable"}  # quant.c's mlxr_simd_level
+# Rows from which dequantize + torch's fp32 GEMM beats the integer kernel, by SIMD level (VNNI:
+# never). AVX2 at 5632x2048 (Q4_K, Q8_0, Q6_K, Q5_0; one thread, a shared EPYC): 6-8 ms at 16
+# rows and 24-30 at 64, where dequantize + GEMM took 25-28 and 36-59.
+GEMM_MIN_ROWS = {1: 96, 0: 16}
+
+
+def library(march: str | None = None) -> ctypes.CDLL | None:
     lib = load_library("quant", march)
     if lib is not None and not getattr(lib, "_typed", False):
         lib.mlxr_qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
@@ -24,13 +31,26 @@ def library(march: str = "native") -> ctypes.CDLL | None:
         lib.mlxr_dequant_f32.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
         lib.mlxr_dequant_rows_f32.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
         lib.mlxr_simd_level.restype = _INT
-        lib._vnni = bool(lib.mlxr_simd_level())
+        lib._level = lib.mlxr_simd_level()
+        lib._vnni = lib._level == 2
         lib._typed = True
     return lib
 
 
 def available() -> bool:
     return library() is not None
+
+
+def kernel_path() -> str:
+    """Which matmul kernel the CPU build runs: avx512-vnni, avx2, portable (or none)."""
+    lib = library()
+    return "none" if lib is None else SIMD_LEVELS[lib.mlxr_simd_level()]
+
+
+def gemm_min_rows() -> int:
+    """Rows from which dequantize + torch's fp32 GEMM beats this build's integer kernel."""
+    lib = library()
+    return GEMM_MIN_ROWS[lib._level] if lib is not None and lib._level in GEMM_MIN_ROWS else GEMM_MIN_ROWS[0]
 
 
 def vectorized() -> bool:

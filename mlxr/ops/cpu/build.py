@@ -1,11 +1,16 @@
 """Compile mlxr/ops/cpu/*.c once per source and CPU, and load it with ctypes.
 
 The library is built with the machine's C compiler (`CC`, default `cc`) for the host CPU
-(-march=native, so AVX-512 VNNI where the CPU has it) and cached under
+(-march=native) and cached under
 $MLXR_CACHE_DIR/kernels (default ~/.cache/mlxr/kernels) by a hash of the source, the flags and
 the CPU's feature flags. Without a compiler the callers fall back to torch code.
 OpenMP: torch is imported first, so the library binds to the libgomp torch already loaded and
 shares its thread pool instead of starting a second one that would spin against it.
+
+Dispatch by CPU: the sources pick their kernels from what the build targets (quant.c: AVX-512
+VNNI + GFNI, else AVX2, else portable C), and the build targets the CPU at hand, so the choice
+is made on the machine that runs it. MLXR_CPU_KERNELS=avx2|portable builds an older target
+instead (tests use it to run every path this CPU can; a user, to rule a kernel out).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import torch  # noqa: F401  (loads torch's libgomp before ours; see above)
 
 log = logging.getLogger(__name__)
 
-FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-fopenmp", "-pthread", "-ffp-contract=off", "-shared", "-fPIC"]
 
 
 def cache_dir() -> Path:
@@ -40,25 +45,57 @@ def _cpu_signature() -> str:
 
 
 LIBRARIES = ("attention", "norm", "quant", "quant_extra")  # the *.c files beside this one
+# MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU.
+TARGETS = {"x86_64": {"avx2": "x86-64-v3", "portable": "x86-64"},
+           "aarch64": {"portable": "armv8-a"}}
+
+
+@functools.cache
+def selected_march() -> str:
+    """The -march of MLXR_CPU_KERNELS (auto or unset: native; read once, it is on the hot path)."""
+    wanted = os.environ.get("MLXR_CPU_KERNELS", "auto").strip().lower()
+    targets = TARGETS.get(os.uname().machine, {})
+    if wanted in ("", "auto", "native"):
+        return "native"
+    if wanted not in targets:
+        log.error("MLXR_CPU_KERNELS=%r is not one of auto, native%s on this %s CPU: using native", wanted,
+                  "".join(f", {t}" for t in targets), os.uname().machine)
+        return "native"
+    return targets[wanted]
 
 
 def _target(name: str, march: str, compiler: str, flags: list[str]) -> Path:
     source = Path(__file__).with_name(f"{name}.c")
-    digest = hashlib.sha256(source.read_bytes() + " ".join([compiler, *flags, _cpu_signature()]).encode())
+    headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))  # #included by the sources
+    digest = hashlib.sha256(source.read_bytes() + headers + " ".join([compiler, *flags, _cpu_signature()]).encode())
     return cache_dir() / f"{name}-{march}-{digest.hexdigest()[:16]}.so"
 
 
-def unbuilt_libraries(march: str = "native") -> list[str]:
+def unbuilt_libraries(march: str | None = None) -> list[str]:
     """The libraries that the first call to load_library would compile (a front end shows
     progress for them instead of a silent pause)."""
+    march = march or selected_march()
     compiler, flags = os.environ.get("CC", "cc"), [f"-march={march}", *FLAGS]
     return [n for n in LIBRARIES if not _target(n, march, compiler, flags).exists()]
 
 
-@functools.cache
-def load_library(name: str, march: str = "native") -> ctypes.CDLL | None:
+def load_library(name: str, march: str | None = None) -> ctypes.CDLL | None:
     """The compiled `name`.c beside this file, or None (logged once) when it cannot be built.
-    `march` other than native builds a portable variant (tests use it for the plain-C path)."""
+    march: None for MLXR_CPU_KERNELS's choice (native by default); tests name older targets to
+    run the AVX2 and portable paths."""
+    return _load(name, march or selected_march())
+
+
+def _clear_caches() -> None:
+    _load.cache_clear()
+    selected_march.cache_clear()
+
+
+load_library.cache_clear = _clear_caches  # tests change CC, MLXR_CACHE_DIR or MLXR_CPU_KERNELS
+
+
+@functools.cache
+def _load(name: str, march: str) -> ctypes.CDLL | None:
     source = Path(__file__).with_name(f"{name}.c")
     compiler = os.environ.get("CC", "cc")
     flags = [f"-march={march}", *FLAGS]

@@ -28,9 +28,13 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "pool.h"
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__GFNI__)
 #include <immintrin.h>
 #define MLXR_VNNI 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define MLXR_AVX2 1 /* quant_generic.h's AVX2 kernel */
 #endif
 
 enum { T_Q4_0 = 0, T_Q5_0 = 1, T_Q8_0 = 2, T_Q4_K = 3, T_Q5_K = 4, T_Q6_K = 5 };
@@ -154,12 +158,35 @@ void mlxr_dequant_rows_f32(int t, const uint8_t *w, int64_t k, const int64_t *ro
 
 #define ROW_TILE 8
 
+/* Per calling thread, grow-only buffers for the quantized activations: a decode step's ~100
+ * matmuls allocate nothing (their size is bounded by the engine's batch of tokens). */
+static __thread struct { void *p; size_t cap; } scratch_slots[3];
+
+static void *scratch(int slot, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes > scratch_slots[slot].cap) {
+        void *p = aligned_alloc(64, bytes);
+        if (!p) return NULL;
+        free(scratch_slots[slot].p);
+        scratch_slots[slot].p = p;
+        scratch_slots[slot].cap = bytes;
+    }
+    return scratch_slots[slot].p;
+}
+
 /* 32 activations to hi, lo with x ~ d * (256*hi + lo); returns d, the sums of 256*hi + lo over
  * columns 0-15 and 16-31 in s[0], s[1]. */
 static inline float quant32(const float *x, int8_t *hi, int8_t *lo, int32_t *s) {
 #ifdef MLXR_VNNI
     __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+#elif defined(MLXR_AVX2)
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m8 = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x), magnitude), _mm256_and_ps(_mm256_loadu_ps(x + 8), magnitude)),
+                              _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 16), magnitude), _mm256_and_ps(_mm256_loadu_ps(x + 24), magnitude)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
 #else
     float amax = 0.0f;
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
@@ -212,15 +239,10 @@ static int64_t padded(int64_t k) { return (k + 255) / 256 * 256; }
 
 static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     a->kp = padded(k);
-    a->q = (int8_t *)aligned_alloc(64, (size_t)(2 * m * a->kp));
-    a->s = (float *)aligned_alloc(64, sizeof(float) * (size_t)(m * a->kp / 8));
-    if (a->q && a->s) return 0;
-    free(a->q);
-    free(a->s);
-    return -1;
+    a->q = (int8_t *)scratch(0, (size_t)(2 * m * a->kp));
+    a->s = (float *)scratch(1, sizeof(float) * (size_t)(m * a->kp / 8));
+    return a->q && a->s ? 0 : -1;
 }
-
-static void acts_free(acts_t *a) { free(a->q); free(a->s); }
 
 static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
     const int64_t kp = a->kp;
@@ -249,115 +271,12 @@ static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
     }
 }
 #else
-typedef struct {
-    int8_t *q;      /* m * k: high int8 part */
-    int8_t *q2;     /* m * k: low int8 part */
-    float *d;       /* m * k/32 */
-    int32_t *s16;   /* m * k/16: sums of q per 16 columns */
-} acts_t;
-
-static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
-    a->q = (int8_t *)malloc((size_t)(2 * m * k));
-    a->d = (float *)malloc(sizeof(float) * (size_t)(m * (k / 32)));
-    a->s16 = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m * (k / 16)));
-    a->q2 = a->q + m * k;
-    if (a->q && a->d && a->s16) return 0;
-    free(a->q); free(a->d); free(a->s16);
-    return -1;
-}
-
-static void acts_free(acts_t *a) { free(a->q); free(a->d); free(a->s16); }
-
-static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t b = 0; b < k / 32; b++)
-            a->d[r * (k / 32) + b] = quant32(x + r * k + 32 * b, a->q + r * k + 32 * b, a->q2 + r * k + 32 * b, a->s16 + r * (k / 16) + 2 * b);
-}
+#include "quant_generic.h" /* portable C and AVX2 */
 #endif
 
 /* ---------------------------------------------------------------- matmul */
 
-#ifndef MLXR_VNNI
-
-/* Scales and offsets of one block's 16-column groups: w = s[g]*u - o[g]. */
-static inline int block_header(int t, const uint8_t *b, float *s, float *o) {
-    switch (t) {
-    case T_Q4_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 8.0f * d; return 1; }
-    case T_Q5_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 16.0f * d; return 1; }
-    case T_Q8_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 128.0f * d; return 1; }
-    case T_Q4_K:
-    case T_Q5_K: {
-        float d = h2f(b), dmin = h2f(b + 2);
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            scale_min_k4(j, b + 4, &sc, &m);
-            s[2 * j] = s[2 * j + 1] = d * (float)sc;
-            o[2 * j] = o[2 * j + 1] = dmin * (float)m;
-        }
-        return 8;
-    }
-    default: { /* Q6_K */
-        float d = h2f(b + 208);
-        const int8_t *sc = (const int8_t *)(b + 192);
-        for (int g = 0; g < 16; g++) { s[g] = d * (float)sc[g]; o[g] = 32.0f * s[g]; }
-        return 8;
-    }
-    }
-}
-
-static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
-    for (int l = 0; l < 32; l++) {
-        int e, v;
-        switch (t) {
-        case T_Q4_0: v = l < 16 ? (b[2 + l] & 0xF) : (b[2 + l - 16] >> 4); break;
-        case T_Q5_0: {
-            uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
-            v = (l < 16 ? (b[6 + l] & 0xF) : (b[6 + l - 16] >> 4)) | (((qh >> l) & 1) << 4);
-            break;
-        }
-        case T_Q8_0: v = b[2 + l] ^ 0x80; break;
-        case T_Q4_K: v = (b[16 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF; break;
-        case T_Q5_K: v = ((b[48 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) | (((b[16 + l] >> j) & 1) << 4); break;
-        default:
-            e = 32 * j + l;
-            {
-                int h = e / 128, s = (e % 128) / 32;
-                v = ((b[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0xF) | (((b[128 + 32 * h + l] >> (2 * s)) & 3) << 4);
-            }
-        }
-        u[l] = (uint8_t)v;
-    }
-}
-
-/* Rows [m0, m0+mr) of activations against one weight row (portable C). */
-static inline __attribute__((always_inline)) void dot_rows(
-    int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
-    const int be = BLOCK_ELEMS[t], bb = BLOCK_BYTES[t];
-    const int64_t nb = k / be, n32 = k / 32;
-    float s[16], o[16], off[ROW_TILE] = {0}, accs[ROW_TILE] = {0};
-    uint8_t u[32];
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t *blk = wrow + ib * bb;
-        int subs = block_header(t, blk, s, o);
-        for (int j = 0; j < subs; j++) {
-            int64_t c = ib * (be / 32) + j; /* 32-column index in the row */
-            codes_scalar(t, blk, j, u);
-            for (int r = 0; r < mr; r++) {
-                int64_t row = m0 + r;
-                float dx = a->d[row * n32 + c];
-                const int32_t *s16 = a->s16 + row * 2 * n32 + 2 * c;
-                const int8_t *xq = a->q + row * k + 32 * c, *xq2 = a->q2 + row * k + 32 * c;
-                int32_t p0 = 0, p1 = 0;
-                for (int l = 0; l < 16; l++) p0 += (int32_t)u[l] * (256 * xq[l] + xq2[l]);
-                for (int l = 16; l < 32; l++) p1 += (int32_t)u[l] * (256 * xq[l] + xq2[l]);
-                off[r] += dx * (o[2 * j] * (float)s16[0] + o[2 * j + 1] * (float)s16[1]);
-                accs[r] += dx * (s[2 * j] * (float)p0 + s[2 * j + 1] * (float)p1);
-            }
-        }
-    }
-    for (int r = 0; r < mr; r++) out[r] = accs[r] - off[r];
-}
-#else /* MLXR_VNNI */
+#ifdef MLXR_VNNI
 
 /* A weight row is walked in groups of 256 columns: one K-quant block or eight 32-column
  * blocks, eight 32-column sub-blocks j either way. A group's codes are read as four 512-bit
@@ -639,16 +558,37 @@ TYPED(T_Q6_K)
 
 static const range_fn RANGES[6] = {range_T_Q4_0, range_T_Q5_0, range_T_Q8_0, range_T_Q4_K, range_T_Q5_K, range_T_Q6_K};
 
+typedef struct {
+    range_fn f;
+    const uint8_t *w;
+    int64_t n, k, m;
+    const acts_t *a;
+    float *y;
+} matmul_job;
+
+static void matmul_chunk(void *ctx, int64_t c0, int64_t c1) {
+    const matmul_job *j = (const matmul_job *)ctx;
+    j->f(j->w, j->n, j->k, j->a, j->m, j->y, c0, c1);
+}
+
+/* Weight rows in chunks of whole COL_CHUNKs, ~16 a thread, so a thread that is descheduled
+ * mid-job holds up little (pool.h). */
 static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int nthreads) {
-    range_fn f = RANGES[t];
-#pragma omp parallel num_threads(nthreads)
+    matmul_job job = {RANGES[t], w, n, k, m, a, y};
+    int64_t chunk = n / (16 * (int64_t)(nthreads > 0 ? nthreads : 1));
+    chunk = chunk < COL_CHUNK ? COL_CHUNK : (chunk + COL_CHUNK - 1) / COL_CHUNK * COL_CHUNK;
+    if (pool_enabled()) {
+        pool_run(nthreads, n, chunk, matmul_chunk, &job);
+        return;
+    }
+#pragma omp parallel num_threads(nthreads) /* MLXR_POOL=0: the OpenMP team, for A/B runs */
     {
         int64_t th = 0, nth = 1;
 #ifdef _OPENMP
         th = omp_get_thread_num();
         nth = omp_get_num_threads();
 #endif
-        f(w, n, k, a, m, y, n * th / nth, n * (th + 1) / nth);
+        matmul_chunk(&job, n * th / nth, n * (th + 1) / nth);
     }
 }
 
@@ -658,12 +598,14 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     if (acts_alloc(&a, m, k)) return -2;
     quantize_acts(x, m, k, &a);
     matmul(t, w, n, k, &a, m, y, nthreads);
-    acts_free(&a);
     return 0;
 }
 
+/* 2: AVX-512 VNNI + GFNI, 1: AVX2, 0: portable C. */
 int mlxr_simd_level(void) {
-#ifdef MLXR_VNNI
+#if defined(MLXR_VNNI)
+    return 2;
+#elif defined(MLXR_AVX2)
     return 1;
 #else
     return 0;

@@ -3,7 +3,8 @@
 Defaults are Ollama's (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1), not the
 engine's. The context is fixed when a model loads, so num_ctx can only shrink the window a
 request may use; a larger value is clamped with a log line. Keys that change how the model is
-loaded or that we do not implement are accepted and ignored with a log line.
+loaded or that we do not implement are accepted and ignored with a log line. num_thread sets the
+CPU threads of the loaded model from the request on (routes.py), as Ollama sets its runner's.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ _OURS_TO_OLLAMA = {
     "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed", "stop": "stop",
     "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
 }
-_IGNORED = ("num_batch", "num_thread", "num_gpu", "main_gpu", "numa", "low_vram", "f16_kv",
+_IGNORED = ("num_batch", "num_gpu", "main_gpu", "numa", "low_vram", "f16_kv",
             "use_mmap", "use_mlock", "vocab_only", "logits_all", "embedding_only", "num_keep",
             "typical_p", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline")
 
@@ -65,6 +66,17 @@ class Options(CheckedText):
     vocab_only: bool | None = None
     logits_all: bool | None = None
     embedding_only: bool | None = None
+
+
+MAX_THREADS = 1024
+
+
+def num_threads(options: Options | None) -> int | None:
+    """The CPU threads a request asks for (Ollama's num_thread; 0 or absent: the default)."""
+    n = options.num_thread if options else None
+    if n is not None and not 0 <= n <= MAX_THREADS:
+        raise InvalidParameterError("options.num_thread", f"must be from 0 (the default) to {MAX_THREADS}, got {n}")
+    return n or None
 
 
 def log_ignored(options: Options | None) -> None:

@@ -25,7 +25,9 @@ from mlxr.server.ollama.generation import Job
 from mlxr.server.ollama.loading import Hold, hold, resolve
 from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.model_routes import router as model_router
-from mlxr.server.ollama.options import Options, context_window, log_ignored, max_tokens, sampling_params
+from mlxr.server.ollama.options import (
+    Options, context_window, log_ignored, max_tokens, num_threads, sampling_params,
+)
 from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
 from mlxr.server.ollama.structured import structured_outputs
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
@@ -61,6 +63,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     top_n = _logprobs(body.logprobs, body.top_logprobs)
     body = modelfile.for_generate(body, (await resolve(request, body.model)).settings)
     held = await hold(request, body.model, "/api/generate", parse_keep_alive(body.keep_alive))
+    await _use_threads(held, body.options)
     if not body.prompt:
         return await _load_only(held, body.model, {"response": ""})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_prompt(ids, body.options, window)
@@ -75,6 +78,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     top_n = _logprobs(body.logprobs, body.top_logprobs)
     body = modelfile.for_chat(body, (await resolve(request, body.model)).settings)
     held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
+    await _use_threads(held, body.options)
     if not body.messages:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window)
@@ -126,7 +130,21 @@ async def _load_only(held: Hold, model: str, empty: dict[str, Any]) -> JSONRespo
     return JSONResponse({"model": model, "created_at": rfc3339(), **empty, "done": True, "done_reason": reason})
 
 
+async def _use_threads(held: Hold, options: Options | None) -> None:
+    """num_thread, as Ollama applies it to the runner: the loaded model's CPU threads from this
+    request on; a request without it restores the load-time default."""
+    try:
+        applied = await held.served.engine.use_cpu_threads(num_threads(options))
+    except BaseException as e:
+        await held.session.fail(e)
+        raise
+    if not applied and options is not None and options.num_thread:
+        log.info("ollama option num_thread=%d ignored: the model does not run on this process's CPU",
+                 options.num_thread)
+
+
 def _check_extras(fmt: Any, think: Any, options: Options | None) -> None:
+    num_threads(options)  # a bad value is a 400 before the model loads
     if think not in (None, False, "", "false"):
         raise InvalidParameterError("think", "the served models do not support thinking")
     log_ignored(options)

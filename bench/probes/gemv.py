@@ -5,7 +5,7 @@ read once), in GB/s of weight bytes next to the device's copy bandwidth. Single-
 variants (gated activation + down, add + RMSNorm + projection) are timed beside the unfused
 pair of kernels they replace. JSON to bench/results/gemv-*.json.
 
-  python bench/gemv.py [--rows 1 4] [--warm]
+  python bench/probes/gemv.py [--rows 1 4] [--warm]
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import itertools
 import torch
 import torch.nn.functional as F
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, print_table, write_result
 
 # The TinyLlama shape's decode matrices (q/k/v and gate/up merged), plus its lm_head.

@@ -3,7 +3,7 @@ with the TinyLlama shape's vocabulary and tokenizer but almost no compute, B seq
 decoding with overlapped steps, each phase timed over 100 steps, the median of several runs.
 JSON to bench/results/host_phases-*.json.
 
-  python bench/host_phases.py [--batch 256] [--runs 3]
+  python bench/probes/host_phases.py [--batch 256] [--runs 3]
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import argparse
 import time
 from collections import Counter
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, median, print_table, time_engine_phases, write_result
 from throughput import workload
 

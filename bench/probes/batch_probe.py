@@ -2,7 +2,7 @@
 run, with Python's cyclic GC on and off, to tell steady-state host cost from pauses.
 JSON to bench/results/batch_probe-*.json.
 
-  python bench/batch_probe.py [--batches 64 256] [--repeats 3]
+  python bench/probes/batch_probe.py [--batches 64 256] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import gc
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, print_table, write_result
 from latency import model_paths
 from throughput import run_mlxr, workload

@@ -1,7 +1,7 @@
 """CPU linear layers by row count: fp32, fp16 storage (GEMV and upcast paths), bf16 storage.
 Shows where StoredLinear should switch paths. JSON to bench/results/linear-*.json.
 
-  python bench/linear.py
+  python bench/probes/linear.py
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, median, print_table, write_result
 
 SHAPES = [(262144, 640), (2048, 640), (5632, 2048)]  # Gemma 3 lm_head, Gemma MLP, TinyLlama MLP

@@ -2,7 +2,7 @@
 per step, with the host's phases and the GPU's kernel time measured in an early and a late
 window of the decode, at two KV-cache sizes. JSON to bench/results/step_windows-*.json.
 
-  python bench/step_windows.py [--batches 64 256] [--kv-gb 8 16]
+  python bench/probes/step_windows.py [--batches 64 256] [--kv-gb 8 16]
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections import Counter
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, median, print_table, sync, time_engine_phases, write_result
 from latency import model_paths
 from throughput import workload

@@ -4,7 +4,7 @@ over partition sizes, tile widths and launch knobs, timed inside a CUDA graph. F
 the default plan (partitions sized from the block table's width) leaves the device idle when
 contexts are much shorter than the table. JSON to bench/results/decode_attn_sweep-*.json.
 
-  python bench/decode_attn_sweep.py [--ctx 200] [--span 2048]
+  python bench/probes/decode_attn_sweep.py [--ctx 200] [--span 2048]
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import itertools
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import device_name, print_table, write_result
 from gemv import graph_us
 

@@ -2,7 +2,7 @@
 CUDA events) beside the whole engine step, with steps overlapped and not, and a host-side
 profile. JSON to bench/results/step_probe-*.json.
 
-  python bench/step_probe.py [--model tinyllama-shape] [--batches 1 64 256] [--quantization auto]
+  python bench/probes/step_probe.py [--model tinyllama-shape] [--batches 1 64 256] [--quantization auto]
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pstats
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, print_table, time_engine_phases, write_result
 from latency import bench_mlxr, model_paths, prompt_ids
 from throughput import run_mlxr, workload

@@ -2,7 +2,7 @@
 (mlxr/engine/llm_engine.py GC_THRESHOLDS), interleaved on one engine, each run on fresh
 prompts: what collecting garbage costs a busy decode loop. JSON to bench/results/gc_ab-*.json.
 
-  python bench/gc_ab.py [--device cuda] [--batches 64 256] [--runs 4]
+  python bench/probes/gc_ab.py [--device cuda] [--batches 64 256] [--runs 4]
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import gc
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, throughput)
 from common import device_name, median, print_table, write_result
 from latency import model_paths
 from throughput import run_mlxr, workload

@@ -1,0 +1,156 @@
+/* A work pool for the matmuls of a decode step, where the caller never waits for a thread
+ * that is not running.
+ *
+ * With OpenMP's parallel for, each call ends at a barrier that every thread must reach: on a
+ * shared machine, where the second core is often given to another process, a matmul of 0.2 ms
+ * took 8 ms (the time until the sleeping or descheduled thread ran), and two threads decoded
+ * slower than one. Here the work is cut into chunks that any thread claims with one atomic
+ * add; the caller claims chunks too, so when the helpers are not running it simply does all of
+ * them, and it waits only for chunks a helper has claimed and is working on. Helpers spin
+ * (yielding the CPU) for a short while after a job, since a decode step's matmuls come tens of
+ * microseconds apart, then sleep on a condition variable.
+ *
+ * One job at a time: a second caller (two models served at once) runs its job inline.
+ * A job is named by its number in the high half of the claim ticket, so a helper that wakes
+ * late can only claim chunks of the job it read the description of (its compare-and-swap
+ * fails once that job is over, and no job ends before its chunks are claimed). */
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define POOL_MAX_HELPERS 63
+#define POOL_SPIN_NS_DEFAULT 60000
+
+/* MLXR_POOL=0 turns the pool off (the caller then uses OpenMP), for A/B runs. */
+static int pool_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *env = getenv("MLXR_POOL");
+        on = !(env && env[0] == '0');
+    }
+    return on;
+}
+
+/* How long an idle helper polls for the next job before it sleeps: MLXR_POOL_SPIN_US. */
+static int64_t pool_spin_ns(void) {
+    static int64_t ns = -1;
+    if (ns < 0) {
+        const char *env = getenv("MLXR_POOL_SPIN_US");
+        ns = env && *env ? (int64_t)(atof(env) * 1000.0) : POOL_SPIN_NS_DEFAULT;
+        if (ns < 0) ns = 0;
+    }
+    return ns;
+}
+
+typedef void (*chunk_fn)(void *ctx, int64_t c0, int64_t c1);
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    uint64_t ticket;    /* job << 32 | next chunk */
+    int64_t done;       /* chunks finished in the current job */
+    int busy;           /* a caller holds the pool */
+    int sleepers;       /* helpers waiting on `wake` */
+    int started;        /* helpers created */
+    /* the current job, written before its ticket is published */
+    chunk_fn fn;
+    void *ctx;
+    int64_t n, chunk, nchunks;
+    int helpers; /* how many helpers may take part */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Claim and run chunks of the job whose ticket reads `t` until none is left. */
+static void pool_work(uint64_t t) {
+    for (;;) {
+        uint64_t job = t >> 32, i = t & 0xffffffffu;
+        chunk_fn fn = __atomic_load_n(&pool.fn, __ATOMIC_RELAXED);
+        void *ctx = __atomic_load_n(&pool.ctx, __ATOMIC_RELAXED);
+        int64_t n = __atomic_load_n(&pool.n, __ATOMIC_RELAXED), chunk = __atomic_load_n(&pool.chunk, __ATOMIC_RELAXED);
+        int64_t nchunks = __atomic_load_n(&pool.nchunks, __ATOMIC_RELAXED);
+        if ((int64_t)i >= nchunks) return;
+        if (!__atomic_compare_exchange_n(&pool.ticket, &t, (job << 32) | (i + 1), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            if ((t >> 32) != job) return; /* that job is over; t is the next one's ticket */
+            continue;                     /* another thread took chunk i: t now holds the next */
+        }
+        int64_t c0 = (int64_t)i * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
+        fn(ctx, c0, c1);
+        __atomic_add_fetch(&pool.done, 1, __ATOMIC_RELEASE);
+        t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+        if ((t >> 32) != job) return;
+    }
+}
+
+static void *pool_helper(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    uint64_t seen = 0; /* job number last seen */
+    for (;;) {
+        int64_t spin_until = now_ns() + pool_spin_ns();
+        uint64_t t;
+        for (;;) {
+            t = __atomic_load_n(&pool.ticket, __ATOMIC_ACQUIRE);
+            if ((t >> 32) != seen || now_ns() > spin_until) break;
+            sched_yield(); /* a caller sharing this core runs first */
+        }
+        if ((t >> 32) == seen) {
+            pthread_mutex_lock(&pool.lock);
+            __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            while (((t = __atomic_load_n(&pool.ticket, __ATOMIC_SEQ_CST)) >> 32) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = t >> 32;
+        if (index < __atomic_load_n(&pool.helpers, __ATOMIC_RELAXED)) pool_work(t);
+    }
+    return NULL;
+}
+
+static void pool_start_helpers(int want) {
+    while (pool.started < want) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&th, &attr, pool_helper, (void *)(intptr_t)pool.started);
+        pthread_attr_destroy(&attr);
+        if (failed) return;
+        pool.started++;
+    }
+}
+
+/* fn(ctx, c0, c1) over [0, n) in chunks, on the caller and up to nthreads - 1 helpers. */
+static void pool_run(int nthreads, int64_t n, int64_t chunk, chunk_fn fn, void *ctx) {
+    int64_t nchunks = (n + chunk - 1) / chunk;
+    int helpers = nthreads - 1 < POOL_MAX_HELPERS ? nthreads - 1 : POOL_MAX_HELPERS;
+    if (helpers < 1 || nchunks < 2 || __atomic_exchange_n(&pool.busy, 1, __ATOMIC_ACQUIRE)) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pool_start_helpers(helpers);
+    uint64_t job = (__atomic_load_n(&pool.ticket, __ATOMIC_RELAXED) >> 32) + 1;
+    __atomic_store_n(&pool.fn, fn, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.ctx, ctx, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.n, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.chunk, chunk, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.nchunks, nchunks, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.helpers, helpers, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
+    uint64_t t = (job & 0xffffffffu) << 32;
+    __atomic_store_n(&pool.ticket, t, __ATOMIC_SEQ_CST); /* publish */
+    if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    pool_work(t);
+    while (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) < nchunks) sched_yield(); /* chunks in flight */
+    __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+}
