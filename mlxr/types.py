@@ -67,6 +67,7 @@ class SamplingParams:
     logprobs: int | None = None
     logit_bias: dict[int, float] | None = None
     structured_outputs: StructuredOutputsParams | None = None
+    speculative: bool = True  # False: this request never carries draft tokens (when the engine speculates)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -180,6 +181,15 @@ class EngineStats:
     runtime_compiles: int = 0  # kernels compiled after the engine's warm-up
     # KV cache tiers: {"host"|"disk": {"hits", "bytes_read", "bytes_written", "blocks", ...}}
     kv_tiers: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    spec_num_drafts: int = 0  # speculative decoding: rows that carried drafts
+    spec_num_draft_tokens: int = 0  # drafts offered
+    spec_num_accepted_tokens: int = 0  # drafts kept
+    spec_accepted_per_position: tuple[int, ...] = ()  # drafts kept at position j (0-based)
+
+    @property
+    def spec_acceptance_rate(self) -> float:
+        return self.spec_num_accepted_tokens / self.spec_num_draft_tokens if self.spec_num_draft_tokens else 0.0
 
     @property
     def kv_cache_usage(self) -> float:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
 from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
+from mlxr.errors import MLXRError
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
@@ -43,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="directory that keeps computed KV blocks across restarts (disk tier; off when unset)")
     s.add_argument("--kv-cache-disk-gb", type=float, default=10.0, help="size bound of --kv-cache-dir")
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
+    s.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
+                   help="speculative decoding: prompt lookup (ngram) or a draft model (draft)")
+    s.add_argument("--num-speculative-tokens", type=int, default=4, help="draft tokens per step at most")
+    s.add_argument("--draft-model", default=None, help="the draft model of --speculative-method draft "
+                   "(registry name or path; same vocabulary as the served models)")
+    s.add_argument("--speculative-max-batch", type=int, default=8,
+                   help="no drafts while more requests than this run")
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
     s.add_argument("--allowed-host", action="append", default=[],
                    help="Host header name allowed besides localhost (DNS rebinding guard); repeatable")
@@ -81,7 +89,8 @@ def api_keys(ns: argparse.Namespace) -> tuple[str, ...]:
     return (key,) if key else ()
 
 
-def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[str, ...]):
+def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[str, ...],
+                  draft: str | None = None):
     from mlxr.config import EngineConfig, ServerConfig
 
     engine = EngineConfig(
@@ -90,6 +99,8 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         num_kv_blocks=ns.num_kv_blocks, kv_host_cache_gb=ns.kv_host_cache_gb,
         kv_cache_dir=str(Path(ns.kv_cache_dir).expanduser().resolve()) if ns.kv_cache_dir else None,
         kv_cache_disk_gb=ns.kv_cache_disk_gb, parallel=parallel_from(ns),
+        speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
+        speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -106,6 +117,14 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"--keep-alive: {text!r} is not a duration such as 5m, 1h or 30s")
     seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
     return -1.0 if seconds < 0 else seconds
+
+
+def draft_model_path(registry, ns: argparse.Namespace) -> str | None:
+    """--draft-model as a path the loader reads (a registry name is resolved)."""
+    if ns.draft_model is None:
+        return None
+    path = Path(ns.draft_model).expanduser()
+    return str(path) if path.exists() else str(registry.resolve(ns.draft_model).path)
 
 
 def register_models(registry, models: list[str]) -> tuple[str, ...]:
@@ -140,7 +159,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     setup_logging(_log_level(ns), ns.log_format)
     use_threads(ns)
     registry = Registry(home_dir(ns.home))
-    config = server_config(ns, keys, register_models(registry, ns.model))
+    try:
+        config = server_config(ns, keys, register_models(registry, ns.model), draft_model_path(registry, ns))
+    except (ValueError, MLXRError) as e:
+        return fail(str(e))
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
 
 

@@ -25,6 +25,7 @@ from mlxr.engine.model_runner import ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.spec_decode.factory import make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.warm_up import warm_up
 from mlxr.errors import ContextLengthError, OverloadedError
@@ -69,6 +70,7 @@ class CoreParts:
     # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
     # announces every step to its workers); it runs without step overlap.
     make_runner: Callable[[torch.nn.Module, KVCache, torch.device], ModelRunner] | None = None
+    draft: "CoreParts | None" = None  # the draft model of speculative_method "draft"
 
 
 class EngineCore:
@@ -96,6 +98,7 @@ class EngineCore:
         self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size)
+        self.speculator = make_speculator(parts, config, num_blocks)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)
@@ -140,6 +143,8 @@ class EngineCore:
         self._land(self._take_inflight())
         self._new_scheduler()
         self.runner.reset()
+        if self.speculator is not None:
+            self.speculator.reset()
 
     def _auto_num_blocks(self) -> int:
         """The memory budget's worth of blocks, but no more than max_num_seqs full-length
@@ -185,6 +190,8 @@ class EngineCore:
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         outputs = self.structured.admit(self.scheduler)
+        landed, draft_probs = self._speculate()
+        outputs += landed
         out = self.scheduler.schedule()
         if out.is_empty:
             if self._inflight is None and not outputs:
@@ -195,7 +202,7 @@ class EngineCore:
         try:
             if self.tiers is not None:
                 self.tiers.flush()  # blocks evicted or loaded while scheduling move before the forward
-            launched = self.runner.execute(out, hook)
+            launched = self.runner.execute(out, hook, draft_probs)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
             outputs += landed + self._land(self._take_inflight())
@@ -222,6 +229,23 @@ class EngineCore:
             return self.structured.bitmask([requests.get(rid) for rid in request_ids])
         return before_sample
 
+    def _speculate(self) -> tuple[list[EngineCoreOutput], dict | None]:
+        """Drafts for this step's decode rows (landing the step in flight first when a proposer
+        needs its tokens): the outputs that landing gave and the drafts' distributions."""
+        spec = self.speculator
+        if spec is None:
+            return [], None
+        landed = []
+        running = self.scheduler.running
+        if self.structured.constrains([r.request_id for r in running]):
+            for req in running:  # grammar masks cover one position a row: no drafts this step
+                req.spec_token_ids = []
+            return [], None
+        if spec.needs_landed_tokens(running, self._inflight[0] if self._inflight else None):
+            landed = self._land(self._take_inflight())
+        spec.propose(running)
+        return landed, spec.draft_probs
+
     def _take_inflight(self) -> tuple[SchedulerOutput, RunnerStep] | None:
         inflight, self._inflight = self._inflight, None
         return inflight
@@ -235,6 +259,8 @@ class EngineCore:
         except Exception as e:  # noqa: BLE001 - as a failed launch
             log.exception("model step failed")
             return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        if out.spec_token_ids and self.speculator is not None:
+            self.speculator.observe(out, result)
         return self.scheduler.update_from_output(out, result)
 
     # --- between steps -------------------------------------------------------------------------
@@ -258,11 +284,14 @@ class EngineCore:
 
     def stats(self) -> CoreStats:
         sch, usage = self.scheduler, self.block_manager.usage()
+        spec = self.speculator.stats if self.speculator is not None else None
         return CoreStats(
             len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
             sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
             self.max_model_len, self.device_bytes, WATCH.after_warm_up,
             self.tiers.stats() if self.tiers is not None else {},
+            *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, list(spec.accepted_per_position))
+              if spec is not None else ()),
         )
 
     def _device_bytes(self) -> int:

@@ -33,6 +33,7 @@ class EngineParts:
     dtype: torch.dtype
     device: torch.device
     model_digest: str = ""  # keys the disk tier's blocks (engine_factory.model_digest)
+    draft: CoreParts | None = None  # speculative decoding's draft model
 
 
 class LLMEngine:
@@ -43,7 +44,7 @@ class LLMEngine:
         self.args = parts.args
         self.core = core or InprocClient(CoreParts(
             parts.model, parts.args, parts.dtype, parts.device, tokenizer=parts.tokenizer,
-            model_digest=parts.model_digest), config)
+            model_digest=parts.model_digest, draft=parts.draft), config)
         self.max_model_len = self.core.max_model_len
         self.processor = Processor(self.tokenizer, Limits(parts.args.vocab_size, self.max_model_len))
         self.output = OutputProcessor(self.tokenizer)
@@ -141,6 +142,10 @@ class LLMEngine:
             device_bytes=core.device_bytes,
             runtime_compiles=core.runtime_compiles,
             kv_tiers=core.kv_tiers,
+            spec_num_drafts=core.spec_num_drafts,
+            spec_num_draft_tokens=core.spec_num_draft_tokens,
+            spec_num_accepted_tokens=core.spec_num_accepted_tokens,
+            spec_accepted_per_position=tuple(core.spec_accepted_per_position),
         )
 
     @property
