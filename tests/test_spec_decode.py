@@ -201,9 +201,10 @@ def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
 
 
 def test_constrained_rows_beside_speculating_ones():
-    """A grammar row and speculating rows in one batch: while a constrained request runs, the
-    step drafts nothing (masks cover one position a row), its JSON is valid, and every
-    unconstrained row keeps the tokens it gets without speculation; speculation comes back after."""
+    """A grammar request joins while rows speculate: while it is live (waiting or running) no
+    row drafts (its mask covers one position a row; a draft step sampled its first row without
+    the mask once), its JSON is valid and the same as without speculation, and every other row
+    keeps the tokens it gets without speculation; speculation comes back after."""
     import json
 
     from mlxr.types import StructuredOutputsParams
@@ -211,17 +212,24 @@ def test_constrained_rows_beside_speculating_ones():
     model = str(fixture_model("tiny-llama").hf_dir)
     reqs = looping_requests(6, seed=5)
     want = generate(cached_llm(model), reqs)
-    spec = LLM(model, dtype="float32", speculative_method="ngram", num_speculative_tokens=4, max_num_seqs=16,
-               speculative_max_batch=16)
     schema = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"],
               "additionalProperties": False}  # short: a random model writes integers to max_tokens
-    params = [SamplingParams(max_tokens=n, **GREEDY) for _, n in reqs]
-    params.append(SamplingParams(max_tokens=40, temperature=0.0,
-                                 structured_outputs=StructuredOutputsParams(json=schema)))
-    outs = spec.generate([ids for ids, _ in reqs] + [[5, 6, 7]], params)
-    assert [o.outputs[0].token_ids for o in outs[:-1]] == want
-    assert set(json.loads(outs[-1].outputs[0].text)) == {"a"}
-    assert outs[-1].outputs[0].token_ids == cached_llm(model).generate([[5, 6, 7]], params[-1])[0].outputs[0].token_ids
+    constrained = SamplingParams(max_tokens=40, temperature=0.0, structured_outputs=StructuredOutputsParams(json=schema))
+    plain_json = cached_llm(model).generate([[5, 6, 7]], constrained)[0].outputs[0].token_ids
+    spec = LLM(model, dtype="float32", speculative_method="ngram", num_speculative_tokens=4, max_num_seqs=16,
+               speculative_max_batch=16)
+    engine, finals = spec.engine, {}
+    for i, (ids, n) in enumerate(reqs):
+        engine.add_request(f"r{i}", ids, SamplingParams(max_tokens=n, **GREEDY))
+    while engine.stats().spec_num_drafts == 0:  # until the others are drafting
+        finals.update((o.request_id, o) for o in engine.step() if o.finished)
+    engine.add_request("json", [5, 6, 7], constrained)
+    while engine.has_unfinished():
+        finals.update((o.request_id, o) for o in engine.step() if o.finished)
+    assert [finals[f"r{i}"].outputs[0].token_ids for i in range(len(reqs))] == want
+    out = finals["json"].outputs[0]
+    assert out.finish_reason == "stop", finals["json"].error
+    assert set(json.loads(out.text)) == {"a"} and out.token_ids == plain_json
     before = spec.engine.stats().spec_num_drafts
     assert generate(spec, reqs) == want
     assert spec.engine.stats().spec_num_drafts > before

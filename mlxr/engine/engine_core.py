@@ -237,7 +237,7 @@ class EngineCore:
             return [], None
         landed = []
         running = self.scheduler.running
-        if self.structured.constrains([r.request_id for r in running]):
+        if self.structured.live:  # running or about to be scheduled from the waiting queue
             for req in running:  # grammar masks cover one position a row: no drafts this step
                 req.spec_token_ids = []
             return [], None
