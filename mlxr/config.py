@@ -5,6 +5,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mlxr.errors import InvalidParameterError
+
 
 def _env_flag(name: str, default: bool | None) -> bool | None:
     value = os.environ.get(name)
@@ -73,6 +75,9 @@ class ModelArgs:
         return bool(self.sliding_layers) and self.sliding_layers[layer]
 
 
+MAX_SPECULATIVE_TOKENS = 16
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Knobs of the serving engine (vLLM names)."""
@@ -103,6 +108,21 @@ class EngineConfig:
     # capture at start-up, not in a user's request.
     warm_up: bool = True
     warm_up_budget_s: float = 120.0
+    # Speculative decoding (README "Speculative decoding"): "ngram" (prompt lookup) or "draft"
+    # (speculative_draft_model drafts); num_speculative_tokens drafts at most per row and step;
+    # above speculative_max_batch running requests nothing is drafted.
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 4
+    speculative_draft_model: str | None = None
+    speculative_max_batch: int = 8
+
+    def __post_init__(self) -> None:
+        if self.speculative_method not in (None, "ngram", "draft"):
+            raise InvalidParameterError("speculative_method", "must be 'ngram' or 'draft'")
+        if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise InvalidParameterError("num_speculative_tokens", f"must be 1 to {MAX_SPECULATIVE_TOKENS}")
+        if (self.speculative_method == "draft") != (self.speculative_draft_model is not None):
+            raise InvalidParameterError("speculative_draft_model", "is needed by, and only by, speculative_method 'draft'")
 
 
 def default_num_threads(usable_cpus: int) -> int:

@@ -38,10 +38,19 @@ class ModelSpec:
 
 
 def core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: str | None,
-               quantization: str | None) -> CoreParts:
-    """The engine core process's factory (core_proc.py): the weights, loaded there."""
+               quantization: str | None, draft: str | None = None) -> CoreParts:
+    """The engine core process's factory (core_proc.py): the weights (and a speculative
+    draft model's), loaded there."""
     spec = ModelSpec(ref, DTYPES.get(dtype), device, DTYPES.get(weight_dtype), quantization)
     loaded = spec.load()
+    return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, _draft_parts(spec, draft))
+
+
+def _draft_parts(spec: ModelSpec, draft: str | None) -> CoreParts | None:
+    """The draft model, loaded as the target is (same dtype, device and quantization)."""
+    if draft is None:
+        return None
+    loaded = ModelSpec(draft, spec.dtype, spec.device, spec.weight_dtype, spec.quantization).load()
     return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device)
 
 
@@ -61,9 +70,11 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
         own_process = spec.device is not None and torch.device(spec.device).type == "cuda"
     if own_process:
         _, args, tokenizer = load_frontend(spec.ref)
-        client = MPClient("mlxr.engine_factory:core_parts", spec.as_strings(), config)
+        kwargs = {**spec.as_strings(), "draft": config.speculative_draft_model}
+        client = MPClient("mlxr.engine_factory:core_parts", kwargs, config)
         parts = EngineParts(None, args, tokenizer, None, None)
         return Built(LLMEngine(parts, config, core=client), None, args, tokenizer)
     loaded = spec.load(progress)
-    parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device)
+    parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device,
+                        _draft_parts(spec, config.speculative_draft_model))
     return Built(LLMEngine(parts, config), loaded, loaded.args, loaded.tokenizer)

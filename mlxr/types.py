@@ -67,6 +67,7 @@ class SamplingParams:
     logprobs: int | None = None
     logit_bias: dict[int, float] | None = None
     structured_outputs: StructuredOutputsParams | None = None
+    speculative: bool = True  # False: this request never carries draft tokens (when the engine speculates)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -22,6 +22,7 @@ from mlxr.engine.model_runner import ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.spec_decode.factory import make_speculator
 from mlxr.engine.warm_up import warm_up
 from mlxr.errors import ContextLengthError, OverloadedError
 
@@ -60,6 +61,7 @@ class CoreParts:
     args: ModelArgs
     dtype: torch.dtype
     device: torch.device
+    draft: "CoreParts | None" = None  # the draft model of speculative_method "draft"
 
 
 class EngineCore:
@@ -84,6 +86,7 @@ class EngineCore:
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
+        self.speculator = make_speculator(parts, config, num_blocks)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)
@@ -103,6 +106,8 @@ class EngineCore:
         self._land(self._take_inflight())
         self._new_scheduler()
         self.runner.reset()
+        if self.speculator is not None:
+            self.speculator.reset()
 
     def _auto_num_blocks(self) -> int:
         """The memory budget's worth of blocks, but no more than max_num_seqs full-length
@@ -132,21 +137,35 @@ class EngineCore:
 
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
+        landed, draft_probs = self._speculate()
         out = self.scheduler.schedule()
         if out.is_empty:
-            return self._land(self._take_inflight())
+            return landed + self._land(self._take_inflight())
         try:
-            launched = self.runner.execute(out)
+            launched = self.runner.execute(out, draft_probs)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
-            outputs = self._land(self._take_inflight())
+            outputs = landed + self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        outputs = self._land(self._take_inflight())
+        outputs = landed + self._land(self._take_inflight())
         self._inflight = (out, launched)
         if not self.overlap:
             outputs += self._land(self._take_inflight())
         return outputs
+
+    def _speculate(self) -> tuple[list[EngineCoreOutput], dict | None]:
+        """Drafts for this step's decode rows (landing the step in flight first when a proposer
+        needs its tokens): the outputs that landing gave and the drafts' distributions."""
+        spec = self.speculator
+        if spec is None:
+            return [], None
+        landed = []
+        running = self.scheduler.running
+        if spec.needs_landed_tokens(running, self._inflight[0] if self._inflight else None):
+            landed = self._land(self._take_inflight())
+        spec.propose(running)
+        return landed, spec.draft_probs
 
     def _take_inflight(self) -> tuple[SchedulerOutput, RunnerStep] | None:
         inflight, self._inflight = self._inflight, None
@@ -161,6 +180,8 @@ class EngineCore:
         except Exception as e:  # noqa: BLE001 - as a failed launch
             log.exception("model step failed")
             return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        if out.spec_token_ids and self.speculator is not None:
+            self.speculator.observe(out, result)
         return self.scheduler.update_from_output(out, result)
 
     # --- between steps -------------------------------------------------------------------------

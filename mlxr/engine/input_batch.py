@@ -56,7 +56,7 @@ class StepInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttnMetadata
-    logit_rows: list[int]  # flat row of the last token of each request that samples
+    logit_rows: list[int]  # flat row of the last token of each request that samples (all 1 + k of a speculative row)
     sampling_ids: list[str]
 
 
@@ -103,11 +103,16 @@ class InputBatch:
         ids, pos, slots, seq_lens, rows, sampling = [], [], [], [], [], []
         fill_at, fill_from = [], []
         tables_rows = []
+        spec = out.spec_token_ids
         for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens):
             state = states[rid]
             known, table = state.token_ids, state.block_table
             end = start + n
             chunk = known[start:end]
+            drafts = spec.get(rid) if spec else None
+            if drafts:  # a speculative row: its last token (known on the host), then the drafts
+                assert len(chunk) == 1 and len(known) == start + 1, (rid, start, len(known))
+                chunk += drafts
             if len(chunk) < n:  # the last token is still on the device (the previous step's sample)
                 fill_at.append(len(ids) + n - 1)
                 fill_from.append(pending.rows[rid])
@@ -121,7 +126,10 @@ class InputBatch:
                 slots += slots_for(table, start, end, bs)
             seq_lens.append(end)
             tables_rows.append(table)
-            if end >= len(known):  # every known token computed: the row samples
+            if drafts:  # logits at each of its 1 + k positions verify the drafts
+                rows += range(len(ids) - n, len(ids))
+                sampling.append(rid)
+            elif end >= len(known):  # every known token computed: the row samples
                 rows.append(len(ids) - 1)
                 sampling.append(rid)
         q_lens = out.num_scheduled_tokens

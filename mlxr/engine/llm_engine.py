@@ -32,6 +32,7 @@ class EngineParts:
     tokenizer: object  # mlxr.loader.tokenizer.Tokenizer (engine never imports the loader)
     dtype: torch.dtype
     device: torch.device
+    draft: CoreParts | None = None  # speculative decoding's draft model
 
 
 class LLMEngine:
@@ -40,7 +41,8 @@ class LLMEngine:
         self.config = config
         self.tokenizer = parts.tokenizer
         self.args = parts.args
-        self.core = core or InprocClient(CoreParts(parts.model, parts.args, parts.dtype, parts.device), config)
+        self.core = core or InprocClient(
+            CoreParts(parts.model, parts.args, parts.dtype, parts.device, parts.draft), config)
         self.max_model_len = self.core.max_model_len
         self.processor = Processor(self.tokenizer, Limits(parts.args.vocab_size, self.max_model_len))
         self.output = OutputProcessor(self.tokenizer)

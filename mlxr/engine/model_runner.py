@@ -10,6 +10,8 @@ from mlxr.engine.input_batch import InputBatch, PendingTokens, StepInputs, slots
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler
+from mlxr.engine.spec_decode.rejection import RejectionSampler
+from mlxr.engine.spec_decode.verify_step import sample_with_drafts
 from mlxr.engine.staging import to_device
 from mlxr.engine.steady_decode import DecodeArrays
 from mlxr.ops.attn_metadata import AttnMetadata
@@ -19,9 +21,10 @@ from mlxr.ops.backend import use_triton
 class RunnerStep:
     """A launched step: its sampled tokens are on the device at once, on the host at result()."""
 
-    def __init__(self, batch: InputBatch, request_ids: list[str], future: SampleFuture | None) -> None:
+    def __init__(self, batch: InputBatch, request_ids: list[str], future: SampleFuture | None,
+                 output: ModelRunnerOutput | None = None) -> None:
         self.batch, self.request_ids, self.future = batch, request_ids, future
-        self._output: ModelRunnerOutput | None = None
+        self._output = output  # given at once by a step that verified drafts
 
     @property
     def in_flight(self) -> bool:
@@ -56,6 +59,7 @@ class ModelRunner:
         self.device = device
         self.batch = InputBatch(kv_cache.block_size, device)
         self.sampler = Sampler()
+        self.rejection = RejectionSampler(self.sampler)
         self.graphs = None  # DecodeGraphs, set by enable_cuda_graphs on CUDA
         self.prefill_graphs = None  # PrefillGraphs, likewise
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
@@ -77,9 +81,16 @@ class ModelRunner:
         self._last = None
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> RunnerStep:
-        """Queue one step (forward and sampling) on the device; returns before it has run."""
+    def execute(self, out: SchedulerOutput, draft_probs: dict[str, torch.Tensor] | None = None) -> RunnerStep:
+        """Queue one step (forward and sampling) on the device; returns before it has run
+        (unless it verifies draft tokens: then its tokens are on the host on return).
+        draft_probs: each drafted row's draft distributions (none for certain drafts)."""
         ids, logits, pending = self._forward_step(out)
+        if out.spec_token_ids and ids:
+            output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, logits,
+                                        self._pending_for(ids, pending), draft_probs or {})
+            self._last = step = RunnerStep(self.batch, ids, None, output)
+            return step
         future = None
         if ids:
             states = [self.batch.states[rid].sampling for rid in ids]
@@ -96,8 +107,6 @@ class ModelRunner:
         return ids, logits
 
     def _forward_step(self, out: SchedulerOutput) -> tuple[list[str], torch.Tensor | None, PendingTokens | None]:
-        if out.spec_token_ids:  # the scheduler carries drafts; verifying them is the proposer's issue
-            raise NotImplementedError("this runner has no verifier for draft tokens")
         self.batch.update(out)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)

@@ -295,6 +295,12 @@ class Sampler:
 
     def _sample(self, x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
         """Random rows only: temperature, top_k/top_p, min_p, then one draw per row."""
+        return ops.inverse_cdf_sample(self.filtered_logits(x, states), self._uniforms(states, x.device))
+
+    @staticmethod
+    def filtered_logits(x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+        """Random rows' processed logits after temperature, top_k/top_p and min_p: their
+        softmax is the distribution a token is drawn from (the verifier's target p)."""
         vocab, device = x.shape[1], x.device
         params = [s.params for s in states]
         x = ops.apply_temperature(x, _param_tensor([p.temperature for p in params], device))
@@ -311,7 +317,7 @@ class Sampler:
         min_p = [i for i, p in enumerate(params) if p.min_p > 0.0]
         m_t = _param_tensor([params[i].min_p for i in min_p], device)
         _on_rows(x, min_p, lambda t: ops.apply_min_p(t, m_t))
-        return ops.inverse_cdf_sample(x, self._uniforms(states, device))
+        return x
 
     @staticmethod
     def _uniforms(states: list[SamplingState], device: torch.device) -> torch.Tensor:

@@ -1,0 +1,28 @@
+"""The speculator an EngineConfig asks for, built from the engine core's parts."""
+from __future__ import annotations
+
+from mlxr.config import EngineConfig
+from mlxr.engine.spec_decode.draft_model import DraftModelProposer
+from mlxr.engine.spec_decode.ngram import NgramProposer
+from mlxr.engine.spec_decode.speculator import Speculator
+from mlxr.errors import InvalidParameterError
+
+
+def make_speculator(parts, config: EngineConfig, num_blocks: int) -> Speculator | None:
+    """parts: the engine's CoreParts (parts.draft holds the draft model's)."""
+    method = config.speculative_method
+    if method is None:
+        return None
+    if method == "ngram":
+        proposer = NgramProposer()
+    else:
+        draft = parts.draft
+        if draft is None:
+            raise InvalidParameterError("speculative_draft_model", "was not loaded")
+        if draft.args.vocab_size != parts.args.vocab_size:
+            raise InvalidParameterError(
+                "speculative_draft_model",
+                f"has a vocabulary of {draft.args.vocab_size} tokens, the model {parts.args.vocab_size}")
+        proposer = DraftModelProposer(draft.model, draft.args, draft.dtype, draft.device,
+                                      config.block_size, num_blocks)
+    return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch)
