@@ -179,6 +179,14 @@ class EngineStats:
     max_model_len: int = 0  # the context the engine runs (the KV cache may cap the model's)
     device_bytes: int = 0  # weights and KV cache on the device
     runtime_compiles: int = 0  # kernels compiled after the engine's warm-up
+    spec_num_drafts: int = 0  # speculative decoding: rows that carried drafts
+    spec_num_draft_tokens: int = 0  # drafts offered
+    spec_num_accepted_tokens: int = 0  # drafts kept
+    spec_accepted_per_position: tuple[int, ...] = ()  # drafts kept at position j (0-based)
+
+    @property
+    def spec_acceptance_rate(self) -> float:
+        return self.spec_num_accepted_tokens / self.spec_num_draft_tokens if self.spec_num_draft_tokens else 0.0
 
     @property
     def kv_cache_usage(self) -> float:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
+from mlxr.errors import MLXRError
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
 
@@ -35,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--max-model-len", type=int, default=None)
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
+    s.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
+                   help="speculative decoding: prompt lookup (ngram) or a draft model (draft)")
+    s.add_argument("--num-speculative-tokens", type=int, default=4, help="draft tokens per step at most")
+    s.add_argument("--draft-model", default=None, help="the draft model of --speculative-method draft "
+                   "(registry name or path; same vocabulary as the served models)")
+    s.add_argument("--speculative-max-batch", type=int, default=8,
+                   help="no drafts while more requests than this run")
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
     s.add_argument("--allowed-host", action="append", default=[],
                    help="Host header name allowed besides localhost (DNS rebinding guard); repeatable")
@@ -73,12 +81,15 @@ def api_keys(ns: argparse.Namespace) -> tuple[str, ...]:
     return (key,) if key else ()
 
 
-def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[str, ...]):
+def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[str, ...],
+                  draft: str | None = None):
     from mlxr.config import EngineConfig, ServerConfig
 
     engine = EngineConfig(
         max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens,
         max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
+        speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
+        speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -95,6 +106,14 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"--keep-alive: {text!r} is not a duration such as 5m, 1h or 30s")
     seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
     return -1.0 if seconds < 0 else seconds
+
+
+def draft_model_path(registry, ns: argparse.Namespace) -> str | None:
+    """--draft-model as a path the loader reads (a registry name is resolved)."""
+    if ns.draft_model is None:
+        return None
+    path = Path(ns.draft_model).expanduser()
+    return str(path) if path.exists() else str(registry.resolve(ns.draft_model).path)
 
 
 def register_models(registry, models: list[str]) -> tuple[str, ...]:
@@ -123,7 +142,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     setup_logging(_log_level(ns), ns.log_format)
     use_threads(ns)
     registry = Registry(home_dir(ns.home))
-    config = server_config(ns, keys, register_models(registry, ns.model))
+    try:
+        config = server_config(ns, keys, register_models(registry, ns.model), draft_model_path(registry, ns))
+    except (ValueError, MLXRError) as e:
+        return fail(str(e))
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
 
 

@@ -203,10 +203,13 @@ class EngineCore:
 
     def stats(self) -> CoreStats:
         sch, usage = self.scheduler, self.block_manager.usage()
+        spec = self.speculator.stats if self.speculator is not None else None
         return CoreStats(
             len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
             sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
             self.max_model_len, self.device_bytes, WATCH.after_warm_up,
+            *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, list(spec.accepted_per_position))
+              if spec is not None else ()),
         )
 
     def _device_bytes(self) -> int:

@@ -139,6 +139,10 @@ class LLMEngine:
             max_model_len=core.max_model_len,
             device_bytes=core.device_bytes,
             runtime_compiles=core.runtime_compiles,
+            spec_num_drafts=core.spec_num_drafts,
+            spec_num_draft_tokens=core.spec_num_draft_tokens,
+            spec_num_accepted_tokens=core.spec_num_accepted_tokens,
+            spec_accepted_per_position=tuple(core.spec_accepted_per_position),
         )
 
     @property

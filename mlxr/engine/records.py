@@ -115,6 +115,10 @@ class CoreStats(msgspec.Struct, array_like=True, frozen=True):
     max_model_len: int
     device_bytes: int  # weights and KV cache on the device
     runtime_compiles: int  # kernels compiled after the warm-up (each paused a step)
+    spec_num_drafts: int = 0  # speculative decoding: rows that carried drafts
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_accepted_per_position: list[int] = []  # drafts kept at position j (0-based)
 
 
 # --- the core process's messages (core_proc.py) ------------------------------------------------

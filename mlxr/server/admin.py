@@ -29,6 +29,7 @@ async def admin_stats(request: Request) -> JSONResponse:
         body[name] = {
             **dataclasses.asdict(s),
             "kv_cache_usage": s.kv_cache_usage,
+            "spec_acceptance_rate": s.spec_acceptance_rate,
             "kv_blocks_free": s.kv_blocks_total - s.kv_blocks_used,
             "active_http_requests": served.active if served else 0,
             "context_length": served.context_length if served else None,

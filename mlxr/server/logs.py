@@ -91,6 +91,8 @@ class _Totals:
     queried: int = 0
     hits: int = 0
     at: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
 
 
 class ThroughputLogger:
@@ -112,7 +114,8 @@ class ThroughputLogger:
         for model, s in stats.items():
             last = self._last.get(model, _Totals(at=now - self.every_s))
             cur = _Totals(s.prompt_tokens_total, s.generation_tokens_total,
-                          s.prefix_cache_queried_tokens, s.prefix_cache_hit_tokens, now)
+                          s.prefix_cache_queried_tokens, s.prefix_cache_hit_tokens, now,
+                          s.spec_num_draft_tokens, s.spec_num_accepted_tokens)
             self._last[model] = cur
             busy = s.num_requests_running or s.num_requests_waiting or cur.generation != last.generation
             if busy:
@@ -132,4 +135,14 @@ def _line(model: str, s: EngineStats, last: _Totals, cur: _Totals) -> dict:
         "waiting": s.num_requests_waiting,
         "kv_usage": round(s.kv_cache_usage, 4),
         "prefix_cache_hit_rate": round((cur.hits - last.hits) / queried, 4) if queried else 0.0,
+        **_spec_fields(s, last, cur),
     }
+
+
+def _spec_fields(s: EngineStats, last: _Totals, cur: _Totals) -> dict:
+    """Speculative decoding's acceptance since the last line (only when it drafted at all)."""
+    if not s.spec_num_draft_tokens:
+        return {}
+    drafted = cur.drafted - last.drafted
+    return {"spec_draft_tok_s": round(drafted / max(cur.at - last.at, 1e-9), 1),
+            "spec_acceptance_rate": round((cur.accepted - last.accepted) / drafted, 4) if drafted else 0.0}

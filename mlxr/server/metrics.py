@@ -18,8 +18,11 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-SPEC_DECODE_COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens",
-                        "spec_decode_num_accepted_tokens")
+SPEC_DECODE_COUNTERS = (
+    ("spec_decode_num_drafts", "Decode rows that carried draft tokens", lambda s: s.spec_num_drafts),
+    ("spec_decode_num_draft_tokens", "Draft tokens proposed", lambda s: s.spec_num_draft_tokens),
+    ("spec_decode_num_accepted_tokens", "Draft tokens accepted", lambda s: s.spec_num_accepted_tokens),
+)
 
 
 def one_two_five_buckets(limit: int) -> tuple[float, ...]:
@@ -74,7 +77,7 @@ def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
         ("mlxr:runtime_compiles", "Kernels compiled after the engine's warm-up (each paused a step)",
          lambda s: s.runtime_compiles),
     ]
-    specs += [(f"vllm:{n}", "Speculative decoding is not implemented", lambda s: 0) for n in SPEC_DECODE_COUNTERS]
+    specs += [(f"vllm:{n}", doc, value) for n, doc, value in SPEC_DECODE_COUNTERS]
     for name, doc, value in specs:
         c = CounterMetricFamily(name, doc, labels=["model_name"])
         for model, s in stats.items():
@@ -86,6 +89,13 @@ def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
         for reason, count in sorted(s.finished_by_reason.items()):
             ok.add_metric([model, reason], float(count))
     yield ok
+    per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                  "Draft tokens accepted at each draft position (0-based)",
+                                  labels=["model_name", "position"])
+    for model, s in stats.items():
+        for position, count in enumerate(s.spec_accepted_per_position):
+            per_pos.add_metric([model, str(position)], float(count))
+    yield per_pos
 
 
 class ServerMetrics:

@@ -1,11 +1,15 @@
 """The speculator an EngineConfig asks for, built from the engine core's parts."""
 from __future__ import annotations
 
+import logging
+
 from mlxr.config import EngineConfig
 from mlxr.engine.spec_decode.draft_model import DraftModelProposer
 from mlxr.engine.spec_decode.ngram import NgramProposer
 from mlxr.engine.spec_decode.speculator import Speculator
 from mlxr.errors import InvalidParameterError
+
+log = logging.getLogger(__name__)
 
 
 def make_speculator(parts, config: EngineConfig, num_blocks: int) -> Speculator | None:
@@ -19,10 +23,10 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int) -> Speculator 
         draft = parts.draft
         if draft is None:
             raise InvalidParameterError("speculative_draft_model", "was not loaded")
-        if draft.args.vocab_size != parts.args.vocab_size:
-            raise InvalidParameterError(
-                "speculative_draft_model",
-                f"has a vocabulary of {draft.args.vocab_size} tokens, the model {parts.args.vocab_size}")
+        if draft.args.vocab_size != parts.args.vocab_size:  # (a server may serve several models)
+            log.warning("no speculative decoding for this model: the draft model's vocabulary has %d tokens, "
+                        "the model's %d", draft.args.vocab_size, parts.args.vocab_size)
+            return None
         proposer = DraftModelProposer(draft.model, draft.args, draft.dtype, draft.device,
                                       config.block_size, num_blocks)
     return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch)
