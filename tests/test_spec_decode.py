@@ -1,0 +1,184 @@
+"""Speculative decoding on tiny random models: greedy output token-identical with and without
+drafts (batching, preemption, swap, prefix cache, overlap, both proposers), sampling features
+(seeds, n > 1, logprobs, stop strings), opt-out, batch turn-down, a draft model that fails."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from conftest import cached_llm, fixture_model
+from mlxr import LLM, SamplingParams
+from mlxr.engine.spec_decode.ngram import NgramProposer
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+def looping_requests(n: int, seed: int = 0) -> list[tuple[list[int], int]]:
+    """Prompts that repeat a phrase (prompt lookup finds drafts), of mixed lengths."""
+    rng = random.Random(seed)
+    reqs = []
+    for _ in range(n):
+        phrase = [rng.randrange(3, 500) for _ in range(rng.randint(3, 8))]
+        reqs.append((phrase * rng.randint(2, 4) + phrase[: rng.randint(1, 3)], rng.randint(8, 40)))
+    return reqs
+
+
+def generate(llm: LLM, reqs, **params) -> list[list[int]]:
+    sps = [SamplingParams(max_tokens=n, **{**GREEDY, **params}) for _, n in reqs]
+    return [o.outputs[0].token_ids for o in llm.generate([ids for ids, _ in reqs], sps)]
+
+
+def staggered(llm: LLM, reqs, per_step: int = 4) -> list[list[int]]:
+    engine, finals, pending = llm.engine, {}, list(enumerate(reqs))
+    while pending or engine.has_unfinished():
+        for i, (ids, n) in pending[:per_step]:
+            engine.add_request(f"s{i}", ids, SamplingParams(max_tokens=n, **GREEDY))
+        pending = pending[per_step:]
+        for out in engine.step():
+            if out.finished:
+                finals[out.request_id] = out.outputs[0].token_ids
+    return [finals[f"s{i}"] for i in range(len(reqs))]
+
+
+def test_ngram_lookup_takes_the_latest_longest_match():
+    p = NgramProposer(max_ngram=3, min_ngram=1, window=64)
+    assert p.lookup([1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 2, 3], 3) == [7, 8, 5]  # "2 3" latest, not "3" alone
+    assert p.lookup([4, 5, 6], 2) == []
+    assert p.lookup([1, 2, 1, 2], 5) == [1, 2]  # runs into the suffix, never past the end
+    assert NgramProposer(max_ngram=2, window=5).lookup([7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8], 2) == []  # outside the window
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-mistral"])
+def test_ngram_greedy_is_token_identical_batched(name):
+    model = str(fixture_model(name).hf_dir)
+    reqs = looping_requests(12, seed=len(name))
+    want = generate(cached_llm(model), reqs)
+    spec = LLM(model, dtype="float32", speculative_method="ngram", num_speculative_tokens=4, max_num_seqs=16,
+               speculative_max_batch=16)
+    assert generate(spec, reqs) == want
+    s = spec.engine.stats()
+    assert s.spec_num_draft_tokens > 0 and s.spec_num_accepted_tokens > 0, s
+    assert s.spec_num_accepted_tokens == sum(s.spec_accepted_per_position)
+
+
+@pytest.mark.parametrize("swap", [0.0, 0.001])
+def test_ngram_under_preemption_and_overlap_is_token_identical(swap):
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(16, seed=3)
+    want = generate(cached_llm(model), reqs)
+    spec = LLM(model, dtype="float32", speculative_method="ngram", num_kv_blocks=24, block_size=4,
+               max_num_batched_tokens=64, max_num_seqs=16, swap_space_gb=swap, enable_prefix_caching=False,
+               overlap_steps=True, speculative_max_batch=16)
+    assert staggered(spec, reqs) == want
+    s = spec.engine.stats()
+    assert s.num_preemptions > 0 and s.spec_num_accepted_tokens > 0 and s.kv_blocks_used == 0
+
+
+def test_prefix_cache_and_batch_turn_down():
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(10, seed=5)
+    shared = [(list(range(10, 42)) + ids, n) for ids, n in reqs]  # two shared blocks: cache hits
+    want = generate(cached_llm(model), shared)
+    drafted = {}
+    for limit in (2, 16):
+        llm = LLM(model, dtype="float32", speculative_method="ngram", speculative_max_batch=limit, max_num_seqs=16)
+        assert generate(llm, shared[:1]) == want[:1]  # fills the prefix cache
+        alone = llm.engine.stats().spec_num_drafts
+        assert generate(llm, shared) == want
+        assert llm.engine.stats().prefix_cache_hit_tokens > 0
+        drafted[limit] = llm.engine.stats().spec_num_drafts - alone
+    assert 0 < drafted[2] < drafted[16] / 2  # above the limit (most of the batch's steps) nothing is drafted
+
+
+def test_opt_out_drafts_nothing():
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(4, seed=7)
+    spec = LLM(model, dtype="float32", speculative_method="ngram")
+    assert generate(spec, reqs, speculative=False) == generate(cached_llm(model), reqs)
+    assert spec.engine.stats().spec_num_drafts == 0
+
+
+@pytest.mark.parametrize("draft", ["tiny-llama", "tiny-llama-tied"])
+def test_draft_model_greedy_is_token_identical(draft):
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(8, seed=11)
+    want = generate(cached_llm(model), reqs)
+    spec = LLM(model, dtype="float32", speculative_method="draft", num_speculative_tokens=3,
+               speculative_draft_model=str(fixture_model(draft).hf_dir))
+    assert generate(spec, reqs) == want
+    s = spec.engine.stats()
+    assert s.spec_num_draft_tokens > 0
+    if draft == "tiny-llama":  # the model drafting for itself: drafts are kept (but for near-ties
+        assert s.spec_num_accepted_tokens >= 0.95 * s.spec_num_draft_tokens  # between shapes' rounding)
+
+
+def test_sampling_features_with_drafts():
+    """Seeds repeat, n > 1 runs, logprobs match the plain engine's, stop strings cut."""
+    model = str(fixture_model("tiny-llama").hf_dir)
+    plain = cached_llm(model)
+    spec = LLM(model, dtype="float32", speculative_method="ngram")
+    ids = looping_requests(1, seed=13)[0][0]
+    lp = SamplingParams(max_tokens=24, logprobs=3, **GREEDY)
+    a, b = plain.generate([ids], lp)[0].outputs[0], spec.generate([ids], lp)[0].outputs[0]
+    assert a.token_ids == b.token_ids
+    for x, y in zip(a.logprobs, b.logprobs):
+        assert x.keys() == y.keys()
+        for t in x:
+            assert abs(x[t].logprob - y[t].logprob) < 1e-3
+    seeded = SamplingParams(max_tokens=24, temperature=0.8, seed=7, n=3, ignore_eos=True)
+    first = [c.token_ids for c in spec.generate([ids], seeded)[0].outputs]
+    again = [c.token_ids for c in spec.generate([ids], seeded)[0].outputs]
+    assert first == again and len(first) == 3 and all(len(t) == 24 for t in first)
+    text = plain.generate([ids], SamplingParams(max_tokens=24, **GREEDY))[0].outputs[0].text
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    if stop.strip():
+        want = plain.generate([ids], SamplingParams(max_tokens=24, stop=[stop], **GREEDY))[0].outputs[0].text
+        got = spec.generate([ids], SamplingParams(max_tokens=24, stop=[stop], **GREEDY))[0].outputs[0].text
+        assert got == want and stop not in got
+
+
+def test_failing_draft_model_turns_speculation_off_and_requests_finish():
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(6, seed=17)
+    want = generate(cached_llm(model), reqs)
+    spec = LLM(model, dtype="float32", speculative_method="draft", num_speculative_tokens=3,
+               speculative_draft_model=model)
+    proposer = spec.engine.core.core.speculator.proposer
+    engine = spec.engine
+    for i, (ids, n) in enumerate(reqs):
+        engine.add_request(f"f{i}", ids, SamplingParams(max_tokens=n, **GREEDY))
+    finals = {}
+    for _ in range(3):
+        engine.step()
+    drafted = engine.stats().spec_num_draft_tokens
+    assert drafted > 0
+    # A real fault: the draft's embedding loses its rows, so its next forward raises.
+    embed = next(m for m in proposer.model.modules() if isinstance(m, torch.nn.Embedding))
+    embed.weight.data = embed.weight.data[:1]
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                finals[out.request_id] = out.outputs[0].token_ids
+    assert [finals[f"f{i}"] for i in range(len(reqs))] == want
+    assert engine.stats().spec_num_draft_tokens == drafted  # nothing drafted after the fault
+
+
+def test_unloaded_draft_model_leaves_requests_unharmed():
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(4, seed=19)
+    want = generate(cached_llm(model), reqs)
+    spec = LLM(model, dtype="float32", speculative_method="draft", speculative_draft_model=model)
+    engine = spec.engine
+    for i, (ids, n) in enumerate(reqs):
+        engine.add_request(f"u{i}", ids, SamplingParams(max_tokens=n, **GREEDY))
+    engine.step()
+    engine.step()
+    engine.core.core.speculator.proposer.unload()
+    finals = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                finals[out.request_id] = out.outputs[0].token_ids
+    assert [finals[f"u{i}"] for i in range(len(reqs))] == want
