@@ -1,0 +1,161 @@
+"""Speculative decoding's speedup, as a ratio to the same engine with speculation off, run
+interleaved (the "off" runs are the same engine's requests with SamplingParams.speculative=False).
+
+1. n-gram (prompt lookup) on input-grounded work with the instruct model smollm2:135m: rewrite
+   or edit a given text or code (the answer repeats much of the input); batch 1 and batch 64.
+2. a draft model with controlled acceptance: the target is the draft plus Gaussian noise of a few
+   scales on its weights; speedup against the measured acceptance rate.
+
+    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft]
+Writes bench/results/spec_decode-<stamp>.json."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import device_name, print_table, write_result  # noqa: E402
+from mlxr import LLM, SamplingParams  # noqa: E402
+from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
+
+CODE = '''def moving_average(values, window):
+    """Return the moving averages of values over a window."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    out = []
+    total = 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        if i >= window - 1:
+            out.append(total / window)
+    return out
+'''
+TEXT = ("The library opens at nine in the morning and closes at six in the evening. Visitors may "
+        "borrow up to five books at a time for three weeks. Late returns cost ten cents a day. The "
+        "reading room on the second floor is quiet, and the children's corner is on the ground floor.")
+TASKS = [
+    f"Rename the function moving_average to rolling_mean and change nothing else. Reply with the code only.\n\n{CODE}",
+    f"Add type hints to this function; keep everything else the same. Reply with the code only.\n\n{CODE}",
+    f"Rewrite this notice, replacing 'library' with 'archive'. Keep every other word.\n\n{TEXT}",
+    f"Copy this text exactly, but in the present continuous where possible.\n\n{TEXT}",
+]
+
+
+def chat_ids(llm: LLM, task: str) -> list[int]:
+    prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": task}], add_generation_prompt=True)
+    return llm.tokenizer.encode(prompt, add_special_tokens=False)
+
+
+def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool) -> tuple[float, int, list]:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, speculative=speculative)
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    dt = time.perf_counter() - t0
+    tokens = [o.outputs[0].token_ids for o in outs]
+    return dt, sum(len(t) for t in tokens), tokens
+
+
+def ab(llm: LLM, prompts: list[list[int]], max_tokens: int, rounds: int) -> dict:
+    """Interleaved off/on rounds: tokens/s of each, acceptance, and whether outputs matched."""
+    rates = {True: [], False: []}
+    same = True
+    before = llm.engine.stats()
+    for _ in range(rounds):
+        for spec in (False, True):
+            dt, n, toks = timed(llm, prompts, max_tokens, spec)
+            rates[spec].append(n / dt)
+            if spec:
+                same &= toks == ref
+            else:
+                ref = toks
+    after = llm.engine.stats()
+    drafted = after.spec_num_draft_tokens - before.spec_num_draft_tokens
+    accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
+    off, on = sorted(rates[False])[len(rates[False]) // 2], sorted(rates[True])[len(rates[True]) // 2]
+    return {"off_tok_s": off, "on_tok_s": on, "speedup": on / off, "acceptance": accepted / drafted if drafted else 0.0,
+            "draft_tokens": drafted, "outputs_identical": same, "off_all": rates[False], "on_all": rates[True]}
+
+
+def ngram_part(args, model: str) -> list[dict]:
+    rows = []
+    llm = LLM(model, device=args.device, speculative_method="ngram", num_speculative_tokens=args.k,
+              max_num_seqs=64)
+    ids = [chat_ids(llm, t) for t in TASKS]
+    timed(llm, ids[:1], 8, True)  # warm
+    for batch in (1, 64):
+        prompts = [ids[i % len(ids)] for i in range(batch)] if batch > 1 else None
+        results = []
+        for task in (range(len(ids)) if batch == 1 else [None]):
+            p = [ids[task]] if batch == 1 else prompts
+            results.append(ab(llm, p, args.max_tokens if batch == 1 else args.batch_max_tokens, args.rounds))
+        row = {"part": "ngram", "batch": batch, "k": args.k,
+               "off_tok_s": sum(r["off_tok_s"] for r in results) / len(results),
+               "on_tok_s": sum(r["on_tok_s"] for r in results) / len(results),
+               "acceptance": sum(r["acceptance"] for r in results) / len(results),
+               "outputs_identical": all(r["outputs_identical"] for r in results), "per_task": results}
+        row["speedup"] = row["on_tok_s"] / row["off_tok_s"]
+        rows.append(row)
+        print_table([row], ["part", "batch", "off_tok_s", "on_tok_s", "speedup", "acceptance", "outputs_identical"])
+    llm.shutdown()
+    return rows
+
+
+@torch.inference_mode()
+def add_noise(model: torch.nn.Module, scale: float, seed: int) -> None:
+    """w += scale * std(w) * N(0, 1) on every floating weight matrix (the target = draft + noise)."""
+    g = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        if p.dim() == 2 and p.is_floating_point():
+            noise = torch.randn(p.shape, generator=g).to(p.device, p.dtype)
+            p.add_(noise * (scale * p.float().std().item()))
+
+
+def draft_part(args, model: str) -> list[dict]:
+    rows = []
+    ids = None
+    for scale in args.noise:
+        # Noise needs float weights: dequantized, and fp32 on the CPU (its fp16 products are slow).
+        llm = LLM(model, device=args.device, quantization="none", speculative_method="draft",
+                  dtype="float32" if args.device == "cpu" else None,
+                  num_speculative_tokens=args.k, speculative_draft_model=model, engine_process=False)
+        add_noise(llm.engine.core.core.parts.model, scale, seed=0)
+        ids = ids or [chat_ids(llm, t) for t in TASKS]
+        timed(llm, ids[:1], 8, True)
+        r = ab(llm, ids[:2], args.draft_max_tokens, args.rounds)
+        row = {"part": "draft", "batch": 1, "k": args.k, "noise": scale, **r}
+        rows.append(row)
+        print_table([row], ["part", "noise", "off_tok_s", "on_tok_s", "speedup", "acceptance", "outputs_identical"])
+        llm.shutdown()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--batch-max-tokens", type=int, default=128, help="max_tokens of the batch-64 runs")
+    ap.add_argument("--draft-max-tokens", type=int, default=128, help="max_tokens of the draft-model runs")
+    ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.4, 0.8])
+    ap.add_argument("--skip-draft", action="store_true")
+    ap.add_argument("--skip-ngram", action="store_true")
+    args = ap.parse_args()
+    model = str(smollm2_135m_path())
+    rows = [] if args.skip_ngram else ngram_part(args, model)
+    if not args.skip_draft:
+        rows += draft_part(args, model)
+    path = write_result("spec_decode", {"device": device_name(args.device), "model": "smollm2:135m (Q4_1 GGUF)",
+                                        "args": vars(args), "rows": rows,
+                                        "note": "off = the same engine's requests with speculative=False, interleaved"})
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
