@@ -78,11 +78,11 @@ def test_a_failing_step_fails_its_requests_and_the_engine_goes_on(engine):
     real = runner.execute
     calls = {"n": 0}
 
-    def flaky(out):
+    def flaky(out, *rest):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected fault")
-        return real(out)
+        return real(out, *rest)
 
     runner.execute = flaky
 

@@ -31,9 +31,9 @@ def trace(llm: LLM) -> list[str]:
     runner = llm.engine.core.core.runner
     real_execute, real_launch = runner.execute, runner.sampler.launch
 
-    def execute(out):
+    def execute(out, *rest):
         events.append("execute")
-        return real_execute(out)
+        return real_execute(out, *rest)
 
     def launch(logits, states, pending=None):
         future = real_launch(logits, states, pending)

@@ -182,3 +182,19 @@ def test_unloaded_draft_model_leaves_requests_unharmed():
             if out.finished:
                 finals[out.request_id] = out.outputs[0].token_ids
     assert [finals[f"u{i}"] for i in range(len(reqs))] == want
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
+    """On CUDA: Triton attention over rows of 1 + k tokens, overlapped steps, decode graphs for
+    the steps without drafts (rows with drafts run eagerly)."""
+    model = str(fixture_model("tiny-llama").hf_dir)
+    reqs = looping_requests(12, seed=23)
+    plain = LLM(model, dtype="float32", device="cuda", engine_process=False)
+    want = generate(plain, reqs)
+    extra = {"speculative_draft_model": model} if method == "draft" else {}
+    spec = LLM(model, dtype="float32", device="cuda", engine_process=False, speculative_method=method,
+               speculative_max_batch=16, **extra)
+    assert generate(spec, reqs) == want
+    assert spec.engine.stats().spec_num_accepted_tokens > 0
