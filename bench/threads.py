@@ -25,12 +25,12 @@ from common import median, print_table, write_result
 # config.openmp_environment. "2-spin": two threads whose idle OpenMP threads spin
 # (OMP_WAIT_POLICY=ACTIVE); before the wait policy was set the default spun too (libgomp's
 # default spins for a while before sleeping).
-# "2-openmp": the quantized matmuls on OpenMP's team instead of ops/cpu/pool.h (MLXR_POOL=0),
-# the A/B of the pool; "2-nospin": the pool's helpers sleep at once after a job.
+# "2-pool": the quantized matmuls on ops/cpu/pool.h instead of OpenMP's team (MLXR_POOL=1),
+# the A/B of the pool; "2-pool-nospin": the pool's helpers sleep at once after a job.
 SETTINGS = {"1": (["--threads", "1"], {}), "2": (["--threads", "2"], {}), "default": ([], {}),
             "2-spin": (["--threads", "2"], {"OMP_WAIT_POLICY": "ACTIVE"}),
-            "2-openmp": (["--threads", "2"], {"MLXR_POOL": "0"}),
-            "2-nospin": (["--threads", "2"], {"MLXR_POOL_SPIN_US": "0"})}
+            "2-pool": (["--threads", "2"], {"MLXR_POOL": "1"}),
+            "2-pool-nospin": (["--threads", "2"], {"MLXR_POOL": "1", "MLXR_POOL_SPIN_US": "0"})}
 
 
 def lscpu_model() -> str:

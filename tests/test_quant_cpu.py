@@ -240,9 +240,9 @@ def test_matmuls_from_several_threads_at_once_match_one_at_a_time():
         torch.set_num_threads(before)
 
 
-def test_openmp_team_instead_of_the_pool_gives_the_same_results(tmp_path):
-    """MLXR_POOL=0 (bench/threads.py's A/B of the pool) splits rows over OpenMP's team; each
-    output is computed by one thread either way, so the results are identical."""
+def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
+    """MLXR_POOL=1 (bench/threads.py's A/B of the pool) splits rows over the pool instead of
+    OpenMP's team; each output is computed by one thread either way, so the results are identical."""
     import os
     import subprocess
     import sys
@@ -255,6 +255,6 @@ def test_openmp_team_instead_of_the_pool_gives_the_same_results(tmp_path):
             "d = sys.argv[1]; y = quant_cpu.qmatmul_cpu(torch.from_numpy(np.load(d + '/x.npy')), "
             "torch.from_numpy(np.load(d + '/raw.npy')), 'Q4_K', 512); np.save(d + '/y.npy', y.numpy())")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
-                   env={**os.environ, "MLXR_POOL": "0"})
+                   env={**os.environ, "MLXR_POOL": "1"})
     ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), "Q4_K", 512).numpy()
     assert np.array_equal(np.load(tmp_path / "y.npy"), ours)

@@ -23,12 +23,14 @@
 #define POOL_MAX_HELPERS 63
 #define POOL_SPIN_NS_DEFAULT 60000
 
-/* MLXR_POOL=0 turns the pool off (the caller then uses OpenMP), for A/B runs. */
+/* MLXR_POOL=1 turns the pool on; by default the caller uses OpenMP's team. On a quiet 2-core
+   AMD EPYC the pool gave the bundled Gemma 686 / 91 tok/s prefill / decode against OpenMP's
+   1,162 / 123 (bench/latency.py, 2026-11-24); it only wins while another process holds a core. */
 static int pool_enabled(void) {
     static int on = -1;
     if (on < 0) {
         const char *env = getenv("MLXR_POOL");
-        on = !(env && env[0] == '0');
+        on = env && env[0] == '1';
     }
     return on;
 }
