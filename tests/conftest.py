@@ -48,3 +48,17 @@ def cached_llm(model: str, **kwargs):
     if key not in _LLMS:
         _LLMS[key] = LLM(model, dtype=torch.float32, **kwargs)
     return _LLMS[key]
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    """The official OpenAI client on the server of the module's `base_url` fixture."""
+    import openai
+
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client) -> str:
+    """The first model the module's server lists."""
+    return client.models.list().data[0].id

@@ -18,15 +18,6 @@ def base_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="module")
-def client(base_url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
-
 
 def chat(client, model, text="hello there", **kw):
     return client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}], **kw)

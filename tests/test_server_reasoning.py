@@ -34,15 +34,6 @@ def base_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="module")
-def client(base_url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
-
 
 def raw_text(client, model, thinking: bool) -> str:
     """What the model writes, through /v1/completions on the same rendered prompt."""

@@ -14,7 +14,6 @@ from typing import Literal, Optional
 import httpx
 import jsonschema
 import ollama
-import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 from server_harness import tiny_llama_server
@@ -29,15 +28,6 @@ def base_url(tmp_path_factory):
     with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
         yield url
 
-
-@pytest.fixture(scope="module")
-def client(base_url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
 
 
 def ask(client, model, schema: dict) -> str:

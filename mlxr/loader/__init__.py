@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,7 +83,7 @@ def load_model(
     if source.format == "gguf":
         from mlxr.loader.gguf_model import read_gguf
 
-        args, weights, tokenizer = read_gguf(source.path, keep_quantized)
+        args, weights, tokenizer = read_gguf(source.path, keep_quantized, kept_types(device, quantization))
     else:
         from mlxr.loader.hf_model import read_hf_dir
 
@@ -163,3 +163,13 @@ def load_frontend(ref: str) -> tuple[ModelSource, ModelArgs, Tokenizer]:
 
         args, _, tokenizer = read_hf_dir(source.path)
     return source, _with_canonical_type(args), tokenizer
+
+
+def kept_types(device: torch.device, quantization: str) -> Collection[str]:
+    """The GGUF types a load keeps quantized. On CPU under "auto", only those whose C kernels
+    use integer dot products: the six newer types' plain C kernels decoded the bundled SmolLM2
+    Q4_1 at 13 tok/s against 56 with its weights expanded to 16 bits at load (2-core AMD EPYC,
+    bench/cpu_vs_llama_cpp.py, 2026-11-24). `--quantization gguf` keeps every type."""
+    from mlxr.ops.quant_types import KEPT_TYPES, QUANT_TYPES
+
+    return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else QUANT_TYPES

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +12,7 @@ from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
+from mlxr.ops.quant_types import KEPT_TYPES
 from mlxr.loader.tokenizer import Tokenizer
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_gguf
@@ -20,21 +21,24 @@ log = logging.getLogger(__name__)
 
 
 def read_gguf(
-    path: Path, keep_quantized: bool = False
+    path: Path, keep_quantized: bool = False, kept: Collection[str] = KEPT_TYPES
 ) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor | PackedWeight]], Tokenizer]:
+    """The model's shape, its weights as they load (the GGUF types in `kept` stay quantized
+    when keep_quantized), and its tokenizer."""
     f = open_gguf(path)
     args = args_from_gguf(f)
     tokenizer = Tokenizer.from_gguf_metadata(f.metadata)
-    expanded = dequantized_types(f, keep_quantized)
+    expanded = dequantized_types(f, keep_quantized, kept)
     if expanded:
         log.info("%s: dequantizing at load %s", path.name,
                  ", ".join(f"{n} {t} tensors" for t, n in sorted(expanded.items())))
-    return args, _weights(f, args, keep_quantized), tokenizer
+    return args, _weights(f, args, keep_quantized, kept), tokenizer
 
 
-def _weights(f: GGUFFile, args: ModelArgs, keep_quantized: bool) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
+def _weights(f: GGUFFile, args: ModelArgs, keep_quantized: bool,
+             kept: Collection[str]) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
     with f:
-        for name, target, whole, qtype in iter_gguf_hf_tensors(f, args, keep_quantized):
+        for name, target, whole, qtype in iter_gguf_hf_tensors(f, args, keep_quantized, kept):
             for part, array in split_fused(target, whole, args):  # quantized blocks split by rows too
                 tensor = torch.from_numpy(np.ascontiguousarray(array))
                 shape = (array.shape[0], *f.tensor_info(name).shape[1:])

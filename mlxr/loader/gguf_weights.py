@@ -9,7 +9,7 @@ Which tensors each architecture has comes from its declaration (models/arch.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import numpy as np
 
@@ -119,26 +119,26 @@ def iter_gguf_hf_weights(f: GGUFFile, args: ModelArgs) -> Iterator[tuple[str, np
 
 
 def iter_gguf_hf_tensors(
-    f: GGUFFile, args: ModelArgs, keep_quantized: bool
+    f: GGUFFile, args: ModelArgs, keep_quantized: bool, kept: Collection[str] = KEPT_TYPES
 ) -> Iterator[tuple[str, str, np.ndarray, str | None]]:
     """Yield (GGUF name, HF name, array in HF layout, quant type) for every tensor of the file:
     float32 with type None, or, with keep_quantized, the raw uint8 blocks (rows, row bytes) of a
     linear or embedding weight whose GGUF type MLXR multiplies quantized."""
     for name, target in plan(f, args):
         qtype = f.tensor_info(name).ggml_type
-        if keep_quantized and qtype in KEPT_TYPES and target.endswith(_PACKABLE):
+        if keep_quantized and qtype in kept and target.endswith(_PACKABLE):
             raw, _ = f.load_raw(name)
             yield name, target, to_hf_layout(target, raw, args), qtype
         else:
             yield name, target, to_hf_layout(target, f.load(name), args), None
 
 
-def dequantized_types(f: GGUFFile, keep_quantized: bool) -> dict[str, int]:
+def dequantized_types(f: GGUFFile, keep_quantized: bool, kept: Collection[str] = KEPT_TYPES) -> dict[str, int]:
     """How many tensors of each quantized GGUF type are expanded to floats at load."""
     counts: dict[str, int] = {}
     for name in f.tensor_names:
         qtype = f.tensor_info(name).ggml_type
-        if qtype not in _FLOAT_TYPES and not (keep_quantized and qtype in KEPT_TYPES):
+        if qtype not in _FLOAT_TYPES and not (keep_quantized and qtype in kept):
             counts[qtype] = counts.get(qtype, 0) + 1
     return counts
 
