@@ -224,7 +224,7 @@ def test_finished_requests_are_freed_without_the_garbage_collector(model_dir, ov
 
 def test_an_engine_raises_the_collectors_thresholds(model_dir):
     """Its per-step objects die by reference counting, so the cyclic collector runs rarely
-    (bench/gc_ab.py)."""
+    (bench/probes/gc_ab.py)."""
     import gc
 
     from mlxr.engine.engine_core import GC_THRESHOLDS

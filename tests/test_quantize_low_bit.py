@@ -73,7 +73,7 @@ def test_file_types_mix_round_trip_and_serve_kept_quantized(tmp_path, synthetic,
             name = conv.gguf_name(hf_name)
             assert types[name] == _expected(file_type, name), name
             assert rel_rms(f.load(name), conv.convert(hf_name, value)) <= LIMITS[types[name]], name
-    kept = LLM(str(out), quantization="auto", dtype=torch.float32, max_num_seqs=1)
+    kept = LLM(str(out), quantization="gguf", dtype=torch.float32, max_num_seqs=1)
     qtypes = {m.qtype for m in kept.loaded.model.modules() if isinstance(m, QuantLinear)}
     assert qtypes == {t for n, t in types.items() if t != "F32" and n != "token_embd.weight"} - {"F32"}
     ref = LLM(str(out), quantization="none", dtype=torch.float32, max_num_seqs=1)

@@ -37,9 +37,9 @@ _GC_TUNED = False
 # a middle one, middle collections a full one). A decode step at batch 256 leaves over a
 # thousand tracked objects (outputs, deltas) that reference counting frees soon after, so
 # Python's default (700, 10, 10) ran about two young collections a step (counted with
-# gc.callbacks on bench/host_phases.py's fixture), and full ones often, for nothing: the engine
+# gc.callbacks on bench/probes/host_phases.py's fixture), and full ones often, for nothing: the engine
 # breaks its own cycles. Interleaved runs on one H200 host: batch 256 decode median 98.8k
-# tok/s with the defaults, 102.7k with these (bench/gc_ab.py, gc_ab-20261124T123005Z.json).
+# tok/s with the defaults, 102.7k with these (bench/probes/gc_ab.py, gc_ab-20261124T123005Z.json).
 GC_THRESHOLDS = (50_000, 50, 100)
 
 

@@ -2,7 +2,7 @@
 order, each one token further on, each on the token the last step sampled (still on the
 device). The runner then advances the last step's index arrays instead of rebuilding them
 row by row: a few list comprehensions and numpy operations instead of ~20 Python operations
-a row (bench/host_phases.py, at batch 256)."""
+a row (bench/probes/host_phases.py, at batch 256)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

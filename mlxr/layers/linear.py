@@ -20,7 +20,7 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-# Up to about this many rows fp16 beats upcasting to fp32 on CPU (bench/linear.py).
+# Up to about this many rows fp16 beats upcasting to fp32 on CPU (bench/probes/linear.py).
 GEMV_MAX_ROWS = 32
 
 
