@@ -42,22 +42,7 @@ enum { T_Q4_0 = 0, T_Q5_0 = 1, T_Q8_0 = 2, T_Q4_K = 3, T_Q5_K = 4, T_Q6_K = 5 };
 static const int BLOCK_ELEMS[6] = {32, 32, 32, 256, 256, 256};
 static const int BLOCK_BYTES[6] = {18, 22, 34, 144, 176, 210};
 
-static inline float h2f(const uint8_t *p) {
-    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    float f;
-    if (exp == 0) {
-        f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24, exact */
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    memcpy(&f, &bits, 4);
-    return f;
-}
+#include "half.h" /* h2f: the blocks' fp16 scales */
 
 static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {

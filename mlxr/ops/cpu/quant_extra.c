@@ -28,22 +28,7 @@ static const float NF4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f,
                               0.7229568362236023f, 1.0f};
 static const int8_t KVALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-static inline float h2f(const uint8_t *p) {
-    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    float f;
-    if (exp == 0) {
-        f = (float)man * (1.0f / 16777216.0f); /* subnormal: man * 2^-24, exact */
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    memcpy(&f, &bits, 4);
-    return f;
-}
+#include "half.h" /* h2f: the blocks' fp16 scales */
 
 /* Blocks of 32 from 16 bytes: the low nibbles are elements 0..15, the high ones 16..31. The
  * loops below are written per run of constant scale so that the compiler vectorizes them. */
