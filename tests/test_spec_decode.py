@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import cached_llm, fixture_model
+from test_engine_e2e import staggered
 from mlxr import LLM, SamplingParams
 from mlxr.engine.spec_decode.ngram import NgramProposer
 
@@ -28,18 +29,6 @@ def looping_requests(n: int, seed: int = 0) -> list[tuple[list[int], int]]:
 def generate(llm: LLM, reqs, **params) -> list[list[int]]:
     sps = [SamplingParams(max_tokens=n, **{**GREEDY, **params}) for _, n in reqs]
     return [o.outputs[0].token_ids for o in llm.generate([ids for ids, _ in reqs], sps)]
-
-
-def staggered(llm: LLM, reqs, per_step: int = 4) -> list[list[int]]:
-    engine, finals, pending = llm.engine, {}, list(enumerate(reqs))
-    while pending or engine.has_unfinished():
-        for i, (ids, n) in pending[:per_step]:
-            engine.add_request(f"s{i}", ids, SamplingParams(max_tokens=n, **GREEDY))
-        pending = pending[per_step:]
-        for out in engine.step():
-            if out.finished:
-                finals[out.request_id] = out.outputs[0].token_ids
-    return [finals[f"s{i}"] for i in range(len(reqs))]
 
 
 def test_ngram_lookup_takes_the_latest_longest_match():
@@ -71,7 +60,7 @@ def test_ngram_under_preemption_and_overlap_is_token_identical(swap):
     spec = LLM(model, dtype="float32", speculative_method="ngram", num_kv_blocks=24, block_size=4,
                max_num_batched_tokens=64, max_num_seqs=16, swap_space_gb=swap, enable_prefix_caching=False,
                overlap_steps=True, speculative_max_batch=16)
-    assert staggered(spec, reqs) == want
+    assert staggered(spec, reqs, per_step=4)[0] == want
     s = spec.engine.stats()
     assert s.num_preemptions > 0 and s.spec_num_accepted_tokens > 0 and s.kv_blocks_used == 0
 
