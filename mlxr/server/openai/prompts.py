@@ -109,18 +109,23 @@ async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_lengt
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
     thinking = None if body.reasoning_effort is None else body.reasoning_effort != "none"
     fmt = getattr(body, "response_format", None)
+    return await render_plan(tokenizer, context_length, "messages", messages, tools, tool_choice=body.tool_choice,
+                             parallel=body.parallel_tool_calls, thinking=thinking,
+                             template_kwargs=body.chat_template_kwargs,
+                             add_generation_prompt=body.add_generation_prompt,
+                             other_constraint=fmt is not None and fmt.type != "text")
 
+
+async def render_plan(tokenizer: Any, context_length: int, field: str, messages: list[dict], tools: list | None,
+                      **plan_options: Any) -> tuple[list[int], ChatPlan]:
+    """plan_chat's prompt as token ids, and the plan; errors name the request's `field`."""
     def run() -> tuple[list[int], ChatPlan]:
-        plan = plan_chat(tokenizer, messages, tools, tool_choice=body.tool_choice,
-                         parallel=body.parallel_tool_calls, thinking=thinking,
-                         template_kwargs=body.chat_template_kwargs,
-                         add_generation_prompt=body.add_generation_prompt,
-                         other_constraint=fmt is not None and fmt.type != "text")
-        check_prompt_chars(tokenizer, context_length, plan.prompt_text, "messages")
+        plan = plan_chat(tokenizer, messages, tools, **plan_options)
+        check_prompt_chars(tokenizer, context_length, plan.prompt_text, field)
         return tokenizer.encode(plan.prompt_text, add_special_tokens=False), plan
 
     # Rendering runs untrusted template code with a time budget: keep it off the event loop.
     ids, plan = await off_loop(run)
     if not ids:
-        raise InvalidParameterError("messages", "the rendered prompt is empty")
+        raise InvalidParameterError(field, "the rendered prompt is empty")
     return ids, plan

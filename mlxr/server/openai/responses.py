@@ -10,15 +10,13 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from mlxr.errors import InvalidParameterError
-from mlxr.server.chat_plan import ChatPlan, plan_chat
-from mlxr.server.openai.prompts import check_fits
+from mlxr.server.chat_plan import ChatPlan
+from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.responses_input import (
     ResponsesRequest, chat_messages, chat_tools, check_stateless, text_constraint,
 )
 from mlxr.server.openai.responses_output import OutputBuilder, response_object, usage
 from mlxr.server.openai.sse import error_chunk, stream_response
-from mlxr.server.prompt_work import check_prompt_chars, off_loop
 from mlxr.server.reply_parser import ReplyParser
 from mlxr.server.session import Session, status_of
 from mlxr.types import RequestOutput, SamplingParams, StructuredOutputsParams
@@ -43,17 +41,9 @@ async def _render(session: Session, body: ResponsesRequest,
     messages, tools = chat_messages(body), chat_tools(body)
     effort = body.reasoning.effort if body.reasoning else None
     thinking = None if effort is None else effort != "none"
-
-    def run() -> tuple[list[int], ChatPlan]:
-        plan = plan_chat(tokenizer, messages, tools, tool_choice=body.tool_choice, parallel=body.parallel_tool_calls,
-                         thinking=thinking, other_constraint=constraint is not None)
-        check_prompt_chars(tokenizer, context, plan.prompt_text, "input")
-        return tokenizer.encode(plan.prompt_text, add_special_tokens=False), plan
-
-    ids, plan = await off_loop(run)
-    if not ids:
-        raise InvalidParameterError("input", "the rendered prompt is empty")
-    return ids, plan
+    return await render_plan(tokenizer, context, "input", messages, tools, tool_choice=body.tool_choice,
+                             parallel=body.parallel_tool_calls, thinking=thinking,
+                             other_constraint=constraint is not None)
 
 
 class _Run:
