@@ -2,7 +2,7 @@
 
 The header is parsed here rather than with `gguf.GGUFReader`, because GGUFReader trusts the
 file's counts (a huge array length makes it loop or allocate without bound) and takes ~10 s
-on a 262k-token vocabulary. Tensor bytes are dequantized with `gguf.quants.dequantize`.
+on a 262k-token vocabulary. Tensor bytes become float32 in gguf_types.py.
 """
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ import os
 import struct
 import threading
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
-from gguf.quants import dequantize
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.formats.gguf_types import to_float32
 
 _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
@@ -283,26 +282,6 @@ def _check_no_overlap(infos: list[GGUFTensorInfo]) -> None:
             raise ModelFormatError(f"GGUF tensors {prev.name!r} and {cur.name!r} overlap")
 
 
-_PLAIN_TYPES = {"I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64, "F64": np.float64}
-
-
-@cache
-def _can_dequantize(qtype: GGMLQuantizationType) -> bool:
-    if qtype.name in _PLAIN_TYPES:
-        return True
-    _, type_size = GGML_QUANT_SIZES[qtype]
-    try:
-        dequantize(np.zeros((1, type_size), dtype=np.uint8), qtype)
-    except (NotImplementedError, ValueError):
-        return False
-    return True
-
-
-def supported_ggml_types() -> list[str]:
-    """Names of the tensor types `GGUFFile.load` can dequantize."""
-    return [t.name for t in GGML_QUANT_SIZES if _can_dequantize(t)]
-
-
 class GGUFFile:
     """An open, validated GGUF file. Use `open_gguf(path)`; close it or use it as a context."""
 
@@ -357,15 +336,7 @@ class GGUFFile:
     def load(self, name: str) -> np.ndarray:
         """The tensor dequantized to float32, in numpy/torch shape order."""
         raw, type_name = self.load_raw(name)
-        qtype = GGMLQuantizationType[type_name]
-        if type_name in _PLAIN_TYPES:  # integers and F64: gguf-py reads them as numpy arrays
-            values = raw.reshape(-1).view(np.dtype(_PLAIN_TYPES[type_name]).newbyteorder("<"))
-            return values.astype(np.float32).reshape(self._tensors[name].shape)
-        if not _can_dequantize(qtype):
-            raise UnsupportedModelError(f"GGUF tensor {name!r} has type {type_name}, which we cannot dequantize")
-        out = np.ascontiguousarray(dequantize(raw, qtype), dtype=np.float32)
-        assert out.shape == self._tensors[name].shape, (out.shape, name)
-        return out
+        return to_float32(name, raw, type_name, self._tensors[name].shape)
 
     def _read(self, info: GGUFTensorInfo) -> np.ndarray:
         buf = bytearray(info.n_bytes)
