@@ -109,3 +109,30 @@ def reference_greedy(loaded, prompt: list[int], n: int) -> list[int]:
         with torch.inference_mode():
             ids.append(int(loaded.model.compute_logits(hidden[-1:]).argmax()))
     return ids[len(prompt):]
+
+
+def test_a_speculative_row_split_into_decode_rows_gives_the_same_logits(runner):
+    """On CUDA a speculative row's 1 + k tokens run as decode rows (so a decode graph replays
+    them): each row's logits equal those of the row run as one causal chunk, beside a plain
+    decode row in the same step."""
+    run, _ = runner
+    first = SchedulerOutput(
+        request_ids=["s", "p"], num_scheduled_tokens=[6, 3], num_computed_tokens=[0, 0],
+        new_requests=[NewRequestData("s", [3, 1, 4, 1, 5, 9], 6, greedy(8), [], [5, 6]),
+                      NewRequestData("p", [2, 7, 1], 3, greedy(8), [], [8])],
+    )
+    run.execute(first).result()
+    spec = SchedulerOutput(request_ids=["s", "p"], num_scheduled_tokens=[4, 1], num_computed_tokens=[6, 3],
+                           new_block_ids={"s": [7]}, spec_token_ids={"s": [2, 6, 5]})
+    run.batch.update(spec)
+    chunk = run.batch._build(spec, None, split_drafts=False)
+    split = run.batch._build(spec, None, split_drafts=True)
+    assert chunk.meta.query_lens_list == [4, 1] and split.meta.query_lens_list == [1] * 5
+    assert split.meta.seq_lens_list == [7, 8, 9, 10, 4] and split.logit_rows == chunk.logit_rows == [0, 1, 2, 3, 4]
+    with torch.inference_mode():
+        ids_chunk, logits_chunk = run._run_inputs(chunk)
+        ids_split, logits_split = run._run_inputs(split)
+    assert ids_chunk == ids_split == ["s", "p"]
+    torch.testing.assert_close(logits_split, logits_chunk, rtol=1e-5, atol=1e-5)
+    run.batch.update(SchedulerOutput(request_ids=[], num_scheduled_tokens=[], num_computed_tokens=[],
+                                     finished_request_ids=["s", "p"]))

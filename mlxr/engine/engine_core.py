@@ -98,7 +98,7 @@ class EngineCore:
         self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size)
-        self.speculator = make_speculator(parts, config, num_blocks)
+        self.speculator = make_speculator(parts, config, num_blocks, self.block_manager.blocks_for(self.max_model_len))
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)

@@ -92,17 +92,18 @@ class InputBatch:
         arrays (graph_fits(n, width) says whether one does)."""
         steady = self.steady.advance(out, self.states, pending.rows) if pending is not None else None
         if steady is None:
-            return self._build(out, pending)
+            return self._build(out, pending, graph_ok)
         if graph_ok and graph_fits(len(steady.request_ids), steady.tables.shape[1]):
             return steady
         return self._steady_inputs(steady, pending)
 
-    def _build(self, out: SchedulerOutput, pending: PendingTokens | None) -> StepInputs:
-        """The general path: the arrays built row by row."""
+    def _build(self, out: SchedulerOutput, pending: PendingTokens | None, split_drafts: bool = False) -> StepInputs:
+        """The general path: the arrays built row by row. split_drafts: a speculative row's
+        tokens become decode rows of their own (for a decode graph)."""
         bs, states = self.block_size, self.states
         ids, pos, slots, seq_lens, rows, sampling = [], [], [], [], [], []
         fill_at, fill_from = [], []
-        tables_rows = []
+        tables_rows, q_lens = [], []
         spec = out.spec_token_ids
         for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens):
             state = states[rid]
@@ -124,15 +125,23 @@ class InputBatch:
             else:
                 pos += range(start, end)
                 slots += slots_for(table, start, end, bs)
-            seq_lens.append(end)
-            tables_rows.append(table)
+            if drafts and split_drafts:
+                # Its 1 + k tokens as decode rows over one block table, each attending up to its
+                # own position: a layer writes every token's K/V before attention reads them, so
+                # this is the causal row, and a step of decode rows replays a decode graph.
+                seq_lens += range(start + 1, end + 1)
+                tables_rows += [table] * n
+                q_lens += [1] * n
+            else:
+                seq_lens.append(end)
+                tables_rows.append(table)
+                q_lens.append(n)
             if drafts:  # logits at each of its 1 + k positions verify the drafts
                 rows += range(len(ids) - n, len(ids))
                 sampling.append(rid)
             elif end >= len(known):  # every known token computed: the row samples
                 rows.append(len(ids) - 1)
                 sampling.append(rid)
-        q_lens = out.num_scheduled_tokens
         width = max(len(t) for t in tables_rows)
         tables = []
         for t in tables_rows:
@@ -141,7 +150,7 @@ class InputBatch:
                 tables += [0] * (width - len(t))
         starts = list(itertools.accumulate(q_lens, initial=0))
         t, n = len(ids), len(q_lens)
-        if t == n == len(rows):  # every row one token, every row samples: next may advance it
+        if t == n == len(rows) and not spec:  # every row one token, every row samples: next may advance it
             self.steady.remember(out, tables, width)
         else:
             self.steady.forget()

@@ -165,9 +165,10 @@ class ModelRunner:
         return self._run_inputs(inputs)
 
     def _run_inputs(self, inputs: StepInputs) -> tuple[list[str], torch.Tensor | None]:
-        every_row_samples = len(inputs.sampling_ids) == inputs.meta.num_seqs
+        every_row_samples = len(inputs.logit_rows) == inputs.meta.num_seqs
         if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
-            # Every decode row samples, in order, so the graph's logits are the answer.
+            # Every decode row (a speculative row's tokens are rows too) samples, in order, so
+            # the graph's logits are the answer.
             return inputs.sampling_ids, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
         if not inputs.sampling_ids:

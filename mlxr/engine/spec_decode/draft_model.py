@@ -30,13 +30,20 @@ class DraftModelProposer:
     def __init__(self, model: nn.Module, args: ModelArgs, dtype: torch.dtype, device: torch.device,
                  block_size: int, num_blocks: int) -> None:
         self.model, self.device, self.block_size = model, torch.device(device), block_size
-        self.kv: KVCache | None = KVCache(args, num_blocks, block_size, dtype, self.device, 0)
+        # One block past the free ones: the scratch block of CUDA-graph padding rows.
+        self.kv: KVCache | None = KVCache(args, num_blocks + 1, block_size, dtype, self.device, 0)
         self.free = list(range(num_blocks - 1, -1, -1))
         self.seqs: dict[str, _DraftSeq] = {}
+        self.graphs = None  # DecodeGraphs of the draft model: its one-token forwards replay them
+
+    def enable_cuda_graphs(self, max_batch: int, max_blocks_per_seq: int) -> None:
+        from mlxr.engine.cuda_graphs import DecodeGraphs
+
+        self.graphs = DecodeGraphs(self.model, self.kv, len(self.free), max_batch, max_blocks_per_seq)
 
     def unload(self) -> None:
         """Drop the draft model and its cache; proposing raises from now on."""
-        self.model = self.kv = None
+        self.model = self.kv = self.graphs = None
         self.seqs.clear()
 
     def retain(self, request_ids: set[str]) -> None:
@@ -54,8 +61,9 @@ class DraftModelProposer:
         while feeds:
             order = list(feeds)
             logits = self._forward([(requests[i].request_id, feeds[i]) for i in order])
+            argmax = logits.argmax(-1).tolist()  # one sync for every greedy row
             for row, i in enumerate(order):
-                token, q = self._draw(logits[row], requests[i])
+                token, q = self._draw(logits[row], argmax[row], requests[i])
                 drafts[i].append(token)
                 if q is not None:
                     probs[i].append(q)
@@ -110,13 +118,15 @@ class DraftModelProposer:
         flat = to_device(ids + pos + slots + starts + seq_lens + tables + last, torch.long, self.device)
         input_ids, positions, slot_t, start_t, lens_t, table_t, last_t = flat.split([t, t, t, n + 1, n, n * width, n])
         meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, q_lens, seq_lens, bs)
+        if self.graphs is not None and self.graphs.can_run(meta):  # every row feeds one token
+            return self.graphs.run(input_ids, positions, meta)
         hidden = self.model(input_ids, positions, self.kv.layers, meta)
         return self.model.compute_logits(hidden.index_select(0, last_t)).float()
 
-    def _draw(self, logits: torch.Tensor, r: DraftRequest) -> tuple[int, torch.Tensor | None]:
+    def _draw(self, logits: torch.Tensor, argmax: int, r: DraftRequest) -> tuple[int, torch.Tensor | None]:
         """Greedy rows take the argmax (a certain draft); others sample q = softmax(logits / T)."""
         if r.params.greedy:
-            return int(logits.argmax()), None
+            return argmax, None
         q = torch.softmax(torch.nan_to_num(logits, nan=-1e30) / r.params.temperature, dim=-1)
         token = torch.multinomial(q, 1, generator=self.seqs[r.request_id].generator)
         return int(token), q

@@ -12,7 +12,7 @@ from mlxr.errors import InvalidParameterError
 log = logging.getLogger(__name__)
 
 
-def make_speculator(parts, config: EngineConfig, num_blocks: int) -> Speculator | None:
+def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: int) -> Speculator | None:
     """parts: the engine's CoreParts (parts.draft holds the draft model's)."""
     method = config.speculative_method
     if method is None:
@@ -29,4 +29,6 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int) -> Speculator 
             return None
         proposer = DraftModelProposer(draft.model, draft.args, draft.dtype, draft.device,
                                       config.block_size, num_blocks)
+        if draft.device.type == "cuda" and config.enable_cuda_graphs:
+            proposer.enable_cuda_graphs(min(config.speculative_max_batch, config.max_num_seqs), max_blocks_per_seq)
     return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch)
