@@ -95,10 +95,14 @@ class DraftModelProposer:
         return None if seed is None else make_generator((seed + 0x5EED) % (1 << 63), self.device)
 
     def _forward(self, rows: list[tuple[str, list[int]]]) -> torch.Tensor:
-        """Feed each row's tokens after what its cache holds; float32 logits at each row's last."""
+        """Feed each row's tokens after what its cache holds; float32 logits at each row's last.
+        Where a decode graph holds every fed token, each is a decode row of its own (over its
+        sequence's block table, attending up to its own position: K/V are written before
+        attention reads them), so a catch-up of a few tokens replays the graph too."""
         bs = self.block_size
         ids, pos, slots, q_lens, seq_lens, last = [], [], [], [], [], []
         width = max(len(self.seqs[rid].table) for rid, _ in rows)
+        split = self.graphs is not None and self.graphs.fits(sum(len(f) for _, f in rows), width)
         tables = []
         for rid, feed in rows:
             seq = self.seqs[rid]
@@ -106,20 +110,26 @@ class DraftModelProposer:
             ids += feed
             pos += range(start, end)
             slots += slots_for(seq.table, start, end, bs)
-            q_lens.append(len(feed))
-            seq_lens.append(end)
+            table = seq.table + [0] * (width - len(seq.table))
+            if split:
+                q_lens += [1] * len(feed)
+                seq_lens += range(start + 1, end + 1)
+                tables += table * len(feed)
+            else:
+                q_lens.append(len(feed))
+                seq_lens.append(end)
+                tables += table
             last.append(len(ids) - 1)
-            tables += seq.table + [0] * (width - len(seq.table))
             seq.tokens += feed
-        n, t = len(rows), len(ids)
+        n, t = len(q_lens), len(ids)
         starts = [0]
         for q in q_lens:
             starts.append(starts[-1] + q)
         flat = to_device(ids + pos + slots + starts + seq_lens + tables + last, torch.long, self.device)
-        input_ids, positions, slot_t, start_t, lens_t, table_t, last_t = flat.split([t, t, t, n + 1, n, n * width, n])
+        input_ids, positions, slot_t, start_t, lens_t, table_t, last_t = flat.split([t, t, t, n + 1, n, n * width, len(last)])
         meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, q_lens, seq_lens, bs)
-        if self.graphs is not None and self.graphs.can_run(meta):  # every row feeds one token
-            return self.graphs.run(input_ids, positions, meta)
+        if self.graphs is not None and self.graphs.can_run(meta):
+            return self.graphs.run(input_ids, positions, meta).index_select(0, last_t)
         hidden = self.model(input_ids, positions, self.kv.layers, meta)
         return self.model.compute_logits(hidden.index_select(0, last_t)).float()
 
