@@ -18,7 +18,18 @@ RESULTS = Path(__file__).parent / "results"  # one folder a day (UTC): results/2
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    return f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
+    return f"{cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (CPU figures differ by host kind), from /proc/cpuinfo on Linux."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str:
