@@ -71,11 +71,36 @@ def measure(model: str, text: str = TEXT, threads: int = 2, probes: list[str] = 
     differ = [t for t in probes if ours.tokenizer.encode(t, add_special_tokens=False)
               != peer.tokenize(t.encode("utf-8"), add_bos=False, special=True)]
     hf = _hf_top1(path, ids)[:n]
+    on_f32 = _llama_cpp_f32_top1(path, peer_ids, threads)[:n]
     return {"model": model, "file": path.name, "tokens": len(ids), "same_tokens": ids == peer_ids,
             "positions": n, "top1_agreement": agree / n, "threads": threads,
+            "mlxr_vs_llama_cpp_on_f32_copy_top1": sum(int(a == b) for a, b in zip(mine[:n], on_f32)) / n,
+            "llama_cpp_vs_its_f32_copy_top1": sum(int(a == b) for a, b in zip(theirs[:n].tolist(), on_f32)) / n,
             "mlxr_vs_hf_fp32_top1": sum(int(a == b) for a, b in zip(mine[:n], hf)) / n,
             "llama_cpp_vs_hf_fp32_top1": sum(int(a == b) for a, b in zip(theirs[:n].tolist(), hf)) / n,
             "probe_texts": len(probes), "probe_texts_tokenized_differently": differ}
+
+
+def _llama_cpp_f32_top1(path: Path, ids: list[int], threads: int) -> list[int]:
+    """llama.cpp's greedy next tokens on an F32 copy of the file that llama.cpp's own quantizer
+    wrote (every weight dequantized): its quantized dot products round the activations to 8
+    bits, its F32 path does not, so this separates that rounding from the rest of the math."""
+    import ctypes
+    import tempfile
+
+    import llama_cpp
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = str(Path(tmp) / "f32.gguf")
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype, params.allow_requantize, params.nthread = 0, True, threads  # 0: LLAMA_FTYPE_ALL_F32
+        if llama_cpp.llama_model_quantize(str(path).encode(), f32.encode(), ctypes.byref(params)) != 0:
+            raise RuntimeError(f"llama.cpp could not write an F32 copy of {path}")
+        peer = llama_cpp.Llama(f32, n_ctx=2 * len(ids) + 16, n_batch=512, n_threads=threads,
+                               n_threads_batch=threads, logits_all=True, verbose=False)
+        peer.eval(ids)
+        return np.asarray(peer.scores[: len(ids)]).argmax(-1).tolist()
 
 
 def _hf_top1(path: Path, ids: list[int]) -> list[int]:

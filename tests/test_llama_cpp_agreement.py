@@ -41,3 +41,13 @@ def test_smollm2_follows_hf_transformers_on_the_dequantized_file(result: dict) -
 @pytest.mark.xfail(reason="llama.cpp's own Q4_1 numerics: 94.7% top-1 against fp32", strict=False)
 def test_smollm2_top1_agrees_with_llama_cpp(result: dict) -> None:
     assert result["top1_agreement"] >= 0.99, result
+
+
+@pytest.mark.slow
+def test_smollm2_top1_agrees_with_llama_cpp_once_its_activations_are_not_rounded(result: dict) -> None:
+    """llama.cpp on an F32 copy of the same file (its own quantizer dequantizes every weight):
+    the same weights without its 8-bit activation rounding. MLXR's top-1 equals it; the
+    rounding alone moves llama.cpp's own top-1 at ~5% of the positions (measured 2026-11-25:
+    100% / 94.7%)."""
+    assert result["mlxr_vs_llama_cpp_on_f32_copy_top1"] >= 0.99, result
+
