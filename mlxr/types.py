@@ -37,6 +37,9 @@ class StructuredOutputsParams:
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None  # Lark / EBNF text
+    # (start, end) markers: the reply may first reason between them, unconstrained, and the
+    # constraint applies after; start "": the prompt opened the block. Set by the chat routes.
+    reasoning: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         given = [self.json is not None, self.json_object, self.regex is not None,
@@ -44,6 +47,10 @@ class StructuredOutputsParams:
         if sum(given) != 1:
             raise InvalidParameterError(
                 "structured_outputs", "give exactly one of json, json_object, regex, choice, grammar")
+        if self.reasoning is not None:
+            start, end = self.reasoning
+            if not end or len(start) > 64 or len(end) > 64:
+                raise InvalidParameterError("structured_outputs", "reasoning markers must be 1 to 64 characters")
 
 
 @dataclass

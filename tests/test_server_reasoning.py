@@ -74,13 +74,22 @@ def openai_client(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-def test_a_forced_tool_call_is_not_preceded_by_thinking(client, model):
-    # The grammar hook (server/chat_plan.py): a constrained reply is rendered with thinking off.
-    tool = {"type": "function", "function": {"name": "ping", "parameters": {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"],
-        "additionalProperties": False}}}
-    c = client.chat.completions.create(model=model, messages=ASK, tools=[tool], tool_choice="required",
-                                       parallel_tool_calls=False, temperature=0, max_tokens=60).choices[0]
+PING = {"type": "function", "function": {"name": "ping", "parameters": {
+    "type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"],
+    "additionalProperties": False}}}
+
+
+def test_a_forced_tool_call_starts_after_the_reasoning(client, model):
+    """The call's grammar applies once the reasoning block ends: this model never closes it, so
+    its whole reply is free reasoning (no JSON in sight); with thinking off, the call at once."""
+    thinking = client.chat.completions.create(model=model, messages=ASK, tools=[PING], tool_choice="required",
+                                              parallel_tool_calls=False, temperature=0, max_tokens=24).choices[0]
+    assert thinking.finish_reason == "length" and not thinking.message.tool_calls
+    reasoning = thinking.message.reasoning_content
+    assert reasoning and not reasoning.startswith('{"')  # not the call: the grammar waits for `</think>`
+    c = client.chat.completions.create(model=model, messages=ASK, tools=[PING], tool_choice="required",
+                                       parallel_tool_calls=False, temperature=0, max_tokens=60,
+                                       reasoning_effort="none").choices[0]
     assert c.finish_reason == "tool_calls" and not getattr(c.message, "reasoning_content", None)
     assert c.message.tool_calls[0].function.name == "ping"
 
@@ -93,3 +102,13 @@ def test_responses_api_reasoning_item(client, model):
     events = list(client.responses.create(model=model, input="hi", max_output_tokens=12, temperature=0, stream=True))
     assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == expected
     assert events[-1].response.output[0].type == "reasoning"
+
+
+def test_ollama_format_applies_after_the_thinking(base_url, model):
+    client = ollama.Client(host=base_url, timeout=120)
+    schema = PING["function"]["parameters"]
+    options = {"temperature": 0, "num_predict": 16}
+    on = client.chat(model=model, messages=ASK, think=True, format=schema, options=options)
+    assert on.message.thinking and not on.message.content and on.done_reason == "length"
+    off = client.chat(model=model, messages=ASK, think=False, format=schema, options={**options, "num_predict": 40})
+    assert not off.message.thinking and json.loads(off.message.content)["n"] in range(10)

@@ -4,7 +4,7 @@ model thinks, and the prompt text rendered with all of that. reply_parser.py rea
 back with the same plan."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxr.errors import InvalidParameterError
@@ -24,6 +24,15 @@ class ChatPlan:
     markers: ThinkMarkers | None = None  # None: no reasoning to split off
     prompt_text: str = ""
     tool_names: list[str] = field(default_factory=list)
+    reasoning: tuple[str, str] | None = None  # markers a constrained reply may reason between first
+
+    def constraint_for(self, other: StructuredOutputsParams | None) -> StructuredOutputsParams | None:
+        """The reply's constraint (a forced call's, or the request's own), starting after the
+        reasoning where the model thinks."""
+        constraint = self.constraint or other
+        if constraint is None or self.reasoning is None:
+            return constraint
+        return replace(constraint, reasoning=self.reasoning)
 
 
 def _tool_function(tool: dict[str, Any]) -> dict[str, Any]:
@@ -96,12 +105,11 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
         if other_constraint:
             raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with response_format")
         plan.forced, plan.constraint = True, _call_constraint(fmt, tools or [], mode, name, parallel)
-    if plan.markers is not None and (plan.constraint is not None or other_constraint):
-        # Grammar hook: until the grammar engine can start after the reasoning ends, a
-        # constrained reply does not think (the template is asked not to).
-        thinking = False
     shown, shown_tools = template_messages(messages, fmt, tools if mode != "none" else None)
     kwargs = _template_kwargs(template_kwargs, thinking, template_toggles_thinking(source))
     plan.prompt_text = tokenizer.apply_chat_template(
         shown, add_generation_prompt=add_generation_prompt, tools=shown_tools, **kwargs)
+    if plan.markers is not None and thinking is not False:
+        opened = plan.prompt_text.rstrip().endswith(plan.markers.start)
+        plan.reasoning = ("" if opened else plan.markers.start, plan.markers.end)
     return plan

@@ -10,6 +10,7 @@ from collections import OrderedDict
 
 import llguidance
 
+from mlxr.engine.structured.reasoning_grammar import after_reasoning
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
 
@@ -97,7 +98,7 @@ def _choice_lark(choices: list[str]) -> str:
 def spec_key(spec: StructuredOutputsParams) -> str:
     """The content hash a compiled grammar is cached under."""
     fields = [spec.json if not isinstance(spec.json, dict) else json.dumps(spec.json, sort_keys=True),
-              spec.json_object, spec.regex, spec.choice, spec.grammar]
+              spec.json_object, spec.regex, spec.choice, spec.grammar, spec.reasoning]
     return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
 
 
@@ -129,6 +130,8 @@ def check(spec: StructuredOutputsParams) -> str:
     the problem (an invalid or unsatisfiable schema, a bad regex or grammar). Bounded time:
     the text is bounded and llguidance's limits bound the compile."""
     text = grammar_text(spec)
+    if spec.reasoning is not None:
+        text = after_reasoning(text, *spec.reasoning)
     key = spec_key(spec)
     if key in _CHECKED:
         return text

@@ -112,8 +112,10 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
             prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
         held.session.trace.prompt_tokens = len(prompt_ids)
-        params = replace(sampling_params(body.options, budget), logprobs=top_n,
-                         structured_outputs=structured_outputs(body.format))
+        constraint = structured_outputs(body.format)
+        if planned is not None and planned.plan is not None:  # a chat reply may reason first
+            constraint = planned.plan.constraint_for(constraint)
+        params = replace(sampling_params(body.options, budget), logprobs=top_n, structured_outputs=constraint)
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
         job.plan = planned.plan if planned else None
         return await generation.run(job, body.stream)

@@ -42,10 +42,9 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     max_tokens = body.max_completion_tokens or body.max_tokens
     top_n = _top_logprobs(body)
     params = sampling_params(body, max_tokens, top_n)
-    if plan.constraint is not None:  # tool_choice required / a named function
-        if params.structured_outputs is not None:
-            raise InvalidParameterError("tool_choice", "a forced tool call cannot be combined with another constraint")
-        params = replace(params, structured_outputs=plan.constraint)
+    if plan.constraint is not None and params.structured_outputs is not None:
+        raise InvalidParameterError("tool_choice", "a forced tool call cannot be combined with another constraint")
+    params = replace(params, structured_outputs=plan.constraint_for(params.structured_outputs))
     check_fits(len(ids), served.context_length, max_tokens)
     choices = Choices(1, body.n)
     choices.prompt_tokens = len(ids)

@@ -79,7 +79,7 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
     params = SamplingParams(max_tokens=body.max_output_tokens, seed=body.seed,
                             temperature=1.0 if body.temperature is None else body.temperature,
                             top_p=1.0 if body.top_p is None else body.top_p,
-                            structured_outputs=plan.constraint or constraint)
+                            structured_outputs=plan.constraint_for(constraint))
     session.start([ids], params)
     first = await session.next()  # admission errors surface here, before any header is sent
     run = _Run(session, body, plan, len(ids))
