@@ -1,6 +1,7 @@
 """Where an n-gram speculative step's time goes at batch 1 (the instruct model, a rewrite task):
-tok/s with speculation off and on at a few draft lengths, the step's graph replay, and a host
-profile of the speculating run. Printed; JSON to bench/results/spec_step_probe-*.json.
+tok/s with speculation off and on at a few draft lengths, the decode graph's replay time by
+rows (a verifying row of 1 + k tokens replays the graph of 1 + k rows), and a host profile of
+the speculating run. Printed; JSON to bench/results/spec_step_probe-*.json.
 
   python bench/probes/spec_step_probe.py --device cuda [--ks 4 8] [--max-tokens 128]
 """
@@ -18,6 +19,9 @@ from bench.common import device_name, write_result  # noqa: E402
 from bench.spec_decode import TASKS, chat_ids, timed  # noqa: E402
 from mlxr import LLM  # noqa: E402
 from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_probe import replay_ms  # noqa: E402
 
 
 def main() -> None:
@@ -39,6 +43,10 @@ def main() -> None:
             rows.append({"k": k, "task": task, "off_tok_s": n_off / off, "on_tok_s": n_on / on,
                          "speedup": (n_on / on) / (n_off / off)})
             print(rows[-1], flush=True)
+        if k == args.ks[0] and args.device.startswith("cuda"):
+            replays = {b: replay_ms(llm, b) for b in (1, 2, 4, 8, 12, 16)}
+            print("decode graph replay ms by rows:", replays, flush=True)
+            rows.append({"graph_replay_ms": replays})
         prof = cProfile.Profile()
         prof.enable()
         timed(llm, ids[2:3], args.max_tokens, True)
