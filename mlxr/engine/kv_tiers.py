@@ -17,6 +17,7 @@ import torch
 
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.kv_disk import DiskStore
+from mlxr.engine.kv_tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class HostCounters:
     hits: int = 0
     bytes_read: int = 0  # copied back to the device
     bytes_written: int = 0  # copied in from the device
+    copy_calls: int = 0  # host<->device transfers issued for the host tier, both ways
 
 
 class HostPool:
@@ -90,7 +92,7 @@ class KVTiers:
     # --- the copies ----------------------------------------------------------------------------
     @torch.inference_mode()
     def flush(self) -> None:
-        """Run the queued copies in order (grouped into runs of one kind)."""
+        """Run the queued copies, regrouped into a few batched phases (kv_tier_copies.plan)."""
         if not self._ops:
             return
         ops, self._ops = self._ops, []
@@ -103,35 +105,56 @@ class KVTiers:
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
     def _run(self, ops: list[tuple]) -> None:
-        start = 0
-        for i in range(1, len(ops) + 1):
-            if i == len(ops) or ops[i][0] != ops[start][0]:
-                run = ops[start:i]
-                getattr(self, f"_{run[0][0]}")(run)
-                start = i
+        for phase in plan(ops):
+            if phase.saves:
+                self._save(sorted(phase.saves, key=lambda op: op[1]))
+            if phase.persists:
+                self._persist(phase.persists)
+            if phase.loads:
+                self._load(phase.loads)
+
+    def _index(self, blocks: list[int]) -> torch.Tensor:
+        """Block ids on the device without a sync: staged in pinned memory, copied asynchronously."""
+        idx = torch.tensor(blocks, dtype=torch.long)
+        return idx.pin_memory().to(self.device, non_blocking=True) if self.cuda else idx
 
     def _gather(self, blocks: list[int]) -> torch.Tensor:
-        idx = torch.tensor(blocks, device=self.device)
-        return torch.stack([torch.stack((k.index_select(0, idx), v.index_select(0, idx)), 1)
-                            for k, v in self.layers], 1)
+        """The blocks' K and V of every layer, [blocks, layers, K|V, ...], in 2 x layers + 1 kernels."""
+        idx = self._index(blocks)
+        parts = [t.index_select(0, idx) for k, v in self.layers for t in (k, v)]
+        return torch.stack(parts, 1).view(len(blocks), *self.block_shape)
 
-    def _save(self, run: list[tuple]) -> None:
-        blocks = self._gather([op[1] for op in run])
-        for i, (_, _, slot) in enumerate(run):
-            self.host.data[slot].copy_(blocks[i], non_blocking=True)
-        self.host_counters.bytes_written += len(run) * self.block_bytes
+    def _save(self, saves: list[tuple[int, int]]) -> None:
+        """Device blocks to host slots (sorted by slot): one transfer per run of consecutive slots."""
+        blocks = self._gather([block for block, _ in saves])
+        for pos, first, n in runs([slot for _, slot in saves]):
+            self.host.data[first : first + n].copy_(blocks[pos : pos + n], non_blocking=True)
+            self.host_counters.copy_calls += 1
+        self.host_counters.bytes_written += len(saves) * self.block_bytes
 
-    def _load(self, run: list[tuple]) -> None:
-        staged = torch.empty((len(run), *self.block_shape), dtype=self.dtype, device=self.device)
-        for i, (_, source, _) in enumerate(run):
-            staged[i].copy_(self.host.data[source] if isinstance(source, int) else source, non_blocking=True)
-        idx = torch.tensor([op[2] for op in run], device=self.device)
+    def _load(self, loads: list[tuple[object, int]]) -> None:
+        """Host slots (one transfer per run of consecutive slots) and disk payloads (gathered in
+        pinned memory, one transfer) into a staging tensor, then one index_copy_ per cache tensor."""
+        from_host = sorted((src, block) for src, block in loads if isinstance(src, int))
+        from_disk = [(src, block) for src, block in loads if not isinstance(src, int)]
+        staged = torch.empty((len(loads), *self.block_shape), dtype=self.dtype, device=self.device)
+        for pos, first, n in runs([slot for slot, _ in from_host]):
+            staged[pos : pos + n].copy_(self.host.data[first : first + n], non_blocking=True)
+            self.host_counters.copy_calls += 1
+        if from_disk:
+            rest = staged[len(from_host) :]
+            bounce = torch.empty(rest.shape, dtype=self.dtype, pin_memory=True) if self.cuda else rest
+            for i, (payload, _) in enumerate(from_disk):
+                bounce[i].copy_(payload)
+            if self.cuda:
+                rest.copy_(bounce, non_blocking=True)
+        idx = self._index([block for _, block in from_host + from_disk])
         for layer, (k, v) in enumerate(self.layers):
             k.index_copy_(0, idx, staged[:, layer, 0])
             v.index_copy_(0, idx, staged[:, layer, 1])
 
-    def _persist(self, run: list[tuple]) -> None:
-        blocks = self._gather([op[2] for op in run])
+    def _persist(self, persists: list[tuple[bytes, int]]) -> None:
+        blocks = self._gather([block for _, block in persists])
         wait = None
         if self.cuda:
             host = torch.empty(blocks.shape, dtype=self.dtype, pin_memory=True)
@@ -139,8 +162,8 @@ class KVTiers:
             event = torch.cuda.Event()
             event.record(self.stream)
             blocks, wait = host, event.synchronize
-        rows = blocks.view(len(run), -1).view(torch.uint8)
-        self.disk.submit(([op[1] for op in run], lambda: [memoryview(r.numpy()) for r in rows], wait))
+        rows = blocks.view(len(persists), -1).view(torch.uint8)
+        self.disk.submit(([h for h, _ in persists], lambda: [memoryview(r.numpy()) for r in rows], wait))
 
     # --- figures -------------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, int]]:
@@ -148,7 +171,7 @@ class KVTiers:
         if self.host is not None:
             c = self.host_counters
             out["host"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
-                           "blocks": len(self.host.slot_of), "capacity_blocks": self.host.data.shape[0]}
+                           "copy_calls": c.copy_calls, "blocks": len(self.host.slot_of), "capacity_blocks": self.host.data.shape[0]}
         if self.disk is not None:
             c = self.disk.counters
             out["disk"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
