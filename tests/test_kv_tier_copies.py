@@ -206,3 +206,34 @@ def test_plan_keeps_the_meaning_of_any_queue():
 def test_runs_of_consecutive_indices():
     assert runs([]) == []
     assert runs([3, 4, 5, 9, 10, 12]) == [(0, 3, 3), (3, 9, 2), (5, 12, 1)]
+
+
+def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
+    """prefetch reads a chain's disk blocks in parallel (files can go once read), stopping at the
+    first block that no tier has; lookups then take what was read."""
+    kv = random_cache("cpu")
+    layout = Layout("digest", "float32", BLOCK_SIZE, ARGS.num_hidden_layers, ARGS.num_key_value_heads,
+                    ARGS.head_dim, "cpu")
+    size = kv_bytes_per_block(ARGS, BLOCK_SIZE, torch.float32)
+    writer = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30))
+    for b in range(5):
+        writer.committed(b"disk%d" % b, b)
+    writer.close()
+    want = {b: block_bytes(kv, b) for b in range(5)}
+    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30))
+    chain = [b"disk0", b"disk1", b"disk2", b"nowhere", b"disk3"]
+    tiers.prefetch(chain)
+    assert set(tiers.disk._prefetched) == {b"disk0", b"disk1", b"disk2"}
+    for future in tiers.disk._prefetched.values():
+        future.result()
+    for path in tmp_path.glob("*/*.kvb"):
+        path.unlink()
+    sources = [tiers.lookup(h) for h in chain[:3]]
+    assert tiers.lookup(b"disk3") is None and tiers.disk.counters.skipped_files == 1  # not read ahead
+    scramble(kv, list(range(16)))
+    for b, source in enumerate(sources):
+        tiers.load(source, 8 + b)
+    tiers.flush()
+    for b in range(3):
+        assert torch.equal(block_bytes(kv, 8 + b), want[b])
+    tiers.close()

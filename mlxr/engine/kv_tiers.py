@@ -21,6 +21,8 @@ from mlxr.engine.kv_tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
 
+BOUNCE_BYTES = 128 << 20  # pinned memory for disk payloads on their way to the device (grows if need be)
+
 
 @dataclass
 class HostCounters:
@@ -62,6 +64,10 @@ class KVTiers:
         self.disk = disk
         self.host_counters = HostCounters()
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        if self.cuda and disk is not None:  # pinned before the first restore, which is then not slowed
+            rows = min(kv.num_blocks, max(1, BOUNCE_BYTES // self.block_bytes))
+            self._bounce = torch.empty((rows, *self.block_shape), dtype=self.dtype, pin_memory=True)
+            self._bounce_done = torch.cuda.Event()
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
         self._ops: list[tuple] = []
 
@@ -75,6 +81,19 @@ class KVTiers:
         """A block was computed and published: write it to disk unless it is there."""
         if self.disk is not None and self.disk.wants(h):
             self._ops.append(("persist", h, block))
+
+    def prefetch(self, hashes: list[bytes]) -> None:
+        """A chain of blocks the device misses: start reading those that only the disk has."""
+        if self.disk is None:
+            return
+        from_disk = []
+        for h in hashes:
+            if self.host is not None and h in self.host.slot_of:
+                continue
+            if not self.disk.contains(h):
+                break  # the chain stops here
+            from_disk.append(h)
+        self.disk.prefetch(from_disk)
 
     def lookup(self, h: bytes) -> object | None:
         """Where a block the device misses can come from: a host slot or a verified disk payload."""
@@ -143,15 +162,26 @@ class KVTiers:
             self.host_counters.copy_calls += 1
         if from_disk:
             rest = staged[len(from_host) :]
-            bounce = torch.empty(rest.shape, dtype=self.dtype, pin_memory=True) if self.cuda else rest
+            bounce = self._bounce_rows(len(from_disk)) if self.cuda else rest
             for i, (payload, _) in enumerate(from_disk):
                 bounce[i].copy_(payload)
             if self.cuda:
                 rest.copy_(bounce, non_blocking=True)
+                self._bounce_done.record(self.stream)
         idx = self._index([block for _, block in from_host + from_disk])
         for layer, (k, v) in enumerate(self.layers):
             k.index_copy_(0, idx, staged[:, layer, 0])
             v.index_copy_(0, idx, staged[:, layer, 1])
+
+    def _bounce_rows(self, n: int) -> torch.Tensor:
+        """Pinned rows that disk payloads cross to the device, kept from flush to flush (pinning
+        memory takes long): waits for the last transfer out of them, which has rarely not ended."""
+        if self._bounce.shape[0] < n:
+            self._bounce = torch.empty((max(n, 2 * self._bounce.shape[0]), *self.block_shape), dtype=self.dtype,
+                                       pin_memory=True)
+        else:
+            self._bounce_done.synchronize()
+        return self._bounce[:n]
 
     def _persist(self, persists: list[tuple[bytes, int]]) -> None:
         blocks = self._gather([block for _, block in persists])
