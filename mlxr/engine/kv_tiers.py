@@ -2,13 +2,16 @@
 hashes: a host-memory pool that evicted blocks are copied into (LRU), and a disk store
 (kv_disk.py) that every newly committed block is written to in the background.
 
-The block manager calls evicted / committed / lookup / load while it schedules; the copies are
-queued in order and run by flush() before the step's forward (and after a step lands). On CUDA
-they run on a side stream into pinned memory: the side stream waits for the work already
-queued, and the forward waits for the copies, so the host never blocks on them. A block's
-bytes are laid out [layers, K|V, block_size, kv_heads, head_dim]."""
+The block manager calls evicted / committed / prefetch / lookup / load while it schedules; the
+copies are queued in order and run by flush() before the step's forward (and after a step
+lands), batched (kv_tier_copies.py): a restored prefix is one transfer per run of consecutive
+host slots and one index_copy_ per cache tensor. On CUDA they run on side streams into pinned
+memory: the side stream waits for the work already queued, and the forward waits for the loads,
+so the host never blocks on them. A block's bytes are laid out
+[layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -64,6 +67,10 @@ class KVTiers:
         self.disk = disk
         self.host_counters = HostCounters()
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        # Saves leave the device on a stream of their own, beside the loads (PCIe runs both ways):
+        # a load waits for it only where it reads a slot being written (self._saving).
+        self.save_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self._saving: set[int] = set()
         if self.cuda and disk is not None:  # pinned before the first restore, which is then not slowed
             rows = min(kv.num_blocks, max(1, BOUNCE_BYTES // self.block_bytes))
             self._bounce = torch.empty((rows, *self.block_shape), dtype=self.dtype, pin_memory=True)
@@ -146,9 +153,14 @@ class KVTiers:
     def _save(self, saves: list[tuple[int, int]]) -> None:
         """Device blocks to host slots (sorted by slot): one transfer per run of consecutive slots."""
         blocks = self._gather([block for block, _ in saves])
-        for pos, first, n in runs([slot for _, slot in saves]):
-            self.host.data[first : first + n].copy_(blocks[pos : pos + n], non_blocking=True)
-            self.host_counters.copy_calls += 1
+        if self.cuda:
+            self.save_stream.wait_stream(self.stream)
+            blocks.record_stream(self.save_stream)
+            self._saving.update(slot for _, slot in saves)
+        with torch.cuda.stream(self.save_stream) if self.cuda else contextlib.nullcontext():
+            for pos, first, n in runs([slot for _, slot in saves]):
+                self.host.data[first : first + n].copy_(blocks[pos : pos + n], non_blocking=True)
+                self.host_counters.copy_calls += 1
         self.host_counters.bytes_written += len(saves) * self.block_bytes
 
     def _load(self, loads: list[tuple[object, int]]) -> None:
@@ -156,6 +168,9 @@ class KVTiers:
         pinned memory, one transfer) into a staging tensor, then one index_copy_ per cache tensor."""
         from_host = sorted((src, block) for src, block in loads if isinstance(src, int))
         from_disk = [(src, block) for src, block in loads if not isinstance(src, int)]
+        if self._saving.intersection(slot for slot, _ in from_host):
+            self.stream.wait_stream(self.save_stream)
+            self._saving.clear()
         staged = torch.empty((len(loads), *self.block_shape), dtype=self.dtype, device=self.device)
         for pos, first, n in runs([slot for slot, _ in from_host]):
             staged[pos : pos + n].copy_(self.host.data[first : first + n], non_blocking=True)
