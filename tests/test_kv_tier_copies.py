@@ -220,7 +220,7 @@ def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
         writer.committed(b"disk%d" % b, b)
     writer.close()
     want = {b: block_bytes(kv, b) for b in range(5)}
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30))
+    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30, read_threads=2))
     chain = [b"disk0", b"disk1", b"disk2", b"nowhere", b"disk3"]
     tiers.prefetch(chain)
     assert set(tiers.disk._prefetched) == {b"disk0", b"disk1", b"disk2"}
