@@ -216,7 +216,8 @@ class KVTiers:
         if self.host is not None:
             c = self.host_counters
             out["host"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
-                           "copy_calls": c.copy_calls, "blocks": len(self.host.slot_of), "capacity_blocks": self.host.data.shape[0]}
+                           "copy_calls": c.copy_calls, "blocks": len(self.host.slot_of),
+                           "capacity_blocks": self.host.data.shape[0]}
         if self.disk is not None:
             c = self.disk.counters
             out["disk"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
