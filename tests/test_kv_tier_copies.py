@@ -237,3 +237,26 @@ def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
     for b in range(3):
         assert torch.equal(block_bytes(kv, 8 + b), want[b])
     tiers.close()
+
+
+@pytest.mark.gpu
+def test_cuda_restore_with_evictions_never_syncs_the_host():
+    """The step path's copies queue work and return: CUDA's sync debug mode raises on anything
+    that would make the host wait (a pageable copy of block ids did, before)."""
+    kv = random_cache("cuda")
+    tiers = KVTiers(kv, host_blocks=16, disk=None)
+    prompt = {b: block_bytes(kv, b) for b in range(4)}
+    for b in range(4):
+        tiers.evicted(b"prompt%d" % b, b)
+    tiers.flush()  # first use: the pinned allocations are made here
+    for b in range(4):
+        tiers.evicted(b"churn%d" % b, 4 + b)
+        tiers.load(tiers.lookup(b"prompt%d" % b), 4 + b)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tiers.flush()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    for b in range(4):
+        assert torch.equal(block_bytes(kv, 4 + b), prompt[b])
