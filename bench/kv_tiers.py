@@ -8,8 +8,12 @@ prompts churn the device cache until the prompt's blocks are evicted, the prompt
 the same engine without the host tier recomputes it. TTFT ratio (target <= 40%), identical text.
 Rounds interleave the two sides. Writes bench/results/kv_tiers-*.json.
 
+--model is a GGUF file or model directory, a bundled model's name, or a mlxr.testing fixture's
+name (built under .fixtures/); the in-process engines and the servers all load that one path.
+
   python bench/kv_tiers.py --device cpu
-  python bench/kv_tiers.py --device cuda --rounds 3
+  python bench/kv_tiers.py --device cuda --rounds 3 --model /path/to/SmolLM2-135M-Instruct.Q4_1.gguf
+  python bench/kv_tiers.py --device cuda --rounds 3 --model tinyllama-shape
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
 from common import device_name, median, print_table, write_result  # noqa: E402
 from server_harness import server_process  # noqa: E402
 
@@ -58,9 +63,9 @@ def stream_ttft(url: str, prompt: str, max_tokens: int) -> tuple[float, str]:
     return first, "".join(text)
 
 
-def disk_round(model: str, device: str, prompt: str, max_tokens: int, work: Path) -> dict:
+def disk_round(model: str, device: str, prompt: str, max_tokens: int, max_model_len: int, work: Path) -> dict:
     cache = work / "kv"
-    args = ("--model", model, "--device", device, "--kv-cache-dir", str(cache))
+    args = ("--model", model, "--device", device, "--kv-cache-dir", str(cache), "--max-model-len", str(max_model_len))
     times = {}
     for phase in ("cold", "restart"):
         with server_process(work / f"home-{phase}", *args, timeout_s=600) as (url, _):
@@ -106,8 +111,8 @@ def host_side(args, tokenizer, prompt_text: str) -> dict:
     # Churn of more tokens than the device holds: every block of the prompt is evicted.
     churn = [tokenizer.encode(system_prompt(tokenizer, blocks * 16 // 2 + 64, topic)) for topic in ("sensor", "recipe")]
     kw = dict(device=args.device, num_kv_blocks=blocks, max_model_len=blocks * 16)
-    with_host = LLM(args.model, kv_host_cache_gb=args.host_gb, **kw)
-    recompute = LLM(args.model, **kw)
+    with_host = LLM(args.model_path, kv_host_cache_gb=args.host_gb, **kw)
+    recompute = LLM(args.model_path, **kw)
     rows = {"host": [], "recompute": []}
     for r in range(args.rounds):
         rows["host"].append(host_round(with_host, "host", r, prompt, churn, args.max_tokens))
@@ -127,6 +132,23 @@ def host_side(args, tokenizer, prompt_text: str) -> dict:
             "host_tier": tiers.get("host")}
 
 
+def resolve_model(ref: str) -> str:
+    """The one path every engine here loads: a GGUF file or model directory as given, a bundled
+    model's GGUF file, or a mlxr.testing fixture's HF directory (written once under .fixtures/)."""
+    from mlxr.bundled_models import BUNDLED_REFS, bundled_path
+
+    if Path(ref).exists():
+        return str(Path(ref).resolve())
+    if ref in BUNDLED_REFS:
+        return str(bundled_path(ref))
+    from mlxr.testing.fixtures import CONFIGS, fixture_paths
+
+    if ref in CONFIGS:
+        return str(fixture_paths(ref, ROOT / ".fixtures").hf_dir)
+    raise SystemExit(f"--model {ref!r}: no such file or directory, and not a bundled model "
+                     f"({', '.join(sorted(BUNDLED_REFS))}) or a fixture ({', '.join(sorted(CONFIGS))})")
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -140,26 +162,27 @@ def cpu_model() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--model", default="gemma3-270m")
+    ap.add_argument("--model", default="gemma3-270m", help="GGUF file, model directory, bundled or fixture name")
     ap.add_argument("--prompt-tokens", type=int, default=4000)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--host-gb", type=float, default=2.0)
     ap.add_argument("--skip", choices=["disk", "host"], default=None)
     args = ap.parse_args()
-    from mlxr.bundled_models import gemma3_270m_path
     from mlxr.loader import load_frontend
 
-    model_path = str(gemma3_270m_path()) if args.model == "gemma3-270m" else args.model
-    _, _, tokenizer = load_frontend(args.model)
+    args.model_path = model_path = resolve_model(args.model)
+    _, _, tokenizer = load_frontend(model_path)
     text = system_prompt(tokenizer, args.prompt_tokens) + QUESTION
+    prompt_tokens = len(tokenizer.encode(text))
     result = {"device": device_name(args.device), "cpu": cpu_model(), "cpus": os.cpu_count(),
-              "model": args.model, "prompt_tokens": len(tokenizer.encode(text))}
+              "model": args.model, "model_path": model_path, "prompt_tokens": prompt_tokens}
+    max_model_len = prompt_tokens + args.max_tokens + 64  # past a fixture's 2,048 positions too
     if args.skip != "disk":
         rounds = []
         for r in range(args.rounds):
             with tempfile.TemporaryDirectory(prefix="kv-tiers-bench-") as work:
-                rounds.append(disk_round(model_path, args.device, text, args.max_tokens, Path(work)))
+                rounds.append(disk_round(model_path, args.device, text, args.max_tokens, max_model_len, Path(work)))
         cold, warm = median([x["cold_ttft_s"] for x in rounds]), median([x["restart_ttft_s"] for x in rounds])
         result["disk"] = {"cold_ttft_s": cold, "restart_ttft_s": warm, "ratio": warm / cold, "target": 0.3,
                           "identical": all(x["identical"] for x in rounds), "rounds": rounds}

@@ -35,6 +35,8 @@ class LowerTiers(Protocol):
 
     def committed(self, h: bytes, block: int) -> None: ...
 
+    def prefetch(self, hashes: list[bytes]) -> None: ...
+
     def lookup(self, h: bytes) -> object | None: ...
 
     def load(self, source: object, block: int) -> None: ...
@@ -147,33 +149,53 @@ class BlockManager:
             h = block_hash(parent, self._block_tokens(seq, i))
             block = self.cached.get(h)
             if block is None:
-                block = self._load_from_tiers(seq, h)
-                if block is None:
-                    break
-            else:
-                if self.ref_counts[block] == 0:
-                    del self.free_blocks[block]
-                self.ref_counts[block] += 1
-            seq.block_table.append(block)
-            seq.block_hashes.append(h)
+                if self.tiers is not None:
+                    self._match_with_tiers(seq, self._chain(seq, h, max_blocks))
+                break
+            self._reuse(seq, h, block)
             parent = h
         return len(seq.block_table) * self.block_size
 
-    def _load_from_tiers(self, seq: Request, h: bytes) -> int | None:
-        """A block the device misses, copied back from host memory or disk into a new block that
-        joins the prefix cache; None where no tier has it or loading would leave seq no room."""
-        if self.tiers is None:
-            return None
-        if len(self.free_blocks) < self.blocks_for(seq.num_tokens) - len(seq.block_table):
-            return None
-        source = self.tiers.lookup(h)
-        if source is None:
-            return None
-        block = self._take_free_block()
-        self.tiers.load(source, block)
-        self.cached[h] = block
-        self.hash_of[block] = h
-        return block
+    def _reuse(self, seq: Request, h: bytes, block: int) -> None:
+        if self.ref_counts[block] == 0:
+            del self.free_blocks[block]
+        self.ref_counts[block] += 1
+        seq.block_table.append(block)
+        seq.block_hashes.append(h)
+
+    def _chain(self, seq: Request, h: bytes, max_blocks: int) -> list[bytes]:
+        """The hashes of seq's full blocks from the one hashed as h (the next to match) on."""
+        hashes = [h]
+        for i in range(len(seq.block_table) + 1, max_blocks):
+            hashes.append(block_hash(hashes[-1], self._block_tokens(seq, i)))
+        return hashes
+
+    def _match_with_tiers(self, seq: Request, hashes: list[bytes]) -> None:
+        """Go on matching past the device cache's first miss: each block from the device cache
+        or copied back from host memory or disk into a new block that joins the prefix cache,
+        until no tier has one or loading would leave seq no room."""
+        if self._no_room(seq):
+            return
+        self.tiers.prefetch([h for h in hashes if h not in self.cached])
+        for h in hashes:
+            block = self.cached.get(h)
+            if block is None:
+                if self._no_room(seq):
+                    return
+                source = self.tiers.lookup(h)
+                if source is None:
+                    return
+                block = self._take_free_block()
+                self.tiers.load(source, block)
+                self.cached[h] = block
+                self.hash_of[block] = h
+                seq.block_table.append(block)
+                seq.block_hashes.append(h)
+            else:
+                self._reuse(seq, h, block)
+
+    def _no_room(self, seq: Request) -> bool:
+        return len(self.free_blocks) < self.blocks_for(seq.num_tokens) - len(seq.block_table)
 
     def commit_full_blocks(self, seq: Request) -> None:
         """Publish the hashes of blocks that seq has completely computed."""

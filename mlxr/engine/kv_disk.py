@@ -19,6 +19,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 MAGIC = b"MLXRKV01"
 HEADER_MAX = 4096
 MAX_PENDING_BYTES = 512 << 20  # blocks queued for writing; past it new ones are dropped
+READ_THREADS = 8  # at most, half the cores: reads and checksums release the GIL, a prefix is read in parallel
 
 
 def _alive(pid: str) -> bool:
@@ -73,7 +75,8 @@ WriteBatch = tuple[list[bytes], Callable[[], list[memoryview]], Callable[[], Non
 
 
 class DiskStore:
-    def __init__(self, root: Path, layout: Layout, block_bytes: int, max_bytes: int) -> None:
+    def __init__(self, root: Path, layout: Layout, block_bytes: int, max_bytes: int,
+                 read_threads: int | None = None) -> None:
         self.root, self.layout, self.block_bytes, self.max_bytes = Path(root), layout, block_bytes, max_bytes
         self.dir = self.root / layout.key()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -91,6 +94,10 @@ class DiskStore:
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._writer, name="kv-disk-writer", daemon=True)
         self._thread.start()
+        threads = min(READ_THREADS, (os.cpu_count() or 2) // 2) if read_threads is None else read_threads
+        # One reader beside the scheduler's thread was slower than none on a 2-core host.
+        self._reader = ThreadPoolExecutor(threads, thread_name_prefix="kv-disk-reader") if threads > 1 else None
+        self._prefetched: dict[bytes, Future] = {}
 
     # --- index --------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -134,15 +141,30 @@ class DiskStore:
                 n += got
         return view[:n]
 
+    def prefetch(self, hashes: list[bytes]) -> None:
+        """Start reading and verifying these blocks in parallel, for read() to take; reads of an
+        earlier prefetch that are not wanted any more are dropped (one chain's worth at most)."""
+        if self._reader is None:
+            return
+        old, self._prefetched = self._prefetched, {}
+        for h in hashes:
+            future = old.pop(h, None)
+            self._prefetched[h] = future or self._reader.submit(self._read_verified, h)
+        for future in old.values():
+            future.cancel()
+
+    def _read_verified(self, h: bytes) -> memoryview:
+        return self._verify(h, self._read_bounded(self._path(h)))
+
     def read(self, h: bytes) -> memoryview | None:
         """The block's verified payload, or None (logged) when its file is unusable."""
+        future = self._prefetched.pop(h, None)
         if h not in self._resident:
             return None
-        path = self._path(h)
         try:
-            payload = self._verify(h, self._read_bounded(path))
+            payload = future.result() if future is not None else self._read_verified(h)
         except (OSError, ValueError) as e:
-            log.warning("KV disk tier: skipping %s (%s); the block is recomputed", path.name, e)
+            log.warning("KV disk tier: skipping %s (%s); the block is recomputed", self._path(h).name, e)
             self.counters.skipped_files += 1
             self._forget(h)
             return None
@@ -199,6 +221,8 @@ class DiskStore:
         return done.wait(timeout_s)
 
     def close(self, timeout_s: float = 8.0) -> None:
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
         self.drain(timeout_s)
         self._queue.put(("stop", None))
         self._thread.join(timeout_s)

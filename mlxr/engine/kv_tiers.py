@@ -2,13 +2,16 @@
 hashes: a host-memory pool that evicted blocks are copied into (LRU), and a disk store
 (kv_disk.py) that every newly committed block is written to in the background.
 
-The block manager calls evicted / committed / lookup / load while it schedules; the copies are
-queued in order and run by flush() before the step's forward (and after a step lands). On CUDA
-they run on a side stream into pinned memory: the side stream waits for the work already
-queued, and the forward waits for the copies, so the host never blocks on them. A block's
-bytes are laid out [layers, K|V, block_size, kv_heads, head_dim]."""
+The block manager calls evicted / committed / prefetch / lookup / load while it schedules; the
+copies are queued in order and run by flush() before the step's forward (and after a step
+lands), batched (kv_tier_copies.py): a restored prefix is one transfer per run of consecutive
+host slots and one index_copy_ per cache tensor. On CUDA they run on side streams into pinned
+memory: the side stream waits for the work already queued, and the forward waits for the loads,
+so the host never blocks on them. A block's bytes are laid out
+[layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,8 +20,11 @@ import torch
 
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.kv_disk import DiskStore
+from mlxr.engine.kv_tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
+
+BOUNCE_BYTES = 128 << 20  # pinned memory for disk payloads on their way to the device (grows if need be)
 
 
 @dataclass
@@ -26,6 +32,7 @@ class HostCounters:
     hits: int = 0
     bytes_read: int = 0  # copied back to the device
     bytes_written: int = 0  # copied in from the device
+    copy_calls: int = 0  # host<->device transfers issued for the host tier, both ways
 
 
 class HostPool:
@@ -60,6 +67,14 @@ class KVTiers:
         self.disk = disk
         self.host_counters = HostCounters()
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        # Saves leave the device on a stream of their own, beside the loads (PCIe runs both ways):
+        # a load waits for it only where it reads a slot being written (self._saving).
+        self.save_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self._saving: set[int] = set()
+        if self.cuda and disk is not None:  # pinned before the first restore, which is then not slowed
+            rows = min(kv.num_blocks, max(1, BOUNCE_BYTES // self.block_bytes))
+            self._bounce = torch.empty((rows, *self.block_shape), dtype=self.dtype, pin_memory=True)
+            self._bounce_done = torch.cuda.Event()
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
         self._ops: list[tuple] = []
 
@@ -73,6 +88,19 @@ class KVTiers:
         """A block was computed and published: write it to disk unless it is there."""
         if self.disk is not None and self.disk.wants(h):
             self._ops.append(("persist", h, block))
+
+    def prefetch(self, hashes: list[bytes]) -> None:
+        """A chain of blocks the device misses: start reading those that only the disk has."""
+        if self.disk is None:
+            return
+        from_disk = []
+        for h in hashes:
+            if self.host is not None and h in self.host.slot_of:
+                continue
+            if not self.disk.contains(h):
+                break  # the chain stops here
+            from_disk.append(h)
+        self.disk.prefetch(from_disk)
 
     def lookup(self, h: bytes) -> object | None:
         """Where a block the device misses can come from: a host slot or a verified disk payload."""
@@ -90,7 +118,7 @@ class KVTiers:
     # --- the copies ----------------------------------------------------------------------------
     @torch.inference_mode()
     def flush(self) -> None:
-        """Run the queued copies in order (grouped into runs of one kind)."""
+        """Run the queued copies, regrouped into a few batched phases (kv_tier_copies.plan)."""
         if not self._ops:
             return
         ops, self._ops = self._ops, []
@@ -103,35 +131,75 @@ class KVTiers:
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
     def _run(self, ops: list[tuple]) -> None:
-        start = 0
-        for i in range(1, len(ops) + 1):
-            if i == len(ops) or ops[i][0] != ops[start][0]:
-                run = ops[start:i]
-                getattr(self, f"_{run[0][0]}")(run)
-                start = i
+        for phase in plan(ops):
+            if phase.saves:
+                self._save(sorted(phase.saves, key=lambda op: op[1]))
+            if phase.persists:
+                self._persist(phase.persists)
+            if phase.loads:
+                self._load(phase.loads)
+
+    def _index(self, blocks: list[int]) -> torch.Tensor:
+        """Block ids on the device without a sync: staged in pinned memory, copied asynchronously."""
+        idx = torch.tensor(blocks, dtype=torch.long)
+        return idx.pin_memory().to(self.device, non_blocking=True) if self.cuda else idx
 
     def _gather(self, blocks: list[int]) -> torch.Tensor:
-        idx = torch.tensor(blocks, device=self.device)
-        return torch.stack([torch.stack((k.index_select(0, idx), v.index_select(0, idx)), 1)
-                            for k, v in self.layers], 1)
+        """The blocks' K and V of every layer, [blocks, layers, K|V, ...], in 2 x layers + 1 kernels."""
+        idx = self._index(blocks)
+        parts = [t.index_select(0, idx) for k, v in self.layers for t in (k, v)]
+        return torch.stack(parts, 1).view(len(blocks), *self.block_shape)
 
-    def _save(self, run: list[tuple]) -> None:
-        blocks = self._gather([op[1] for op in run])
-        for i, (_, _, slot) in enumerate(run):
-            self.host.data[slot].copy_(blocks[i], non_blocking=True)
-        self.host_counters.bytes_written += len(run) * self.block_bytes
+    def _save(self, saves: list[tuple[int, int]]) -> None:
+        """Device blocks to host slots (sorted by slot): one transfer per run of consecutive slots."""
+        blocks = self._gather([block for block, _ in saves])
+        if self.cuda:
+            self.save_stream.wait_stream(self.stream)
+            blocks.record_stream(self.save_stream)
+            self._saving.update(slot for _, slot in saves)
+        with torch.cuda.stream(self.save_stream) if self.cuda else contextlib.nullcontext():
+            for pos, first, n in runs([slot for _, slot in saves]):
+                self.host.data[first : first + n].copy_(blocks[pos : pos + n], non_blocking=True)
+                self.host_counters.copy_calls += 1
+        self.host_counters.bytes_written += len(saves) * self.block_bytes
 
-    def _load(self, run: list[tuple]) -> None:
-        staged = torch.empty((len(run), *self.block_shape), dtype=self.dtype, device=self.device)
-        for i, (_, source, _) in enumerate(run):
-            staged[i].copy_(self.host.data[source] if isinstance(source, int) else source, non_blocking=True)
-        idx = torch.tensor([op[2] for op in run], device=self.device)
+    def _load(self, loads: list[tuple[object, int]]) -> None:
+        """Host slots (one transfer per run of consecutive slots) and disk payloads (gathered in
+        pinned memory, one transfer) into a staging tensor, then one index_copy_ per cache tensor."""
+        from_host = sorted((src, block) for src, block in loads if isinstance(src, int))
+        from_disk = [(src, block) for src, block in loads if not isinstance(src, int)]
+        if self._saving.intersection(slot for slot, _ in from_host):
+            self.stream.wait_stream(self.save_stream)
+            self._saving.clear()
+        staged = torch.empty((len(loads), *self.block_shape), dtype=self.dtype, device=self.device)
+        for pos, first, n in runs([slot for slot, _ in from_host]):
+            staged[pos : pos + n].copy_(self.host.data[first : first + n], non_blocking=True)
+            self.host_counters.copy_calls += 1
+        if from_disk:
+            rest = staged[len(from_host) :]
+            bounce = self._bounce_rows(len(from_disk)) if self.cuda else rest
+            for i, (payload, _) in enumerate(from_disk):
+                bounce[i].copy_(payload)
+            if self.cuda:
+                rest.copy_(bounce, non_blocking=True)
+                self._bounce_done.record(self.stream)
+        idx = self._index([block for _, block in from_host + from_disk])
         for layer, (k, v) in enumerate(self.layers):
             k.index_copy_(0, idx, staged[:, layer, 0])
             v.index_copy_(0, idx, staged[:, layer, 1])
 
-    def _persist(self, run: list[tuple]) -> None:
-        blocks = self._gather([op[2] for op in run])
+    def _bounce_rows(self, n: int) -> torch.Tensor:
+        """Pinned rows that disk payloads cross to the device, kept from flush to flush (pinning
+        memory takes long): waits for the last transfer out of them, which has rarely not ended."""
+        if self._bounce.shape[0] < n:
+            self._bounce = torch.empty((max(n, 2 * self._bounce.shape[0]), *self.block_shape), dtype=self.dtype,
+                                       pin_memory=True)
+        else:
+            self._bounce_done.synchronize()
+        return self._bounce[:n]
+
+    def _persist(self, persists: list[tuple[bytes, int]]) -> None:
+        blocks = self._gather([block for _, block in persists])
         wait = None
         if self.cuda:
             host = torch.empty(blocks.shape, dtype=self.dtype, pin_memory=True)
@@ -139,8 +207,8 @@ class KVTiers:
             event = torch.cuda.Event()
             event.record(self.stream)
             blocks, wait = host, event.synchronize
-        rows = blocks.view(len(run), -1).view(torch.uint8)
-        self.disk.submit(([op[1] for op in run], lambda: [memoryview(r.numpy()) for r in rows], wait))
+        rows = blocks.view(len(persists), -1).view(torch.uint8)
+        self.disk.submit(([h for h, _ in persists], lambda: [memoryview(r.numpy()) for r in rows], wait))
 
     # --- figures -------------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, int]]:
@@ -148,7 +216,8 @@ class KVTiers:
         if self.host is not None:
             c = self.host_counters
             out["host"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
-                           "blocks": len(self.host.slot_of), "capacity_blocks": self.host.data.shape[0]}
+                           "copy_calls": c.copy_calls, "blocks": len(self.host.slot_of),
+                           "capacity_blocks": self.host.data.shape[0]}
         if self.disk is not None:
             c = self.disk.counters
             out["disk"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
