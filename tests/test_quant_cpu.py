@@ -147,7 +147,7 @@ def test_kernel_builds_report_their_simd_level():
 @pytest.mark.parametrize("choice,path", [("portable", "portable"), ("avx2", "avx2"), ("bogus", None)])
 def test_mlxr_cpu_kernels_forces_a_path(monkeypatch, choice, path):
     """The dispatcher's override: every layer then runs that path (a bad value: native, logged)."""
-    from mlxr.ops.cpu import build
+    from mlxr.ops import cpu_build as build
 
     if choice == "avx2" and not HAS_AVX2:
         pytest.skip("no AVX2")
@@ -196,7 +196,7 @@ def test_packed_weight_rejects_a_wrong_byte_shape():
 
 
 def test_without_a_compiler_quantized_layers_fall_back_to_torch(monkeypatch, tmp_path):
-    from mlxr.ops.cpu import build
+    from mlxr.ops import cpu_build as build
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))

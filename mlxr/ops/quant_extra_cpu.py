@@ -5,7 +5,7 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu.build import load_library
+from mlxr.ops.cpu_build import load_library
 from mlxr.ops.quant_types import EXTRA_TYPES
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
