@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.ops.attention_cpu import rope_write_kv_cpu
+from mlxr.ops.attention.attention_cpu import rope_write_kv_cpu
+from mlxr.ops.attention.paged_attention import write_kv
 from mlxr.ops.backend import use_triton
-from mlxr.ops.paged_attention import write_kv
 
 
 def rope_cos_sin(

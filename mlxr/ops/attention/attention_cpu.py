@@ -1,4 +1,4 @@
-"""Launchers for the CPU attention kernels (mlxr/ops/cpu/attention.c): float32 only.
+"""Launchers for the CPU attention kernels (mlxr/ops/attention/attention.c): float32 only.
 
 Called once per layer per step, so they check tensor attributes rather than run torch ops,
 and return None where the kernel does not apply (the caller then runs the torch reference)."""
