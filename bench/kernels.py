@@ -25,8 +25,8 @@ from mlxr.ops.attention.paged_decode_triton import paged_decode_triton
 from mlxr.ops.attention.paged_prefill_triton import paged_prefill_triton
 from mlxr.ops.norm.rms_norm import rms_norm_reference
 from mlxr.ops.norm.rms_norm_triton import rms_norm_triton
-from mlxr.ops.rotary import rotary_reference
-from mlxr.ops.rotary_triton import rotary_triton
+from mlxr.ops.rotary.rotary import rotary_reference
+from mlxr.ops.rotary.rotary_triton import rotary_triton
 
 DT = torch.bfloat16
 ROTATE_BYTES = 512 << 20  # rotate inputs until one timed replay touches this much (> L2)

@@ -6,7 +6,7 @@ import torch
 
 from mlxr.ops.attention import attention_cpu
 from mlxr.ops.attention.paged_attention import paged_attention, paged_decode_reference
-from mlxr.ops.rotary import rotary_reference, rotary_write_kv_query
+from mlxr.ops.rotary.rotary import rotary_reference, rotary_write_kv_query
 from test_paged_attention import build
 
 pytestmark = pytest.mark.skipif(attention_cpu._library() is None, reason="no C compiler")
