@@ -8,9 +8,9 @@ import pytest
 import torch
 from quant_blocks import random_blocks, reference_dequantize
 
-from mlxr.ops import quant, quant_extra_cpu
-from mlxr.ops.quant_reference import dequantize
-from mlxr.ops.quant_types import EXTRA_TYPES
+from mlxr.ops.quant import quant, quant_extra_cpu
+from mlxr.ops.quant.quant_reference import dequantize
+from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 TYPES = list(EXTRA_TYPES)
 MARCHES = ["native", "x86-64"]  # the host's vector build and the portable one

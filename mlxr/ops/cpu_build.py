@@ -46,8 +46,8 @@ def _cpu_signature() -> str:
 
 
 # Library name -> its source, relative to mlxr/ops; a source #includes headers of its own folder.
-LIBRARIES = {"attention": "attention/attention.c", "norm": "norm/norm.c", "quant": "cpu/quant.c",
-             "quant_extra": "cpu/quant_extra.c"}
+LIBRARIES = {"attention": "attention/attention.c", "norm": "norm/norm.c", "quant": "quant/quant.c",
+             "quant_extra": "quant/quant_extra.c"}
 # MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU.
 TARGETS = {"x86_64": {"avx2": "x86-64-v3", "portable": "x86-64"},
            "aarch64": {"portable": "armv8-a"}}

@@ -23,9 +23,9 @@ import triton.language as tl
 
 from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant_blocks_triton import _CODES, _finish
-from mlxr.ops.quant_triton import FMA_MAX_M, _split
-from mlxr.ops.quant_types import QUANT_TYPES
+from mlxr.ops.quant.quant_blocks_triton import _CODES, _finish
+from mlxr.ops.quant.quant_triton import FMA_MAX_M, _split
+from mlxr.ops.quant.quant_types import QUANT_TYPES
 
 # The word-stream kernel (_wgemv_kernel) for 1..FMA_MAX_M rows: per type, (output channels per
 # program, num_warps) by rows of x, and the programs split-K aims at per multiprocessor.

@@ -1,4 +1,4 @@
-"""Launchers for the CPU kernels of GGUF-quantized weights (mlxr/ops/cpu/quant.c).
+"""Launchers for the CPU kernels of GGUF-quantized weights (mlxr/ops/quant/quant.c).
 
 `qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with integer
 dot products: it reads each weight byte once, so decode is bound by the (quantized) weight
@@ -11,7 +11,7 @@ import ctypes
 import torch
 
 from mlxr.ops.cpu_build import load_library
-from mlxr.ops.quant_types import quant_type
+from mlxr.ops.quant.quant_types import quant_type
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 

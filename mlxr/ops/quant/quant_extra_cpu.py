@@ -1,4 +1,4 @@
-"""Launchers for the CPU kernels of the extra GGUF types (mlxr/ops/cpu/quant_extra.c)."""
+"""Launchers for the CPU kernels of the extra GGUF types (mlxr/ops/quant/quant_extra.c)."""
 from __future__ import annotations
 
 import ctypes
@@ -6,7 +6,7 @@ import ctypes
 import torch
 
 from mlxr.ops.cpu_build import load_library
-from mlxr.ops.quant_types import EXTRA_TYPES
+from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
