@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from mlxr.ops.backend import use_triton
-from mlxr.ops.quant import quant_extra_cpu
+from mlxr.ops.quant import quant_cpu
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 CPU_GEMM_MIN_ROWS = 8
@@ -22,10 +22,10 @@ def is_extra(qtype: str) -> bool:
 
 def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
-    if x.is_cpu and quant_extra_cpu.available():
+    if x.is_cpu and quant_cpu.available("quant_extra"):
         if x.numel() // k < CPU_GEMM_MIN_ROWS:
-            return quant_extra_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
-        weight = quant_extra_cpu.dequantize_cpu(raw, qtype, k)
+            return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
+        weight = quant_cpu.dequantize_cpu(raw, qtype, k)
         return F.linear(x.float(), weight).to(x.dtype)
     if not x.is_cpu and use_triton(x, raw):
         from mlxr.ops.quant.quant_extra_triton import qmatmul_extra_triton
@@ -38,8 +38,8 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
 
 def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """Rows of the weight in float32: an embedding lookup."""
-    if raw.is_cpu and quant_extra_cpu.available():
-        return quant_extra_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
+    if raw.is_cpu and quant_cpu.available("quant_extra"):
+        return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
     from mlxr.ops.quant.quant_reference import dequantize_rows as reference_rows
 
     return reference_rows(raw, rows, qtype, k)
