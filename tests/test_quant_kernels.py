@@ -146,7 +146,8 @@ from mlxr.ops.quant.quant_triton import (  # noqa: E402
     qmatmul_fused_triton,
     qmatmul_triton,
 )
-from mlxr.ops.quant.quant_wgemv_triton import _byte_val, _funnel, wgemv_fits  # noqa: E402
+from mlxr.ops.quant.quant_wgemv_triton import wgemv_fits  # noqa: E402
+from mlxr.ops.quant.quant_wgemv_words_triton import _byte_val, _funnel  # noqa: E402
 
 
 def _truncate_bf16(t: torch.Tensor) -> torch.Tensor:
