@@ -17,16 +17,16 @@ import triton
 import triton.testing
 
 from common import device_name, print_table, write_result
-from mlxr.ops.attn_metadata import AttnMetadata
 from mlxr.ops.activation import activation_reference
 from mlxr.ops.activation_triton import gated_activation_triton
-from mlxr.ops.paged_attention import paged_attention_reference, paged_decode_reference, write_kv
-from mlxr.ops.paged_decode_triton import paged_decode_triton
-from mlxr.ops.paged_prefill_triton import paged_prefill_triton
-from mlxr.ops.rms_norm import rms_norm_reference
-from mlxr.ops.rms_norm_triton import rms_norm_triton
-from mlxr.ops.rotary import rotary_reference
-from mlxr.ops.rotary_triton import rotary_triton
+from mlxr.ops.attention.attn_metadata import AttnMetadata
+from mlxr.ops.attention.paged_attention import paged_attention_reference, paged_decode_reference, write_kv
+from mlxr.ops.attention.paged_decode_triton import paged_decode_triton
+from mlxr.ops.attention.paged_prefill_triton import paged_prefill_triton
+from mlxr.ops.norm.rms_norm import rms_norm_reference
+from mlxr.ops.norm.rms_norm_triton import rms_norm_triton
+from mlxr.ops.rotary.rotary import rotary_reference
+from mlxr.ops.rotary.rotary_triton import rotary_triton
 
 DT = torch.bfloat16
 ROTATE_BYTES = 512 << 20  # rotate inputs until one timed replay touches this much (> L2)

@@ -25,7 +25,7 @@ from common import median, print_table, write_result
 # config.openmp_environment. "2-spin": two threads whose idle OpenMP threads spin
 # (OMP_WAIT_POLICY=ACTIVE); before the wait policy was set the default spun too (libgomp's
 # default spins for a while before sleeping).
-# "2-pool": the quantized matmuls on ops/cpu/pool.h instead of OpenMP's team (MLXR_POOL=1),
+# "2-pool": the quantized matmuls on ops/quant/pool.h instead of OpenMP's team (MLXR_POOL=1),
 # the A/B of the pool; "2-pool-nospin": the pool's helpers sleep at once after a job.
 SETTINGS = {"1": (["--threads", "1"], {}), "2": (["--threads", "2"], {}), "default": ([], {}),
             "2-spin": (["--threads", "2"], {"OMP_WAIT_POLICY": "ACTIVE"}),

@@ -1,12 +1,12 @@
-"""The C attention kernels (mlxr/ops/cpu/attention.c) against the torch references."""
+"""The C attention kernels (mlxr/ops/attention/attention.c) against the torch references."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mlxr.ops import attention_cpu
-from mlxr.ops.paged_attention import paged_attention, paged_decode_reference
-from mlxr.ops.rotary import rotary_reference, rotary_write_kv_query
+from mlxr.ops.attention import attention_cpu
+from mlxr.ops.attention.paged_attention import paged_attention, paged_decode_reference
+from mlxr.ops.rotary.rotary import rotary_reference, rotary_write_kv_query
 from test_paged_attention import build
 
 pytestmark = pytest.mark.skipif(attention_cpu._library() is None, reason="no C compiler")

@@ -48,7 +48,7 @@ def test_bf16_teacher_forced_top1_agrees_with_reference(name, n, fused, monkeypa
     projection + rope + cache-write kernel; Gemma 3's per-head norms keep it unfused."""
     import torch
 
-    import mlxr.ops.qkv_rope_triton as fused_module
+    import mlxr.ops.rotary.qkv_rope_triton as fused_module
     from paged_probe import paged_logits
 
     path = str(fixture_model(name).hf_dir)

@@ -18,8 +18,8 @@ from safetensors.torch import load_file, save_file
 from mlxr.errors import UnsupportedModelError
 from mlxr.layers.quant_linear import QuantLinear
 from mlxr.llm import LLM
-from mlxr.ops.quant import qmatmul
-from mlxr.ops.quant_reference import dequantize
+from mlxr.ops.quant.quant import qmatmul
+from mlxr.ops.quant.quant_reference import dequantize
 from mlxr.types import SamplingParams
 
 TABLE = torch.from_numpy(NF4_TABLE)

@@ -1,11 +1,11 @@
-"""The CPU RMSNorm kernel (mlxr/ops/cpu/norm.c) against the torch reference, and its dispatch."""
+"""The CPU RMSNorm kernel (mlxr/ops/norm/norm.c) against the torch reference, and its dispatch."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mlxr.ops import norm_cpu
-from mlxr.ops.rms_norm import rms_norm, rms_norm_reference
+from mlxr.ops.norm import norm_cpu
+from mlxr.ops.norm.rms_norm import rms_norm, rms_norm_reference
 
 if norm_cpu._library() is None:
     pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mlxr.ops.attn_metadata import AttnMetadata
-from mlxr.ops.paged_attention import paged_attention, paged_attention_reference, paged_decode_reference, write_kv
+from mlxr.ops.attention.attn_metadata import AttnMetadata
+from mlxr.ops.attention.paged_attention import (paged_attention, paged_attention_reference, paged_decode_reference,
+                                               write_kv)
 
 
 def dense(q, k, v, scale, window):

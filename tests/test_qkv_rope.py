@@ -7,9 +7,9 @@ import pytest
 import torch
 from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
-from mlxr.ops.paged_attention import write_kv  # noqa: E402
-from mlxr.ops.qkv_rope_triton import qkv_rope_triton  # noqa: E402
-from mlxr.ops.rotary import qkv_rope_write_kv, rotary_reference  # noqa: E402
+from mlxr.ops.attention.paged_attention import write_kv  # noqa: E402
+from mlxr.ops.rotary.qkv_rope_triton import qkv_rope_triton  # noqa: E402
+from mlxr.ops.rotary.rotary import qkv_rope_write_kv, rotary_reference  # noqa: E402
 
 
 

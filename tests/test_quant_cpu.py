@@ -1,4 +1,4 @@
-"""CPU kernels for GGUF blocks (mlxr/ops/cpu/quant.c) against gguf-py's numpy dequantizer:
+"""CPU kernels for GGUF blocks (mlxr/ops/quant/quant.c) against gguf-py's numpy dequantizer:
 dequantization bit-exact, matmuls within the arithmetic of int8 activations, on every kernel
 path this CPU can run: the native build (AVX-512 VNNI where the CPU has it), the AVX2 build
 (x86-64-v3) and the portable C build."""
@@ -11,9 +11,9 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from mlxr.layers.quant_linear import PackedWeight, QuantEmbedding, QuantLinear
-from mlxr.ops import quant_cpu
-from mlxr.ops.quant import CPU_GEMM_MIN_ROWS
-from mlxr.ops.quant_types import QUANT_TYPES
+from mlxr.ops.quant import quant_cpu
+from mlxr.ops.quant.quant import CPU_GEMM_MIN_ROWS
+from mlxr.ops.quant.quant_types import QUANT_TYPES
 
 if not quant_cpu.available():
     pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)
@@ -147,7 +147,7 @@ def test_kernel_builds_report_their_simd_level():
 @pytest.mark.parametrize("choice,path", [("portable", "portable"), ("avx2", "avx2"), ("bogus", None)])
 def test_mlxr_cpu_kernels_forces_a_path(monkeypatch, choice, path):
     """The dispatcher's override: every layer then runs that path (a bad value: native, logged)."""
-    from mlxr.ops.cpu import build
+    from mlxr.ops import cpu_build as build
 
     if choice == "avx2" and not HAS_AVX2:
         pytest.skip("no AVX2")
@@ -196,7 +196,7 @@ def test_packed_weight_rejects_a_wrong_byte_shape():
 
 
 def test_without_a_compiler_quantized_layers_fall_back_to_torch(monkeypatch, tmp_path):
-    from mlxr.ops.cpu import build
+    from mlxr.ops import cpu_build as build
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))
@@ -215,7 +215,7 @@ def test_without_a_compiler_quantized_layers_fall_back_to_torch(monkeypatch, tmp
 
 
 def test_matmuls_from_several_threads_at_once_match_one_at_a_time():
-    """The kernels' work pool (ops/cpu/pool.h) serves one job at a time and runs a concurrent
+    """The kernels' work pool (ops/quant/pool.h) serves one job at a time and runs a concurrent
     caller's job inline (two models served at once): every result equals the lone call's, at
     1, 2 and 4 threads, with jobs of one chunk and of many."""
     from concurrent.futures import ThreadPoolExecutor
@@ -251,7 +251,7 @@ def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
     x = np.random.default_rng(3).standard_normal((2, 512)).astype(np.float32)
     np.save(tmp_path / "raw.npy", raw)
     np.save(tmp_path / "x.npy", x)
-    code = ("import numpy as np, torch, sys; from mlxr.ops import quant_cpu; torch.set_num_threads(2); "
+    code = ("import numpy as np, torch, sys; from mlxr.ops.quant import quant_cpu; torch.set_num_threads(2); "
             "d = sys.argv[1]; y = quant_cpu.qmatmul_cpu(torch.from_numpy(np.load(d + '/x.npy')), "
             "torch.from_numpy(np.load(d + '/raw.npy')), 'Q4_K', 512); np.save(d + '/y.npy', y.numpy())")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,

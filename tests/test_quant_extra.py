@@ -8,9 +8,9 @@ import pytest
 import torch
 from quant_blocks import random_blocks, reference_dequantize
 
-from mlxr.ops import quant, quant_extra_cpu
-from mlxr.ops.quant_reference import dequantize
-from mlxr.ops.quant_types import EXTRA_TYPES
+from mlxr.ops.quant import quant, quant_cpu
+from mlxr.ops.quant.quant_reference import dequantize
+from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 TYPES = list(EXTRA_TYPES)
 MARCHES = ["native", "x86-64"]  # the host's vector build and the portable one
@@ -31,18 +31,18 @@ def test_reference_is_bit_exact_to_gguf_py(qtype: str) -> None:
 @pytest.mark.parametrize("march", MARCHES)
 @pytest.mark.parametrize("qtype", TYPES)
 def test_cpu_kernels_against_gguf_py(qtype: str, march: str) -> None:
-    lib = quant_extra_cpu.library(march)
+    lib = quant_cpu.library(march, "quant_extra")
     assert lib is not None
     n, k = 24, 768
     raw = random_blocks(qtype, n, k, seed=2)
     want = _gguf(raw, qtype, n, k)
     t = torch.from_numpy(raw)
-    got = quant_extra_cpu.dequantize_cpu(t, qtype, k, lib).numpy()
+    got = quant_cpu.dequantize_cpu(t, qtype, k, lib).numpy()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     for m in (1, 3, 9):
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
         ref = x.double() @ torch.from_numpy(want).double().T
-        out = quant_extra_cpu.qmatmul_cpu(x, t, qtype, k, lib)
+        out = quant_cpu.qmatmul_cpu(x, t, qtype, k, lib)
         err = (out.double() - ref).norm() / ref.norm()
         assert err < 1e-5, (qtype, m, float(err))
 

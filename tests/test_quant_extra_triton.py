@@ -13,8 +13,8 @@ if not torch.cuda.is_available():
 
 from quant_blocks import random_blocks, reference_dequantize  # noqa: E402
 
-from mlxr.ops.quant_extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
-from mlxr.ops.quant_types import EXTRA_TYPES  # noqa: E402
+from mlxr.ops.quant.quant_extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
+from mlxr.ops.quant.quant_types import EXTRA_TYPES  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="interpreter")),

@@ -81,6 +81,6 @@ def test_file_types_mix_round_trip_and_serve_kept_quantized(tmp_path, synthetic,
 
     ids = kept.tokenizer.encode("The quick brown fox jumps over the lazy dog, again and again")
     ours, theirs = paged_logits(kept, ids, 4), paged_logits(ref, ids, len(ids))
-    # The core types' kernels round activations to 16 bits (ops/cpu/quant.c): ~1e-4 of drift.
+    # The core types' kernels round activations to 16 bits (ops/quant/quant.c): ~1e-4 of drift.
     assert (ours - theirs).norm() / theirs.norm() < 1e-3
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))

@@ -14,9 +14,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from mlxr.ops.paged_attention import paged_attention, paged_attention_reference  # noqa: E402
-from mlxr.ops.paged_decode_triton import paged_decode_triton, plan_partitions  # noqa: E402
-from mlxr.ops.paged_prefill_triton import paged_prefill_triton  # noqa: E402
+from mlxr.ops.attention.paged_attention import paged_attention, paged_attention_reference  # noqa: E402
+from mlxr.ops.attention.paged_decode_triton import paged_decode_triton, plan_partitions  # noqa: E402
+from mlxr.ops.attention.paged_prefill_triton import paged_prefill_triton  # noqa: E402
 from test_paged_attention import build  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -182,7 +182,7 @@ def _compiled_variants(kernel) -> int:
 def test_batch_shapes_reuse_one_compiled_kernel():
     """Block-table widths of 1, 19 and 32 and partition counts of 1, 3 and 16 (what changes
     from batch to batch while serving) run on one compiled kernel each: no mid-serving compile."""
-    from mlxr.ops import paged_decode_triton as decode, paged_prefill_triton as prefill
+    from mlxr.ops.attention import paged_decode_triton as decode, paged_prefill_triton as prefill
 
     heads, dim, bs, dtype = (8, 2), 64, 16, torch.bfloat16
     check_prefill([5], [5], heads, dim, bs, None, dtype, "cuda")

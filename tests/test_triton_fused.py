@@ -11,11 +11,11 @@ from mlxr.layers.norm import GemmaRMSNorm, RMSNorm  # noqa: E402
 from mlxr.layers.rope import inverse_frequencies  # noqa: E402
 from mlxr.ops.activation import activation_reference, gated_activation  # noqa: E402
 from mlxr.ops.activation_triton import gated_activation_triton  # noqa: E402
-from mlxr.ops.paged_attention import write_kv  # noqa: E402
-from mlxr.ops.rms_norm import rms_norm, rms_norm_reference  # noqa: E402
-from mlxr.ops.rms_norm_triton import rms_norm_triton  # noqa: E402
-from mlxr.ops.rotary import rotary_reference, rotary_write_kv  # noqa: E402
-from mlxr.ops.rotary_triton import rotary_triton  # noqa: E402
+from mlxr.ops.attention.paged_attention import write_kv  # noqa: E402
+from mlxr.ops.norm.rms_norm import rms_norm, rms_norm_reference  # noqa: E402
+from mlxr.ops.norm.rms_norm_triton import rms_norm_triton  # noqa: E402
+from mlxr.ops.rotary.rotary import rotary_reference, rotary_write_kv  # noqa: E402
+from mlxr.ops.rotary.rotary_triton import rotary_triton  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # The interpreter truncates fp32 -> bf16 (the GPU rounds to nearest): two roundings, 2 ulp.

@@ -19,7 +19,7 @@ from gemv import graph_us
 
 
 def main() -> None:
-    from mlxr.ops.paged_decode_triton import paged_decode_triton
+    from mlxr.ops.attention.paged_decode_triton import paged_decode_triton
 
     p = argparse.ArgumentParser()
     p.add_argument("--ctx", type=int, default=200)

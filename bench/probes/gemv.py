@@ -93,7 +93,7 @@ def fused_rows(warm: bool) -> list[dict]:
     """Each fused single-row kernel beside the two unfused kernels it replaces (default configs)."""
     from mlxr.ops.activation_triton import gated_activation_triton
     from mlxr.ops.gemv_triton import gated_gemv_triton, gemv_triton, norm_gemv_triton
-    from mlxr.ops.rms_norm_triton import rms_norm_triton
+    from mlxr.ops.norm.rms_norm_triton import rms_norm_triton
 
     rows = []
     n, inter = SHAPES["down"]

@@ -13,7 +13,7 @@ from torch import nn
 
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.steady_decode import DecodeArrays
-from mlxr.ops.attn_metadata import AttnMetadata
+from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from mlxr.engine.records import NewRequestData, SchedulerOutput
 from mlxr.engine.sampler import SamplingState, make_generator
 from mlxr.engine.staging import to_device
 from mlxr.engine.steady_decode import DecodeArrays, SteadyDecode
-from mlxr.ops.attn_metadata import AttnMetadata
+from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 
 class CachedRequestState:

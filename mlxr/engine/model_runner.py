@@ -16,7 +16,7 @@ from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
 from mlxr.engine.staging import to_device
 from mlxr.engine.steady_decode import DecodeArrays
-from mlxr.ops.attn_metadata import AttnMetadata
+from mlxr.ops.attention.attn_metadata import AttnMetadata
 from mlxr.ops.backend import use_triton
 
 

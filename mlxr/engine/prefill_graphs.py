@@ -16,7 +16,7 @@ from torch import nn
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.input_batch import slots_for
 from mlxr.engine.staging import copy_into
-from mlxr.ops.attn_metadata import AttnMetadata
+from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlxr.ops.attn_metadata import AttnMetadata  # noqa: F401 - the layer's argument, re-exported
-from mlxr.ops.paged_attention import paged_attention, write_kv
-from mlxr.ops.rotary import rotary_write_kv_query
+from mlxr.ops.attention.attn_metadata import AttnMetadata  # noqa: F401 - the layer's argument, re-exported
+from mlxr.ops.attention.paged_attention import paged_attention, write_kv
+from mlxr.ops.rotary.rotary import rotary_write_kv_query
 
 
 class PagedAttention(nn.Module):

@@ -19,7 +19,7 @@ from mlxr.layers.mlp import ACTIVATIONS
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.ops.activation import gated_activation
 from mlxr.ops.backend import use_triton
-from mlxr.ops.quant import qmatmul
+from mlxr.ops.quant.quant import qmatmul
 
 
 class Stacked(nn.Module):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlxr.ops.rms_norm import rms_norm, rms_normalize
+from mlxr.ops.norm.rms_norm import rms_norm, rms_normalize
 
 
 class RMSNorm(nn.Module):

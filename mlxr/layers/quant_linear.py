@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mlxr.ops.quant import dequantize_rows, qmatmul
-from mlxr.ops.quant_types import quant_type
+from mlxr.ops.quant.quant import dequantize_rows, qmatmul
+from mlxr.ops.quant.quant_types import quant_type
 
 
 @dataclass

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from mlxr.config import RopeScaling
-from mlxr.ops.rotary import rope_cos_sin, rotary_embedding
+from mlxr.ops.rotary.rotary import rope_cos_sin, rotary_embedding
 
 
 def llama3_inv_freq(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:

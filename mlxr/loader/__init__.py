@@ -170,6 +170,6 @@ def kept_types(device: torch.device, quantization: str) -> Collection[str]:
     use integer dot products: the six newer types' plain C kernels decoded the bundled SmolLM2
     Q4_1 at 13 tok/s against 56 with its weights expanded to 16 bits at load (2-core AMD EPYC,
     bench/cpu_vs_llama_cpp.py, 2026-11-24). `--quantization gguf` keeps every type."""
-    from mlxr.ops.quant_types import KEPT_TYPES, QUANT_TYPES
+    from mlxr.ops.quant.quant_types import KEPT_TYPES, QUANT_TYPES
 
     return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else QUANT_TYPES

@@ -12,7 +12,7 @@ from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
 from mlxr.models.arch import Architecture
-from mlxr.ops.rotary import qkv_rope_write_kv
+from mlxr.ops.rotary.rotary import qkv_rope_write_kv
 
 KVCache = tuple[torch.Tensor, torch.Tensor]
 

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.attention_tiles_triton import dot_flags, mma
+from mlxr.ops.attention.attention_tiles_triton import dot_flags, mma
 
 
 def align_by_expert(ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.sampler import make_generator
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, ProposerUnavailable
 from mlxr.engine.staging import to_device
-from mlxr.ops.attn_metadata import AttnMetadata
+from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 
 @dataclass

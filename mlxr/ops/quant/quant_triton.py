@@ -1,13 +1,13 @@
 """Triton kernels for GGUF-quantized weights kept in their raw block layout.
 
 A weight is a uint8 tensor (N, K // block_elems * block_bytes): row n is output channel n's
-GGUF blocks as the file stores them (mlxr/ops/quant_types.py). Nothing is repacked.
+GGUF blocks as the file stores them (mlxr/ops/quant/quant_types.py). Nothing is repacked.
 
 How a tile is read from its blocks, and the split-K tail: quant_blocks_triton.py.
 
 Kernels and the paths of `qmatmul_triton` (x has M rows):
 - `dequantize_triton`: writes the dense (N, K) matrix. In float32 it is bit-exact to gguf-py
-  (and to mlxr/ops/quant_reference.py): all products of the dequantization are exact in float32,
+  (and to mlxr/ops/quant/quant_reference.py): all products of the dequantization are exact in float32,
   so whether the compiler contracts `(d*sc)*q - dmin*m` into an FMA does not change the result
   (the FMA's single rounding equals the subtraction's). bfloat16/float16 outputs are that float32
   value rounded to nearest (the GPU's conversion; the CPU interpreter truncates instead).
@@ -49,8 +49,8 @@ import triton.language as tl
 
 from mlxr.ops.backend import interpreting, sm_count, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant_blocks_triton import _CODES, _cols, _deq, _finish, _pieces, _raw
-from mlxr.ops.quant_types import QUANT_TYPES, quant_type
+from mlxr.ops.quant.quant_blocks_triton import _CODES, _cols, _deq, _finish, _pieces, _raw
+from mlxr.ops.quant.quant_types import QUANT_TYPES, quant_type
 
 _X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -297,7 +297,7 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
     cfg = dict(config or {})
     kind = cfg.get("kind", "ws")
     if kind == "ws":
-        from mlxr.ops.quant_wgemv_triton import wgemv_fits, wgemv_triton
+        from mlxr.ops.quant.quant_wgemv_triton import wgemv_fits, wgemv_triton
 
         if wgemv_fits(raw, qtype, m):
             return wgemv_triton(x2, raw, qtype, k, out, cfg).reshape(*x.shape[:-1], n)

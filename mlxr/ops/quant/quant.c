@@ -1,4 +1,4 @@
-/* CPU kernels for GGUF weights kept in their file block layout (see mlxr/ops/quant_types.py).
+/* CPU kernels for GGUF weights kept in their file block layout (see mlxr/ops/quant/quant_types.py).
  *
  * Matmul: y[m][n] = sum_k x[m][k] * W[n][k]. Activations are quantized per 32 columns to
  * 16 bits held as two int8 parts, xq = 256*hi + lo with one fp32 unit dx per 32 (hi is x

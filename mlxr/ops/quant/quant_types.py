@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class QuantType:
     name: str
-    code: int  # the id the CPU kernels switch on (mlxr/ops/cpu/quant.c)
+    code: int  # the id the CPU kernels switch on (mlxr/ops/quant/quant.c)
     block_elems: int
     block_bytes: int
 
@@ -35,7 +35,7 @@ QUANT_TYPES: dict[str, QuantType] = {
 }
 
 
-# Kept quantized by their own kernels (mlxr/ops/quant_extra.py: cpu/quant_extra.c, Triton in
+# Kept quantized by their own kernels (mlxr/ops/quant/quant_extra.py: quant_extra.c, Triton in
 # quant_extra_triton.py); their codes (after the core types') are quant_extra.c's.
 EXTRA_TYPES: dict[str, QuantType] = {
     t.name: t

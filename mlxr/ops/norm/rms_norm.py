@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.ops import norm_cpu
 from mlxr.ops.backend import use_triton
+from mlxr.ops.norm import norm_cpu
 
 
 def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -47,7 +47,7 @@ def rms_norm(
         if done is not None:
             return done[0] if residual is None else done
     elif _triton_fits(x, weight, gemma) and (residual is None or residual.dtype == x.dtype):
-        from mlxr.ops.rms_norm_triton import rms_norm_triton
+        from mlxr.ops.norm.rms_norm_triton import rms_norm_triton
 
         out, new_residual = rms_norm_triton(x, weight, eps, gemma, residual)
         return out if residual is None else (out, new_residual)

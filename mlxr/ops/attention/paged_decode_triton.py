@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.attention_tiles_triton import (
+from mlxr.ops.attention.attention_tiles_triton import (
     check_cache,
     dot_flags,
     gather_rows,

@@ -1,4 +1,5 @@
-"""Compile mlxr/ops/cpu/*.c once per source and CPU, and load it with ctypes.
+"""Compile the C kernels of mlxr/ops (each op's .c beside its Python wrapper, LIBRARIES) once
+per source and CPU, and load them with ctypes.
 
 The library is built with the machine's C compiler (`CC`, default `cc`) for the host CPU
 (-march=native) and cached under
@@ -44,7 +45,9 @@ def _cpu_signature() -> str:
     return os.uname().machine + flags
 
 
-LIBRARIES = ("attention", "norm", "quant", "quant_extra")  # the *.c files beside this one
+# Library name -> its source, relative to mlxr/ops; a source #includes headers of its own folder.
+LIBRARIES = {"attention": "attention/attention.c", "norm": "norm/norm.c", "quant": "quant/quant.c",
+             "quant_extra": "quant/quant_extra.c"}
 # MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU.
 TARGETS = {"x86_64": {"avx2": "x86-64-v3", "portable": "x86-64"},
            "aarch64": {"portable": "armv8-a"}}
@@ -64,8 +67,12 @@ def selected_march() -> str:
     return targets[wanted]
 
 
+def _source(name: str) -> Path:
+    return Path(__file__).parent / LIBRARIES[name]
+
+
 def _target(name: str, march: str, compiler: str, flags: list[str]) -> Path:
-    source = Path(__file__).with_name(f"{name}.c")
+    source = _source(name)
     headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))  # #included by the sources
     digest = hashlib.sha256(source.read_bytes() + headers + " ".join([compiler, *flags, _cpu_signature()]).encode())
     return cache_dir() / f"{name}-{march}-{digest.hexdigest()[:16]}.so"
@@ -80,7 +87,7 @@ def unbuilt_libraries(march: str | None = None) -> list[str]:
 
 
 def load_library(name: str, march: str | None = None) -> ctypes.CDLL | None:
-    """The compiled `name`.c beside this file, or None (logged once) when it cannot be built.
+    """The compiled source of library `name` (LIBRARIES), or None (logged once) when it cannot be built.
     march: None for MLXR_CPU_KERNELS's choice (native by default); tests name older targets to
     run the AVX2 and portable paths."""
     return _load(name, march or selected_march())
@@ -96,13 +103,13 @@ load_library.cache_clear = _clear_caches  # tests change CC, MLXR_CACHE_DIR or M
 
 @functools.cache
 def _load(name: str, march: str) -> ctypes.CDLL | None:
-    source = Path(__file__).with_name(f"{name}.c")
+    source = _source(name)
     compiler = os.environ.get("CC", "cc")
     flags = [f"-march={march}", *FLAGS]
     target = _target(name, march, compiler, flags)
     try:
         if not target.exists():
-            log.info("compiling CPU kernels %s.c (first use; cached in %s)", name, target.parent)
+            log.info("compiling CPU kernels %s (first use; cached in %s)", source.name, target.parent)
             _compile(compiler, flags, source, target)
         return ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as exc:

@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
-from mlxr.ops.quant_types import EXTRA_TYPES
+from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
+from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
 _BN, _BK = 16, 256

@@ -1,8 +1,11 @@
-"""Launchers for the CPU kernels of GGUF-quantized weights (mlxr/ops/cpu/quant.c).
+"""Launchers for the CPU kernels of quantized weights: one ctypes layer over the two libraries,
+quant.c (QUANT_TYPES) and quant_extra.c (EXTRA_TYPES), which export the same entry points under
+their own prefixes; a call picks the library by the weight's type.
 
-`qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with integer
-dot products: it reads each weight byte once, so decode is bound by the (quantized) weight
-bytes, not by fp32 arithmetic. `dequantize_cpu` is exact to gguf-py.
+quant.c's `qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with
+integer dot products; quant_extra.c dequantizes each block once into L1 and dots it in fp32. Both
+read each weight byte once, so decode is bound by the (quantized) weight bytes, not by fp32
+arithmetic. `dequantize_cpu` is exact to gguf-py.
 """
 from __future__ import annotations
 
@@ -10,11 +13,14 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu.build import load_library
-from mlxr.ops.quant_types import quant_type
+from mlxr.ops.cpu_build import load_library
+from mlxr.ops.quant.quant_types import EXTRA_TYPES, quant_type
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
+# Library -> (the prefix of its entry points, whether its matmul returns a status): quant.c's
+# can fail to allocate scratch, quant_extra.c's needs none.
+ENTRY_POINTS = {"quant": ("mlxr_", True), "quant_extra": ("mlxr_extra_", False)}
 
 SIMD_LEVELS = {2: "avx512-vnni", 1: "avx2", 0: "portable"}  # quant.c's mlxr_simd_level
 # Rows from which dequantize + torch's fp32 GEMM beats the integer kernel, by SIMD level (VNNI:
@@ -23,22 +29,36 @@ SIMD_LEVELS = {2: "avx512-vnni", 1: "avx2", 0: "portable"}  # quant.c's mlxr_sim
 GEMM_MIN_ROWS = {1: 96, 0: 16}
 
 
-def library(march: str | None = None) -> ctypes.CDLL | None:
-    lib = load_library("quant", march)
+def library(march: str | None = None, name: str = "quant") -> ctypes.CDLL | None:
+    """Library `name` (ENTRY_POINTS) with its entry points typed as lib.qmatmul, lib.dequant and
+    lib.dequant_rows, or None without a compiler. march: as load_library's."""
+    lib = load_library(name, march)
     if lib is not None and not getattr(lib, "_typed", False):
-        lib.mlxr_qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
-        lib.mlxr_qmatmul.restype = _INT
-        lib.mlxr_dequant_f32.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
-        lib.mlxr_dequant_rows_f32.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
-        lib.mlxr_simd_level.restype = _INT
-        lib._level = lib.mlxr_simd_level()
-        lib._vnni = lib._level == 2
+        prefix, has_status = ENTRY_POINTS[name]
+        lib.qmatmul = getattr(lib, prefix + "qmatmul")
+        lib.qmatmul.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _I64, _PTR, _INT]
+        lib.qmatmul.restype = _INT if has_status else None
+        lib.dequant = getattr(lib, prefix + "dequant_f32")
+        lib.dequant.argtypes = [_INT, _PTR, _I64, _I64, _PTR, _INT]
+        lib.dequant.restype = None
+        lib.dequant_rows = getattr(lib, prefix + "dequant_rows_f32")
+        lib.dequant_rows.argtypes = [_INT, _PTR, _I64, _PTR, _I64, _PTR]
+        lib.dequant_rows.restype = None
+        if name == "quant":
+            lib.mlxr_simd_level.restype = _INT
+            lib._level = lib.mlxr_simd_level()
+            lib._vnni = lib._level == 2
         lib._typed = True
     return lib
 
 
-def available() -> bool:
-    return library() is not None
+def library_for(qtype: str, march: str | None = None) -> ctypes.CDLL | None:
+    """The library whose kernels take `qtype`."""
+    return library(march, "quant_extra" if qtype in EXTRA_TYPES else "quant")
+
+
+def available(name: str = "quant") -> bool:
+    return library(None, name) is not None
 
 
 def kernel_path() -> str:
@@ -78,18 +98,19 @@ def qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, lib: cty
     rows = x if flat else x.reshape(-1, k).contiguous()  # reshape: a view if it can
     m = rows.shape[0]
     out = torch.empty(m, n, dtype=torch.float32)
-    status = (lib or library()).mlxr_qmatmul(t.code, raw.data_ptr(), n, k, rows.data_ptr(), m,
-                                             out.data_ptr(), torch.get_num_threads())
-    if status != 0:
+    status = (lib or library_for(qtype)).qmatmul(t.code, raw.data_ptr(), n, k, rows.data_ptr(), m,
+                                                 out.data_ptr(), torch.get_num_threads())
+    if status:  # None from a library without a status
         raise MemoryError(f"quantized matmul failed ({status})")
     return out if flat else out.view(*x.shape[:-1], n)
 
 
-def dequantize_cpu(raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+def dequantize_cpu(raw: torch.Tensor, qtype: str, k: int, lib: ctypes.CDLL | None = None) -> torch.Tensor:
     """The (n, k) weight in float32, bit-exact to gguf-py."""
     code = _check(raw, qtype, k)
     out = torch.empty(raw.shape[0], k, dtype=torch.float32)
-    library().mlxr_dequant_f32(code, raw.data_ptr(), raw.shape[0], k, out.data_ptr(), torch.get_num_threads())
+    (lib or library_for(qtype)).dequant(code, raw.data_ptr(), raw.shape[0], k, out.data_ptr(),
+                                        torch.get_num_threads())
     return out
 
 
@@ -98,5 +119,5 @@ def dequantize_rows_cpu(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: in
     code = _check(raw, qtype, k)
     idx = rows.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty(idx.numel(), k, dtype=torch.float32)
-    library().mlxr_dequant_rows_f32(code, raw.data_ptr(), k, idx.data_ptr(), idx.numel(), out.data_ptr())
+    library_for(qtype).dequant_rows(code, raw.data_ptr(), k, idx.data_ptr(), idx.numel(), out.data_ptr())
     return out.reshape(*rows.shape, k)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from mlxr.ops.attention_cpu import paged_decode_cpu
+from mlxr.ops.attention.attention_cpu import paged_decode_cpu
 from mlxr.ops.backend import use_triton
 
 if TYPE_CHECKING:
-    from mlxr.ops.attn_metadata import AttnMetadata
+    from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 
 def write_kv(
@@ -164,12 +164,12 @@ def _paged_attention_triton(
     softcap: float | None,
 ) -> torch.Tensor:
     if meta.is_decode_only:
-        from mlxr.ops.paged_decode_triton import paged_decode_triton
+        from mlxr.ops.attention.paged_decode_triton import paged_decode_triton
 
         return paged_decode_triton(
             q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window, softcap
         )
-    from mlxr.ops.paged_prefill_triton import paged_prefill_triton
+    from mlxr.ops.attention.paged_prefill_triton import paged_prefill_triton
 
     return paged_prefill_triton(
         q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mlxr.ops.quant_types import QUANT_TYPES
+from mlxr.ops.quant.quant_types import QUANT_TYPES
 
 _CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
 

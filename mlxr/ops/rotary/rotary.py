@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.ops.attention_cpu import rope_write_kv_cpu
+from mlxr.ops.attention.attention_cpu import rope_write_kv_cpu
+from mlxr.ops.attention.paged_attention import write_kv
 from mlxr.ops.backend import use_triton
-from mlxr.ops.paged_attention import write_kv
 
 
 def rope_cos_sin(
@@ -39,7 +39,7 @@ def rotary_embedding(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [T, H, D] and k [T, KH, D] rotated by their positions [T]."""
     if _triton_fits(q, k, positions):
-        from mlxr.ops.rotary_triton import rotary_triton
+        from mlxr.ops.rotary.rotary_triton import rotary_triton
 
         return rotary_triton(q, k, positions, inv_freq)
     return rotary_reference(q, k, positions, inv_freq)
@@ -57,7 +57,7 @@ def rotary_write_kv(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate q and k, store rotated k and v at their cache slots; returns (q, k) rotated."""
     if _triton_fits(q, k, positions) and k_cache.dtype == q.dtype == v.dtype:
-        from mlxr.ops.rotary_triton import rotary_triton
+        from mlxr.ops.rotary.rotary_triton import rotary_triton
 
         return rotary_triton(q, k, positions, inv_freq, (v, k_cache, v_cache, slot_mapping))
     q, k = rotary_reference(q, k, positions, inv_freq)
@@ -105,7 +105,7 @@ def qkv_rope_write_kv(
     if not (x.dtype == weight.dtype == k_cache.dtype) or weight.stride(-1) != 1 \
             or not use_triton(x, weight, k_cache, positions):
         return None
-    from mlxr.ops.qkv_rope_triton import qkv_rope_triton
+    from mlxr.ops.rotary.qkv_rope_triton import qkv_rope_triton
 
     return qkv_rope_triton(x.reshape(1, -1), weight, bias, n_heads, n_kv, positions, inv_freq,
                            k_cache, v_cache, slot_mapping)

@@ -1,4 +1,4 @@
-"""Launchers for the CPU attention kernels (mlxr/ops/cpu/attention.c): float32 only.
+"""Launchers for the CPU attention kernels (mlxr/ops/attention/attention.c): float32 only.
 
 Called once per layer per step, so they check tensor attributes rather than run torch ops,
 and return None where the kernel does not apply (the caller then runs the torch reference)."""
@@ -8,7 +8,7 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu.build import load_library
+from mlxr.ops.cpu_build import load_library
 
 _I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 MAX_HEAD_DIM = 1024  # the kernel's angle tables

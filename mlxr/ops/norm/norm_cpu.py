@@ -1,11 +1,11 @@
-"""Launcher for the CPU RMSNorm kernel (mlxr/ops/cpu/norm.c): float32 rows only."""
+"""Launcher for the CPU RMSNorm kernel (mlxr/ops/norm/norm.c): float32 rows only."""
 from __future__ import annotations
 
 import ctypes
 
 import torch
 
-from mlxr.ops.cpu.build import load_library
+from mlxr.ops.cpu_build import load_library
 
 
 def _library() -> ctypes.CDLL | None:

@@ -3,7 +3,7 @@
  *
  * Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V; a
  * token's slot is block * block_size + offset. Same math as the torch reference in
- * mlxr/ops/paged_attention.py and rotary.py, in fp32. */
+ * mlxr/ops/attention/paged_attention.py and mlxr/ops/rotary/rotary.py, in fp32. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -14,8 +14,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from mlxr.ops import quant_cpu, quant_extra
 from mlxr.ops.backend import use_triton
+from mlxr.ops.quant import quant_cpu, quant_extra
 
 # MLXR_KERNELS=reference (read once): dequantize + fp32 GEMM on the CPU too, a continuous
 # function of the activations, which tests compare at 1e-5 (the kernels round activations).
@@ -32,10 +32,10 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
     if x.is_cpu and not CPU_REFERENCE:
         return _qmatmul_cpu(x, raw, qtype, k)
     if use_triton(x, raw):
-        from mlxr.ops.quant_triton import qmatmul_triton
+        from mlxr.ops.quant.quant_triton import qmatmul_triton
 
         return qmatmul_triton(x, raw, qtype, k)
-    from mlxr.ops.quant_reference import qmatmul_reference
+    from mlxr.ops.quant.quant_reference import qmatmul_reference
 
     return qmatmul_reference(x, raw, qtype, k)
 
@@ -46,7 +46,7 @@ def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -
         return quant_extra.dequantize_rows(raw, rows, qtype, k)
     if raw.device.type == "cpu" and quant_cpu.available():
         return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
-    from mlxr.ops.quant_reference import dequantize_rows as reference_rows
+    from mlxr.ops.quant.quant_reference import dequantize_rows as reference_rows
 
     return reference_rows(raw, rows, qtype, k)
 
@@ -58,7 +58,7 @@ def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torc
             return quant_cpu.qmatmul_cpu(x, raw, qtype, k)
         return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
     if not quant_cpu.available():
-        from mlxr.ops.quant_reference import qmatmul_reference
+        from mlxr.ops.quant.quant_reference import qmatmul_reference
 
         return qmatmul_reference(x, raw, qtype, k)
     weight = quant_cpu.dequantize_cpu(raw, qtype, k)
