@@ -97,7 +97,8 @@ class EngineCore:
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
-        self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size)
+        self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
+                                                  pin_masks=parts.device.type == "cuda")
         self.speculator = make_speculator(parts, config, num_blocks)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
