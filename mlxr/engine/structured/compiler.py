@@ -52,6 +52,7 @@ class GrammarCompiler:
         if text is None:
             text = check(spec)
         matcher = llguidance.LLMatcher(self.ll_tokenizer(), text, limits=parser_limits(), log_level=0)
+        matcher.compute_bitmask()  # the lexer's first states are built here, not in the step loop
         if matcher.is_error():
             raise InvalidParameterError("structured_outputs", matcher.get_error()[:500])
         with self._lock:
