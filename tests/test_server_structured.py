@@ -77,6 +77,50 @@ def test_parse_with_pydantic_models(client, model, model_cls):
     model_cls.model_validate_json(reply.choices[0].message.content)
 
 
+LOOSE = {  # no additionalProperties anywhere, and optional fields: what strict mode tightens
+    "type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 5},
+        "tags": {"type": "array", "maxItems": 2, "items": {"type": "object", "properties": {
+            "k": {"type": "string", "maxLength": 3}, "v": {"type": "integer", "minimum": 0, "maximum": 9}}}},
+        "size": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["name"]}
+
+
+def keys_everywhere(doc: dict) -> list[set]:
+    return [set(doc)] + [set(t) for t in doc.get("tags", [])]
+
+
+def test_strict_json_schema_forbids_extra_keys_and_requires_every_property(client, model):
+    fmt = {"type": "json_schema", "json_schema": {"name": "loose", "schema": LOOSE, "strict": True}}
+    for seed in range(6):
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "JSON"}],
+                                               response_format=fmt, **{**ARGS, "seed": seed})
+        assert reply.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(reply.choices[0].message.content), LOOSE)
+        assert strict_shape(reply.choices[0].message.content), reply.choices[0].message.content
+
+
+def strict_shape(text: str) -> bool:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    return keys_everywhere(doc) == [{"name", "tags", "size"}] + [{"k", "v"}] * len(doc.get("tags", []))
+
+
+def test_without_strict_the_schema_means_what_it_says(client, model):
+    """The contrast: the same requests without strict leave optional keys out or add others
+    (a random model under a loose schema often writes extra keys until max_tokens)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "loose", "schema": LOOSE}}
+    replies = [client.chat.completions.create(model=model, messages=[{"role": "user", "content": "JSON"}],
+                                              response_format=fmt, **{**ARGS, "seed": seed}).choices[0]
+               for seed in range(6)]
+    for r in replies:
+        if r.finish_reason == "stop":
+            jsonschema.validate(json.loads(r.message.content), LOOSE)
+    assert not all(strict_shape(r.message.content) for r in replies)
+
+
 def test_completions_route_and_streaming(client, model):
     schema = SCHEMAS["record_like"]
     fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}

@@ -78,14 +78,14 @@ def _schema_text(schema: dict | str) -> str:
         raise InvalidParameterError(PARAM, f"json schema is not valid JSON: {e}") from None
     if not isinstance(doc, (dict, bool)):
         raise InvalidParameterError(PARAM, "json schema must be a JSON object")
-    if _depth(doc) > MAX_JSON_DEPTH:
+    if json_depth(doc) > MAX_JSON_DEPTH:
         raise InvalidParameterError(PARAM, f"json schema nests deeper than {MAX_JSON_DEPTH} levels")
     for pattern in schema_patterns(doc):
         _regexes_bounded(f"json schema pattern {pattern[:40]!r}", pattern)
     return text
 
 
-def _depth(doc: object) -> int:
+def json_depth(doc: object) -> int:
     """Nesting depth of a parsed JSON document, without recursion."""
     deepest, stack = 0, [(doc, 1)]
     while stack:
