@@ -1,6 +1,8 @@
 """Structured-output overhead: decode tok/s with a JSON schema on every request against the same
 requests unconstrained, interleaved (plain, schema, plain, schema, ...), single stream and a
-batch; and the host's mask time per constrained token. Writes bench/results/structured_overhead-*.json.
+batch; the host's mask time per constrained token (in all and per way of filling), and each
+arm's host time per engine step by phase (step_phases.py). Writes
+bench/results/<day>/structured_overhead-*.json.
 
 The schema never completes within --gen-len tokens (an array with many required items), so both
 arms generate exactly gen-len tokens per request (the plain arm ignores EOS).
@@ -17,6 +19,7 @@ import time
 import torch
 
 from common import device_name, median, print_table, write_result
+from step_phases import PHASES, host_facts, per_step, time_phases
 from mlxr import LLM, SamplingParams
 from mlxr.types import StructuredOutputsParams
 
@@ -63,21 +66,28 @@ def main() -> None:
     rows = []
     for batch in a.batches:
         run_arm(llm, batch, a.gen_len, False), run_arm(llm, batch, a.gen_len, True)  # warm-up, grammar compile
-        plain, schema, mask_s, mask_rows = [], [], 0.0, 0
+        plain, schema, spent = [], [], {False: {}, True: {}}
+        before = manager.timing.snapshot()
         for _ in range(a.reps):
-            plain.append(run_arm(llm, batch, a.gen_len, False)[0])
-            before = (manager.timing.seconds, manager.timing.rows)
-            schema.append(run_arm(llm, batch, a.gen_len, True)[0])
-            mask_s += manager.timing.seconds - before[0]
-            mask_rows += manager.timing.rows - before[1]
+            for constrained, runs in ((False, plain), (True, schema)):
+                with time_phases(llm, spent[constrained]):
+                    runs.append(run_arm(llm, batch, a.gen_len, constrained)[0])
+        fill = manager.timing.since(before)
         rows.append({"batch": batch, "plain_tok_s": median(plain), "schema_tok_s": median(schema),
-                     "ratio": median(schema) / median(plain), "mask_us_per_token": 1e6 * mask_s / max(1, mask_rows),
+                     "ratio": median(schema) / median(plain), "mask_us_per_token": fill["us_per_row"],
+                     "mask_fill": fill, "mask_fill_choice_us_per_row": manager.filler.us_per_row,
+                     "plain_step_ms": per_step(spent[False]), "schema_step_ms": per_step(spent[True]),
                      "plain_runs": plain, "schema_runs": schema})
-        print(f"batch {batch}: plain {median(plain):.1f} tok/s, schema {median(schema):.1f} tok/s", flush=True)
+        print(f"batch {batch}: plain {median(plain):.1f} tok/s, schema {median(schema):.1f} tok/s, "
+              f"mask {fill['us_per_row']:.1f} us/row {fill['by_kind']}", flush=True)
     print_table(rows, ["batch", "plain_tok_s", "schema_tok_s", "ratio", "mask_us_per_token"])
+    print_table([{"arm": f"b{r['batch']} {arm}", **r[f"{arm}_step_ms"]} for r in rows for arm in ("plain", "schema")],
+                ["arm", "steps", "step", *PHASES, "rest"])
     path = write_result("structured_overhead", {
         "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
-        "reps": a.reps, "grammar_engine": "llguidance", "threads": torch.get_num_threads(), "rows": rows})
+        "reps": a.reps, "grammar_engine": "llguidance", "threads": torch.get_num_threads(), **host_facts(),
+        "step_ms_note": "host ms per engine step; on CUDA, forward and sample are enqueue times and "
+                        "wait is the host blocked on the device", "rows": rows})
     print(path)
 
 

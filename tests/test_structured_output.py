@@ -117,6 +117,23 @@ def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
     llm.shutdown()
 
 
+def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir):
+    """Under overlap a constrained step's forward is queued a call ahead of its sampling
+    (EngineCore._forward_ahead); greedy and seeded rows, constrained or not, must not notice."""
+    names = ["nested_mixed", "record_like", "enum_strings"]
+    params = [SamplingParams(max_tokens=100, temperature=t, seed=i, structured_outputs=SO(json=SCHEMAS[n]))
+              for i, (n, t) in enumerate(zip(names * 2, [0.0] * 3 + [1.0] * 3))]
+    params += [SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)] * 2
+    prompts = [f"prompt number {i}" for i in range(len(params))]
+    runs = []
+    for overlap in (True, False):
+        llm = LLM(model_dir, dtype="float32", overlap_steps=overlap, engine_process=False)
+        assert llm.engine.core.core.overlap is overlap
+        runs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params)])
+        llm.shutdown()
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.parametrize("spec, words", [
     (SO(json={"type": "integer", "minimum": 5, "maximum": 1}), "minimum"),
     (SO(json={"type": "strin"}), "strin"),

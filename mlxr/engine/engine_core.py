@@ -21,7 +21,7 @@ from mlxr.engine.compile_watch import WATCH
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv_disk import DiskStore, Layout
 from mlxr.engine.kv_tiers import KVTiers
-from mlxr.engine.model_runner import ModelRunner, RunnerStep
+from mlxr.engine.model_runner import Forwarded, ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
@@ -97,7 +97,9 @@ class EngineCore:
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
-        self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size)
+        self._forwarded: tuple[SchedulerOutput, Forwarded] | None = None  # a constrained step, unsampled
+        self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
+                                                  pin_masks=parts.device.type == "cuda")
         self.speculator = make_speculator(parts, config, num_blocks, self.block_manager.blocks_for(self.max_model_len))
         self.device_bytes = self._device_bytes()
         if config.warm_up:
@@ -140,6 +142,8 @@ class EngineCore:
 
     def reset(self) -> None:
         """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
+        if self._forwarded is not None:
+            self._sample_forwarded()
         self._land(self._take_inflight())
         self._new_scheduler()
         self.runner.reset()
@@ -185,11 +189,14 @@ class EngineCore:
         self.runner.shutdown()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished or self._inflight is not None or self.structured.busy
+        return (self.scheduler.has_unfinished or self._inflight is not None or self._forwarded is not None
+                or self.structured.busy)
 
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         outputs = self.structured.admit(self.scheduler)
+        if self._forwarded is not None:
+            outputs += self._sample_forwarded()
         landed, draft_probs = self._speculate()
         outputs += landed
         out = self.scheduler.schedule()
@@ -197,8 +204,11 @@ class EngineCore:
             if self._inflight is None and not outputs:
                 self.structured.wait_for_compile()
             return outputs + self._land_and_flush(self._take_inflight())
+        constrained = self.structured.constrains(out.request_ids)
+        if constrained and self.overlap and not out.spec_token_ids:
+            return outputs + self._forward_ahead(out)
         landed: list[EngineCoreOutput] = []
-        hook = self._mask_hook(landed) if self.structured.constrains(out.request_ids) else None
+        hook = self._mask_hook(landed) if constrained else None
         try:
             if self.tiers is not None:
                 self.tiers.flush()  # blocks evicted or loaded while scheduling move before the forward
@@ -219,6 +229,34 @@ class EngineCore:
         if self.tiers is not None:
             self.tiers.flush()  # blocks the step completed go to disk now, not at the next step
         return outputs
+
+    def _forward_ahead(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
+        """A constrained step under overlap: only its forward is queued now. Its rows' masks need
+        the step in flight landed first; the next call does that, masks, samples, and queues the
+        next forward at once, so the device runs one forward while the host lands, detokenizes
+        and fills masks (rather than idling from sampling to the next forward)."""
+        try:
+            if self.tiers is not None:
+                self.tiers.flush()
+            self._forwarded = (out, self.runner.forward(out))
+        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
+            log.exception("model step failed")
+            outputs = self._land(self._take_inflight())
+            self.scheduler.recompute_swapped(out.preempted_request_ids)
+            return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return []
+
+    def _sample_forwarded(self) -> list[EngineCoreOutput]:
+        (out, fwd), self._forwarded = self._forwarded, None
+        landed = self._land_and_flush(self._take_inflight())
+        requests = self.scheduler.requests
+        try:
+            bitmask = self.structured.bitmask([requests.get(rid) for rid in fwd.request_ids])
+            self._inflight = (out, self.runner.sample(fwd, bitmask))
+        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
+            log.exception("model step failed")
+            return landed + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return landed
 
     def _mask_hook(self, landed: list[EngineCoreOutput]):
         """Called by the runner between a step's forward (queued) and its sampling: lands the

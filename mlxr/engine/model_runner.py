@@ -3,6 +3,7 @@ CUDA graph replay), samples, and hands back a RunnerStep whose ModelRunnerOutput
 the host needs it, so the host can prepare the next step while the device runs this one."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -22,6 +23,15 @@ from mlxr.ops.backend import use_triton
 
 # (sampling request ids) -> a packed int32 bitmask [rows, ceil(vocab / 32)] on the host, or None
 BeforeSample = Callable[[list[str]], "torch.Tensor | None"]
+
+
+@dataclass
+class Forwarded:
+    """A step whose forward is queued and whose sampling is not yet."""
+
+    request_ids: list[str]  # the rows that sample
+    logits: torch.Tensor | None
+    pending: PendingTokens | None  # the previous step's tokens, on the device only at the forward
 
 
 class RunnerStep:
@@ -104,22 +114,35 @@ class ModelRunner:
         the previous step; it returns the rows' packed token bitmask (structured output) or None.
         draft_probs: each drafted row's draft distributions (none for certain drafts). The core
         drafts nothing in a step with a constrained row, so the two never meet here."""
-        ids, logits, pending = self._forward_step(out)
+        fwd = self.forward(out)
+        ids = fwd.request_ids
         if out.spec_token_ids and ids:
-            output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, logits,
-                                        self._pending_for(ids, pending), draft_probs or {})
+            output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, fwd.logits,
+                                        self._pending_for(ids, fwd.pending), draft_probs or {})
             self._last = step = RunnerStep(self.batch, ids, None, output)
             return step
+        bitmask = before_sample(ids) if before_sample is not None and ids else None
+        return self.sample(fwd, bitmask)
+
+    @torch.inference_mode()
+    def forward(self, out: SchedulerOutput) -> Forwarded:
+        """Queue a step's forward alone; sample() queues its sampling later (the engine core
+        does so for a constrained step, once the previous step's tokens reached the matchers)."""
+        ids, logits, pending = self._forward_step(out)
+        return Forwarded(ids, logits, pending)
+
+    @torch.inference_mode()
+    def sample(self, fwd: Forwarded, bitmask: torch.Tensor | None = None) -> RunnerStep:
+        """Queue the sampling of a forwarded step (no other forward in between: graph logits
+        live until the next replay) under the rows' packed token bitmask, if any."""
         future = None
-        if ids:
-            states = [self.batch.states[rid].sampling for rid in ids]
-            bitmask = None
-            if before_sample is not None:
-                bitmask = before_sample(ids)
-                if pending is not None and not self._last.in_flight:
-                    pending = None  # it landed: the states hold its tokens now
-            future = self.sampler.launch(logits, states, self._pending_for(ids, pending), bitmask)
-        self._last = step = RunnerStep(self.batch, ids, future)
+        if fwd.request_ids:
+            states = [self.batch.states[rid].sampling for rid in fwd.request_ids]
+            # The previous step landed since the forward (or the mask's hook landed it): the
+            # states hold its tokens now, not the device only.
+            pending = fwd.pending if self._last is not None and self._last.in_flight else None
+            future = self.sampler.launch(fwd.logits, states, self._pending_for(fwd.request_ids, pending), bitmask)
+        self._last = step = RunnerStep(self.batch, fwd.request_ids, future)
         return step
 
     @torch.inference_mode()

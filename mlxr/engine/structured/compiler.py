@@ -1,6 +1,15 @@
 """Compiles grammars off the step loop: a worker thread builds llguidance's view of the vocabulary
-once (seconds for a 262k vocabulary), then one matcher per distinct grammar, cached by content
-hash (bounded); each request gets a copy of the cached matcher in its start state."""
+once (seconds for a 262k vocabulary), checks each distinct grammar once (its text cached by
+content hash, bounded), and compiles a matcher of its own for every request.
+
+Why not a copy of one cached matcher: LLMatcher.deep_copy shares the original's lexer behind
+one mutex (llguidance 1.9: the Python copy clones the Rust Parser, which keeps its Arc; only
+Parser::deep_clone, not exposed to Python, copies the lexer), and a mask computation holds that
+mutex throughout. Copies of one template fill their masks one at a time whatever the executor's
+threads, each on a core whose caches are cold: on an H100 host, batch-64 rows of one schema took
+~160 us a row, as much as a single stream's one row (bench/results/2026-11-24/
+structured_overhead-20261124T231156Z.json). A compile costs ~0.2-0.4 ms for the test suite's
+schemas (tests/structured_schemas.py, 32k and 49k vocabularies) and runs here, off the step loop."""
 from __future__ import annotations
 
 import logging
@@ -26,7 +35,7 @@ class GrammarCompiler:
         vocab_size: the model's logits width, which may pass the tokenizer's."""
         self._tokenizer, self.vocab_size = tokenizer, max(vocab_size, tokenizer.vocab_size)
         self._ll: llguidance.LLTokenizer | None = None
-        self._cache: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+        self._cache: OrderedDict[str, str] = OrderedDict()  # content hash -> checked grammar text
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mlxr-grammar")
 
@@ -37,19 +46,20 @@ class GrammarCompiler:
     def compile(self, spec: StructuredOutputsParams) -> GrammarState:
         key = spec_key(spec)
         with self._lock:
-            template = self._cache.get(key)
-            if template is not None:
+            text = self._cache.get(key)
+            if text is not None:
                 self._cache.move_to_end(key)
-        if template is None:
+        if text is None:
             text = check(spec)
-            template = llguidance.LLMatcher(self.ll_tokenizer(), text, limits=parser_limits(), log_level=0)
-            if template.is_error():
-                raise InvalidParameterError("structured_outputs", template.get_error()[:500])
-            with self._lock:
-                self._cache[key] = template
-                while len(self._cache) > CACHE_SIZE:
-                    self._cache.popitem(last=False)
-        return GrammarState(template.deep_copy())
+        matcher = llguidance.LLMatcher(self.ll_tokenizer(), text, limits=parser_limits(), log_level=0)
+        matcher.compute_bitmask()  # the lexer's first states are built here, not in the step loop
+        if matcher.is_error():
+            raise InvalidParameterError("structured_outputs", matcher.get_error()[:500])
+        with self._lock:
+            self._cache[key] = text
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return GrammarState(matcher)
 
     def ll_tokenizer(self) -> llguidance.LLTokenizer:
         if self._ll is None:

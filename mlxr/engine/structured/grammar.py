@@ -11,6 +11,7 @@ from collections import OrderedDict
 import llguidance
 
 from mlxr.engine.structured.reasoning_grammar import after_reasoning
+from mlxr.engine.structured.regex_bounds import check_regex, lark_regexes, schema_patterns
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
 
@@ -44,10 +45,20 @@ def grammar_text(spec: StructuredOutputsParams) -> str:
     if spec.json is not None:
         return llguidance.LLMatcher.grammar_from_json_schema(_schema_text(spec.json), defaults=JSON_STYLE)
     if spec.regex is not None:
-        return llguidance.LLMatcher.grammar_from_regex(_bounded("regex", spec.regex))
+        return llguidance.LLMatcher.grammar_from_regex(_regexes_bounded("regex", _bounded("regex", spec.regex)))
     if spec.choice is not None:
         return llguidance.LLMatcher.grammar_from_lark(_choice_lark(spec.choice))
-    return llguidance.LLMatcher.grammar_from_lark(_bounded("grammar", spec.grammar))
+    grammar = _bounded("grammar", spec.grammar)
+    for regex in lark_regexes(grammar):
+        _regexes_bounded("a regex of the grammar", regex)
+    return llguidance.LLMatcher.grammar_from_lark(grammar)
+
+
+def _regexes_bounded(what: str, regex: str) -> str:
+    problem = check_regex(what, regex)
+    if problem:
+        raise InvalidParameterError(PARAM, problem)
+    return regex
 
 
 def _bounded(what: str, text: object) -> str:
@@ -68,12 +79,14 @@ def _schema_text(schema: dict | str) -> str:
         raise InvalidParameterError(PARAM, f"json schema is not valid JSON: {e}") from None
     if not isinstance(doc, (dict, bool)):
         raise InvalidParameterError(PARAM, "json schema must be a JSON object")
-    if _depth(doc) > MAX_JSON_DEPTH:
+    if json_depth(doc) > MAX_JSON_DEPTH:
         raise InvalidParameterError(PARAM, f"json schema nests deeper than {MAX_JSON_DEPTH} levels")
+    for pattern in schema_patterns(doc):
+        _regexes_bounded(f"json schema pattern {pattern[:40]!r}", pattern)
     return text
 
 
-def _depth(doc: object) -> int:
+def json_depth(doc: object) -> int:
     """Nesting depth of a parsed JSON document, without recursion."""
     deepest, stack = 0, [(doc, 1)]
     while stack:

@@ -6,7 +6,7 @@ The mask of a row needs the row's previous token taken by its matcher, but the r
 step before the previous step's tokens reach the host. So for a step with a constrained row the
 engine core queues the forward, lands the previous step while the forward runs, fills the mask
 here, and only then queues sampling (EngineCore.step, ModelRunner.execute's before_sample).
-A step with no constrained row keeps the plain overlap."""
+A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py."""
 from __future__ import annotations
 
 import time
@@ -17,18 +17,10 @@ import torch
 
 from mlxr.engine.records import EngineCoreOutput
 from mlxr.engine.request import Request
+from mlxr.engine.structured.fill import FillTiming, MaskFiller
 
 COMPILE_TIMEOUT_S = 30.0  # a safety net: the frontend's check already bounded the compile
 WAIT_S = 0.005  # how long an idle step waits for a compile before returning
-PARALLEL_ROWS = 8  # from this many constrained rows on, masks are filled on llguidance's threads
-
-
-@dataclass
-class MaskTiming:
-    """Host time spent filling masks (the bench reads it)."""
-
-    seconds: float = 0.0
-    rows: int = 0
 
 
 @dataclass
@@ -39,13 +31,18 @@ class _Pending:
 
 
 class StructuredOutputManager:
-    def __init__(self, tokenizer, vocab_size: int) -> None:
-        self._tokenizer, self._vocab_size = tokenizer, vocab_size
+    def __init__(self, tokenizer, vocab_size: int, pin_masks: bool = False) -> None:
+        """pin_masks: masks go to a CUDA device, so they are built in pinned memory (their copy
+        is queued from there, without a staging copy)."""
+        self._tokenizer, self._vocab_size, self._pin = tokenizer, vocab_size, pin_masks
         self._compiler = None  # GrammarCompiler, built on the first constrained request
-        self._executor = None
+        self.filler: MaskFiller | None = None
         self.pending: dict[str, _Pending] = {}
         self.live: set[str] = set()  # constrained requests in the scheduler
-        self.timing = MaskTiming()
+
+    @property
+    def timing(self) -> FillTiming:
+        return self.filler.timing if self.filler is not None else FillTiming()
 
     # --- admission ---------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -58,7 +55,7 @@ class StructuredOutputManager:
 
             from mlxr.engine.structured.compiler import GrammarCompiler
             self._compiler = GrammarCompiler(self._tokenizer, self._vocab_size)
-            self._executor = llguidance.LLExecutor()
+            self.filler = MaskFiller(llguidance.LLExecutor())
         self.pending[rid] = _Pending(request, self._compiler.submit(request.params.structured_outputs))
 
     def abort(self, request_ids: list[str]) -> None:
@@ -115,17 +112,9 @@ class StructuredOutputManager:
                     if r is not None and r.grammar is not None and not r.grammar.done]
         if not matchers:
             return None
-        import llguidance.torch as llg_torch
-
-        start = time.perf_counter()
-        mask = torch.full((len(rows), (self._compiler.vocab_size + 31) // 32), -1, dtype=torch.int32)
-        if len(matchers) >= PARALLEL_ROWS:
-            llg_torch.fill_next_token_bitmask_par(self._executor, matchers, mask)
-        else:  # a few rows: in this thread (waking the executor's pool costs more than it saves)
-            for matcher, i in matchers:
-                llg_torch.fill_next_token_bitmask(matcher, mask, i)
-        self.timing.seconds += time.perf_counter() - start
-        self.timing.rows += len(matchers)
+        words = (self._compiler.vocab_size + 31) // 32
+        mask = torch.full((len(rows), words), -1, dtype=torch.int32, pin_memory=self._pin)
+        self.filler.fill(matchers, mask)
         return mask
 
     def shutdown(self) -> None:

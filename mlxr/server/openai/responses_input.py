@@ -7,6 +7,7 @@ from pydantic import ConfigDict, Field
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, _Body
+from mlxr.server.openai.strict_schema import strict_schema
 from mlxr.types import StructuredOutputsParams
 
 MAX_ITEMS = 4096
@@ -126,4 +127,4 @@ def text_constraint(body: ResponsesRequest) -> StructuredOutputsParams | None:
         return StructuredOutputsParams(json_object=True)
     if not isinstance(fmt.schema_, dict):
         raise InvalidParameterError("text.format.schema", "json_schema needs a JSON schema object")
-    return StructuredOutputsParams(json=fmt.schema_)
+    return StructuredOutputsParams(json=strict_schema(fmt.schema_) if fmt.strict else fmt.schema_)

@@ -1,5 +1,5 @@
 """An OpenAI/vLLM request's constraint -> StructuredOutputsParams: `response_format`
-(json_object; json_schema, strict or not), vLLM's `structured_outputs` body field (json, regex,
+(json_object; json_schema, strict as OpenAI defines it: strict_schema.py), vLLM's `structured_outputs` body field (json, regex,
 choice, grammar, json_object) and its older `guided_json` / `guided_regex` / `guided_choice` /
 `guided_grammar` names. At most one constraint per request; anything else is a 400."""
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxr.errors import InvalidParameterError
+from mlxr.server.openai.strict_schema import strict_schema
 from mlxr.types import StructuredOutputsParams
 
 _GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
@@ -34,7 +35,7 @@ def _from_response_format(fmt: Any) -> StructuredOutputsParams | None:
     schema = spec.get("schema")
     if not isinstance(schema, dict):
         raise InvalidParameterError("response_format", "json_schema.schema must be a JSON schema object")
-    return StructuredOutputsParams(json=schema)
+    return StructuredOutputsParams(json=strict_schema(schema) if spec.get("strict") is True else schema)
 
 
 def _from_vllm(raw: Any) -> StructuredOutputsParams | None:

@@ -1,0 +1,80 @@
+"""An engine step's host time by phase, for benches that drive an in-process LLM: schedule,
+forward (inputs built and the forward queued; on a CPU, run), wait (the host blocked on the
+device for a step's tokens), update (the scheduler taking them in, grammar matchers included),
+mask_fill (structured output's bitmask), sample (sampling queued, the mask's copy and apply
+included), mask_apply (that apply alone), detokenize (the frontend), and the rest of the step."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import Counter
+
+PHASES = ("schedule", "forward", "wait", "update", "mask_fill", "sample", "mask_apply", "detokenize")
+_NESTED = {"mask_apply"}  # inside sample
+
+
+def _targets(llm) -> list[tuple[object, str, str]]:
+    from mlxr.engine.model_runner import RunnerStep
+    from mlxr.engine.sampler import ops
+
+    engine = llm.engine
+    core = engine.core.core
+    return [(engine, "step", "step"), (core.scheduler, "schedule", "schedule"),
+            (core.runner, "_forward_step", "forward"), (RunnerStep, "result", "wait"),
+            (core.scheduler, "update_from_output", "update"), (core.runner.sampler, "launch", "sample"),
+            (ops, "apply_token_bitmask_", "mask_apply"), (engine.output, "process", "detokenize")]
+
+
+@contextlib.contextmanager
+def time_phases(llm, spent: dict):
+    """Adds each phase's seconds (and the step count, "steps") to spent while in the block."""
+    counts = Counter(spent)
+    timing = llm.engine.core.core.structured.timing
+    fill_before = timing.seconds
+    saved = []
+    for obj, name, key in _targets(llm):
+        fn = obj.__dict__.get(name, getattr(obj, name))
+        saved.append((obj, name, name in obj.__dict__, fn))
+
+        def wrapper(*args, _fn=getattr(obj, name), _key=key, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                counts[_key] += time.perf_counter() - t0
+                if _key == "step":
+                    counts["steps"] += 1
+        setattr(obj, name, wrapper)
+    try:
+        yield
+    finally:
+        for obj, name, own, fn in saved:
+            if own:
+                setattr(obj, name, fn)
+            else:
+                delattr(obj, name)
+        counts["mask_fill"] += llm.engine.core.core.structured.timing.seconds - fill_before
+        spent.clear()
+        spent.update(counts)
+
+
+def per_step(spent: dict) -> dict:
+    """Milliseconds per engine step of each phase, and "rest": the step's time in none of them."""
+    steps = max(1, spent.get("steps", 0))
+    ms = {p: 1e3 * spent.get(p, 0.0) / steps for p in PHASES}
+    step = 1e3 * spent.get("step", 0.0) / steps
+    ms["rest"] = step - sum(v for p, v in ms.items() if p not in _NESTED)
+    return {"steps": spent.get("steps", 0), "step": step, **ms}
+
+
+def host_facts() -> dict:
+    """What decides how many threads can fill masks: the CPUs this process may run on, and a
+    cgroup CPU quota if one is set (llguidance's executor takes 80% of what Rust sees, at most 32)."""
+    facts = {"cpus_affinity": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count()}
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            facts["cgroup_cpu_max"] = f.read().strip()
+    except OSError:
+        pass
+    return facts

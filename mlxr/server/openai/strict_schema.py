@@ -1,0 +1,49 @@
+"""OpenAI's `strict: true` for a JSON schema: every object schema that does not say otherwise
+takes no properties beyond those it lists (`additionalProperties: false`), and every property it
+lists is required, as OpenAI's Structured Outputs define strict mode (and as the official
+client's `.parse` rewrites Pydantic models). Optional fields are written, as OpenAI asks, as a
+union with null. The rewrite walks the schema by keyword, without recursion, on a copy."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mlxr.engine.structured.grammar import MAX_JSON_DEPTH, json_depth
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+               "additionalItems", "unevaluatedProperties", "unevaluatedItems")
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """schema with OpenAI's strict defaults; a schema nested too deep is returned as it is (the
+    grammar check refuses it, naming the depth)."""
+    if json_depth(schema) > MAX_JSON_DEPTH:
+        return schema
+    root = copy.deepcopy(schema)
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if _is_object(node) and "additionalProperties" not in node:
+            node["additionalProperties"] = False
+        if isinstance(node.get("properties"), dict):
+            node["required"] = list(node["properties"])
+        for key in _SCHEMA_MAPS:
+            if isinstance(node.get(key), dict):
+                stack.extend(node[key].values())
+        for key in _SCHEMA_LISTS:
+            if isinstance(node.get(key), list):
+                stack.extend(node[key])
+        for key in _SCHEMA_ONE:
+            value = node.get(key)
+            stack.extend(value if isinstance(value, list) else [value])
+    return root
+
+
+def _is_object(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind) or (
+        kind is None and isinstance(node.get("properties"), dict))
