@@ -117,7 +117,8 @@ def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
     llm.shutdown()
 
 
-def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir, device):
     """Under overlap a constrained step's forward is queued a call ahead of its sampling
     (EngineCore._forward_ahead); greedy and seeded rows, constrained or not, must not notice."""
     names = ["nested_mixed", "record_like", "enum_strings"]
@@ -127,7 +128,7 @@ def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir):
     prompts = [f"prompt number {i}" for i in range(len(params))]
     runs = []
     for overlap in (True, False):
-        llm = LLM(model_dir, dtype="float32", overlap_steps=overlap, engine_process=False)
+        llm = LLM(model_dir, device=device, dtype="float32", overlap_steps=overlap, engine_process=False)
         assert llm.engine.core.core.overlap is overlap
         runs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params)])
         llm.shutdown()
