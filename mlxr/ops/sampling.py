@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import torch
 
+from mlxr.ops.backend import use_triton
+
 NEG_INF = float("-inf")
 
 
@@ -24,8 +26,12 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     """Ban (-inf) every token whose bit is clear in a packed int32 bitmask [R, W] (bit j of
     word i is token 32 * i + j, as llguidance and xgrammar pack them); tokens past 32 * W too."""
     rows, vocab = logits.shape
+    if use_triton(logits, bitmask) and logits.dtype == torch.float32:
+        from mlxr.ops.bitmask_triton import apply_token_bitmask_triton
+        apply_token_bitmask_triton(logits, bitmask)
+        return
     if bitmask.device.type == "cpu" and sys.byteorder == "little":
-        # numpy unpacks the words' bytes, low bit first, one pass: ~1/10 of the shifts below on a CPU
+        # numpy unpacks the words' bytes, low bit first, in one pass (the shifts below take several)
         bits = np.unpackbits(bitmask.contiguous().numpy().view(np.uint8), axis=-1, bitorder="little")
         allowed = torch.from_numpy(bits.view(np.bool_))
     else:
