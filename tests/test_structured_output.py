@@ -93,6 +93,8 @@ def test_a_constrained_row_leaves_its_neighbours_alone(llm):
 ENGINES = {
     "overlap": dict(overlap_steps=True),
     "preempt": dict(num_kv_blocks=40, block_size=4, max_num_batched_tokens=64, enable_prefix_caching=False),
+    "preempt-overlap": dict(num_kv_blocks=40, block_size=4, max_num_batched_tokens=64, enable_prefix_caching=False,
+                            overlap_steps=True),
     "process": dict(engine_process=True, overlap_steps=True),  # the core loads its own tokenizer
 }
 
@@ -111,7 +113,7 @@ def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
     for name, out in zip(names, outs):
         valid(out.outputs[0].text, SCHEMAS[name])
     assert all(len(o.outputs[0].token_ids) == 40 for o in outs[4:])
-    if engine == "preempt":
+    if engine.startswith("preempt"):
         assert llm.engine.stats().num_preemptions > 0
     assert llm.engine.stats().kv_blocks_used == 0
     llm.shutdown()
