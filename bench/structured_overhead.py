@@ -8,6 +8,7 @@ The schema never completes within --gen-len tokens (an array with many required 
 arms generate exactly gen-len tokens per request (the plain arm ignores EOS).
 
   python bench/structured_overhead.py --device cpu --batches 1 --reps 5
+  python bench/structured_overhead.py --device cpu --overlap --model .fixtures/tinyllama-vocab-f32-v2/hf --batches 64
   python bench/structured_overhead.py --device cuda --model gemma3-270m --batches 1 64 --reps 5
 """
 from __future__ import annotations
@@ -60,8 +61,11 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--gen-len", type=int, default=96)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                    help="overlapped steps (default: on CUDA only); --overlap on a CPU runs the GPU's step order")
     a = ap.parse_args()
-    llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=max(64, *a.batches))
+    llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=max(64, *a.batches),
+              overlap_steps=a.overlap)
     manager = llm.engine.core.core.structured
     rows = []
     for batch in a.batches:
@@ -85,6 +89,7 @@ def main() -> None:
                 ["arm", "steps", "step", *PHASES, "rest"])
     path = write_result("structured_overhead", {
         "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
+        "overlap": llm.engine.core.core.overlap,
         "reps": a.reps, "grammar_engine": "llguidance", "threads": torch.get_num_threads(), **host_facts(),
         "step_ms_note": "host ms per engine step; on CUDA, forward and sample are enqueue times and "
                         "wait is the host blocked on the device", "rows": rows})

@@ -148,3 +148,28 @@ def test_ollama_think_needs_a_thinking_template(base_url, model):
         client.chat(model=model, messages=ASK, think=True)
     r = client.chat(model=model, messages=ASK, think=False, options={"num_predict": 2})
     assert r.done and not r.message.thinking
+
+
+LOOSE_TOOL = {"type": "function", "function": {"name": "note", "parameters": {
+    "type": "object", "properties": {"title": {"type": "string", "maxLength": 6}, "n": {"enum": [1, 2, 3]}}}}}
+
+
+def strict_calls(client, model, tool: dict, seeds) -> list[bool]:
+    """Per seed: did the named call's arguments carry exactly the schema's properties?"""
+    choice = {"type": "function", "function": {"name": "note"}}
+    shapes = []
+    for seed in seeds:
+        r = client.chat.completions.create(model=model, messages=ASK, tools=[tool], tool_choice=choice, seed=seed,
+                                           temperature=1.0, max_tokens=128)
+        calls = r.choices[0].message.tool_calls or []
+        try:
+            shapes.append(len(calls) == 1 and set(json.loads(calls[0].function.arguments)) == {"title", "n"})
+        except ValueError:
+            shapes.append(False)
+    return shapes
+
+
+def test_strict_function_tool_requires_every_parameter_and_nothing_else(client, model):
+    strict = {**LOOSE_TOOL, "function": {**LOOSE_TOOL["function"], "strict": True}}
+    assert all(strict_calls(client, model, strict, range(5)))
+    assert not all(strict_calls(client, model, LOOSE_TOOL, range(5)))  # without strict: optional, open

@@ -93,6 +93,8 @@ def test_a_constrained_row_leaves_its_neighbours_alone(llm):
 ENGINES = {
     "overlap": dict(overlap_steps=True),
     "preempt": dict(num_kv_blocks=40, block_size=4, max_num_batched_tokens=64, enable_prefix_caching=False),
+    "preempt-overlap": dict(num_kv_blocks=40, block_size=4, max_num_batched_tokens=64, enable_prefix_caching=False,
+                            overlap_steps=True),
     "process": dict(engine_process=True, overlap_steps=True),  # the core loads its own tokenizer
 }
 
@@ -111,13 +113,14 @@ def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
     for name, out in zip(names, outs):
         valid(out.outputs[0].text, SCHEMAS[name])
     assert all(len(o.outputs[0].token_ids) == 40 for o in outs[4:])
-    if engine == "preempt":
+    if engine.startswith("preempt"):
         assert llm.engine.stats().num_preemptions > 0
     assert llm.engine.stats().kv_blocks_used == 0
     llm.shutdown()
 
 
-def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir, device):
     """Under overlap a constrained step's forward is queued a call ahead of its sampling
     (EngineCore._forward_ahead); greedy and seeded rows, constrained or not, must not notice."""
     names = ["nested_mixed", "record_like", "enum_strings"]
@@ -127,7 +130,7 @@ def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir):
     prompts = [f"prompt number {i}" for i in range(len(params))]
     runs = []
     for overlap in (True, False):
-        llm = LLM(model_dir, dtype="float32", overlap_steps=overlap, engine_process=False)
+        llm = LLM(model_dir, device=device, dtype="float32", overlap_steps=overlap, engine_process=False)
         assert llm.engine.core.core.overlap is overlap
         runs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params)])
         llm.shutdown()

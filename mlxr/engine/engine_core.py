@@ -195,11 +195,18 @@ class EngineCore:
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         outputs = self.structured.admit(self.scheduler)
+        masked = None
         if self._forwarded is not None:
-            outputs += self._sample_forwarded()
+            if self.structured.live:  # nothing drafts: the next step is scheduled before sampling
+                landed, masked = self._mask_forwarded()
+                outputs += landed
+            else:
+                outputs += self._sample_forwarded()
         landed, draft_probs = self._speculate()
         outputs += landed
         out = self.scheduler.schedule()
+        if masked is not None:
+            outputs += self._launch_sampling(*masked)
         if out.is_empty:
             if self._inflight is None and not outputs:
                 self.structured.wait_for_compile()
@@ -247,16 +254,31 @@ class EngineCore:
         return []
 
     def _sample_forwarded(self) -> list[EngineCoreOutput]:
+        landed, masked = self._mask_forwarded()
+        return landed if masked is None else landed + self._launch_sampling(*masked)
+
+    def _mask_forwarded(self):
+        """Land the step in flight and fill the forwarded step's masks: (outputs, (out, fwd,
+        bitmask) to launch_sampling, or None when that failed)."""
         (out, fwd), self._forwarded = self._forwarded, None
         landed = self._land_and_flush(self._take_inflight())
         requests = self.scheduler.requests
         try:
-            bitmask = self.structured.bitmask([requests.get(rid) for rid in fwd.request_ids])
+            return landed, (out, fwd, self.structured.bitmask([requests.get(rid) for rid in fwd.request_ids]))
+        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
+            log.exception("model step failed")
+            return landed + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}"), None
+
+    def _launch_sampling(self, out: SchedulerOutput, fwd: Forwarded, bitmask) -> list[EngineCoreOutput]:
+        """Queue a forwarded step's sampling. Scheduling the next step may come first (it only
+        decides; the runner's batch changes at the next forward), so the host schedules while
+        the device still runs this step's forward."""
+        try:
             self._inflight = (out, self.runner.sample(fwd, bitmask))
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
-            return landed + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        return landed
+            return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return []
 
     def _mask_hook(self, landed: list[EngineCoreOutput]):
         """Called by the runner between a step's forward (queued) and its sampling: lands the

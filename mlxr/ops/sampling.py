@@ -6,7 +6,12 @@ Masked tokens are -inf. Nothing here knows about requests or generators.
 """
 from __future__ import annotations
 
+import sys
+
+import numpy as np
 import torch
+
+from mlxr.ops.backend import use_triton
 
 NEG_INF = float("-inf")
 
@@ -21,8 +26,17 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     """Ban (-inf) every token whose bit is clear in a packed int32 bitmask [R, W] (bit j of
     word i is token 32 * i + j, as llguidance and xgrammar pack them); tokens past 32 * W too."""
     rows, vocab = logits.shape
-    shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
-    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(rows, -1).bool()
+    if use_triton(logits, bitmask) and logits.dtype == torch.float32:
+        from mlxr.ops.bitmask_triton import apply_token_bitmask_triton
+        apply_token_bitmask_triton(logits, bitmask)
+        return
+    if bitmask.device.type == "cpu" and sys.byteorder == "little":
+        # numpy unpacks the words' bytes, low bit first, in one pass (the shifts below take several)
+        bits = np.unpackbits(bitmask.contiguous().numpy().view(np.uint8), axis=-1, bitorder="little")
+        allowed = torch.from_numpy(bits.view(np.bool_))
+    else:
+        shifts = torch.arange(32, dtype=torch.int32, device=logits.device)
+        allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(rows, -1).bool()
     width = min(vocab, allowed.shape[1])
     logits[:, :width].masked_fill_(~allowed[:, :width], NEG_INF)
     logits[:, width:] = NEG_INF

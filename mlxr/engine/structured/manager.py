@@ -5,7 +5,8 @@ constrained row gets the packed token bitmask of its rows, filled on the host fr
 The mask of a row needs the row's previous token taken by its matcher, but the runner launches a
 step before the previous step's tokens reach the host. So for a step with a constrained row the
 engine core queues the forward, lands the previous step while the forward runs, fills the mask
-here, and only then queues sampling (EngineCore.step, ModelRunner.execute's before_sample).
+here, and only then queues sampling (ModelRunner.execute's before_sample; under overlap the
+forward is queued one engine call ahead: EngineCore._forward_ahead, _sample_forwarded).
 A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py."""
 from __future__ import annotations
 

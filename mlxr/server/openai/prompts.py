@@ -6,6 +6,7 @@ from typing import Any
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.prompt_work import check_prompt_chars, off_loop
+from mlxr.server.openai.strict_schema import strict_tool
 from mlxr.server.openai.structured import structured_outputs
 from mlxr.server.openai.schemas import (
     MAX_LOGIT_BIAS,
@@ -106,7 +107,7 @@ async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_lengt
     """The chat template's prompt as token ids (its text already carries BOS and markers), and
     the plan its reply is read back with (tools, reasoning; see server/chat_plan.py)."""
     messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
-    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    tools = [strict_tool(t.model_dump(exclude_none=True)) for t in body.tools] if body.tools else None
     thinking = None if body.reasoning_effort is None else body.reasoning_effort != "none"
     fmt = getattr(body, "response_format", None)
     return await render_plan(tokenizer, context_length, "messages", messages, tools, tool_choice=body.tool_choice,

@@ -7,7 +7,7 @@ from pydantic import ConfigDict, Field
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, _Body
-from mlxr.server.openai.strict_schema import strict_schema
+from mlxr.server.openai.strict_schema import strict_schema, strict_tool
 from mlxr.types import StructuredOutputsParams
 
 MAX_ITEMS = 4096
@@ -114,8 +114,8 @@ def chat_tools(body: ResponsesRequest) -> list[dict[str, Any]] | None:
     for i, tool in enumerate(body.tools):
         if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
             raise InvalidParameterError(f"tools[{i}]", "only function tools (type 'function' with a name) are supported")
-        fn = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
-        tools.append({"type": "function", "function": fn})
+        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        tools.append(strict_tool({"type": "function", "function": fn}))
     return tools
 
 

@@ -85,6 +85,7 @@ class FunctionDef(_Body):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # OpenAI strict mode for the parameters (strict_schema.py)
 
 
 class Tool(_Body):

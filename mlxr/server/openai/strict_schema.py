@@ -43,6 +43,15 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return root
 
 
+def strict_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A function tool as the template and the call grammar see it: with `strict: true` its
+    parameters take strict_schema's defaults (and the flag itself is dropped)."""
+    fn = tool.get("function")
+    if isinstance(fn, dict) and fn.pop("strict", None) is True and isinstance(fn.get("parameters"), dict):
+        fn["parameters"] = strict_schema(fn["parameters"])
+    return tool
+
+
 def _is_object(node: dict[str, Any]) -> bool:
     kind = node.get("type")
     return kind == "object" or (isinstance(kind, list) and "object" in kind) or (
