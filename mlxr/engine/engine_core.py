@@ -41,6 +41,11 @@ _GC_TUNED = False
 # breaks its own cycles. Interleaved runs on one H200 host: batch 256 decode median 98.8k
 # tok/s with the defaults, 102.7k with these (bench/probes/gc_ab.py, gc_ab-20261124T123005Z.json).
 GC_THRESHOLDS = (50_000, 50, 100)
+# PyTorch's CPU threads in a core that computes on CUDA: its host work is Python and small ops,
+# and idle OpenMP workers spin on every core, starving the threads that fill grammar masks
+# (H100, 16 cores: llguidance's parallel fill took 114 us a row beside 16 torch threads,
+# 25 us beside 2; bench/structured_overhead.py).
+CUDA_CORE_TORCH_THREADS = 1
 
 
 def tune_gc_once() -> None:
@@ -76,6 +81,8 @@ class CoreParts:
 class EngineCore:
     def __init__(self, parts: CoreParts, config: EngineConfig = EngineConfig()) -> None:
         self.parts, self.config = parts, config
+        if parts.device.type == "cuda" and torch.get_num_threads() > CUDA_CORE_TORCH_THREADS:
+            torch.set_num_threads(CUDA_CORE_TORCH_THREADS)
         num_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_blocks = num_blocks
         self.max_model_len = self._max_model_len(num_blocks)
