@@ -81,6 +81,23 @@ def test_prefix_cache_and_batch_turn_down():
     assert 0 < drafted[2] < drafted[16] / 2  # above the limit (most of the batch's steps) nothing is drafted
 
 
+def test_requests_waiting_for_admission_count_towards_the_batch_limit():
+    """While the batch is still filling up (requests queued), nothing drafts: a drafting step
+    lands before the next is scheduled, which would slow the admissions down."""
+    from mlxr.engine.records import EngineCoreRequest
+    from mlxr.engine.request import Request
+    from mlxr.engine.spec_decode.speculator import Speculator
+
+    prompt = [5, 6, 7, 8, 5, 6, 7]  # "5 6 7" repeats: the n-gram lookup drafts "8 ..."
+    req = Request(EngineCoreRequest("r", prompt, SamplingParams(max_tokens=8, temperature=0.0), 8, [], 0.0))
+    req.num_computed_tokens = len(prompt) - 1
+    spec = Speculator(NgramProposer(), max_drafts=3, max_batch=2)
+    spec.propose([req], waiting=2)
+    assert req.spec_token_ids == []
+    spec.propose([req], waiting=1)
+    assert req.spec_token_ids[:1] == [8]
+
+
 def test_opt_out_drafts_nothing():
     model = str(fixture_model("tiny-llama").hf_dir)
     reqs = looping_requests(4, seed=7)

@@ -308,9 +308,10 @@ class EngineCore:
             for req in running:  # grammar masks cover one position a row: no drafts this step
                 req.spec_token_ids = []
             return [], None
-        if spec.needs_landed_tokens(running, self._inflight[0] if self._inflight else None):
+        waiting = len(self.scheduler.waiting)
+        if spec.needs_landed_tokens(running, self._inflight[0] if self._inflight else None, waiting):
             landed = self._land(self._take_inflight())
-        spec.propose(running)
+        spec.propose(running, waiting)
         return landed, spec.draft_probs
 
     def _take_inflight(self) -> tuple[SchedulerOutput, RunnerStep] | None:

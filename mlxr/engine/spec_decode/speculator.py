@@ -50,23 +50,25 @@ class Speculator:
         return (req.params.speculative and req.request_id not in self._off
                 and req.num_computed_tokens == req.num_tokens - 1 and not req.has_all_outputs)
 
-    def needs_landed_tokens(self, running: list[Request], inflight: SchedulerOutput | None) -> bool:
+    def needs_landed_tokens(self, running: list[Request], inflight: SchedulerOutput | None, waiting: int = 0) -> bool:
         """Whether the step in flight must land before this one is scheduled."""
         if inflight is None:
             return False
         if inflight.spec_token_ids:
             return True
-        return len(running) <= self.max_batch and any(self._speculates(r) for r in running)
+        return len(running) + waiting <= self.max_batch and any(self._speculates(r) for r in running)
 
-    def propose(self, running: list[Request]) -> None:
-        """Drafts for this step's decode rows (on req.spec_token_ids; none for the others)."""
+    def propose(self, running: list[Request], waiting: int = 0) -> None:
+        """Drafts for this step's decode rows (on req.spec_token_ids; none for the others).
+        waiting: requests queued for admission; they count towards max_batch, so a batch
+        that is still filling up is not slowed by steps that land before the next starts."""
         self.draft_probs = {}
         for req in running:
             req.spec_token_ids = []
         live = {r.request_id for r in running}
         self._k = {rid: k for rid, k in self._k.items() if rid in live}
         self.proposer.retain(live)
-        if len(running) > self.max_batch:
+        if len(running) + waiting > self.max_batch:
             return
         rows = [(r, self._num_drafts(r)) for r in running if r.num_in_flight == 0 and self._speculates(r)]
         rows = [(r, k) for r, k in rows if k > 0]
