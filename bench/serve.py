@@ -137,28 +137,28 @@ def payload(model: str, ids: list[int], gen_len: int) -> dict:
             "stream": True, "stream_options": {"include_usage": True}}
 
 
-def read_event(out: Outcome, data: bytes, now: float) -> bool:
+def read_event(out: Outcome, data: bytes | str) -> bool:
     """Fold one SSE `data:` payload into out; False once the stream is over."""
-    if data == b"[DONE]":
+    if data in (b"[DONE]", "[DONE]"):
         return False
     obj = orjson.loads(data)
     if "error" in obj:
         out.error = str(obj["error"].get("message", obj["error"]))
         return False
     if obj.get("choices"):
-        out.chunk_times.append(now)
+        out.chunk_times.append(time.perf_counter())
     if obj.get("usage"):
         out.tokens = int(obj["usage"]["completion_tokens"])
     return True
 
 
-def read_events(out: Outcome, buffer: bytes, now: float) -> tuple[bytes, bool]:
-    """Fold the complete events in buffer into out (all stamped `now`, the time their bytes
-    arrived); returns the incomplete rest and False once the stream is over."""
+def read_events(out: Outcome, buffer: bytes) -> tuple[bytes, bool]:
+    """Fold the complete events in buffer into out; returns the incomplete rest and False once
+    the stream is over."""
     *events, rest = buffer.split(b"\n\n")
     for event in events:
         for line in event.split(b"\n"):
-            if line.startswith(b"data:") and not read_event(out, line[5:].strip(), now):
+            if line.startswith(b"data:") and not read_event(out, line[5:].strip()):
                 return b"", False
     return rest, True
 
@@ -192,7 +192,7 @@ class HttpxClient:
                     out.error = (await resp.aread()).decode(errors="replace")[:300]
                     return finish(out)
                 async for line in resp.aiter_lines():  # as this script read streams at first
-                    if line.startswith("data:") and not read_event(out, line[5:].strip().encode(), time.perf_counter()):
+                    if line.startswith("data:") and not read_event(out, line[5:].strip()):
                         break
         except httpx.HTTPError as e:
             out.error = f"{type(e).__name__}: {e}"
@@ -228,7 +228,7 @@ class AiohttpClient:
                     return finish(out)
                 rest, going = b"", True
                 async for data in resp.content.iter_any():
-                    rest, going = read_events(out, rest + data, time.perf_counter())
+                    rest, going = read_events(out, rest + data)
                     if not going:
                         break
         except (self.aiohttp.ClientError, asyncio.TimeoutError) as e:
@@ -236,11 +236,21 @@ class AiohttpClient:
         return finish(out)
 
 
-def make_client(kind: str, timeout_s: float) -> HttpxClient | AiohttpClient:
+def client_kind(kind: str) -> str:
     """kind: "aiohttp", "httpx", or "auto" (aiohttp where installed)."""
     if kind == "auto":
-        kind = "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx"
-    return AiohttpClient(timeout_s) if kind == "aiohttp" else HttpxClient(timeout_s)
+        return "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx"
+    return kind
+
+
+def make_client(kind: str, timeout_s: float) -> HttpxClient | AiohttpClient:
+    """Call from a coroutine (aiohttp binds its session to the running loop)."""
+    return AiohttpClient(timeout_s) if client_kind(kind) == "aiohttp" else HttpxClient(timeout_s)
+
+
+async def send(client: HttpxClient | AiohttpClient, url: str, body: dict) -> Outcome:
+    """One streamed request (a module-level name, so that a caller may wrap it)."""
+    return await client.send(url, body)
 
 
 async def run_rate(client: HttpxClient | AiohttpClient, url: str, bodies: list[dict], delays: list[float]) -> tuple[list[Outcome], float]:
@@ -250,7 +260,7 @@ async def run_rate(client: HttpxClient | AiohttpClient, url: str, bodies: list[d
     for body, delay in zip(bodies, delays):
         if delay:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(client.send(url, body)))
+        tasks.append(asyncio.create_task(send(client, url, body)))
     outcomes = await asyncio.gather(*tasks)
     return outcomes, max(o.done for o in outcomes) - t0
 
@@ -288,8 +298,8 @@ def scrape_metrics(url: str) -> dict[str, float]:
 
 
 async def sweep(a: argparse.Namespace, url: str, model: str, vocab: int) -> list[dict]:
-    async with make_client(a.client, a.request_timeout) as client:
-        await client.send(url, payload(model, prompts(vocab, 1, 8, a.seed - 1)[0], 4))  # warm-up
+    async with make_client(getattr(a, "client", "auto"), a.request_timeout) as client:
+        await send(client, url, payload(model, prompts(vocab, 1, 8, a.seed - 1)[0], 4))  # warm-up
         rows = []
         for i, rate in enumerate(a.rates):
             # Fresh prompts per rate so that no rate rides on another's prefix cache.
