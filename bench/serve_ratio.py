@@ -14,7 +14,7 @@ device, same engine settings, runs interleaved (offline, HTTP, offline, HTTP, ..
   spent in each HTTP run (Linux /proc); client_cpu_s: this script's own, while it read them.
 JSON to bench/results/serve_ratio-*.json.
 
-  python bench/serve_ratio.py --model tinyllama-shape --device cuda --dtype bfloat16      # GPU
+  python bench/serve_ratio.py --model tinyllama-shape --device cuda --dtype bfloat16 --runs 5  # GPU
   python bench/serve_ratio.py --model tiny-llama --prompt-len 120 --engine-process on     # CPU
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ async def http_run(a: argparse.Namespace, client, url: str, model: str, vocab: i
 
 
 def offline_run(a: argparse.Namespace, llm, vocab: int, run: int) -> dict:
-    return run_mlxr(llm, workload(vocab, a.batch, a.prompt_len, a.gen_len, False, seed=a.seed + run), a.device)
+    return run_mlxr(llm, workload(vocab, a.batch, a.prompt_len, a.gen_len, False, seed=a.seed + 100 + run), a.device)
 
 
 def server_flags(a: argparse.Namespace, ref: str) -> list[str]:
@@ -89,8 +89,10 @@ async def measure(a: argparse.Namespace, ref: str, llm, vocab: int) -> tuple[lis
         pids = (proc.pid, core_pid(proc.pid) or proc.pid)
         async with serve.make_client(a.client, 600.0) as client:
             await serve.send(client, url, serve.payload(model, serve.prompts(vocab, 1, 8, a.seed - 1)[0], 4))
-            for run in range(a.runs):
-                rows.append(await one_pair(a, llm, client, url, model, vocab, run, pids))
+            for run in range(-a.warmup_runs, a.runs):  # the first full-size pairs warm both engines up
+                row = await one_pair(a, llm, client, url, model, vocab, run, pids)
+                if run >= 0:
+                    rows.append(row)
         server_metrics = serve.scrape_metrics(url)
     return rows, server_metrics
 
@@ -117,6 +119,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=128)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--warmup-runs", type=int, default=1, help="pairs run first and left out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--kv-cache-gb", type=float, default=8.0, help="each of the two engines")
