@@ -171,7 +171,7 @@ def finish(out: Outcome) -> Outcome:
 
 
 class HttpxClient:
-    """The first client of this script, line by line; kept to compare (--client httpx)."""
+    """The first client of this script; kept to compare (--client httpx)."""
 
     def __init__(self, timeout_s: float) -> None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -191,8 +191,12 @@ class HttpxClient:
                 if resp.status_code != 200:
                     out.error = (await resp.aread()).decode(errors="replace")[:300]
                     return finish(out)
-                async for line in resp.aiter_lines():  # as this script read streams at first
-                    if line.startswith("data:") and not read_event(out, line[5:].strip()):
+                # Not aiter_lines: it also splits at the Unicode line breaks that JSON strings
+                # may carry raw (U+2028, U+0085), which cut an event of random-model text apart.
+                rest, going = b"", True
+                async for data in resp.aiter_bytes():
+                    rest, going = read_events(out, rest + data)
+                    if not going:
                         break
         except httpx.HTTPError as e:
             out.error = f"{type(e).__name__}: {e}"
