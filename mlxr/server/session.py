@@ -244,7 +244,7 @@ def default_model(request: Request) -> str:
 class SessionStream(StreamingResponse):
     """A streaming response that ends its session however the response ends."""
 
-    def __init__(self, session: Session, body: AsyncIterator[str], media_type: str) -> None:
+    def __init__(self, session: Session, body: AsyncIterator[str | bytes], media_type: str) -> None:
         super().__init__(body, media_type=media_type, headers={"Cache-Control": "no-cache"})
         self._session = session
 
