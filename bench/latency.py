@@ -21,9 +21,9 @@ def model_paths(model: str) -> tuple[str, dict]:
 
         path = bundled_model_path()
         return "gemma3-270m", {"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name}
-    if model in ("tinyllama-shape",) or model.startswith("tiny-"):
-        from mlxr.testing.fixtures import fixture_paths
+    from mlxr.testing.fixtures import CONFIGS, fixture_paths
 
+    if model in CONFIGS:
         paths = fixture_paths(model)
         return str(paths.hf_dir), {"pretrained_model_name_or_path": str(paths.hf_dir)}
     return model, {"pretrained_model_name_or_path": model}

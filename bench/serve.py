@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import importlib.util
 import math
 import random
 import sys
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import orjson
 
 from common import device_name, print_table, write_result
 
@@ -75,9 +76,9 @@ def resolve_model(model: str) -> list[str]:
     model resolve there (the test fixtures are found by name for convenience)."""
     if model == BUNDLED:
         return []
-    if not Path(model).exists() and (model.startswith("tiny-") or model == "tinyllama-shape"):
-        from mlxr.testing.fixtures import fixture_paths
+    from mlxr.testing.fixtures import CONFIGS, fixture_paths
 
+    if not Path(model).exists() and model in CONFIGS:
         model = str(fixture_paths(model, ROOT / ".fixtures").gguf_path)
     return ["--model", model]
 
@@ -136,11 +137,11 @@ def payload(model: str, ids: list[int], gen_len: int) -> dict:
             "stream": True, "stream_options": {"include_usage": True}}
 
 
-def read_event(out: Outcome, data: str) -> bool:
+def read_event(out: Outcome, data: bytes | str) -> bool:
     """Fold one SSE `data:` payload into out; False once the stream is over."""
-    if data == "[DONE]":
+    if data in (b"[DONE]", "[DONE]"):
         return False
-    obj = json.loads(data)
+    obj = orjson.loads(data)
     if "error" in obj:
         out.error = str(obj["error"].get("message", obj["error"]))
         return False
@@ -151,27 +152,112 @@ def read_event(out: Outcome, data: str) -> bool:
     return True
 
 
-async def send(client: httpx.AsyncClient, url: str, body: dict) -> Outcome:
-    out = Outcome(sent=time.perf_counter())
-    try:
-        async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
-            out.status = resp.status_code
-            if resp.status_code != 200:
-                out.error = (await resp.aread()).decode(errors="replace")[:300]
-                return out
-            async for line in resp.aiter_lines():
-                if line.startswith("data:") and not read_event(out, line[5:].strip()):
-                    break
-    except httpx.HTTPError as e:
-        out.error = f"{type(e).__name__}: {e}"
-    finally:
-        out.done = time.perf_counter()
+def read_events(out: Outcome, buffer: bytes) -> tuple[bytes, bool]:
+    """Fold the complete events in buffer into out; returns the incomplete rest and False once
+    the stream is over."""
+    *events, rest = buffer.split(b"\n\n")
+    for event in events:
+        for line in event.split(b"\n"):
+            if line.startswith(b"data:") and not read_event(out, line[5:].strip()):
+                return b"", False
+    return rest, True
+
+
+def finish(out: Outcome) -> Outcome:
+    out.done = time.perf_counter()
     if out.status == 200 and out.error is None and not out.tokens:
         out.error = "stream ended without usage"
     return out
 
 
-async def run_rate(client: httpx.AsyncClient, url: str, bodies: list[dict], delays: list[float]) -> tuple[list[Outcome], float]:
+class HttpxClient:
+    """The first client of this script; kept to compare (--client httpx)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits)
+
+    async def __aenter__(self) -> "HttpxClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.client.aclose()
+
+    async def send(self, url: str, body: dict) -> Outcome:
+        out = Outcome(sent=time.perf_counter())
+        try:
+            async with self.client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                out.status = resp.status_code
+                if resp.status_code != 200:
+                    out.error = (await resp.aread()).decode(errors="replace")[:300]
+                    return finish(out)
+                # Not aiter_lines: it also splits at the Unicode line breaks that JSON strings
+                # may carry raw (U+2028, U+0085), which cut an event of random-model text apart.
+                rest, going = b"", True
+                async for data in resp.aiter_bytes():
+                    rest, going = read_events(out, rest + data)
+                    if not going:
+                        break
+        except httpx.HTTPError as e:
+            out.error = f"{type(e).__name__}: {e}"
+        return finish(out)
+
+
+class AiohttpClient:
+    """aiohttp reads a stream with far less Python per chunk than httpx (vLLM's
+    benchmark_serving uses it too); each network read is split into its events."""
+
+    def __init__(self, timeout_s: float) -> None:
+        import aiohttp
+
+        self.aiohttp = aiohttp
+        self.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            connector=aiohttp.TCPConnector(limit=0, force_close=False), read_bufsize=1 << 20)
+
+    async def __aenter__(self) -> "AiohttpClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+
+    async def send(self, url: str, body: dict) -> Outcome:
+        out = Outcome(sent=time.perf_counter())
+        try:
+            async with self.session.post(f"{url}/v1/completions", data=orjson.dumps(body),
+                                         headers={"content-type": "application/json"}) as resp:
+                out.status = resp.status
+                if resp.status != 200:
+                    out.error = (await resp.read()).decode(errors="replace")[:300]
+                    return finish(out)
+                rest, going = b"", True
+                async for data in resp.content.iter_any():
+                    rest, going = read_events(out, rest + data)
+                    if not going:
+                        break
+        except (self.aiohttp.ClientError, asyncio.TimeoutError) as e:
+            out.error = f"{type(e).__name__}: {e}"
+        return finish(out)
+
+
+def client_kind(kind: str) -> str:
+    """kind: "aiohttp", "httpx", or "auto" (aiohttp where installed)."""
+    if kind == "auto":
+        return "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx"
+    return kind
+
+
+def make_client(kind: str, timeout_s: float) -> HttpxClient | AiohttpClient:
+    """Call from a coroutine (aiohttp binds its session to the running loop)."""
+    return AiohttpClient(timeout_s) if client_kind(kind) == "aiohttp" else HttpxClient(timeout_s)
+
+
+async def send(client: HttpxClient | AiohttpClient, url: str, body: dict) -> Outcome:
+    """One streamed request (a module-level name, so that a caller may wrap it)."""
+    return await client.send(url, body)
+
+
+async def run_rate(client: HttpxClient | AiohttpClient, url: str, bodies: list[dict], delays: list[float]) -> tuple[list[Outcome], float]:
     """Send every body after its delay (cumulative); returns the outcomes and the wall time."""
     t0 = time.perf_counter()
     tasks = []
@@ -216,8 +302,7 @@ def scrape_metrics(url: str) -> dict[str, float]:
 
 
 async def sweep(a: argparse.Namespace, url: str, model: str, vocab: int) -> list[dict]:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(a.request_timeout), limits=limits) as client:
+    async with make_client(getattr(a, "client", "auto"), a.request_timeout) as client:
         await send(client, url, payload(model, prompts(vocab, 1, 8, a.seed - 1)[0], 4))  # warm-up
         rows = []
         for i, rate in enumerate(a.rates):
@@ -249,6 +334,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--gen-len", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--client", choices=("auto", "aiohttp", "httpx"), default="auto",
+                   help="HTTP client reading the streams (auto: aiohttp where installed)")
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--device", default=None)

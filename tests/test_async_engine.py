@@ -163,3 +163,23 @@ def test_cpu_threads_apply_on_the_engine_thread(engine):
     one, back, text = asyncio.run(asyncio.wait_for(run(), 60))
     assert one == 1 and back == ae.default_threads
     assert text == want
+
+
+def test_a_reader_that_falls_behind_gets_merged_deltas_adding_up_to_the_same_result(engine):
+    llm, ae = engine
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    want = llm.generate(["Once upon a time"], params)[0].outputs[0]
+
+    async def slow_reader():
+        outs = []
+        async for out in ae.stream("slow", "Once upon a time", params):
+            outs.append(out)
+            await asyncio.sleep(0.05)  # several engine steps land meanwhile
+        return outs
+
+    outs = asyncio.run(asyncio.wait_for(slow_reader(), 60))
+    assert [t for o in outs for t in o.outputs[0].token_ids] == want.token_ids
+    assert "".join(o.outputs[0].text for o in outs) == want.text
+    assert len(outs) < len(want.token_ids)  # without merging: one output per step
+    assert outs[-1].finished and outs[-1].outputs[0].finish_reason == "length"
+    assert not any(o.finished for o in outs[:-1])

@@ -13,6 +13,7 @@ import torch
 
 from mlxr.engine.core_client import InprocClient
 from mlxr.engine.llm_engine import LLMEngine
+from mlxr.engine.output_collector import OutputCollector
 from mlxr.engine.structured.grammar import check_off_loop
 from mlxr.errors import OverloadedError
 from mlxr.types import EngineStats, RequestOutput, SamplingParams
@@ -37,21 +38,21 @@ class _Call:
     result: Future
 
 
-def _put_all(items: list[tuple[asyncio.Queue, RequestOutput]]) -> None:
-    for queue, out in items:
-        queue.put_nowait(out)
+def _put_all(items: list[tuple[OutputCollector, RequestOutput]]) -> None:
+    for collector, out in items:
+        collector.put(out)
 
 
 @dataclass
 class _Sink:
-    """Where a request's outputs go: an asyncio queue living on the caller's event loop."""
+    """Where a request's outputs go: a collector living on the caller's event loop."""
 
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue
+    collector: OutputCollector
 
     def put(self, item: RequestOutput | BaseException) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            self.loop.call_soon_threadsafe(self.collector.put, item)
         except RuntimeError:  # the caller's event loop is closed: nobody is listening
             pass
 
@@ -82,7 +83,8 @@ class AsyncEngine:
         Admission errors (invalid prompt, too long, overloaded) raise before the first yield."""
         if params.structured_outputs is not None:  # off the engine thread, which serves the others
             await check_off_loop(params.structured_outputs)
-        sink = _Sink(asyncio.get_running_loop(), asyncio.Queue())
+        loop = asyncio.get_running_loop()
+        sink = _Sink(loop, OutputCollector(loop))
         accepted: Future = Future()
         self._submit(adds=[_Add(request_id, prompt, params, sink, accepted)])
         try:
@@ -93,7 +95,7 @@ class AsyncEngine:
         finished = False
         try:
             while not finished:
-                item = await sink.queue.get()
+                item = await sink.collector.get()
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
@@ -236,7 +238,7 @@ class AsyncEngine:
     def _deliver_all(self, outputs: list[RequestOutput]) -> None:
         """A step's outputs to their streams: one wake-up per event loop, not one per output
         (at 256 streams a wake-up each cost the loop more than the tokens did)."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, RequestOutput]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[OutputCollector, RequestOutput]]] = {}
         sinks = self._sinks
         for out in outputs:
             sink = sinks.get(out.request_id)
@@ -244,7 +246,7 @@ class AsyncEngine:
                 continue
             if out.finished:
                 del sinks[out.request_id]
-            by_loop.setdefault(sink.loop, []).append((sink.queue, out))
+            by_loop.setdefault(sink.loop, []).append((sink.collector, out))
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_put_all, items)

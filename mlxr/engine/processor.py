@@ -7,6 +7,14 @@ from mlxr.engine.structured.grammar import check as check_structured
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.types import SamplingParams
 
+_INT_TYPES = {int, bool}
+
+
+def _plain_ids_below(ids: list[int], vocab: int) -> bool:
+    """The common case checked in C (a Python test per id cost 6% of the serving thread):
+    plain ints in [0, vocab). False sends the caller to the exact per-id test."""
+    return bool(ids) and set(map(type, ids)) <= _INT_TYPES and min(ids) >= 0 and max(ids) < vocab
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -27,7 +35,7 @@ class Processor:
                 raise InvalidParameterError("prompt", f"the text encodes to token ids past the model's vocabulary of {vocab}")
         else:
             ids, text = list(prompt), None
-            if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            if not _plain_ids_below(ids, vocab) and any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
                 raise InvalidParameterError("prompt", f"token ids must be integers in [0, {vocab})")
         if not ids:
             raise InvalidParameterError("prompt", "the prompt is empty")

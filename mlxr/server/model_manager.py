@@ -14,6 +14,7 @@ from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype
 
 log = logging.getLogger(__name__)
+TOUCH_EVERY_S = 1.0
 
 
 @dataclass
@@ -41,6 +42,7 @@ class ModelManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
+        self._used_at: dict[str, float] = {}  # time.monotonic() of the last registry.touch
 
     def canonical(self, name: str) -> str:
         return self.registry.resolve(name).name
@@ -63,8 +65,16 @@ class ModelManager:
                     served = await asyncio.to_thread(self._load, record)
                     self.served[record.name] = served
         self.touch(served, keep_alive_s)
-        self.registry.touch(record.name)
+        self._record_use(record.name)
         return served
+
+    def _record_use(self, name: str) -> None:
+        """The registry's last-used time, written at most once a second per model as the
+        registry itself does: skipping the call saves a SQLite connection per request."""
+        now = time.monotonic()
+        if now - self._used_at.get(name, -TOUCH_EVERY_S) >= TOUCH_EVERY_S:
+            self._used_at[name] = now
+            self.registry.touch(name)
 
     def _load(self, record) -> ServedModel:
         t0 = time.perf_counter()

@@ -9,12 +9,13 @@ from mlxr.errors import MLXRError
 from mlxr.server.session import Session, SessionStream, status_of
 from mlxr.types import RequestOutput
 
-DONE = "data: [DONE]\n\n"
+DONE = b"data: [DONE]\n\n"
 Chunks = list[dict]
 
 
-def sse(obj: dict) -> str:
-    return f"data: {orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()}\n\n"
+def sse(obj: dict) -> bytes:
+    # Bytes, not str: the response would encode a str again, once per chunk.
+    return b"data: " + orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS) + b"\n\n"
 
 
 def error_chunk(error: BaseException) -> dict:
@@ -31,7 +32,7 @@ async def events(
     head: Chunks,
     on_output: Callable[[int, RequestOutput], Chunks],
     tail: Callable[[], Chunks],
-) -> AsyncIterator[str]:
+) -> AsyncIterator[bytes]:
     """The body of a streamed response. A client that leaves cancels this generator
     (Starlette), which closes the engine streams under it and so aborts them."""
     try:
@@ -39,18 +40,18 @@ async def events(
             yield sse(chunk)
         item = first
         while item is not None:
-            for chunk in on_output(*item):
-                yield sse(chunk)
+            chunks = on_output(*item)
+            if chunks:  # one write for an output's chunks (n > 1 gives one a choice)
+                yield b"".join(map(sse, chunks))
             item = await session.next()
-        for chunk in tail():
-            yield sse(chunk)
+        end = b"".join(map(sse, tail()))
         session.outcome = (200, None)
     except Exception as e:  # noqa: BLE001 - the status line is gone; report in-band
         session.outcome = (status_of(e), str(e) or type(e).__name__)
-        yield sse(error_chunk(e))
-    yield DONE
+        end = sse(error_chunk(e))
+    yield end + DONE
 
 
-def stream_response(session: Session, body: AsyncIterator[str]) -> SessionStream:
+def stream_response(session: Session, body: AsyncIterator[bytes]) -> SessionStream:
     session.stop_watching()
     return SessionStream(session, body, media_type="text/event-stream")
