@@ -5,6 +5,14 @@ throughput, TTFT / TPOT / ITL / e2e p50 and p99. JSON to bench/results/serve-*.j
   python bench/serve.py --model gemma3-270m --rates 0.5 1 2 inf
   python bench/serve.py --model path/to/model.gguf --device cuda --rates 4 16 inf --num-requests 256
   python bench/serve.py --url http://127.0.0.1:11434 --served-model gemma3-270m
+
+Definitions: duration = the last stream's end - the rate's first send (every request, arrival
+gaps included); out_tok_s = the completed requests' completion tokens, from each stream's usage
+chunk, over that duration. TTFT = first chunk with a choice - that request's send; a chunk may
+carry several tokens (a server that falls behind merges deltas), so TPOT spreads a stream's
+first-to-last chunk time over its tokens and ITL is the gap between chunks. The client (aiohttp
+where installed, else httpx: --client) splits each network read into its events; a chunk's time
+is when its bytes were read. Its ceiling: bench/probes/sse_client_ceiling.py.
 """
 from __future__ import annotations
 
