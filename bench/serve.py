@@ -5,20 +5,26 @@ throughput, TTFT / TPOT / ITL / e2e p50 and p99. JSON to bench/results/serve-*.j
   python bench/serve.py --model gemma3-270m --rates 0.5 1 2 inf
   python bench/serve.py --model path/to/model.gguf --device cuda --rates 4 16 inf --num-requests 256
   python bench/serve.py --url http://127.0.0.1:11434 --served-model gemma3-270m
+
+Definitions: duration = the last stream's end - the rate's first send (every request, arrival
+gaps included); out_tok_s = the completed requests' completion tokens, from each stream's usage
+chunk, over that duration. TTFT = first chunk with a choice - that request's send; a chunk may
+carry several tokens (a server that falls behind merges deltas), so TPOT spreads a stream's
+first-to-last chunk time over its tokens and ITL is the gap between chunks. The client (aiohttp
+where installed, else httpx: --client) splits each network read into its events; a chunk's time
+is when its bytes were read. Its ceiling: bench/probes/sse_client_ceiling.py.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import math
 import random
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -26,6 +32,8 @@ import numpy as np
 import orjson
 
 from common import device_name, print_table, write_result
+from stream_clients import AiohttpClient, HttpxClient, Outcome, client_kind  # noqa: F401 - re-exported
+from stream_clients import make_client as _make_client
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = "gemma3-270m"
@@ -36,39 +44,6 @@ METRICS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vll
            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "mlxr:num_requests_aborted_total")
 COLUMNS = ["rate", "completed", "failed", "duration_s", "req_s", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms",
            "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms"]
-
-
-@dataclass
-class Outcome:
-    """One streamed request: when it was sent, when each content chunk came, what ended it."""
-
-    sent: float
-    chunk_times: list[float] = field(default_factory=list)
-    tokens: int = 0
-    status: int | None = None
-    error: str | None = None
-    done: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200 and self.error is None and bool(self.chunk_times)
-
-    def ttft(self) -> float:
-        return self.chunk_times[0] - self.sent
-
-    def tpot(self) -> float | None:
-        # A chunk may carry several tokens, so spread the decode time over the counted tokens.
-        if self.tokens < 2:
-            return None
-        return (self.chunk_times[-1] - self.chunk_times[0]) / (self.tokens - 1)
-
-    def gaps(self) -> list[float]:
-        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
-
-    def summary(self) -> dict:
-        ok = self.ok
-        return {"status": self.status, "error": self.error, "tokens": self.tokens, "chunks": len(self.chunk_times),
-                "ttft_s": self.ttft() if ok else None, "e2e_s": self.done - self.sent if ok else None}
 
 
 def resolve_model(model: str) -> list[str]:
@@ -152,104 +127,10 @@ def read_event(out: Outcome, data: bytes | str) -> bool:
     return True
 
 
-def read_events(out: Outcome, buffer: bytes) -> tuple[bytes, bool]:
-    """Fold the complete events in buffer into out; returns the incomplete rest and False once
-    the stream is over."""
-    *events, rest = buffer.split(b"\n\n")
-    for event in events:
-        for line in event.split(b"\n"):
-            if line.startswith(b"data:") and not read_event(out, line[5:].strip()):
-                return b"", False
-    return rest, True
-
-
-def finish(out: Outcome) -> Outcome:
-    out.done = time.perf_counter()
-    if out.status == 200 and out.error is None and not out.tokens:
-        out.error = "stream ended without usage"
-    return out
-
-
-class HttpxClient:
-    """The first client of this script; kept to compare (--client httpx)."""
-
-    def __init__(self, timeout_s: float) -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits)
-
-    async def __aenter__(self) -> "HttpxClient":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.client.aclose()
-
-    async def send(self, url: str, body: dict) -> Outcome:
-        out = Outcome(sent=time.perf_counter())
-        try:
-            async with self.client.stream("POST", f"{url}/v1/completions", json=body) as resp:
-                out.status = resp.status_code
-                if resp.status_code != 200:
-                    out.error = (await resp.aread()).decode(errors="replace")[:300]
-                    return finish(out)
-                # Not aiter_lines: it also splits at the Unicode line breaks that JSON strings
-                # may carry raw (U+2028, U+0085), which cut an event of random-model text apart.
-                rest, going = b"", True
-                async for data in resp.aiter_bytes():
-                    rest, going = read_events(out, rest + data)
-                    if not going:
-                        break
-        except httpx.HTTPError as e:
-            out.error = f"{type(e).__name__}: {e}"
-        return finish(out)
-
-
-class AiohttpClient:
-    """aiohttp reads a stream with far less Python per chunk than httpx (vLLM's
-    benchmark_serving uses it too); each network read is split into its events."""
-
-    def __init__(self, timeout_s: float) -> None:
-        import aiohttp
-
-        self.aiohttp = aiohttp
-        self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-            connector=aiohttp.TCPConnector(limit=0, force_close=False), read_bufsize=1 << 20)
-
-    async def __aenter__(self) -> "AiohttpClient":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.session.close()
-
-    async def send(self, url: str, body: dict) -> Outcome:
-        out = Outcome(sent=time.perf_counter())
-        try:
-            async with self.session.post(f"{url}/v1/completions", data=orjson.dumps(body),
-                                         headers={"content-type": "application/json"}) as resp:
-                out.status = resp.status
-                if resp.status != 200:
-                    out.error = (await resp.read()).decode(errors="replace")[:300]
-                    return finish(out)
-                rest, going = b"", True
-                async for data in resp.content.iter_any():
-                    rest, going = read_events(out, rest + data)
-                    if not going:
-                        break
-        except (self.aiohttp.ClientError, asyncio.TimeoutError) as e:
-            out.error = f"{type(e).__name__}: {e}"
-        return finish(out)
-
-
-def client_kind(kind: str) -> str:
-    """kind: "aiohttp", "httpx", or "auto" (aiohttp where installed)."""
-    if kind == "auto":
-        return "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx"
-    return kind
-
-
 def make_client(kind: str, timeout_s: float) -> HttpxClient | AiohttpClient:
-    """Call from a coroutine (aiohttp binds its session to the running loop)."""
-    return AiohttpClient(timeout_s) if client_kind(kind) == "aiohttp" else HttpxClient(timeout_s)
+    """Call from a coroutine. Events go through this module's read_event (looked up at each
+    call, so that a caller may wrap it, as ../shared/peers/serve_cmp.py does)."""
+    return _make_client(kind, timeout_s, lambda out, data: read_event(out, data))
 
 
 async def send(client: HttpxClient | AiohttpClient, url: str, body: dict) -> Outcome:
