@@ -114,3 +114,15 @@ def time_engine_phases(engine, spent) -> Callable[[], object]:
                 spent[_key] += time.perf_counter() - t0
         setattr(obj, name, wrapper)
     return lambda: [delattr(obj, name) for name, obj in targets.items()]
+
+
+def peer_figures(pairs: list[str] | None) -> dict[str, list[float]]:
+    """`--llama-cpp NAME=V[,V...]` arguments: llama.cpp's figures measured in the same lease
+    (e.g. by ../shared/peers/gpu_side_by_side.sh build), so a ratio never compares with a
+    number from another machine or day. None or empty: no ratio column."""
+    figures = {}
+    for pair in pairs or []:
+        name, _, values = pair.partition("=")
+        figures[name] = [float(v) for v in values.split(",")]
+    return figures
+

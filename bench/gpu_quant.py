@@ -16,13 +16,12 @@ from pathlib import Path
 
 import torch
 
-from common import device_name, print_table, write_result
+from common import device_name, peer_figures, print_table, write_result
 from latency import bench_mlxr, prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 # llama.cpp CUDA on an H200, TinyLlama shape (BENCHMARKS.md): (decode, prefill 512) tok/s.
-LLAMA_CPP = {"q8_0": (794.0, 42219.0), "q4_k_m": (860.0, 36877.0), "f16": (767.0, 68105.0)}
 
 
 def gguf_file(file_type: str) -> Path:
@@ -37,7 +36,8 @@ def gguf_file(file_type: str) -> Path:
     return out
 
 
-def speed(ref: str, quantization: str | None, peer: tuple[float, float], label: str) -> dict:
+def speed(ref: str, quantization: str | None, peer: list[float] | None, label: str) -> dict:
+    """peer: llama.cpp's (decode, prefill) tok/s from the same lease, or None."""
     from mlxr import LLM
 
     llm = LLM(ref, engine_process=False, device="cuda", dtype=torch.bfloat16, quantization=quantization, max_num_seqs=8,
@@ -46,8 +46,10 @@ def speed(ref: str, quantization: str | None, peer: tuple[float, float], label: 
     decode = bench_mlxr(llm, "cuda", prompt_ids(vocab, 128), 256, 2)["decode_tok_s"]
     prefill = bench_mlxr(llm, "cuda", prompt_ids(vocab, 512), 2, 2)["prefill_tok_s"]
     row = {"weights": label, "quantization": llm.loaded.quantization, "decode_tok_s": decode,
-           "llama_cpp_decode": peer[0], "decode_ratio": decode / peer[0],
-           "prefill_512_tok_s": prefill, "llama_cpp_prefill": peer[1], "prefill_ratio": prefill / peer[1]}
+           "prefill_512_tok_s": prefill}
+    if peer:
+        row.update(llama_cpp_decode=peer[0], decode_ratio=decode / peer[0],
+                   llama_cpp_prefill=peer[1], prefill_ratio=prefill / peer[1])
     del llm
     torch.cuda.empty_cache()
     return row
@@ -71,13 +73,20 @@ def agreement(path: Path) -> float:
 
 
 def main() -> None:
+    import argparse
+
     from mlxr.testing.fixtures import fixture_paths
 
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp", nargs="*", metavar="TYPE=DECODE,PREFILL",
+                    help="llama.cpp's tok/s from the same lease for q8_0, q4_k_m and f16")
+    peers = peer_figures(ap.parse_args().llama_cpp)
+
     files = {t: gguf_file(t) for t in ("q8_0", "q4_k_m")}
-    rows = [speed(str(files[t]), None, LLAMA_CPP[t], f"GGUF {t.upper()}") for t in files]
+    rows = [speed(str(files[t]), None, peers.get(t), f"GGUF {t.upper()}") for t in files]
     hf_dir = str(fixture_paths("tinyllama-shape", ROOT / ".fixtures").hf_dir)
-    rows.append(speed(hf_dir, "fp8", LLAMA_CPP["f16"], "FP8 E4M3 from bf16 (vs llama.cpp F16)"))
-    rows.append(speed(hf_dir, None, LLAMA_CPP["f16"], "bf16 (vs llama.cpp F16)"))
+    rows.append(speed(hf_dir, "fp8", peers.get("f16"), "FP8 E4M3 from bf16 (vs llama.cpp F16)"))
+    rows.append(speed(hf_dir, None, peers.get("f16"), "bf16 (vs llama.cpp F16)"))
     agree = {t: agreement(p) for t, p in files.items()}
     path = write_result("gpu_quant", {"model": "tinyllama-shape", "device": device_name("cuda"),
                                       "results": rows, "top1_agreement_fp32": agree})

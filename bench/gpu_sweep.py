@@ -13,12 +13,10 @@ import sys
 
 import torch
 
-from common import device_name, median, print_table, write_result
+from common import device_name, median, peer_figures, print_table, write_result
 from latency import bench_hf, bench_mlxr, model_paths, prompt_ids
 from throughput import run_hf, run_mlxr, workload
 
-# llama.cpp CUDA F16 on an H200 (../shared/BENCHMARKS.md), for the ratio column.
-LLAMA_CPP = {"decode_1": 767, "prefill_512": 68105, "batch_64": 20506, "batch_256": 31911}
 
 
 def mlxr_figures(llm, vocab: int, batches: list[int], spread: dict, runs: int = 3) -> dict:
@@ -56,6 +54,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3, help="timed runs per figure (the median is quoted)")
     p.add_argument("--engine-process", choices=["on", "off"], default=None,
                    help="the engine core in its own process or in this one (default: the engine's choice)")
+    p.add_argument("--llama-cpp", nargs="*", metavar="WORK=TOK_S",
+                   help="llama.cpp's figures from the same lease (decode_1, prefill_512, batch_64, batch_256)")
     p.add_argument("--no-extras", action="store_true", help="skip the kernel benchmarks and the profile")
     a = p.parse_args()
     knobs = {} if a.engine_process is None else {"engine_process": a.engine_process == "on"}
@@ -74,8 +74,9 @@ def main() -> None:
     del llm
     torch.cuda.empty_cache()
     theirs = {} if a.quick or a.skip_hf else hf_figures(hf_kwargs, vocab, batches)
-    rows = [{"work": k, "mlxr_tok_s": v, "hf_tok_s": theirs.get(k), "llama_cpp_tok_s": LLAMA_CPP.get(k),
-             "vs_llama_cpp": v / LLAMA_CPP[k] if k in LLAMA_CPP else None, "mlxr_runs_tok_s": spread.get(k)}
+    peer = {k: v[0] for k, v in peer_figures(a.llama_cpp).items()}
+    rows = [{"work": k, "mlxr_tok_s": v, "hf_tok_s": theirs.get(k), "llama_cpp_tok_s": peer.get(k),
+             "vs_llama_cpp": v / peer[k] if k in peer else None, "mlxr_runs_tok_s": spread.get(k)}
             for k, v in ours.items()]
     path = write_result("gpu_sweep", {"model": "tinyllama-shape", "dtype": "bfloat16",
                                       "device": device_name("cuda"), "runs_per_figure": a.runs,

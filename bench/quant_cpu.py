@@ -25,11 +25,7 @@ from latency import bench_mlxr, prompt_ids
 ROOT = Path(__file__).resolve().parent.parent
 TINYLLAMA_DIR = ROOT / ".fixtures" / "tinyllama-quantized"
 # BENCHMARKS.md: llama.cpp on a 2-core AVX-512 machine, 128-token prompt: (prefill, decode) tok/s.
-LLAMA_CPP = {
-    "gemma3-270m": (757.0, 88.0),
-    "tinyllama-shape-q8_0": (101.0, 26.0),
-    "tinyllama-shape-q4_k_m": (142.0, 47.0),
-}
+MODELS = ["gemma3-270m", "tinyllama-shape-q8_0", "tinyllama-shape-q4_k_m"]  # llama.cpp beside them: bench/cpu_vs_llama_cpp.py
 
 
 def model_file(name: str) -> str:
@@ -74,10 +70,6 @@ def bench_model(name: str, runs: int, batch: int) -> dict:
            **bench_mlxr(llm, "cpu", prompt_ids(vocab, 128), 64, runs)}
     if batch > 1:
         row[f"batch{batch}_decode_tok_s"] = batched_decode(llm, vocab, batch, 32)
-    if name in LLAMA_CPP:  # figures from another session's machine; bench/cpu_vs_llama_cpp.py measures here
-        peer_prefill, peer_decode = LLAMA_CPP[name]
-        row.update(llama_cpp_prefill=peer_prefill, llama_cpp_decode=peer_decode,
-                   prefill_ratio=row["prefill_tok_s"] / peer_prefill, decode_ratio=row["decode_tok_s"] / peer_decode)
     return row
 
 
@@ -111,7 +103,7 @@ def bench_kernels(repeats: int = 50, ms: tuple[int, ...] = (1,), types: list[str
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="*", default=list(LLAMA_CPP))
+    p.add_argument("--models", nargs="*", default=MODELS)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--kernels-only", action="store_true", help="time the kernel rows only, no model runs")
@@ -128,11 +120,10 @@ def main() -> None:
         print_table(kernels, ["model", "ms", "GB_s"])
         return
     path = write_result("quant_cpu", {"device": device_name("cpu"), "prompt_len": 128, "gen_len": 64,
-                                      "runs": ns.runs, "peer_source": "BENCHMARKS.md (llama.cpp, 2 threads)",
+                                      "runs": ns.runs,
                                       "models": rows, "kernels": kernels})
     print_table(kernels, ["model", "ms", "GB_s"])
-    print_table(rows, ["model", "prefill_tok_s", "llama_cpp_prefill", "prefill_ratio", "decode_tok_s",
-                       "llama_cpp_decode", "decode_ratio", f"batch{ns.batch}_decode_tok_s"])
+    print_table(rows, ["model", "prefill_tok_s", "decode_tok_s", f"batch{ns.batch}_decode_tok_s"])
     print(f"wrote {path}")
 
 
