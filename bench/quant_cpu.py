@@ -1,11 +1,11 @@
-"""Quantized GGUF inference on the CPU: MLXR on the same .gguf files as llama.cpp's figures.
+"""Quantized GGUF inference on the CPU: MLXR alone on the GGUF files (bench/cpu_vs_llama_cpp.py
+runs this and llama.cpp interleaved on the same files and gives the ratios).
 
   python bench/quant_cpu.py                 # Gemma 3 270M Q4_K_M + TinyLlama shape Q8_0/Q4_K_M
   python bench/quant_cpu.py --models gemma3-270m --runs 5
 
 Single stream: 128-token prompt, 64 generated tokens, median of --runs. Batched: 8 concurrent
-requests, decode tok/s over all of them. llama.cpp's figures are BENCHMARKS.md's (llama-cpp-
-python 0.3.36, 2 threads, this kind of machine), not measured in this run. Kernel rows time
+requests, decode tok/s over all of them. Kernel rows time
 one quantized matrix-vector product per type at the TinyLlama shape. The TinyLlama files are
 written once by `mlxr quantize` from the f16 fixture into .fixtures/tinyllama-quantized/.
 """
@@ -24,7 +24,6 @@ from latency import bench_mlxr, prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 TINYLLAMA_DIR = ROOT / ".fixtures" / "tinyllama-quantized"
-# BENCHMARKS.md: llama.cpp on a 2-core AVX-512 machine, 128-token prompt: (prefill, decode) tok/s.
 MODELS = ["gemma3-270m", "tinyllama-shape-q8_0", "tinyllama-shape-q4_k_m"]  # llama.cpp beside them: bench/cpu_vs_llama_cpp.py
 
 
