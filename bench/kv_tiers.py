@@ -29,7 +29,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from common import device_name, median, print_table, write_result  # noqa: E402
+from common import cpu_model, device_name, median, print_table, write_result  # noqa: E402
 from server_harness import server_process  # noqa: E402
 
 QUESTION = "\n\nQuestion: which tool turns a city name into its current weather, and what does it return?\nAnswer:"
@@ -147,16 +147,6 @@ def resolve_model(ref: str) -> str:
         return str(fixture_paths(ref, ROOT / ".fixtures").hf_dir)
     raise SystemExit(f"--model {ref!r}: no such file or directory, and not a bundled model "
                      f"({', '.join(sorted(BUNDLED_REFS))}) or a fixture ({', '.join(sorted(CONFIGS))})")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def main() -> None:

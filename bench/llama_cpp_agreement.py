@@ -122,21 +122,14 @@ def main() -> None:
     ns = p.parse_args()
     add_site(ns.site)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import print_table, write_result
+    from common import cpu_model, print_table, write_result
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_gguf_pre_tokenizers import TEXTS
 
     rows = [measure(m, threads=ns.threads, probes=TEXTS) for m in ns.models]
     print_table(rows, ["model", "tokens", "same_tokens", "positions", "top1_agreement", "probe_texts"])
-    print(write_result("llama_cpp_agreement", {"cpu": _cpu(), "rows": rows}))
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+    print(write_result("llama_cpp_agreement", {"cpu": cpu_model(), "rows": rows}))
 
 
 if __name__ == "__main__":
