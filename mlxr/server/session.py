@@ -67,20 +67,24 @@ def _consume(task: asyncio.Future) -> None:
         task.exception()  # retrieved, so asyncio does not log it
 
 
+async def _first_output(engine: AsyncEngine, request_id: str, stream) -> RequestOutput:
+    """The stream's first output. It waits on the engine's admission future; cancelling it
+    there would cancel that future under the engine thread. Shield it and abort by id instead:
+    an abort queued behind the add still finds the request."""
+    first = asyncio.ensure_future(anext(stream))
+    try:
+        return await asyncio.shield(first)
+    except asyncio.CancelledError:
+        engine.abort(request_id)
+        first.add_done_callback(_consume)
+        raise
+
+
 async def _pump(engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams,
                 index: int, queue: asyncio.Queue) -> None:
     stream = engine.stream(request_id, prompt, params)
     try:
-        # The first step waits on the engine's admission future; cancelling it there would
-        # cancel that future under the engine thread. Shield it and abort by id instead:
-        # an abort queued behind the add still finds the request.
-        first = asyncio.ensure_future(anext(stream))
-        try:
-            out = await asyncio.shield(first)
-        except asyncio.CancelledError:
-            engine.abort(request_id)
-            first.add_done_callback(_consume)
-            raise
+        out = await _first_output(engine, request_id, stream)
         queue.put_nowait((index, out))
         if not out.finished:
             async for out in stream:
@@ -95,15 +99,9 @@ async def _single_stream(
     engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     """merge_streams of one prompt without the relay task and queue (two hops less per output,
-    what most requests are); the first output is awaited as _pump does."""
+    what most requests are)."""
     stream = engine.stream(request_id, prompt, params)
-    first = asyncio.ensure_future(anext(stream))
-    try:
-        out = await asyncio.shield(first)
-    except asyncio.CancelledError:
-        engine.abort(request_id)
-        first.add_done_callback(_consume)
-        raise
+    out = await _first_output(engine, request_id, stream)
     try:
         yield 0, out
         if not out.finished:
