@@ -27,6 +27,9 @@ def _check_int(name: str, value: int, lo: int, hi: int) -> None:
         raise InvalidParameterError(name, f"must be in [{lo}, {hi}], got {value}")
 
 
+MAX_MARKER_CHARS = 64  # a reasoning marker (StructuredOutputsParams.reasoning)
+
+
 @dataclass
 class StructuredOutputsParams:
     """A constraint on what a request may generate (vLLM's `structured_outputs` shape): exactly
@@ -49,8 +52,9 @@ class StructuredOutputsParams:
                 "structured_outputs", "give exactly one of json, json_object, regex, choice, grammar")
         if self.reasoning is not None:
             start, end = self.reasoning
-            if not end or len(start) > 64 or len(end) > 64:
-                raise InvalidParameterError("structured_outputs", "reasoning markers must be 1 to 64 characters")
+            if not end or len(start) > MAX_MARKER_CHARS or len(end) > MAX_MARKER_CHARS:
+                raise InvalidParameterError("structured_outputs",
+                                            f"reasoning markers must be 1 to {MAX_MARKER_CHARS} characters")
 
 
 @dataclass

@@ -193,8 +193,8 @@ def test_unloaded_draft_model_leaves_requests_unharmed():
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
-    """On CUDA: Triton attention over rows of 1 + k tokens, overlapped steps, decode graphs for
-    the steps without drafts (rows with drafts run eagerly)."""
+    """On CUDA: overlapped steps, and decode graphs for every step, those with drafts too (a
+    row's 1 + k tokens replay as decode rows; the draft model replays its own graphs)."""
     model = str(fixture_model("tiny-llama").hf_dir)
     reqs = looping_requests(12, seed=23)
     plain = LLM(model, dtype="float32", device="cuda", engine_process=False)

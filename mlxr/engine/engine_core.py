@@ -94,10 +94,10 @@ class EngineCore:
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
+        max_blocks_per_seq = self.block_manager.blocks_for(self.max_model_len)
         if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
             self.runner.enable_cuda_graphs(
-                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch),
-                self.block_manager.blocks_for(self.max_model_len),
+                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch), max_blocks_per_seq,
                 min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,
             )
         # Overlap the host's work with the device's only where the device runs asynchronously.
@@ -107,7 +107,7 @@ class EngineCore:
         self._forwarded: tuple[SchedulerOutput, Forwarded] | None = None  # a constrained step, unsampled
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
                                                   pin_masks=parts.device.type == "cuda")
-        self.speculator = make_speculator(parts, config, num_blocks, self.block_manager.blocks_for(self.max_model_len))
+        self.speculator = make_speculator(parts, config, num_blocks, max_blocks_per_seq)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)

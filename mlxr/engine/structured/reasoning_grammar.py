@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 BODY = "mlxr_constrained_reply"
-MAX_MARKER_CHARS = 64
 
 
 def after_reasoning(grammar: str, start: str, end: str) -> str:
