@@ -1,6 +1,7 @@
 """Where a plain decode step's host time goes, and whether a batch's greedy outputs repeat: the
 instruct model (or --model PATH), B greedy requests, tok/s of two identical runs (outputs
-compared), then a cProfile of a third run sorted by own time. Printed; JSON to
+compared), then a cProfile of a third run sorted by own time. --speculative: the engine has an
+n-gram speculator and each batch is profiled with requests that opt out and that opt in. Printed; JSON to
 bench/results/decode_profile-*.json.
 
   python bench/probes/decode_profile.py --device cuda [--batches 1 64] [--max-tokens 128]
@@ -40,26 +41,28 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--speculative", action="store_true")
     args = ap.parse_args()
+    spec = {"speculative_method": "ngram", "num_speculative_tokens": 4} if args.speculative else {}
     llm = LLM(args.model or str(smollm2_135m_path()), device=args.device, max_num_seqs=max(args.batches),
-              engine_process=False)  # in this process, so the profile sees the core
+              engine_process=False, **spec)  # in this process, so the profile sees the core
     ids = [chat_ids(llm, t) for t in TASKS]
     timed(llm, ids[:1], 8, False)
     rows = []
-    for batch in args.batches:
+    for batch, opt_in in [(b, s) for b in args.batches for s in ((False, True) if args.speculative else (False,))]:
         prompts = [ids[i % len(ids)] for i in range(batch)]
-        runs = [timed(llm, prompts, args.max_tokens, False) for _ in range(2)]
+        runs = [timed(llm, prompts, args.max_tokens, opt_in) for _ in range(2)]
         prof = cProfile.Profile()
         prof.enable()
-        dt, n, _ = timed(llm, prompts, args.max_tokens, False)
+        dt, n, _ = timed(llm, prompts, args.max_tokens, opt_in)
         prof.disable()
         text, top = top_entries(prof, args.top)
-        row = {"batch": batch, "tok_s": [r[1] / r[0] for r in runs], "profiled_tok_s": n / dt,
+        row = {"batch": batch, "speculative": opt_in, "tok_s": [r[1] / r[0] for r in runs], "profiled_tok_s": n / dt,
                "repeat_identical": runs[0][2] == runs[1][2],
                "rows_differing": sum(a != b for a, b in zip(runs[0][2], runs[1][2])), "top": top}
         rows.append(row)
         print({k: v for k, v in row.items() if k != "top"}, flush=True)
-        print(f"--- host profile, batch {batch} ---\n{text}", flush=True)
+        print(f"--- host profile, batch {batch}, speculative {opt_in} ---\n{text}", flush=True)
     llm.shutdown()
     print(write_result("decode_profile", {"device": device_name(args.device), "model": args.model or "smollm2:135m",
                                           "max_tokens": args.max_tokens, "rows": rows}))
