@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from common import cpu_model, median, print_table, write_result
@@ -39,13 +40,17 @@ def old_tree(commit: str) -> Path:
 
 
 def run_bench(tree: Path, script_args: list[str], model: str) -> dict:
-    """One bench script of `tree` on `model`; its JSON result."""
+    """One bench script of `tree` on `model`; its JSON result (an older tree's scripts ignore
+    MLXR_BENCH_RESULTS and write under their own bench/results)."""
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "PYTHONPATH": str(tree), "MLXR_BENCH_RESULTS": out}
         cmd = [sys.executable, script_args[0], "--model", model, *script_args[1:]]
+        started = time.time()
         subprocess.run(cmd, cwd=tree / "bench", env=env, check=True, stdout=subprocess.DEVNULL)
-        (result,) = Path(out).glob("*.json")
-        return json.loads(result.read_text())
+        prefix = script_args[0].removesuffix(".py")
+        found = list(Path(out).glob("*.json")) or [
+            p for p in (tree / "bench" / "results").rglob(f"{prefix}-*.json") if p.stat().st_mtime >= started]
+        return json.loads(max(found, key=lambda p: p.stat().st_mtime).read_text())
 
 
 def one_round(trees: dict[str, Path], order: list[str], model: str) -> dict[str, dict[str, float]]:

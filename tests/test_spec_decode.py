@@ -12,6 +12,7 @@ from conftest import cached_llm, fixture_model
 from test_engine_e2e import staggered
 from mlxr import LLM, SamplingParams
 from mlxr.engine.spec_decode.ngram import NgramProposer
+from mlxr.engine.spec_decode.proposer import DraftRequest
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 
@@ -37,6 +38,34 @@ def test_ngram_lookup_takes_the_latest_longest_match():
     assert p.lookup([4, 5, 6], 2) == []
     assert p.lookup([1, 2, 1, 2], 5) == [1, 2]  # runs into the suffix, never past the end
     assert NgramProposer(max_ngram=2, window=5).lookup([7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8], 2) == []  # outside the window
+
+
+def scan_lookup(tokens: list[int], k: int, max_n: int, min_n: int, window: int) -> list[int]:
+    """The lookup by a plain scan of the window (what the incremental index must equal)."""
+    seq = tokens[-window:]
+    if k <= 0 or len(tokens) <= min_n:
+        return []
+    for n in range(min(max_n, len(seq) - 1), min_n - 1, -1):
+        starts = [s for s in range(len(seq) - n) if seq[s:s + n] == seq[-n:]]
+        if starts:
+            return seq[starts[-1] + n: starts[-1] + n + k]
+    return []
+
+
+@pytest.mark.parametrize("max_n,min_n,window", [(4, 2, 2048), (3, 1, 64), (2, 2, 9)])
+def test_ngram_index_grown_step_by_step_equals_a_scan(max_n, min_n, window):
+    rng = random.Random(max_n * 100 + window)
+    p = NgramProposer(max_ngram=max_n, min_ngram=min_n, window=window)
+    for trial in range(20):
+        tokens = [rng.randrange(6) for _ in range(rng.randint(0, 5))]
+        rid = f"r{trial}"
+        for _ in range(120):  # as a request grows: one token, or a few accepted drafts at once
+            tokens += [rng.randrange(6) for _ in range(rng.choice((1, 1, 3)))]
+            k = rng.randint(0, 5)
+            (draft,) = p.propose([DraftRequest(rid, tokens, k, SamplingParams())])
+            assert draft.token_ids == scan_lookup(tokens, k, max_n, min_n, window), (tokens, k)
+    p.retain({"r19"})
+    assert list(p._indexes) == ["r19"]
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-mistral"])
@@ -96,6 +125,36 @@ def test_requests_waiting_for_admission_count_towards_the_batch_limit():
     assert req.spec_token_ids == []
     spec.propose([req], waiting=1)
     assert req.spec_token_ids[:1] == [8]
+
+
+def test_a_request_whose_lookups_miss_rests_before_drafting_again():
+    """An empty lookup costs the step its overlap (it landed first for nothing): the request
+    then lets as many steps run overlapped as it has missed in a row (at most MAX_REST) before
+    it asks for a landing again, and a hit ends the run of misses."""
+    from mlxr.engine.records import EngineCoreRequest, SchedulerOutput
+    from mlxr.engine.request import Request
+    from mlxr.engine.spec_decode.speculator import MAX_REST, Speculator
+
+    prompt = [5, 6, 7, 8, 9, 10, 11]  # no repeat: the lookup finds nothing
+    req = Request(EngineCoreRequest("r", prompt, SamplingParams(max_tokens=64, temperature=0.0), 64, [], 0.0))
+    req.num_computed_tokens = len(prompt) - 1  # decoding: one token left to compute
+    spec = Speculator(NgramProposer(), max_drafts=3, max_batch=2)
+
+    def step() -> bool:
+        """One step as the engine core runs it under overlap: landed first, or a token in flight."""
+        landed = spec.needs_landed_tokens([req], SchedulerOutput())
+        req.num_in_flight = 0 if landed else 1
+        req.num_computed_tokens = len(req.token_ids) - 1 + req.num_in_flight  # one token left to compute
+        spec.propose([req])
+        return landed
+
+    landed_at = [i for i in range(12) if step()]
+    assert landed_at == [0, 2, 5, 9]  # misses 1, 2, 3, 3: 1, 2, 3, 3 overlapped steps between lookups
+    assert MAX_REST == 3 and req.spec_token_ids == []
+    req.token_ids += [5, 6]  # "5 6" repeats now: the next lookup drafts what followed it
+    while not step():
+        pass
+    assert req.spec_token_ids == [7, 8, 9] and "r" not in spec._misses
 
 
 def test_opt_out_drafts_nothing():

@@ -61,16 +61,19 @@ def test_speculative_sampling_distribution_equals_plain(method):
     plain = cached_llm(model)
     prompt = looping_prompt(plain)
     probs = exact_distribution(plain, prompt)
-    extra = {"speculative_draft_model": model} if method == "draft" else {}
+    # Another model of the same vocabulary: its q differs from p, so drafts are both kept and
+    # rejected (the target drafting for itself has q == p: every draft is kept).
+    extra = {"speculative_draft_model": str(fixture_model("tiny-llama-tied").hf_dir)} if method == "draft" else {}
+    # speculative_max_batch past the 1,000 requests of a call: the queued ones count towards it.
     spec = LLM(model, dtype="float32", speculative_method=method, num_speculative_tokens=3, max_num_seqs=512,
-               speculative_max_batch=512, max_num_batched_tokens=8192, **extra)
+               speculative_max_batch=1024, max_num_batched_tokens=8192, **extra)
     params = SamplingParams(max_tokens=3, temperature=1.0, top_k=TOP_K, ignore_eos=True)
     counts: Counter = Counter()
     for _ in range(SAMPLES // 1000):
         for o in spec.generate([prompt] * 1000, params):
             counts[tuple(o.outputs[0].token_ids)] += 1
     s = spec.engine.stats()
-    assert s.spec_num_accepted_tokens > 0.05 * SAMPLES and s.spec_num_draft_tokens > s.spec_num_accepted_tokens
+    assert s.spec_num_accepted_tokens > 0.02 * SAMPLES and s.spec_num_draft_tokens > s.spec_num_accepted_tokens
     assert chi_square_p(counts, probs, SAMPLES) > 0.01
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.engine.input_batch import slots_for
 from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.sampler import make_generator
+from mlxr.engine.sampler import Sampler, SamplingState, make_generator
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, ProposerUnavailable
 from mlxr.engine.staging import to_device
 from mlxr.ops.attention.attn_metadata import AttnMetadata
@@ -134,9 +134,13 @@ class DraftModelProposer:
         return self.model.compute_logits(hidden.index_select(0, last_t)).float()
 
     def _draw(self, logits: torch.Tensor, argmax: int, r: DraftRequest) -> tuple[int, torch.Tensor | None]:
-        """Greedy rows take the argmax (a certain draft); others sample q = softmax(logits / T)."""
+        """Greedy rows take the argmax (a certain draft); others sample q, the request's own
+        sampling distribution (temperature, top_k/top_p, min_p) over the draft's logits: any q
+        keeps verification lossless, and one filtered as the target's p drafts tokens p can
+        take (unfiltered, a draft outside p's top_k is always rejected)."""
         if r.params.greedy:
             return argmax, None
-        q = torch.softmax(torch.nan_to_num(logits, nan=-1e30) / r.params.temperature, dim=-1)
+        state = SamplingState(r.params, [], [], frozenset(), None)
+        q = torch.softmax(Sampler.filtered_logits(torch.nan_to_num(logits, nan=-1e30).unsqueeze(0), [state])[0], dim=-1)
         token = torch.multinomial(q, 1, generator=self.seqs[r.request_id].generator)
         return int(token), q
