@@ -298,28 +298,3 @@ def test_constrained_rows_beside_speculating_ones():
     before = spec.engine.stats().spec_num_drafts
     assert generate(spec, reqs) == want
     assert spec.engine.stats().spec_num_drafts > before
-
-
-def test_plain_greedy_drafts_are_verified_when_the_step_lands():
-    """A step of plain greedy drafted rows returns from execute with its verification queued
-    (the host hands the previous outputs on meanwhile); landing gives the greedy tokens. A row
-    that wants logprobs is verified at once."""
-    model = str(fixture_model("tiny-llama").hf_dir)
-    reqs = looping_requests(3, seed=5)
-    llm = LLM(model, dtype="float32", speculative_method="ngram", num_speculative_tokens=3)
-    runner = llm.engine.core.core.runner
-    seen = []
-    execute = runner.execute
-
-    def spy(out, *args, **kwargs):
-        step = execute(out, *args, **kwargs)
-        if out.spec_token_ids:
-            seen.append((step._output is None, step))
-        return step
-    runner.execute = spy
-    assert generate(llm, reqs[:1]) == generate(cached_llm(model), reqs[:1])
-    assert seen and all(deferred for deferred, _ in seen)
-    assert all(len(step.result().sampled_token_ids[0]) >= 1 for _, step in seen)
-    seen.clear()
-    generate(llm, reqs[:1], logprobs=1)
-    assert seen and not any(deferred for deferred, _ in seen)

@@ -14,7 +14,7 @@ from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler
 from mlxr.engine.spec_decode.rejection import RejectionSampler
-from mlxr.engine.spec_decode.verify_step import plain_greedy_later, sample_with_drafts
+from mlxr.engine.spec_decode.verify_step import sample_with_drafts
 from mlxr.engine.staging import to_device
 from mlxr.engine.steady_decode import DecodeArrays
 from mlxr.ops.attention.attn_metadata import AttnMetadata
@@ -38,11 +38,9 @@ class RunnerStep:
     """A launched step: its sampled tokens are on the device at once, on the host at result()."""
 
     def __init__(self, batch: InputBatch, request_ids: list[str], future: SampleFuture | None,
-                 output: ModelRunnerOutput | None = None,
-                 land: Callable[[], ModelRunnerOutput] | None = None) -> None:
+                 output: ModelRunnerOutput | None = None) -> None:
         self.batch, self.request_ids, self.future = batch, request_ids, future
         self._output = output  # given at once by a step that verified drafts
-        self._land = land  # or computed when it lands (plain greedy drafts: verify_step.py)
 
     @property
     def in_flight(self) -> bool:
@@ -52,9 +50,6 @@ class RunnerStep:
     def result(self) -> ModelRunnerOutput:
         """Wait for the sampled ids; the runner's own request states take them in."""
         if self._output is not None:
-            return self._output
-        if self._land is not None:
-            self._output = self._land()
             return self._output
         if self.future is None:
             self._output = ModelRunnerOutput([], [], None)
@@ -114,8 +109,7 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput, before_sample: BeforeSample | None = None,
                 draft_probs: dict[str, torch.Tensor] | None = None) -> RunnerStep:
         """Queue one step (forward and sampling) on the device; returns before it has run
-        (unless it verifies draft tokens other than plain greedy rows': then its tokens are on
-        the host on return).
+        (unless it verifies draft tokens: then its tokens are on the host on return).
         before_sample(sampling ids), when given, runs once the forward is queued and may land
         the previous step; it returns the rows' packed token bitmask (structured output) or None.
         draft_probs: each drafted row's draft distributions (none for certain drafts). The core
@@ -123,10 +117,6 @@ class ModelRunner:
         fwd = self.forward(out)
         ids = fwd.request_ids
         if out.spec_token_ids and ids:
-            land = plain_greedy_later(self.batch, out, ids, fwd.logits)
-            if land is not None:
-                self._last = step = RunnerStep(self.batch, ids, None, land=land)
-                return step
             output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, fwd.logits,
                                         self._pending_for(ids, fwd.pending), draft_probs or {})
             self._last = step = RunnerStep(self.batch, ids, None, output)

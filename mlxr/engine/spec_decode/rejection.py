@@ -40,15 +40,6 @@ def _position_states(state: SamplingState, drafts: list[int]) -> list[SamplingSt
                           state.eos_token_ids, state.generator) for j in range(len(drafts) + 1)]
 
 
-def accept_greedy(drafts: list[int], targets: list[int]) -> list[int]:
-    """The drafts kept while they equal the target's argmax at their position, then the
-    argmax where they first differ (or at the bonus position): exactly the greedy tokens."""
-    a = 0
-    while a < len(drafts) and drafts[a] == targets[a]:
-        a += 1
-    return drafts[:a] + [targets[a]]
-
-
 def apply_position_grammar_masks(x: torch.Tensor, request_ids: list[str], drafts: list[list[int]]) -> None:
     """Hook for structured output (wired by the grammar manager): mask x's row of each
     (request, position) with the grammar state after that request's drafts[:j]. No-op here."""
@@ -86,8 +77,12 @@ class RejectionSampler:
         at = 0
         for i in rows:
             d = drafts[i]
-            tokens[i] = accept_greedy(d, best[at: at + len(d) + 1])
+            target = best[at: at + len(d) + 1]
             at += len(d) + 1
+            a = 0
+            while a < len(d) and d[a] == target[a]:
+                a += 1
+            tokens[i] = d[:a] + [target[a]]
 
     def _verify_random(self, x: torch.Tensor, rows: list[int], offsets: list[int], states: list[SamplingState],
                        pos_states: list[SamplingState], drafts: list[list[int]],

@@ -1,49 +1,18 @@
-"""A step that carries draft tokens: speculative rows through the rejection sampler, the other
-rows through the plain sampler. Its tokens land on the host before the next step is scheduled
-(the next step's proposer needs them there), so it never leaves tokens in flight on the device.
-
-A step whose rows are all drafted and plain greedy (batch 1's usual case) is verified when it
-lands rather than when it launches: the argmax of every position is queued and copied back in
-the background, so the host hands the previous step's outputs on (detokenizing, streaming)
-while the device verifies, instead of after."""
+"""A step that carries draft tokens, sampled at once: speculative rows through the rejection
+sampler, the other rows through the plain sampler. Its tokens land on the host before the next
+step is scheduled (the next step's proposer needs them there), so it never leaves tokens in
+flight on the device."""
 from __future__ import annotations
 
 import itertools
-from typing import Callable
 
 import torch
 
 from mlxr.engine.input_batch import InputBatch
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.sampler import LastTokens, Sampler
-from mlxr.engine.spec_decode.rejection import RejectionSampler, accept_greedy
-from mlxr.engine.staging import HostCopy, to_device
-from mlxr.ops import sampling as ops
-
-
-def plain_greedy_later(batch: InputBatch, out: SchedulerOutput, ids: list[str],
-                       logits: torch.Tensor) -> Callable[[], ModelRunnerOutput] | None:
-    """For a step whose rows all carry drafts and are plain greedy: the function that lands
-    it (waits for the argmaxes, keeps the drafts that match, hands the tokens to the runner's
-    request states); None for any other step."""
-    spec = out.spec_token_ids
-    if not all(rid in spec and batch.states[rid].sampling.plain for rid in ids):
-        return None
-    copy = HostCopy([ops.sanitize(logits).argmax(dim=-1)])  # NaN rows as the plain sampler treats them
-
-    def land() -> ModelRunnerOutput:
-        best = copy.get()[0].tolist()
-        sampled, at = [], 0
-        for rid in ids:
-            drafts = spec[rid]
-            sampled.append(accept_greedy(drafts, best[at: at + len(drafts) + 1]))
-            at += len(drafts) + 1
-        for rid, tokens in zip(ids, sampled):
-            state = batch.states.get(rid)
-            if state is not None:  # else finished or preempted since: the runner forgot it
-                state.take(tokens)
-        return ModelRunnerOutput(list(ids), sampled, None)
-    return land
+from mlxr.engine.spec_decode.rejection import RejectionSampler
+from mlxr.engine.staging import to_device
 
 
 def sample_with_drafts(batch: InputBatch, sampler: Sampler, rejection: RejectionSampler, out: SchedulerOutput,
