@@ -29,6 +29,22 @@ class Timeline:
         self._wrap(core.scheduler, "update_from_output",
                    lambda _: ("land", 0), before=lambda out, result: ("landing", sum(map(len, result.sampled_token_ids))))
         self._wrap(core.runner, "execute", lambda _: ("launched", 0))
+        self._wrap(core.runner, "forward", lambda _: ("forward_queued", 0), before=lambda *a, **k: ("forward_start", 0))
+        import mlxr.engine.model_runner as runner_module
+        self._module, self._verify = runner_module, runner_module.sample_with_drafts
+
+        def verify(*args, **kwargs):
+            res = self._verify(*args, **kwargs)
+            self.events.append(("verified", time.perf_counter(), 0))
+            return res
+        runner_module.sample_with_drafts = verify
+
+    def unwrap(self, core) -> None:
+        for name in ("schedule", "update_from_output"):
+            delattr(core.scheduler, name)
+        for name in ("execute", "forward"):
+            delattr(core.runner, name)
+        self._module.sample_with_drafts = self._verify
 
     def _wrap(self, obj, name, after, before=None) -> None:
         fn = getattr(obj, name)
@@ -42,6 +58,22 @@ class Timeline:
             self.events.append((kind, time.perf_counter(), n))
             return res
         setattr(obj, name, wrapper)
+
+    def host_gaps(self) -> dict:
+        """Medians over the steps that follow a verified (drafting) step: ms from the
+        verification's end to the next forward's start (landing, proposing, scheduling) and
+        from that start to its queued forward (inputs, graph replay)."""
+        to_start, to_queued = [], []
+        for i, (kind, t, _) in enumerate(self.events):
+            if kind != "verified":
+                continue
+            nxt = [(k, t2) for k, t2, _ in self.events[i + 1:i + 40] if k in ("forward_start", "forward_queued")]
+            if len(nxt) >= 2 and nxt[0][0] == "forward_start":
+                to_start.append(1e3 * (nxt[0][1] - t))
+                to_queued.append(1e3 * (nxt[1][1] - nxt[0][1]))
+        return {"after_verify_steps": len(to_start),
+                "verified_to_forward_start_ms": median(to_start) if to_start else None,
+                "forward_start_to_queued_ms": median(to_queued) if to_queued else None}
 
     def steps(self) -> list[dict]:
         """One record per scheduled step: drafts, wall time to the next schedule, tokens landed
@@ -85,12 +117,10 @@ def main() -> None:
         off_dt, off_n, _ = timed(llm, [p], args.max_tokens, False)
         tl = Timeline(core)
         on_dt, on_n, _ = timed(llm, [p], args.max_tokens, True)
-        for name in ("schedule", "update_from_output"):
-            delattr(core.scheduler, name)
-        delattr(core.runner, "execute")
+        tl.unwrap(core)
         rows = tl.steps()
         res = {"task": task, "off_tok_s": off_n / off_dt, "on_tok_s": on_n / on_dt, "off_ms_per_token": 1e3 * off_dt / off_n,
-               **summary(rows), "tokens": on_n, "steps": len(rows)}
+               **summary(rows), **tl.host_gaps(), "tokens": on_n, "steps": len(rows)}
         results.append(res)
         print(res, flush=True)
     llm.shutdown()
