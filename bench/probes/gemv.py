@@ -1,9 +1,8 @@
 """Decode-shaped matrix products on a GPU: torch (cuBLAS) beside the Triton GEMVs over their
 launch configurations, each timed as calls inside a CUDA graph (as the decode step runs them)
 with the weights cycled through enough copies to miss L2 (as in a step, where each weight is
-read once), in GB/s of weight bytes next to the device's copy bandwidth. Single-row fused
-variants (gated activation + down, add + RMSNorm + projection) are timed beside the unfused
-pair of kernels they replace. JSON to bench/results/gemv-*.json.
+read once), in GB/s of weight bytes next to the device's copy bandwidth. JSON to
+bench/results/gemv-*.json.
 
   python bench/probes/gemv.py [--rows 1 4] [--warm]
 """
@@ -89,32 +88,6 @@ def plain_rows(m: int, warm: bool) -> list[dict]:
     return rows
 
 
-def fused_rows(warm: bool) -> list[dict]:
-    """Each fused single-row kernel beside the two unfused kernels it replaces (default configs)."""
-    from mlxr.ops.activation_triton import gated_activation_triton
-    from mlxr.ops.gemv_triton import gated_gemv_triton, gemv_triton, norm_gemv_triton
-    from mlxr.ops.norm.rms_norm_triton import rms_norm_triton
-
-    rows = []
-    n, inter = SHAPES["down"]
-    ws = weights(n, inter, warm)
-    gu = torch.randn(1, 2 * inter, device="cuda", dtype=torch.bfloat16)
-    unfused = graph_us([lambda w=w: gemv_triton(gated_activation_triton(gu[:, :inter], gu[:, inter:], "silu"), w)
-                        for w in ws])
-    us, config = best_config(lambda w, bn, bk, warps: (lambda: gated_gemv_triton(gu, w, "silu", None, bn, bk, warps)), ws)
-    rows.append({"op": "silu*up -> down", "unfused_us": unfused, "fused_best_us": us, "config": config})
-    for name in ("qkv", "gate_up"):
-        n, k = SHAPES[name]
-        ws = weights(n, k, warm)
-        x, r = (torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        nw = torch.rand(k, device="cuda", dtype=torch.bfloat16)
-        unfused = graph_us([lambda w=w: gemv_triton(rms_norm_triton(x, nw, 1e-5, False, r)[0], w) for w in ws])
-        us, config = best_config(
-            lambda w, bn, bk, warps: (lambda: norm_gemv_triton(x, r, nw, 1e-5, False, w, None, None, bn, bk, warps)), ws)
-        rows.append({"op": f"add+rmsnorm -> {name}", "unfused_us": unfused, "fused_best_us": us, "config": config})
-    return rows
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, nargs="+", default=[1])
@@ -122,11 +95,9 @@ def main() -> None:
     a = p.parse_args()
     ceiling = copy_gbs()
     plain = [r for m in a.rows for r in plain_rows(m, a.warm)]
-    fused = fused_rows(a.warm)
     path = write_result("gemv", {"device": device_name("cuda"), "dtype": "bfloat16", "l2": "warm" if a.warm else "cold",
-                                 "copy_GB_s": ceiling, "results": plain, "fused": fused})
+                                 "copy_GB_s": ceiling, "results": plain})
     print_table(plain, ["op", "rows", "torch_us", "default_us", "best_us", "best_GB_s", "config"])
-    print_table(fused, ["op", "unfused_us", "fused_best_us", "config"])
     print(f"copy {ceiling:,.0f} GB/s -> {path}")
 
 
