@@ -229,6 +229,7 @@ class EngineCore:
             launched = self.runner.execute(out, hook, draft_probs)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
+            self.structured.settle()
             outputs += landed + self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
@@ -265,8 +266,9 @@ class EngineCore:
         return landed if masked is None else landed + self._launch_sampling(*masked)
 
     def _mask_forwarded(self):
-        """Land the step in flight and fill the forwarded step's masks: (outputs, (out, fwd,
-        bitmask) to launch_sampling, or None when that failed)."""
+        """Land the step in flight and fill the forwarded step's masks (a large batch's on the
+        manager's worker, while this thread schedules the next step and queues the sampling up
+        to the mask): (outputs, (out, fwd, bitmask) to launch_sampling, or None when that failed)."""
         (out, fwd), self._forwarded = self._forwarded, None
         landed = self._land_and_flush(self._take_inflight())
         requests = self.scheduler.requests
@@ -284,12 +286,14 @@ class EngineCore:
             self._inflight = (out, self.runner.sample(fwd, bitmask))
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
+            self.structured.settle()
             return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
         return []
 
     def _mask_hook(self, landed: list[EngineCoreOutput]):
         """Called by the runner between a step's forward (queued) and its sampling: lands the
-        previous step, whose tokens the matchers need, and returns the rows' bitmask."""
+        previous step, whose tokens the matchers need, and returns the rows' bitmask (perhaps
+        pending: the sampler waits for it)."""
         def before_sample(request_ids: list[str]):
             landed.extend(self._land(self._take_inflight()))
             requests = self.scheduler.requests
