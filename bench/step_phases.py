@@ -39,7 +39,7 @@ def _targets(llm) -> list[tuple[object, str, str]]:
 def time_phases(llm, spent: dict):
     """Adds each phase's seconds (and the step count, "steps") to spent while in the block."""
     counts = Counter(spent)
-    waited_before = llm.engine.core.core.structured.timing.waited
+    waited_before = getattr(llm.engine.core.core.structured.timing, "waited", 0.0)
     saved = []
     for obj, name, key in _targets(llm):
         fn = obj.__dict__.get(name, getattr(obj, name))
@@ -62,7 +62,7 @@ def time_phases(llm, spent: dict):
                 setattr(obj, name, fn)
             else:
                 delattr(obj, name)
-        counts["mask_wait"] += llm.engine.core.core.structured.timing.waited - waited_before
+        counts["mask_wait"] += getattr(llm.engine.core.core.structured.timing, "waited", 0.0) - waited_before
         spent.clear()
         spent.update(counts)
 
