@@ -6,7 +6,8 @@ The mask of a row needs the row's previous token taken by its matcher, but the r
 step before the previous step's tokens reach the host. So for a step with a constrained row the
 engine core queues the forward, lands the previous step while the forward runs, fills the mask
 here, and only then queues sampling (ModelRunner.execute's before_sample; under overlap the
-forward is queued one engine call ahead: EngineCore._forward_ahead, _sample_forwarded).
+forward is queued one engine call ahead, and the mask starts filling at the end of that call:
+EngineCore._forward_ahead).
 A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py; a large
 batch's is filled on a worker thread while the step thread schedules the next step and the
 sampler draws its per-row numbers (mask_job.py): the sampler waits for it only to apply it."""
