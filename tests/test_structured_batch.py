@@ -1,4 +1,4 @@
-"""Structured output at batch sizes whose masks fill on the manager's worker thread and whose
+"""Structured output at batch sizes whose masks may fill on the manager's worker thread and whose
 matchers take landed tokens in one batch (llguidance's executor or this thread): the masks are
 llguidance's own row by row, the persistent buffers are reused without stale rows, every
 constrained output validates, and overlapped steps give the same tokens as steps one at a time."""
@@ -62,8 +62,8 @@ def test_worker_fill_is_llguidance_row_by_row_in_reused_buffers(tokenizer):
         free = {step % ROWS, (3 * step + 1) % ROWS}
         rows = [None if i in free else Row(s) for i, s in enumerate(states)]
         pending = manager.bitmask(rows)
-        assert not isinstance(pending, torch.Tensor)  # a large batch fills on the worker
-        mask = pending()
+        # The first large batches try both places: the worker (pending) and the step thread.
+        mask = pending if isinstance(pending, torch.Tensor) else pending()
         seen.add(mask.data_ptr())
         for i, s in enumerate(states):
             expect = torch.full((words,), -1, dtype=torch.int32) if i in free else reference(s.matcher, words)
@@ -73,7 +73,7 @@ def test_worker_fill_is_llguidance_row_by_row_in_reused_buffers(tokenizer):
                 choice = allowed(mask[i], comp.vocab_size)
                 assert s.advance(choice[(5 * i + step) % len(choice)]) != "error"
     assert len(seen) == 2  # two persistent buffers, in turn
-    assert manager.timing.waited > 0 and manager.timing.on_step_thread == 0
+    assert manager.timing.waited > 0 and manager.timing.on_step_thread > 0
     manager.shutdown()
     comp.shutdown()
 

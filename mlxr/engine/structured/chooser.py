@@ -1,5 +1,5 @@
-"""Serial or parallel: which way of running a batch of matcher calls (mask fills, landed tokens)
-this host runs faster. It is a property of the host, not of the code: llguidance's executor
+"""Which of two ways of running a batch of matcher calls this host runs faster: serial or
+parallel (mask fills, landed tokens), the step thread or a worker (where a mask fills). It is a property of the host, not of the code: llguidance's executor
 threads sleep between steps and must be woken and scheduled, which costs little on an idle
 many-core host and a time slice on a loaded one (or one where PyTorch's OpenMP workers still spin
 after a CPU op), while the calling thread is already running. So both are timed: each is tried in
@@ -14,20 +14,25 @@ SMOOTHING = 0.25  # weight of the newest time in a kind's running figure
 
 
 class KindChooser:
-    def __init__(self) -> None:
-        self._us_per_row: dict[str, float | None] = {"serial": None, "parallel": None}
+    def __init__(self, kinds: tuple[str, str] = ("serial", "parallel"), run: int = 1) -> None:
+        """kinds: the one small batches always use, and the other; run: trial batches of one
+        kind in a row (2 where another chooser's trials, one a batch, run inside these: each
+        of its kinds then meets each of these)."""
+        self._small, self._other = kinds
+        self._run = run
+        self._us_per_row: dict[str, float | None] = {kind: None for kind in kinds}
         self._large = 0
 
     def choose(self, rows: int) -> str:
         if rows < PARALLEL_ROWS:
-            return "serial"
+            return self._small
         self._large += 1
-        n, us = self._large, self._us_per_row
+        n, us, small, other = self._large, self._us_per_row, self._small, self._other
         if n <= 2 * TRIALS:
-            return "parallel" if n % 2 else "serial"
-        best = "parallel" if us["parallel"] <= us["serial"] else "serial"
+            return other if (n - 1) // self._run % 2 == 0 else small
+        best = other if us[other] <= us[small] else small
         if n % RETRY == 0:
-            return "serial" if best == "parallel" else "parallel"
+            return small if best == other else other
         return best
 
     def learn(self, kind: str, rows: int, seconds: float) -> None:

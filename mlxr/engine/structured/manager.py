@@ -9,8 +9,10 @@ here, and only then queues sampling (ModelRunner.execute's before_sample; under 
 forward is queued one engine call ahead, and the mask starts filling at the end of that call:
 EngineCore._forward_ahead).
 A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py; a large
-batch's is filled on a worker thread while the step thread schedules the next step and the
-sampler draws its per-row numbers (mask_job.py): the sampler waits for it only to apply it."""
+batch's may fill on a worker thread while the step thread hands on outputs, schedules the next
+step and the sampler draws its per-row numbers (mask_job.py): the sampler waits for it only to
+apply it. Whether the worker pays off (waking it costs a time slice on a loaded host) is timed
+as the step thread's own time a row, each way (chooser.py)."""
 from __future__ import annotations
 
 import time
@@ -21,7 +23,8 @@ import torch
 
 from mlxr.engine.records import EngineCoreOutput
 from mlxr.engine.request import Request
-from mlxr.engine.structured.fill import PARALLEL_ROWS, FillTiming, MaskFiller
+from mlxr.engine.structured.chooser import KindChooser
+from mlxr.engine.structured.fill import FillTiming, MaskFiller
 from mlxr.engine.structured.mask_job import FillThread, MaskBuffers, PendingMask
 
 COMPILE_TIMEOUT_S = 30.0  # a safety net: the frontend's check already bounded the compile
@@ -45,6 +48,7 @@ class StructuredOutputManager:
         self._buffers: MaskBuffers | None = None
         self._worker: FillThread | None = None
         self._filling = None  # the worker's last fill (a Future)
+        self._where = KindChooser(("step_thread", "worker"), run=2)
         self.pending: dict[str, _Pending] = {}
         self.live: set[str] = set()  # constrained requests in the scheduler
 
@@ -133,12 +137,19 @@ class StructuredOutputManager:
         mask = self._buffers.take(len(rows))
         for i in free:  # a constrained row's words are all written by its fill
             mask[i].fill_(-1)
-        filler = self.filler
-        if len(matchers) < PARALLEL_ROWS:
+        filler, where, rows = self.filler, self._where, len(matchers)
+        start = time.perf_counter()
+        if where.choose(rows) == "step_thread":
             filler.fill(matchers, mask)
+            where.learn("step_thread", rows, time.perf_counter() - start)
             return mask
         self._filling = future = self._worker.start(lambda: filler.fill(matchers, mask, one_call=True))
-        return PendingMask(future, mask, filler.timing.add_wait)
+        handoff = time.perf_counter() - start
+
+        def waited(seconds: float) -> None:
+            filler.timing.add_wait(seconds)
+            where.learn("worker", rows, handoff + seconds)
+        return PendingMask(future, mask, waited)
 
     def settle(self) -> None:
         """Wait for a fill still on the worker (a step failed before its sampling waited for
