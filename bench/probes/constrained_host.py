@@ -64,11 +64,13 @@ def main() -> None:
         "alloc_full", "buffers_take", "advance_rows", "advance_par", "fill_this_thread", "fill_executor",
         "worker_handoff", "seeded_draws")}
     for step in range(min(len(p) for p in paths)):
-        spent["alloc_full"].append(timed(lambda: torch.full((a.rows, words), -1, dtype=torch.int32, pin_memory=pin)))
+        spent["alloc_full"].append(timed(
+            lambda: torch.full((a.rows, words), -1, dtype=torch.int32, pin_memory=pin)))
         spent["buffers_take"].append(timed(lambda: buffers.take(a.rows)))
         mask = buffers.take(a.rows)
         pairs = [(s.matcher, i) for i, s in enumerate(one)]
-        spent["fill_this_thread"].append(timed(lambda: [llg_torch.fill_next_token_bitmask(m, mask, i) for m, i in pairs]))
+        spent["fill_this_thread"].append(timed(
+            lambda: [llg_torch.fill_next_token_bitmask(m, mask, i) for m, i in pairs]))
         spent["fill_executor"].append(timed(lambda: llg_torch.fill_next_token_bitmask_par(
             pool, [(s.matcher, i) for i, s in enumerate(many)], mask)))
         t0 = time.perf_counter()
@@ -78,12 +80,14 @@ def main() -> None:
         future.result()
         tokens = [p[step] for p in paths]
         spent["advance_rows"].append(timed(lambda: [s.advance(t) for s, t in zip(one, tokens)]))
-        spent["advance_par"].append(timed(lambda: pool.consume_token_par([(s.matcher, t) for s, t in zip(many, tokens)])))
+        spent["advance_par"].append(timed(
+            lambda: pool.consume_token_par([(s.matcher, t) for s, t in zip(many, tokens)])))
         for s in many:
             s.num_tokens += 1
     if a.device == "cuda":
         torch.cuda.synchronize()
-    rows = [{"piece": k, "us_per_step": 1e6 * median(v), "us_per_row": 1e6 * median(v) / a.rows} for k, v in spent.items()]
+    rows = [{"piece": k, "us_per_step": 1e6 * median(v), "us_per_row": 1e6 * median(v) / a.rows}
+            for k, v in spent.items()]
     print_table(rows, ["piece", "us_per_step", "us_per_row"])
     print(write_result("constrained_host", {
         "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)),

@@ -254,7 +254,7 @@ class Scheduler:
         one-token rows take their tokens in one batch, after the other checks."""
         outputs: dict[str, EngineCoreOutput | None] = {}
         logprobs = result.logprobs
-        deferred: list[tuple[Request, list[int], list[TokenLogprob] | None, str | None]] = []
+        deferred = []  # one-token rows of constrained requests, taken, their matchers not yet
         for i, rid in enumerate(result.request_ids):
             req = self.requests.get(rid)
             if req is None or req.is_finished:  # aborted or finished since: a moot row
@@ -267,9 +267,8 @@ class Scheduler:
                 req.num_computed_tokens -= rejected
             lp = logprobs[i] if logprobs else None
             if req.grammar is not None and len(sampled) == 1:
-                reason = self._take_one(req, sampled[0])
                 outputs[rid] = None  # keeps the rows' order
-                deferred.append((req, sampled, lp, reason))
+                deferred.append((req, sampled, lp, self._take_one(req, sampled[0])))
             else:
                 outputs[rid] = self._land(req, sampled, lp)
         if deferred:
@@ -305,9 +304,7 @@ class Scheduler:
         return req.stop_reason_for(token)
 
     def _land_constrained(self, rows: list, outputs: dict[str, EngineCoreOutput | None]) -> None:
-        """Settle one-token rows of constrained requests (taken by _take_one): their matchers
-        take the tokens that did not stop them, in one batch (a complete grammar ends a request
-        as "stop", a refused token as "error")."""
+        """As _land, the matchers taking the tokens that did not stop their rows in one batch."""
         from mlxr.engine.structured import matcher
 
         advancing = [(req.grammar, tokens[0]) for req, tokens, _, reason in rows if reason != "stop"]
@@ -319,7 +316,6 @@ class Scheduler:
 
     def _settle(self, req: Request, tokens: list[int], logprobs: list[TokenLogprob] | None,
                 reason: str | None) -> EngineCoreOutput:
-        """The output of tokens just taken; finishes the request when reason says so."""
         out = EngineCoreOutput(req.request_id, tokens, logprobs, reason, req.stop_reason, req.num_cached_tokens)
         if reason == "error":
             out.error = f"the grammar refused token {tokens[-1]}: {req.grammar.error}"

@@ -1,10 +1,11 @@
 """Which of two ways of running a batch of matcher calls this host runs faster: serial or
-parallel (mask fills, landed tokens), the step thread or a worker (where a mask fills). It is a property of the host, not of the code: llguidance's executor
-threads sleep between steps and must be woken and scheduled, which costs little on an idle
-many-core host and a time slice on a loaded one (or one where PyTorch's OpenMP workers still spin
-after a CPU op), while the calling thread is already running. So both are timed: each is tried in
-turn for the first few large batches and again every RETRY batches, and the one with the lower
-recent time a row is used in between. No torch here: the scheduler's landing uses it."""
+parallel (mask fills, landed tokens), the step thread or a worker (where a mask fills). It is a
+property of the host, not of the code: llguidance's executor threads sleep between steps and
+must be woken and scheduled, which costs little on an idle many-core host and a time slice on a
+loaded one (or one where PyTorch's OpenMP workers still spin after a CPU op), while the calling
+thread is already running. So both are timed: each is tried in turn for the first few large
+batches and again every RETRY batches, and the one with the lower recent time a row is used in
+between. No torch here: the scheduler's landing uses it."""
 from __future__ import annotations
 
 PARALLEL_ROWS = 8  # below this many rows, serial always (waking threads costs more)
