@@ -4,7 +4,8 @@ device for a step's tokens), update (the scheduler taking them in, grammar match
 mask_fill (structured output's bitmask on the step thread: the rows' scan, and the fill itself
 unless a worker thread runs it), sample (sampling queued, the mask's copy and apply included),
 detokenize (the frontend), and the rest of the step. Nested phases, parts of the ones above:
-forward_inputs (the forward's index arrays), consume (grammar matchers taking landed tokens,
+forward_inputs (the forward's index arrays), forward_graph (a steady decode step's CUDA graph:
+its inputs' copies and replay), consume (grammar matchers taking landed tokens,
 in update), mask_wait (sample waiting for a worker's fill) and mask_apply (in sample)."""
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import os
 import time
 from collections import Counter
 
-PHASES = ("schedule", "forward", "forward_inputs", "wait", "update", "consume", "mask_fill", "sample",
+PHASES = ("schedule", "forward", "forward_inputs", "forward_graph", "wait", "update", "consume", "mask_fill", "sample",
           "mask_wait", "mask_apply", "detokenize")
-_NESTED = {"forward_inputs", "consume", "mask_wait", "mask_apply"}
+_NESTED = {"forward_inputs", "forward_graph", "consume", "mask_wait", "mask_apply"}
 CONSUME = ("advance_all",)  # mlxr.engine.structured.matcher's batch of landed tokens
 
 
@@ -29,6 +30,7 @@ def _targets(llm) -> list[tuple[object, str, str]]:
     core = engine.core.core
     return [(engine, "step", "step"), (core.scheduler, "schedule", "schedule"),
             (core.runner, "_forward_step", "forward"), (InputBatch, "build", "forward_inputs"),
+            *([(core.runner.graphs, "run_steady", "forward_graph")] if core.runner.graphs is not None else []),
             (RunnerStep, "result", "wait"), (core.scheduler, "update_from_output", "update"),
             *[(matcher, name, "consume") for name in CONSUME if hasattr(matcher, name)],
             (core.structured, "bitmask", "mask_fill"), (core.runner.sampler, "launch", "sample"),
