@@ -81,7 +81,8 @@ def per_step(spent: dict) -> dict:
 def host_facts() -> dict:
     """What decides how many threads can fill masks: the CPUs this process may run on, and a
     cgroup CPU quota if one is set (llguidance's executor takes 80% of what Rust sees, at most 32)."""
-    facts = {"cpus_affinity": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count()}
+    facts = {"cpus_affinity": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count(),
+             "grammar_threads_env": os.environ.get("MLXR_GRAMMAR_THREADS")}
     try:
         with open("/sys/fs/cgroup/cpu.max") as f:
             facts["cgroup_cpu_max"] = f.read().strip()

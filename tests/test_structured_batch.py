@@ -17,7 +17,7 @@ from mlxr import LLM, SamplingParams
 from mlxr.engine.structured.chooser import PARALLEL_ROWS, TRIALS
 from mlxr.engine.structured.compiler import GrammarCompiler
 from mlxr.engine.structured.manager import StructuredOutputManager
-from mlxr.engine.structured.matcher import advance_all
+from mlxr.engine.structured.matcher import MAX_THREADS, THREADS_ENV, advance_all, threads_from_env
 from mlxr.loader.tokenizer import Tokenizer
 from mlxr.types import StructuredOutputsParams as SO
 
@@ -135,3 +135,10 @@ def _request(spec: SO):
     from mlxr.engine.records import EngineCoreRequest
     from mlxr.engine.request import Request
     return Request(EngineCoreRequest("r0", [1, 2], SamplingParams(structured_outputs=spec), 16, [2], 0.0))
+
+
+@pytest.mark.parametrize("value, threads", [("6", 6), (" 12 ", 12), ("", None), ("0", None), ("-2", None),
+                                            ("many", None), ("100000", MAX_THREADS)])
+def test_grammar_threads_from_the_environment(monkeypatch, value, threads):
+    monkeypatch.setenv(THREADS_ENV, value)
+    assert threads_from_env() == threads

@@ -5,6 +5,8 @@ on llguidance's executor threads when this host runs that faster. No torch here:
 calls it."""
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 
@@ -12,15 +14,29 @@ import llguidance
 
 from mlxr.engine.structured.chooser import KindChooser
 
+log = logging.getLogger(__name__)
+
+THREADS_ENV = "MLXR_GRAMMAR_THREADS"  # the executor's threads (unset: llguidance's 80% of the CPUs, <= 32)
+MAX_THREADS = 64
 _shared: dict[str, object] = {}
 _shared_lock = threading.Lock()
+
+
+def threads_from_env() -> int | None:
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        log.warning("%s=%r is not a positive integer: llguidance's default is used", THREADS_ENV, value)
+        return None
+    return min(int(value), MAX_THREADS)
 
 
 def executor() -> llguidance.LLExecutor:
     """The process's llguidance executor (its threads fill masks and take landed tokens)."""
     with _shared_lock:
         if "executor" not in _shared:
-            _shared["executor"] = llguidance.LLExecutor()
+            _shared["executor"] = llguidance.LLExecutor(num_threads=threads_from_env())
             _shared["chooser"] = KindChooser()
         return _shared["executor"]
 
