@@ -123,8 +123,8 @@ class StructuredOutputManager:
     def bitmask(self, rows: list[Request | None]):
         """The rows' packed int32 bitmask [len(rows), words] on the host: each constrained row's
         allowed tokens at its next position, every bit set for the others; None when no row is
-        constrained. A large batch's comes back pending (a callable that waits for it), its fill
-        under way on the worker; the caller must not touch the rows' matchers until it waits."""
+        constrained. A large batch's may come back pending (a callable that waits for it), its
+        fill under way on the worker: the caller must not touch the rows' matchers until then."""
         matchers, free = [], []
         for i, r in enumerate(rows):
             grammar = r.grammar if r is not None else None
@@ -137,18 +137,21 @@ class StructuredOutputManager:
         mask = self._buffers.take(len(rows))
         for i in free:  # a constrained row's words are all written by its fill
             mask[i].fill_(-1)
-        filler, where, rows = self.filler, self._where, len(matchers)
+        return self._fill(matchers, mask)
+
+    def _fill(self, matchers: list[tuple[object, int]], mask: torch.Tensor):
+        filler, where, n = self.filler, self._where, len(matchers)
         start = time.perf_counter()
-        if where.choose(rows) == "step_thread":
+        if where.choose(n) == "step_thread":
             filler.fill(matchers, mask)
-            where.learn("step_thread", rows, time.perf_counter() - start)
+            where.learn("step_thread", n, time.perf_counter() - start)
             return mask
         self._filling = future = self._worker.start(lambda: filler.fill(matchers, mask, one_call=True))
         handoff = time.perf_counter() - start
 
-        def waited(seconds: float) -> None:
+        def waited(seconds: float) -> None:  # the step thread's cost: hand-off and wait
             filler.timing.add_wait(seconds)
-            where.learn("worker", rows, handoff + seconds)
+            where.learn("worker", n, handoff + seconds)
         return PendingMask(future, mask, waited)
 
     def settle(self) -> None:
