@@ -1,8 +1,12 @@
 """An engine step's host time by phase, for benches that drive an in-process LLM: schedule,
 forward (inputs built and the forward queued; on a CPU, run), wait (the host blocked on the
 device for a step's tokens), update (the scheduler taking them in, grammar matchers included),
-mask_fill (structured output's bitmask), sample (sampling queued, the mask's copy and apply
-included), mask_apply (that apply alone), detokenize (the frontend), and the rest of the step."""
+mask_fill (structured output's bitmask on the step thread: the rows' scan, and the fill itself
+unless a worker thread runs it), sample (sampling queued, the mask's copy and apply included),
+detokenize (the frontend), and the rest of the step. Nested phases, parts of the ones above:
+forward_inputs (the forward's index arrays), forward_graph (a steady decode step's CUDA graph:
+its inputs' copies and replay), consume (grammar matchers taking landed tokens,
+in update), mask_wait (sample waiting for a worker's fill) and mask_apply (in sample)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,19 +14,26 @@ import os
 import time
 from collections import Counter
 
-PHASES = ("schedule", "forward", "wait", "update", "mask_fill", "sample", "mask_apply", "detokenize")
-_NESTED = {"mask_apply"}  # inside sample
+PHASES = ("schedule", "forward", "forward_inputs", "forward_graph", "wait", "update", "consume", "mask_fill", "sample",
+          "mask_wait", "mask_apply", "detokenize")
+_NESTED = {"forward_inputs", "forward_graph", "consume", "mask_wait", "mask_apply"}
+CONSUME = ("advance_all",)  # mlxr.engine.structured.matcher's batch of landed tokens
 
 
 def _targets(llm) -> list[tuple[object, str, str]]:
+    from mlxr.engine.input_batch import InputBatch
     from mlxr.engine.model_runner import RunnerStep
     from mlxr.engine.sampler import ops
+    from mlxr.engine.structured import matcher
 
     engine = llm.engine
     core = engine.core.core
     return [(engine, "step", "step"), (core.scheduler, "schedule", "schedule"),
-            (core.runner, "_forward_step", "forward"), (RunnerStep, "result", "wait"),
-            (core.scheduler, "update_from_output", "update"), (core.runner.sampler, "launch", "sample"),
+            (core.runner, "_forward_step", "forward"), (InputBatch, "build", "forward_inputs"),
+            *([(core.runner.graphs, "run_steady", "forward_graph")] if core.runner.graphs is not None else []),
+            (RunnerStep, "result", "wait"), (core.scheduler, "update_from_output", "update"),
+            *[(matcher, name, "consume") for name in CONSUME if hasattr(matcher, name)],
+            (core.structured, "bitmask", "mask_fill"), (core.runner.sampler, "launch", "sample"),
             (ops, "apply_token_bitmask_", "mask_apply"), (engine.output, "process", "detokenize")]
 
 
@@ -30,8 +41,7 @@ def _targets(llm) -> list[tuple[object, str, str]]:
 def time_phases(llm, spent: dict):
     """Adds each phase's seconds (and the step count, "steps") to spent while in the block."""
     counts = Counter(spent)
-    timing = llm.engine.core.core.structured.timing
-    fill_before = timing.seconds
+    waited_before = getattr(llm.engine.core.core.structured.timing, "waited", 0.0)
     saved = []
     for obj, name, key in _targets(llm):
         fn = obj.__dict__.get(name, getattr(obj, name))
@@ -54,7 +64,7 @@ def time_phases(llm, spent: dict):
                 setattr(obj, name, fn)
             else:
                 delattr(obj, name)
-        counts["mask_fill"] += llm.engine.core.core.structured.timing.seconds - fill_before
+        counts["mask_wait"] += getattr(llm.engine.core.core.structured.timing, "waited", 0.0) - waited_before
         spent.clear()
         spent.update(counts)
 
@@ -71,7 +81,8 @@ def per_step(spent: dict) -> dict:
 def host_facts() -> dict:
     """What decides how many threads can fill masks: the CPUs this process may run on, and a
     cgroup CPU quota if one is set (llguidance's executor takes 80% of what Rust sees, at most 32)."""
-    facts = {"cpus_affinity": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count()}
+    facts = {"cpus_affinity": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count(),
+             "grammar_threads_env": os.environ.get("MLXR_GRAMMAR_THREADS")}
     try:
         with open("/sys/fs/cgroup/cpu.max") as f:
             facts["cgroup_cpu_max"] = f.read().strip()

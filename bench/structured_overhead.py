@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                     help="overlapped steps (default: on CUDA only); --overlap on a CPU runs the GPU's step order")
+    ap.add_argument("--label", default="", help="recorded in the JSON (e.g. which tree ran, for before/after pairs)")
     a = ap.parse_args()
     llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=max(64, *a.batches),
               overlap_steps=a.overlap)
@@ -88,7 +89,7 @@ def main() -> None:
     print_table([{"arm": f"b{r['batch']} {arm}", **r[f"{arm}_step_ms"]} for r in rows for arm in ("plain", "schema")],
                 ["arm", "steps", "step", *PHASES, "rest"])
     path = write_result("structured_overhead", {
-        "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
+        "label": a.label, "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
         "overlap": llm.engine.core.core.overlap,
         "reps": a.reps, "grammar_engine": "llguidance", "threads": torch.get_num_threads(), **host_facts(),
         "step_ms_note": "host ms per engine step; on CUDA, forward and sample are enqueue times and "

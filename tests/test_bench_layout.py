@@ -35,7 +35,7 @@ def test_sweep_collects_results_where_it_says(common, monkeypatch, tmp_path):
     assert common.write_result("latency", {}).parent == tmp_path / "part"
 
 
-@pytest.mark.parametrize("probe", ["host_phases", "step_probe", "gc_ab", "mask_fill"])
+@pytest.mark.parametrize("probe", ["host_phases", "step_probe", "gc_ab", "mask_fill", "constrained_host"])
 def test_probes_import_benchs_shared_modules(probe):
     run = subprocess.run([sys.executable, str(BENCH / "probes" / f"{probe}.py"), "--help"], capture_output=True,
                          text=True, timeout=120)

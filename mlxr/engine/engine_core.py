@@ -104,7 +104,9 @@ class EngineCore:
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
-        self._forwarded: tuple[SchedulerOutput, Forwarded] | None = None  # a constrained step, unsampled
+        # A constrained step queued up to its sampling: its forward, and its rows' mask (perhaps
+        # still filling on the structured manager's worker), once the step before it landed.
+        self._forwarded: tuple[SchedulerOutput, Forwarded, object] | None = None
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
                                                   pin_masks=parts.device.type == "cuda")
         self.speculator = make_speculator(parts, config, num_blocks, max_blocks_per_seq)
@@ -150,7 +152,7 @@ class EngineCore:
     def reset(self) -> None:
         """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
         if self._forwarded is not None:
-            self._sample_forwarded()
+            self._launch_sampling(*self._take_forwarded())
         self._land(self._take_inflight())
         self._new_scheduler()
         self.runner.reset()
@@ -202,13 +204,10 @@ class EngineCore:
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         outputs = self.structured.admit(self.scheduler)
-        masked = None
-        if self._forwarded is not None:
-            if self.structured.live:  # nothing drafts: the next step is scheduled before sampling
-                landed, masked = self._mask_forwarded()
-                outputs += landed
-            else:
-                outputs += self._sample_forwarded()
+        masked = self._take_forwarded()
+        if masked is not None and not self.structured.live:  # drafts may follow: sample first
+            outputs += self._launch_sampling(*masked)
+            masked = None
         landed, draft_probs = self._speculate()
         outputs += landed
         out = self.scheduler.schedule()
@@ -229,6 +228,7 @@ class EngineCore:
             launched = self.runner.execute(out, hook, draft_probs)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
+            self.structured.settle()
             outputs += landed + self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
@@ -245,36 +245,33 @@ class EngineCore:
         return outputs
 
     def _forward_ahead(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
-        """A constrained step under overlap: only its forward is queued now. Its rows' masks need
-        the step in flight landed first; the next call does that, masks, samples, and queues the
-        next forward at once, so the device runs one forward while the host lands, detokenizes
-        and fills masks (rather than idling from sampling to the next forward)."""
+        """A constrained step under overlap: its forward is queued, then the step in flight
+        lands (its sampling ran before this forward on the device) and this step's masks start
+        filling; the next call schedules, samples under them and queues the next forward at
+        once. So the device runs a forward while the host lands, and the masks fill (on the
+        manager's worker, for a large batch) while the host hands the outputs on, takes new
+        requests and schedules, rather than the device idling from sampling to the next forward."""
         try:
             if self.tiers is not None:
                 self.tiers.flush()
-            self._forwarded = (out, self.runner.forward(out))
+            fwd = self.runner.forward(out)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
             outputs = self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        return []
-
-    def _sample_forwarded(self) -> list[EngineCoreOutput]:
-        landed, masked = self._mask_forwarded()
-        return landed if masked is None else landed + self._launch_sampling(*masked)
-
-    def _mask_forwarded(self):
-        """Land the step in flight and fill the forwarded step's masks: (outputs, (out, fwd,
-        bitmask) to launch_sampling, or None when that failed)."""
-        (out, fwd), self._forwarded = self._forwarded, None
         landed = self._land_and_flush(self._take_inflight())
         requests = self.scheduler.requests
         try:
-            return landed, (out, fwd, self.structured.bitmask([requests.get(rid) for rid in fwd.request_ids]))
+            self._forwarded = (out, fwd, self.structured.bitmask([requests.get(rid) for rid in fwd.request_ids]))
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
-            return landed + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}"), None
+            return landed + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return landed
+
+    def _take_forwarded(self):
+        forwarded, self._forwarded = self._forwarded, None
+        return forwarded
 
     def _launch_sampling(self, out: SchedulerOutput, fwd: Forwarded, bitmask) -> list[EngineCoreOutput]:
         """Queue a forwarded step's sampling. Scheduling the next step may come first (it only
@@ -284,12 +281,14 @@ class EngineCore:
             self._inflight = (out, self.runner.sample(fwd, bitmask))
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
+            self.structured.settle()
             return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
         return []
 
     def _mask_hook(self, landed: list[EngineCoreOutput]):
         """Called by the runner between a step's forward (queued) and its sampling: lands the
-        previous step, whose tokens the matchers need, and returns the rows' bitmask."""
+        previous step, whose tokens the matchers need, and returns the rows' bitmask (perhaps
+        pending: the sampler waits for it)."""
         def before_sample(request_ids: list[str]):
             landed.extend(self._land(self._take_inflight()))
             requests = self.scheduler.requests

@@ -21,8 +21,9 @@ from mlxr.ops.attention.attn_metadata import AttnMetadata
 from mlxr.ops.backend import use_triton
 
 
-# (sampling request ids) -> a packed int32 bitmask [rows, ceil(vocab / 32)] on the host, or None
-BeforeSample = Callable[[list[str]], "torch.Tensor | None"]
+# (sampling request ids) -> a packed int32 bitmask [rows, ceil(vocab / 32)] on the host, a
+# callable that waits for one still being filled (structured output's PendingMask), or None
+BeforeSample = Callable[[list[str]], "torch.Tensor | Callable[[], torch.Tensor] | None"]
 
 
 @dataclass
@@ -132,9 +133,10 @@ class ModelRunner:
         return Forwarded(ids, logits, pending)
 
     @torch.inference_mode()
-    def sample(self, fwd: Forwarded, bitmask: torch.Tensor | None = None) -> RunnerStep:
+    def sample(self, fwd: Forwarded, bitmask=None) -> RunnerStep:
         """Queue the sampling of a forwarded step (no other forward in between: graph logits
-        live until the next replay) under the rows' packed token bitmask, if any."""
+        live until the next replay) under the rows' packed token bitmask, if any (as
+        BeforeSample gives it)."""
         future = None
         if fwd.request_ids:
             states = [self.batch.states[rid].sampling for rid in fwd.request_ids]

@@ -187,21 +187,28 @@ class Sampler:
         return self.launch(logits, states).result().as_list()
 
     def launch(self, logits: torch.Tensor, states: list[SamplingState],
-               pending: LastTokens | None = None, bitmask: torch.Tensor | None = None) -> SampleFuture:
+               pending: LastTokens | None = None, bitmask=None) -> SampleFuture:
         """Nothing here waits for the device: host-side parameters travel through pinned
         memory, and the results come back through an event. bitmask (structured output): a
-        packed int32 [rows, ceil(vocab / 32)] on the host; a clear bit bans its token, before
-        anything else, so logprobs are those of the allowed tokens (as vLLM reports them)."""
+        packed int32 [rows, ceil(vocab / 32)] on the host, or a callable that waits for one
+        still being filled; a clear bit bans its token, before anything but the random draws,
+        so logprobs are those of the allowed tokens (as vLLM reports them)."""
         assert logits.dim() == 2 and logits.shape[0] == len(states), (logits.shape, len(states))
         raw = ops.sanitize(logits)
+        plain = all(s.plain for s in states)
+        # Random rows' draws first: they need no logits, and a pending mask fills meanwhile.
+        rand = [] if plain else _rows_where(states, lambda p: not p.greedy)
+        uniforms = self._uniforms([states[i] for i in rand], raw.device) if rand else None
         if bitmask is not None:
+            if not isinstance(bitmask, torch.Tensor):
+                bitmask = bitmask()  # structured output's PendingMask
             ops.apply_token_bitmask_(raw, to_device(bitmask, torch.int32, raw.device))
-        if all(s.plain for s in states):
+        if plain:
             # An all -inf row picks token 0 here as after _rescue_empty_rows: that step is moot.
             tokens = raw.argmax(dim=-1)
             return SampleFuture(tokens, HostCopy([tokens]), False, [])
         pending = pending or LastTokens.none(raw.device, len(states))
-        tokens = self._choose(self._process(raw, states, pending), states)
+        tokens = self._choose(self._process(raw, states, pending), states, rand, uniforms)
         return self._future(raw, tokens, states)
 
     def processed_logits(self, logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
@@ -283,23 +290,24 @@ class Sampler:
 
     # --- choosing tokens ---
 
-    def _choose(self, x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
-        greedy = _rows_where(states, lambda p: p.greedy)
-        rand = _rows_where(states, lambda p: not p.greedy)
+    def _choose(self, x: torch.Tensor, states: list[SamplingState], rand: list[int],
+                uniforms: torch.Tensor | None) -> torch.Tensor:
+        """rand: the random rows; uniforms: their draws (_uniforms)."""
         if not rand:
             return x.argmax(dim=-1)
-        if not greedy:
-            return self._sample(x, states)
+        if len(rand) == len(states):
+            return self._sample(x, states, uniforms)
+        greedy = _rows_where(states, lambda p: p.greedy)
         tokens = torch.empty(x.shape[0], dtype=torch.long, device=x.device)
         idx = _index_tensor(greedy, x.device)
         tokens[idx] = x[idx].argmax(dim=-1)
         idx = _index_tensor(rand, x.device)
-        tokens[idx] = self._sample(x[idx], [states[i] for i in rand])
+        tokens[idx] = self._sample(x[idx], [states[i] for i in rand], uniforms)
         return tokens
 
-    def _sample(self, x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+    def _sample(self, x: torch.Tensor, states: list[SamplingState], uniforms: torch.Tensor) -> torch.Tensor:
         """Random rows only: temperature, top_k/top_p, min_p, then one draw per row."""
-        return ops.inverse_cdf_sample(self.filtered_logits(x, states), self._uniforms(states, x.device))
+        return ops.inverse_cdf_sample(self.filtered_logits(x, states), uniforms)
 
     @staticmethod
     def filtered_logits(x: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:

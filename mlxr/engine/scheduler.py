@@ -250,9 +250,11 @@ class Scheduler:
     # --- after the model ran -----------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, result: ModelRunnerOutput) -> list[EngineCoreOutput]:
         """Land a step's sampled tokens: record them, finish what they end, publish full
-        blocks; one output per live request that ran in the step."""
-        outputs: dict[str, EngineCoreOutput] = {}
+        blocks; one output per live request that ran in the step. The grammar matchers of
+        one-token rows take their tokens in one batch, after the other checks."""
+        outputs: dict[str, EngineCoreOutput | None] = {}
         logprobs = result.logprobs
+        deferred = []  # one-token rows of constrained requests, taken, their matchers not yet
         for i, rid in enumerate(result.request_ids):
             req = self.requests.get(rid)
             if req is None or req.is_finished:  # aborted or finished since: a moot row
@@ -263,7 +265,14 @@ class Scheduler:
                 rejected = len(drafts) + 1 - len(sampled)
                 req.num_in_flight -= rejected
                 req.num_computed_tokens -= rejected
-            outputs[rid] = self._land(req, sampled, logprobs[i] if logprobs else None)
+            lp = logprobs[i] if logprobs else None
+            if req.grammar is not None and len(sampled) == 1:
+                outputs[rid] = None  # keeps the rows' order
+                deferred.append((req, sampled, lp, self._take_one(req, sampled[0])))
+            else:
+                outputs[rid] = self._land(req, sampled, lp)
+        if deferred:
+            self._land_constrained(deferred, outputs)
         if len(outputs) < len(out.request_ids):  # prompt chunks that sampled nothing
             for rid in out.request_ids:
                 if rid not in outputs and (req := self.requests.get(rid)) is not None:
@@ -280,18 +289,36 @@ class Scheduler:
     def _land(self, req: Request, tokens: list[int], logprobs: list[TokenLogprob] | None) -> EngineCoreOutput:
         taken, reason = 0, None
         for token in tokens:
-            req.num_in_flight -= 1
-            req.token_ids.append(token)
             taken += 1
-            reason = req.stop_reason_for(token)
+            reason = self._take_one(req, token)
             if req.grammar is not None and reason != "stop":  # a complete grammar ends it as "stop"
                 reason = req.grammar.advance(token) or reason
             if reason is not None:
                 break
-        out = EngineCoreOutput(req.request_id, tokens[:taken], logprobs[:taken] if logprobs else None,
-                               reason, req.stop_reason, req.num_cached_tokens)
+        return self._settle(req, tokens[:taken], logprobs[:taken] if logprobs else None, reason)
+
+    @staticmethod
+    def _take_one(req: Request, token: int) -> str | None:
+        req.num_in_flight -= 1
+        req.token_ids.append(token)
+        return req.stop_reason_for(token)
+
+    def _land_constrained(self, rows: list, outputs: dict[str, EngineCoreOutput | None]) -> None:
+        """As _land, the matchers taking the tokens that did not stop their rows in one batch."""
+        from mlxr.engine.structured import matcher
+
+        advancing = [(req.grammar, tokens[0]) for req, tokens, _, reason in rows if reason != "stop"]
+        results = iter(matcher.advance_all(advancing) if advancing else ())
+        for req, tokens, lp, reason in rows:
+            if reason != "stop":
+                reason = next(results) or reason
+            outputs[req.request_id] = self._settle(req, tokens, lp[:1] if lp else None, reason)
+
+    def _settle(self, req: Request, tokens: list[int], logprobs: list[TokenLogprob] | None,
+                reason: str | None) -> EngineCoreOutput:
+        out = EngineCoreOutput(req.request_id, tokens, logprobs, reason, req.stop_reason, req.num_cached_tokens)
         if reason == "error":
-            out.error = f"the grammar refused token {tokens[taken - 1]}: {req.grammar.error}"
+            out.error = f"the grammar refused token {tokens[-1]}: {req.grammar.error}"
         self.blocks.commit_full_blocks(req)  # a finished request's blocks stay cached for others
         if reason is not None:
             self.finish(req, reason)

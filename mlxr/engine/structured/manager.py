@@ -6,8 +6,13 @@ The mask of a row needs the row's previous token taken by its matcher, but the r
 step before the previous step's tokens reach the host. So for a step with a constrained row the
 engine core queues the forward, lands the previous step while the forward runs, fills the mask
 here, and only then queues sampling (ModelRunner.execute's before_sample; under overlap the
-forward is queued one engine call ahead: EngineCore._forward_ahead, _sample_forwarded).
-A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py."""
+forward is queued one engine call ahead, and the mask starts filling at the end of that call:
+EngineCore._forward_ahead).
+A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py; a large
+batch's may fill on a worker thread while the step thread hands on outputs, schedules the next
+step and the sampler draws its per-row numbers (mask_job.py): the sampler waits for it only to
+apply it. Whether the worker pays off (waking it costs a time slice on a loaded host) is timed
+as the step thread's own time a row, each way (chooser.py)."""
 from __future__ import annotations
 
 import time
@@ -18,7 +23,9 @@ import torch
 
 from mlxr.engine.records import EngineCoreOutput
 from mlxr.engine.request import Request
+from mlxr.engine.structured.chooser import KindChooser
 from mlxr.engine.structured.fill import FillTiming, MaskFiller
+from mlxr.engine.structured.mask_job import FillThread, MaskBuffers, PendingMask
 
 COMPILE_TIMEOUT_S = 30.0  # a safety net: the frontend's check already bounded the compile
 WAIT_S = 0.005  # how long an idle step waits for a compile before returning
@@ -38,6 +45,10 @@ class StructuredOutputManager:
         self._tokenizer, self._vocab_size, self._pin = tokenizer, vocab_size, pin_masks
         self._compiler = None  # GrammarCompiler, built on the first constrained request
         self.filler: MaskFiller | None = None
+        self._buffers: MaskBuffers | None = None
+        self._worker: FillThread | None = None
+        self._filling = None  # the worker's last fill (a Future)
+        self._where = KindChooser(("step_thread", "worker"), run=2)
         self.pending: dict[str, _Pending] = {}
         self.live: set[str] = set()  # constrained requests in the scheduler
 
@@ -56,7 +67,10 @@ class StructuredOutputManager:
 
             from mlxr.engine.structured.compiler import GrammarCompiler
             self._compiler = GrammarCompiler(self._tokenizer, self._vocab_size)
-            self.filler = MaskFiller(llguidance.LLExecutor())
+            from mlxr.engine.structured.matcher import executor
+            self.filler = MaskFiller(executor(), llguidance.LLExecutor(num_threads=1))
+            self._buffers = MaskBuffers((self._compiler.vocab_size + 31) // 32, self._pin)
+            self._worker = FillThread()
         self.pending[rid] = _Pending(request, self._compiler.submit(request.params.structured_outputs))
 
     def abort(self, request_ids: list[str]) -> None:
@@ -106,21 +120,51 @@ class StructuredOutputManager:
         live = self.live
         return bool(live) and any(rid in live for rid in request_ids)
 
-    def bitmask(self, rows: list[Request | None]) -> torch.Tensor | None:
-        """[len(rows), words] int32 on the host: each constrained row's allowed tokens at its
-        next position, every bit set for the others; None when no row is constrained."""
-        matchers = [(r.grammar.matcher, i) for i, r in enumerate(rows)
-                    if r is not None and r.grammar is not None and not r.grammar.done]
+    def bitmask(self, rows: list[Request | None]):
+        """The rows' packed int32 bitmask [len(rows), words] on the host: each constrained row's
+        allowed tokens at its next position, every bit set for the others; None when no row is
+        constrained. A large batch's may come back pending (a callable that waits for it), its
+        fill under way on the worker: the caller must not touch the rows' matchers until then."""
+        matchers, free = [], []
+        for i, r in enumerate(rows):
+            grammar = r.grammar if r is not None else None
+            if grammar is not None and not grammar.done:
+                matchers.append((grammar.matcher, i))
+            else:
+                free.append(i)
         if not matchers:
             return None
-        words = (self._compiler.vocab_size + 31) // 32
-        mask = torch.full((len(rows), words), -1, dtype=torch.int32, pin_memory=self._pin)
-        self.filler.fill(matchers, mask)
-        return mask
+        mask = self._buffers.take(len(rows))
+        for i in free:  # a constrained row's words are all written by its fill
+            mask[i].fill_(-1)
+        return self._fill(matchers, mask)
+
+    def _fill(self, matchers: list[tuple[object, int]], mask: torch.Tensor):
+        filler, where, n = self.filler, self._where, len(matchers)
+        start = time.perf_counter()
+        if where.choose(n) == "step_thread":
+            filler.fill(matchers, mask)
+            where.learn("step_thread", n, time.perf_counter() - start)
+            return mask
+        self._filling = future = self._worker.start(lambda: filler.fill(matchers, mask, one_call=True))
+        handoff = time.perf_counter() - start
+
+        def waited(seconds: float) -> None:  # the step thread's cost: hand-off and wait
+            filler.timing.add_wait(seconds)
+            where.learn("worker", n, handoff + seconds)
+        return PendingMask(future, mask, waited)
+
+    def settle(self) -> None:
+        """Wait for a fill still on the worker (a step failed before its sampling waited for
+        its mask): the matchers are free again to take tokens."""
+        filling, self._filling = self._filling, None
+        if filling is not None:
+            filling.exception()  # waits; the error, if any, was the failed step's
 
     def shutdown(self) -> None:
         if self._compiler is not None:
             self._compiler.shutdown()
+            self._worker.shutdown()
 
 
 def _failed(message: str) -> Future:

@@ -1,0 +1,99 @@
+"""The host pieces of a constrained batch step, each timed alone on this host, rows replaying
+what the model wrote under bench/structured_overhead.py's schema: the mask's allocation each step
+(as before: torch.full, pinned where masks go to CUDA) against the persistent buffers
+(mask_job.MaskBuffers), the landed tokens taken one row at a time (GrammarState.advance) against
+in one batch (llguidance's consume_token_par), the fill in this thread / on the executor, the
+worker hand-off (mask_job.FillThread.start until the worker runs), and the sampler's per-row
+seeded draws (what the step thread does while a worker fills). Median microseconds a step.
+JSON to bench/results/<day>/constrained_host-*.json.
+
+  python bench/probes/constrained_host.py --model smollm2:135m --device cuda [--rows 64] [--steps 48]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import bench_path  # noqa: F401,I001  (bench/ on sys.path)
+from common import device_name, median, print_table, write_result
+from structured_overhead import SCHEMA, cpu_model
+from mask_fill import model_paths
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2:135m")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=48)
+    a = ap.parse_args()
+    import llguidance
+    import llguidance.torch as llg_torch
+    import torch
+
+    from mlxr import LLM
+    from mlxr.engine.sampler import make_generator
+    from mlxr.engine.structured.mask_job import FillThread, MaskBuffers
+    from mlxr.engine.structured.matcher import GrammarState, executor
+    from mlxr.engine.structured.grammar import grammar_text, parser_limits
+    from mlxr.types import StructuredOutputsParams
+
+    llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=a.rows)
+    paths = model_paths(llm, a.rows, a.steps)
+    compiler = llm.engine.core.core.structured._compiler
+    ll, vocab = compiler.ll_tokenizer(), compiler.vocab_size
+    words, pin, device = (vocab + 31) // 32, a.device == "cuda", torch.device(a.device)
+    text = grammar_text(StructuredOutputsParams(json=SCHEMA))
+
+    def states():
+        return [GrammarState(llguidance.LLMatcher(ll, text, limits=parser_limits(), log_level=0))
+                for _ in range(a.rows)]
+
+    one, many, pool = states(), states(), executor()
+    buffers, worker = MaskBuffers(words, pin), FillThread()
+    gens = [make_generator(i, device) for i in range(a.rows)]
+    u = torch.empty(a.rows, dtype=torch.float64, device=device)
+    spent: dict[str, list[float]] = {k: [] for k in (
+        "alloc_full", "buffers_take", "advance_rows", "advance_par", "fill_this_thread", "fill_executor",
+        "worker_handoff", "seeded_draws")}
+    for step in range(min(len(p) for p in paths)):
+        spent["alloc_full"].append(timed(
+            lambda: torch.full((a.rows, words), -1, dtype=torch.int32, pin_memory=pin)))
+        spent["buffers_take"].append(timed(lambda: buffers.take(a.rows)))
+        mask = buffers.take(a.rows)
+        pairs = [(s.matcher, i) for i, s in enumerate(one)]
+        spent["fill_this_thread"].append(timed(
+            lambda: [llg_torch.fill_next_token_bitmask(m, mask, i) for m, i in pairs]))
+        spent["fill_executor"].append(timed(lambda: llg_torch.fill_next_token_bitmask_par(
+            pool, [(s.matcher, i) for i, s in enumerate(many)], mask)))
+        t0 = time.perf_counter()
+        future = worker.start(lambda: llg_torch.fill_next_token_bitmask_par(pool, pairs, mask))
+        spent["worker_handoff"].append(time.perf_counter() - t0)
+        spent["seeded_draws"].append(timed(lambda: [u[i: i + 1].uniform_(generator=g) for i, g in enumerate(gens)]))
+        future.result()
+        tokens = [p[step] for p in paths]
+        spent["advance_rows"].append(timed(lambda: [s.advance(t) for s, t in zip(one, tokens)]))
+        spent["advance_par"].append(timed(
+            lambda: pool.consume_token_par([(s.matcher, t) for s, t in zip(many, tokens)])))
+        for s in many:
+            s.num_tokens += 1
+    if a.device == "cuda":
+        torch.cuda.synchronize()
+    rows = [{"piece": k, "us_per_step": 1e6 * median(v), "us_per_row": 1e6 * median(v) / a.rows}
+            for k, v in spent.items()]
+    print_table(rows, ["piece", "us_per_step", "us_per_row"])
+    print(write_result("constrained_host", {
+        "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)),
+        "torch_threads": torch.get_num_threads(), "rows": a.rows, "steps": len(spent["alloc_full"]),
+        "vocab": vocab, "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Which of two ways of running a batch of matcher calls this host runs faster: serial or
+parallel (mask fills, landed tokens), the step thread or a worker (where a mask fills). It is a
+property of the host, not of the code: llguidance's executor threads sleep between steps and
+must be woken and scheduled, which costs little on an idle many-core host and a time slice on a
+loaded one (or one where PyTorch's OpenMP workers still spin after a CPU op), while the calling
+thread is already running. So both are timed: each is tried in turn for the first few large
+batches and again every RETRY batches, and the one with the lower recent time a row is used in
+between. No torch here: the scheduler's landing uses it."""
+from __future__ import annotations
+
+PARALLEL_ROWS = 8  # below this many rows, serial always (waking threads costs more)
+TRIALS = 4  # large batches of each kind before choosing
+RETRY = 64  # a large batch of the kind not in use every RETRY batches, so a change of load is noticed
+SMOOTHING = 0.25  # weight of the newest time in a kind's running figure
+
+
+class KindChooser:
+    def __init__(self, kinds: tuple[str, str] = ("serial", "parallel"), run: int = 1) -> None:
+        """kinds: the one small batches always use, and the other; run: trial batches of one
+        kind in a row (2 where another chooser's trials, one a batch, run inside these: each
+        of its kinds then meets each of these)."""
+        self._small, self._other = kinds
+        self._run = run
+        self._us_per_row: dict[str, float | None] = {kind: None for kind in kinds}
+        self._large = 0
+
+    def choose(self, rows: int) -> str:
+        if rows < PARALLEL_ROWS:
+            return self._small
+        self._large += 1
+        n, us, small, other = self._large, self._us_per_row, self._small, self._other
+        if n <= 2 * TRIALS:
+            return other if (n - 1) // self._run % 2 == 0 else small
+        best = other if us[other] <= us[small] else small
+        if n % RETRY == 0:
+            return small if best == other else other
+        return best
+
+    def learn(self, kind: str, rows: int, seconds: float) -> None:
+        """A batch of rows took seconds (batches under PARALLEL_ROWS teach nothing)."""
+        if rows < PARALLEL_ROWS:
+            return
+        us_per_row, old = 1e6 * seconds / rows, self._us_per_row[kind]
+        self._us_per_row[kind] = us_per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * us_per_row
+
+    @property
+    def us_per_row(self) -> dict[str, float | None]:
+        """Each kind's running time a row (None until tried)."""
+        return dict(self._us_per_row)
