@@ -47,9 +47,11 @@ TASKS = [
 ]
 
 
-def chat_ids(llm: LLM, task: str) -> list[int]:
-    prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": task}], add_generation_prompt=True)
-    return llm.tokenizer.encode(prompt, add_special_tokens=False)
+def chat_ids(tokenizer, task: str) -> list[int]:
+    """The task as the instruct model's one user turn, ready for its answer (token ids: every
+    engine, ours and the peer's, gets the same prompt)."""
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": task}], add_generation_prompt=True)
+    return tokenizer.encode(prompt, add_special_tokens=False)
 
 
 def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool) -> tuple[float, int, list]:
@@ -86,9 +88,9 @@ def ngram_part(args, model: str) -> list[dict]:
     rows = []
     llm = LLM(model, device=args.device, speculative_method="ngram", num_speculative_tokens=args.k,
               max_num_seqs=64)
-    ids = [chat_ids(llm, t) for t in TASKS]
+    ids = [chat_ids(llm.tokenizer, t) for t in TASKS]
     timed(llm, ids[:1], 8, True)  # warm
-    for batch in (1, 64):
+    for batch in args.batches:
         prompts = [ids[i % len(ids)] for i in range(batch)] if batch > 1 else None
         results = []
         for task in (range(len(ids)) if batch == 1 else [None]):
@@ -125,7 +127,7 @@ def draft_part(args, model: str) -> list[dict]:
                   dtype="float32" if args.device == "cpu" else None,
                   num_speculative_tokens=args.k, speculative_draft_model=model, engine_process=False)
         add_noise(llm.engine.core.core.parts.model, scale, seed=0)
-        ids = ids or [chat_ids(llm, t) for t in TASKS]
+        ids = ids or [chat_ids(llm.tokenizer, t) for t in TASKS]
         timed(llm, ids[:1], 8, True)
         r = ab(llm, ids[:2], args.draft_max_tokens, args.rounds)
         row = {"part": "draft", "batch": 1, "k": args.k, "noise": scale, **r}
@@ -143,6 +145,7 @@ def main() -> None:
     ap.add_argument("--batch-max-tokens", type=int, default=128, help="max_tokens of the batch-64 runs")
     ap.add_argument("--draft-max-tokens", type=int, default=128, help="max_tokens of the draft-model runs")
     ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64], help="n-gram part's batch sizes")
     ap.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.4, 0.8])
     ap.add_argument("--skip-draft", action="store_true")
     ap.add_argument("--skip-ngram", action="store_true")
