@@ -45,9 +45,10 @@ class LlamaServer:
                                          preexec_fn=_die_with_parent)
         try:
             self._wait_ready()
-        except BaseException:
+        except BaseException as e:
+            tail = self.log_tail()
             self.close()
-            raise
+            raise RuntimeError(f"llama-server did not start: {e}\n{tail}") from e
         return self
 
     def __exit__(self, *exc) -> None:
@@ -61,12 +62,13 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.unlink(missing_ok=True)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({self.proc.returncode}): {self.log_tail()}")
+                raise RuntimeError(f"llama-server exited ({self.proc.returncode})")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -74,7 +76,7 @@ class LlamaServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.3)
-        raise TimeoutError(f"llama-server not ready in {self.start_timeout:.0f} s: {self.log_tail()}")
+        raise TimeoutError(f"llama-server not ready in {self.start_timeout:.0f} s")
 
     def log_tail(self, chars: int = 2000) -> str:
         return self.log.read_text(errors="replace")[-chars:]

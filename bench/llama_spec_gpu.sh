@@ -1,0 +1,23 @@
+#!/bin/bash
+# llama.cpp's own n-gram speculation (llama-server --spec-type ngram-simple) beside MLXR's on the
+# lent GPU, in one device call: builds llama-server from the carried tree unless this machine
+# already has it (/root/sbs, as ../shared/peers/gpu_side_by_side.sh builds it; ~5 min on 16
+# cores), then bench/llama_spec.py with both engines interleaved (~2 min). From the repo root,
+# carrying .peer/llama.cpp.tgz and .whl as gpu_side_by_side.sh does:
+#   MLXR_COMMIT=<sha> bash bench/llama_spec_gpu.sh [--rounds 5 ...]
+# The JSON goes to $OUT when set (the device call's returned folder), else bench/results/<day>/.
+set -u
+W=/root/sbs; R=$PWD; B=$W/llama.cpp/build/bin
+mkdir -p $W
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
+[ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
+if [ ! -x $B/llama-server ]; then
+  (cd $W && rm -rf llama.cpp && tar xzf $R/.peer/llama.cpp.tgz && cd llama.cpp && \
+   cmake -S . -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+     -DCMAKE_BUILD_TYPE=Release && cmake --build build -j16 --target llama-server) > $W/spec_build.log 2>&1 \
+    || { tail -30 $W/spec_build.log; exit 1; }
+fi
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+python3 bench/llama_spec.py --server-bin $B/llama-server --gpu --mlxr cuda "$@"
