@@ -13,7 +13,10 @@ Engines (any subset in one run):
   --mlxr DEVICE      MLXR with --speculative-method ngram, requests with speculative off / on.
 
 gen_tok_s: generated tokens per second after the first token (the decode rate); e2e_tok_s:
-tokens over the whole request (prefill included; bench/spec_decode.py's figure).
+tokens over the whole request (prefill included, no prefix cache; bench/spec_decode.py's
+figure). Per task: medians over rounds, the median of each round's on/off ratio (the pair ran
+back to back: the ratio that a shared machine's changing load disturbs least), the best run;
+an engine's row: their means over tasks. Each run records the 1-minute load average.
 
   python bench/llama_spec.py --python --mlxr cpu --threads 2                 (CPU)
   python bench/llama_spec.py --server-bin B/llama-server --gpu --mlxr cuda   (GPU)
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -133,7 +137,9 @@ class MlxrEngine:
         from mlxr import LLM
 
         self.name, self.device = f"mlxr-{args.mlxr}", args.mlxr
-        self.llm = LLM(args.gguf, device=args.mlxr, speculative_method="ngram", num_speculative_tokens=args.k)
+        # No prefix cache: every run prefills its prompt, as the llama.cpp runs do (e2e_tok_s).
+        self.llm = LLM(args.gguf, device=args.mlxr, speculative_method="ngram", num_speculative_tokens=args.k,
+                       enable_prefix_caching=False)
         self.config = {"device": device_name(args.mlxr)}
 
     def run(self, ids: list[int], max_tokens: int, spec: bool) -> dict:
@@ -169,6 +175,7 @@ def measure(engines, prompts: list[list[int]], max_tokens: int, rounds: int) -> 
             for e in engines:
                 for spec in (False, True):
                     rec = e.run(ids, max_tokens, spec)
+                    rec["load1"] = os.getloadavg()[0]  # the shared machine's load while it ran
                     runs[e.name].setdefault((task, spec), []).append(rec)
                     print(f"round {r} task {task} {e.name:16s} spec={'on ' if spec else 'off'} "
                           f"n={rec['n']:4d} gen {rec['gen_tok_s']:7.1f} tok/s  e2e {rec['e2e_tok_s']:7.1f}", flush=True)
@@ -186,11 +193,18 @@ def summarize(name: str, runs: dict[tuple, list], num_tasks: int) -> dict:
                          "off_e2e_tok_s": med(off, "e2e_tok_s"), "on_e2e_tok_s": med(on, "e2e_tok_s"),
                          "tokens": on[0]["n"], "acceptance": accepted / drafted if drafted else 0.0,
                          "drafted": drafted, "identical": all(r["tokens"] == off[0]["tokens"] for r in off + on),
-                         "off_gen_all": [r["gen_tok_s"] for r in off], "on_gen_all": [r["gen_tok_s"] for r in on]})
+                         # each round's on/off pair ran back to back: their ratio sees the same load
+                         "paired_gen_speedup": statistics.median(b["gen_tok_s"] / a["gen_tok_s"] for a, b in zip(off, on)),
+                         "best_off_gen_tok_s": max(r["gen_tok_s"] for r in off),
+                         "best_on_gen_tok_s": max(r["gen_tok_s"] for r in on),
+                         "off_gen_all": [r["gen_tok_s"] for r in off], "on_gen_all": [r["gen_tok_s"] for r in on],
+                         "load1": [r["load1"] for r in off + on]})
     mean = lambda key: statistics.fmean(t[key] for t in per_task)  # noqa: E731
     row = {"engine": name, "off_gen_tok_s": mean("off_gen_tok_s"), "on_gen_tok_s": mean("on_gen_tok_s"),
            "off_e2e_tok_s": mean("off_e2e_tok_s"), "on_e2e_tok_s": mean("on_e2e_tok_s"),
-           "acceptance": mean("acceptance"), "identical": all(t["identical"] for t in per_task)}
+           "acceptance": mean("acceptance"), "identical": all(t["identical"] for t in per_task),
+           "paired_gen_speedup": mean("paired_gen_speedup"), "best_off_gen_tok_s": mean("best_off_gen_tok_s"),
+           "best_on_gen_tok_s": mean("best_on_gen_tok_s")}
     row["gen_speedup"] = row["on_gen_tok_s"] / row["off_gen_tok_s"]
     row["e2e_speedup"] = row["on_e2e_tok_s"] / row["off_e2e_tok_s"]
     row["per_task"] = per_task
@@ -230,8 +244,11 @@ def main() -> None:
         runs = measure(engines, prompts, args.max_tokens, args.rounds)
         rows = [summarize(e.name, runs[e.name], len(prompts)) for e in engines]
         configs = {e.name: e.config for e in engines}
-    print_table(rows, ["engine", "off_gen_tok_s", "on_gen_tok_s", "gen_speedup", "off_e2e_tok_s", "on_e2e_tok_s",
-                       "e2e_speedup", "acceptance", "identical"])
+    print_table(rows, ["engine", "off_gen_tok_s", "on_gen_tok_s", "gen_speedup", "paired_gen_speedup", "off_e2e_tok_s",
+                       "on_e2e_tok_s", "e2e_speedup", "best_off_gen_tok_s", "best_on_gen_tok_s", "acceptance", "identical"])
+    for r in rows:
+        print(f"{r['engine']}: speculation on/off {r['gen_speedup']:.2f}x decode (paired {r['paired_gen_speedup']:.2f}x), "
+              f"{r['e2e_speedup']:.2f}x end to end, acceptance {r['acceptance']:.2f}")
     path = write_result("llama_spec", {
         "device": device_name(args.mlxr or ("cuda" if args.gpu else "cpu")), "cpu": cpu_model(),
         "llama_cpp_gpu": args.gpu, "threads": args.threads, "model": "smollm2:135m (Q4_1 GGUF)",

@@ -6,8 +6,10 @@ interleaved (the "off" runs are the same engine's requests with SamplingParams.s
 2. a draft model with controlled acceptance: the target is the draft plus Gaussian noise of a few
    scales on its weights; speedup against the measured acceptance rate.
 
-    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft]
-Writes bench/results/spec_decode-<stamp>.json."""
+    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft] [--batches 1 64]
+Writes bench/results/spec_decode-<stamp>.json. Beside llama.cpp's own speculation on the same
+file and tasks (the n-gram part at batch 1, all engines interleaved in one run):
+bench/llama_spec.py --mlxr cpu|cuda with --python and/or --server-bin."""
 from __future__ import annotations
 
 import argparse
