@@ -167,11 +167,20 @@ def warm(engines, prompts: list[list[int]]) -> None:
             e.run(prompts[0], 16, spec)
 
 
-def measure(engines, prompts: list[list[int]], max_tokens: int, rounds: int) -> dict[str, dict[tuple, list]]:
+def wait_for_quiet(max_load: float | None, max_wait: float = 180.0) -> None:
+    """On a shared CPU: wait (up to max_wait s) until the 1-minute load average is below max_load."""
+    deadline = time.monotonic() + max_wait
+    while max_load is not None and os.getloadavg()[0] > max_load and time.monotonic() < deadline:
+        time.sleep(5)
+
+
+def measure(engines, prompts: list[list[int]], max_tokens: int, rounds: int,
+            max_load: float | None = None) -> dict[str, dict[tuple, list]]:
     """runs[engine][(task, spec)]: one record a round, the engines and modes interleaved."""
     runs = {e.name: {} for e in engines}
     for r in range(rounds):
         for task, ids in enumerate(prompts):
+            wait_for_quiet(max_load)
             for e in engines:
                 for spec in (False, True):
                     rec = e.run(ids, max_tokens, spec)
@@ -225,6 +234,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp's CPU threads (MLXR: torch's default)")
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--max-load", type=float, help="shared CPU: before each task's runs, wait (<= 3 min) until "
+                    "the 1-minute load average is below this")
     args = ap.parse_args()
     with open_gguf(args.gguf) as f:
         tokenizer = Tokenizer.from_gguf_metadata(f.metadata)
@@ -241,7 +252,7 @@ def main() -> None:
         if not engines:
             ap.error("name at least one engine: --server-bin, --python, --mlxr")
         warm(engines, prompts)
-        runs = measure(engines, prompts, args.max_tokens, args.rounds)
+        runs = measure(engines, prompts, args.max_tokens, args.rounds, args.max_load)
         rows = [summarize(e.name, runs[e.name], len(prompts)) for e in engines]
         configs = {e.name: e.config for e in engines}
     print_table(rows, ["engine", "off_gen_tok_s", "on_gen_tok_s", "gen_speedup", "paired_gen_speedup", "off_e2e_tok_s",
