@@ -5,6 +5,7 @@
 # cores), then bench/llama_spec.py with both engines interleaved (~2 min). From the repo root,
 # carrying .peer/llama.cpp.tgz and .whl as gpu_side_by_side.sh does:
 #   MLXR_COMMIT=<sha> bash bench/llama_spec_gpu.sh [--rounds 5 ...]
+# or in two calls while the machine stays warm: `bash bench/llama_spec_gpu.sh build`, then the above.
 # The JSON goes to $OUT when set (the device call's returned folder), else bench/results/<day>/.
 set -u
 W=/root/sbs; R=$PWD; B=$W/llama.cpp/build/bin
@@ -19,5 +20,6 @@ if [ ! -x $B/llama-server ]; then
      -DCMAKE_BUILD_TYPE=Release && cmake --build build -j16 --target llama-server) > $W/spec_build.log 2>&1 \
     || { tail -30 $W/spec_build.log; exit 1; }
 fi
+[ "${1:-}" = build ] && { echo "llama-server: $B/llama-server"; exit 0; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python3 bench/llama_spec.py --server-bin $B/llama-server --gpu --mlxr cuda "$@"
