@@ -74,3 +74,17 @@ def test_more_rows_than_decode_take_the_upcast_path() -> None:
     w, _ = weights(64, 128, seed=5)
     x = torch.randn(linear_layer.GEMV_MAX_ROWS + 1, 128, generator=torch.Generator().manual_seed(6))
     torch.testing.assert_close(StoredLinear(w, None)(x), x @ w.float().T)
+
+
+def test_without_a_compiler_stored_linear_falls_back_to_torch(monkeypatch, tmp_path) -> None:
+    from mlxr.ops import cpu_build as build
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))
+    build.load_library.cache_clear()
+    try:
+        assert hl.library() is None
+        w, x = weights(64, 576, seed=7)
+        torch.testing.assert_close(StoredLinear(w, None)(x[:5]), x[:5] @ w.float().T, rtol=2e-3, atol=2e-3)
+    finally:
+        build.load_library.cache_clear()
