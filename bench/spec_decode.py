@@ -6,8 +6,10 @@ interleaved (the "off" runs are the same engine's requests with SamplingParams.s
 2. a draft model with controlled acceptance: the target is the draft plus Gaussian noise of a few
    scales on its weights; speedup against the measured acceptance rate.
 
-    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft]
-Writes bench/results/spec_decode-<stamp>.json."""
+    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft] [--batches 1 64]
+Writes bench/results/spec_decode-<stamp>.json. Beside llama.cpp's own speculation on the same
+file and tasks (the n-gram part at batch 1, all engines interleaved in one run):
+bench/llama_spec.py --mlxr cpu|cuda with --python and/or --server-bin."""
 from __future__ import annotations
 
 import argparse
@@ -47,9 +49,11 @@ TASKS = [
 ]
 
 
-def chat_ids(llm: LLM, task: str) -> list[int]:
-    prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": task}], add_generation_prompt=True)
-    return llm.tokenizer.encode(prompt, add_special_tokens=False)
+def chat_ids(tokenizer, task: str) -> list[int]:
+    """The task as the instruct model's one user turn, ready for its answer (token ids: every
+    engine, ours and the peer's, gets the same prompt)."""
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": task}], add_generation_prompt=True)
+    return tokenizer.encode(prompt, add_special_tokens=False)
 
 
 def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool) -> tuple[float, int, list]:
@@ -86,9 +90,9 @@ def ngram_part(args, model: str) -> list[dict]:
     rows = []
     llm = LLM(model, device=args.device, speculative_method="ngram", num_speculative_tokens=args.k,
               max_num_seqs=64)
-    ids = [chat_ids(llm, t) for t in TASKS]
+    ids = [chat_ids(llm.tokenizer, t) for t in TASKS]
     timed(llm, ids[:1], 8, True)  # warm
-    for batch in ((64,) if args.skip_batch_1 else (1, 64)):
+    for batch in args.batches:
         prompts = [ids[i % len(ids)] for i in range(batch)] if batch > 1 else None
         if prompts:  # the first batch of this size carries one-off costs; neither side of the A/B takes them
             timed(llm, prompts, args.batch_max_tokens, False)
@@ -127,7 +131,7 @@ def draft_part(args, model: str) -> list[dict]:
                   dtype="float32" if args.device == "cpu" else None,
                   num_speculative_tokens=args.k, speculative_draft_model=model, engine_process=False)
         add_noise(llm.engine.core.core.parts.model, scale, seed=0)
-        ids = ids or [chat_ids(llm, t) for t in TASKS]
+        ids = ids or [chat_ids(llm.tokenizer, t) for t in TASKS]
         timed(llm, ids[:1], 8, True)
         r = ab(llm, ids[:2], args.draft_max_tokens, args.rounds)
         row = {"part": "draft", "batch": 1, "k": args.k, "noise": scale, **r}
@@ -145,10 +149,10 @@ def main() -> None:
     ap.add_argument("--batch-max-tokens", type=int, default=128, help="max_tokens of the batch-64 runs")
     ap.add_argument("--draft-max-tokens", type=int, default=128, help="max_tokens of the draft-model runs")
     ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64], help="n-gram part's batch sizes")
     ap.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.4, 0.8])
     ap.add_argument("--skip-draft", action="store_true")
     ap.add_argument("--skip-ngram", action="store_true")
-    ap.add_argument("--skip-batch-1", action="store_true", help="n-gram part: batch 64 only")
     args = ap.parse_args()
     model = str(smollm2_135m_path())
     rows = [] if args.skip_ngram else ngram_part(args, model)

@@ -46,7 +46,7 @@ def main() -> None:
     spec = {"speculative_method": "ngram", "num_speculative_tokens": 4} if args.speculative else {}
     llm = LLM(args.model or str(smollm2_135m_path()), device=args.device, max_num_seqs=max(args.batches),
               engine_process=False, **spec)  # in this process, so the profile sees the core
-    ids = [chat_ids(llm, t) for t in TASKS]
+    ids = [chat_ids(llm.tokenizer, t) for t in TASKS]
     timed(llm, ids[:1], 8, False)
     rows = []
     for batch, opt_in in [(b, s) for b in args.batches for s in ((False, True) if args.speculative else (False,))]:

@@ -35,7 +35,7 @@ def main() -> None:
     for k in args.ks:
         llm = LLM(str(smollm2_135m_path()), device=args.device, speculative_method="ngram", num_speculative_tokens=k,
                   engine_process=False)  # in this process, so the profile sees the core
-        ids = [chat_ids(llm, t) for t in TASKS]
+        ids = [chat_ids(llm.tokenizer, t) for t in TASKS]
         timed(llm, ids[:1], 8, True)
         for task, p in enumerate(ids):
             off, n_off, _ = timed(llm, [p], args.max_tokens, False)

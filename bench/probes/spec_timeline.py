@@ -109,7 +109,7 @@ def main() -> None:
     args = ap.parse_args()
     llm = LLM(str(smollm2_135m_path()), device=args.device, speculative_method="ngram", num_speculative_tokens=args.k,
               engine_process=False)
-    ids = [chat_ids(llm, t) for t in TASKS]
+    ids = [chat_ids(llm.tokenizer, t) for t in TASKS]
     timed(llm, ids[:1], 8, True)
     core = llm.engine.core.core
     results = []

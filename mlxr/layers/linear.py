@@ -1,15 +1,19 @@
 """Linear layers whose weights are stored in a narrower dtype than the activations.
 
-On CPU, decode is bound by reading weights: fp16 storage halves the bytes, and torch's fp16
-matrix-vector product is much faster than its fp32 one, while activations stay fp32. Its fp16
-matrix-matrix product is slow, though (no fp16 arithmetic on AVX-512 CPUs), so several rows
-(prefill, batched decode) upcast the weight and run in the activation dtype."""
+On CPU, decode is bound by reading weights: fp16 storage halves the bytes while activations
+stay fp32. Up to GEMV_MAX_ROWS rows (decode, a speculative row's 1 + k tokens, small batches)
+run mlxr/ops/half_linear's kernel, which reads each weight once for all the rows and sums in
+fp32 (torch's fp16 product reads them once a row, so a 5-row verify step cost 5 one-row steps);
+without that kernel, torch's fp16 product. More rows (prefill, large batches) upcast the weight
+and run in the activation dtype."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlxr.ops.half_linear.half_linear_cpu import fits as half_linear_fits
+from mlxr.ops.half_linear.half_linear_cpu import half_linear_cpu
 from mlxr.ops.linear import linear
 
 
@@ -35,10 +39,13 @@ class StoredLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows <= GEMV_MAX_ROWS or x.device.type != "cpu":
-            y = F.linear(x.to(self.weight.dtype), self.weight).to(x.dtype)
-        else:
+        cpu = x.device.type == "cpu"
+        if cpu and rows > GEMV_MAX_ROWS:
             y = F.linear(x, self.weight.to(x.dtype))
+        else:
+            y = half_linear_cpu(x, self.weight) if cpu and half_linear_fits(x, self.weight) else None
+            if y is None:  # not fp16 weights with fp32 rows, or no AVX-512 build of the kernel
+                y = F.linear(x.to(self.weight.dtype), self.weight).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
 

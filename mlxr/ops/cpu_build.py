@@ -47,7 +47,7 @@ def _cpu_signature() -> str:
 
 # Library name -> its source, relative to mlxr/ops; a source #includes headers of its own folder.
 LIBRARIES = {"attention": "attention/attention.c", "norm": "norm/norm.c", "quant": "quant/quant.c",
-             "quant_extra": "quant/quant_extra.c"}
+             "quant_extra": "quant/quant_extra.c", "half_linear": "half_linear/half_linear.c"}
 # MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU.
 TARGETS = {"x86_64": {"avx2": "x86-64-v3", "portable": "x86-64"},
            "aarch64": {"portable": "armv8-a"}}
