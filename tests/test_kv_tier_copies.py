@@ -224,7 +224,7 @@ def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
     chain = [b"disk0", b"disk1", b"disk2", b"nowhere", b"disk3"]
     tiers.prefetch(chain)
     assert set(tiers.disk._prefetched) == {b"disk0", b"disk1", b"disk2"}
-    for future in tiers.disk._prefetched.values():
+    for future, _ in tiers.disk._prefetched.values():
         future.result()
     for path in tmp_path.glob("*/*.kvb"):
         path.unlink()

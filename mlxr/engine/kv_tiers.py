@@ -7,12 +7,14 @@ copies are queued in order and run by flush() before the step's forward (and aft
 lands), batched (kv_tier_copies.py): a restored prefix is one transfer per run of consecutive
 host slots and one index_copy_ per cache tensor. On CUDA they run on side streams into pinned
 memory: the side stream waits for the work already queued, and the forward waits for the loads,
-so the host never blocks on them. A block's bytes are laid out
-[layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
+so the host never blocks on them. Disk blocks are read (ahead, in parallel) straight into rows of
+a staging tensor (pinned on CUDA), which cross to the device in one copy per run of rows. A
+block's bytes are laid out [layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -24,7 +26,7 @@ from mlxr.engine.kv_tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
 
-BOUNCE_BYTES = 128 << 20  # pinned memory for disk payloads on their way to the device (grows if need be)
+STAGING_BYTES = 256 << 20  # disk blocks on their way to the device (pinned on CUDA): a 4k-token prefix or more
 
 
 @dataclass
@@ -33,6 +35,22 @@ class HostCounters:
     bytes_read: int = 0  # copied back to the device
     bytes_written: int = 0  # copied in from the device
     copy_calls: int = 0  # host<->device transfers issued for the host tier, both ways
+
+
+@dataclass
+class RestoreTimes:
+    """Host time (us) the scheduler's thread spent bringing blocks back, by phase."""
+
+    prefetch_us: int = 0  # starting the disk reads ahead
+    lookup_us: int = 0  # finding blocks: host slots, disk reads waited for (or done here)
+    flush_us: int = 0  # queuing the copies (all of them: saves, persists and loads)
+
+
+@dataclass(frozen=True)
+class StagedRow:
+    """A disk block, verified, in row `index` of the staging rows, on its way to the device cache."""
+
+    index: int
 
 
 class HostPool:
@@ -71,10 +89,15 @@ class KVTiers:
         # a load waits for it only where it reads a slot being written (self._saving).
         self.save_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self._saving: set[int] = set()
-        if self.cuda and disk is not None:  # pinned before the first restore, which is then not slowed
-            rows = min(kv.num_blocks, max(1, BOUNCE_BYTES // self.block_bytes))
-            self._bounce = torch.empty((rows, *self.block_shape), dtype=self.dtype, pin_memory=True)
-            self._bounce_done = torch.cuda.Event()
+        self.times = RestoreTimes()
+        if disk is not None:  # pinned before the first restore, which is then not slowed
+            rows = min(kv.num_blocks, max(1, STAGING_BYTES // self.block_bytes))
+            self._staging = torch.empty((rows, *self.block_shape), dtype=self.dtype, pin_memory=self.cuda)
+            self._staging_bytes = memoryview(self._staging.view(-1).view(torch.uint8).numpy())
+            self._rows_done = torch.cuda.Event() if self.cuda else None
+        self._rows_taken = 0  # rows [0, taken) hold blocks read (or being read) since the last flush
+        self._row_of: dict[bytes, int] = {}  # read ahead, not yet looked up
+        self._rows_in_flight = False  # the last flush's copies out of the rows may not have ended
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
         self._ops: list[tuple] = []
 
@@ -90,9 +113,11 @@ class KVTiers:
             self._ops.append(("persist", h, block))
 
     def prefetch(self, hashes: list[bytes]) -> None:
-        """A chain of blocks the device misses: start reading those that only the disk has."""
+        """A chain of blocks the device misses: start reading those that only the disk has, each
+        into a staging row of its own (rows in use are freed by a flush first if too few are left)."""
         if self.disk is None:
             return
+        t0 = time.perf_counter()
         from_disk = []
         for h in hashes:
             if self.host is not None and h in self.host.slot_of:
@@ -100,17 +125,56 @@ class KVTiers:
             if not self.disk.contains(h):
                 break  # the chain stops here
             from_disk.append(h)
-        self.disk.prefetch(from_disk)
+        if self._rows_taken and len(from_disk) - len(self._row_of.keys() & set(from_disk)) > self._rows_free():
+            self.flush()
+        rows = {h: self._row_of[h] for h in from_disk if h in self._row_of}
+        for h in from_disk:
+            if h not in rows and self._rows_free():
+                rows[h] = self._take_row()
+        self._row_of = rows
+        self.disk.prefetch([(h, self._row_buffer(row)) for h, row in rows.items()])
+        self.times.prefetch_us += int(1e6 * (time.perf_counter() - t0))
 
     def lookup(self, h: bytes) -> object | None:
-        """Where a block the device misses can come from: a host slot or a verified disk payload."""
+        """Where a block the device misses can come from: a host slot or a verified disk block
+        in a staging row."""
         if self.host is not None and (slot := self.host.get(h)) is not None:
             self.host_counters.hits += 1
             self.host_counters.bytes_read += self.block_bytes
             return slot
-        if self.disk is not None and (payload := self.disk.read(h)) is not None:
-            return torch.frombuffer(payload, dtype=self.dtype).view(self.block_shape)
-        return None
+        if self.disk is None or not self.disk.contains(h):
+            return None
+        t0 = time.perf_counter()
+        row = self._row_of.pop(h, None)
+        if row is None:
+            if not self._rows_free():
+                self.flush()
+            row = self._take_row()
+        found = self.disk.read(h, self._row_buffer(row)) is not None
+        self.times.lookup_us += int(1e6 * (time.perf_counter() - t0))
+        return StagedRow(row) if found else None
+
+    # --- staging rows --------------------------------------------------------------------------
+    def _rows_free(self) -> int:
+        return self._staging.shape[0] - self._rows_taken
+
+    def _take_row(self) -> int:
+        if self._rows_in_flight:  # the last copies out of the rows, which have rarely not ended
+            self._rows_done.synchronize()
+            self._rows_in_flight = False
+        self._rows_taken += 1
+        return self._rows_taken - 1
+
+    def _row_buffer(self, row: int) -> memoryview:
+        return self._staging_bytes[row * self.block_bytes : (row + 1) * self.block_bytes]
+
+    def _release_rows(self) -> None:
+        """After the loads are queued: the rows can take new blocks (on CUDA once copied out)."""
+        self._row_of.clear()
+        if self._rows_taken and self.cuda:
+            self._rows_done.record(self.stream)
+            self._rows_in_flight = True
+        self._rows_taken = 0
 
     def load(self, source: object, block: int) -> None:
         self._ops.append(("load", source, block))
@@ -118,17 +182,24 @@ class KVTiers:
     # --- the copies ----------------------------------------------------------------------------
     @torch.inference_mode()
     def flush(self) -> None:
-        """Run the queued copies, regrouped into a few batched phases (kv_tier_copies.plan)."""
+        """Run the queued copies, regrouped into a few batched phases (kv_tier_copies.plan); the
+        disk's read-ahead is over by then (its rows are reused)."""
+        if self.disk is not None:
+            self.disk.settle()
         if not self._ops:
+            self._release_rows()
             return
+        t0 = time.perf_counter()
         ops, self._ops = self._ops, []
         if self.stream is None:
             self._run(ops)
-            return
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.stream):
-            self._run(ops)
-        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        else:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.stream):
+                self._run(ops)
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        self._release_rows()
+        self.times.flush_us += int(1e6 * (time.perf_counter() - t0))
 
     def _run(self, ops: list[tuple]) -> None:
         for phase in plan(ops):
@@ -164,39 +235,33 @@ class KVTiers:
         self.host_counters.bytes_written += len(saves) * self.block_bytes
 
     def _load(self, loads: list[tuple[object, int]]) -> None:
-        """Host slots (one transfer per run of consecutive slots) and disk payloads (gathered in
-        pinned memory, one transfer) into a staging tensor, then one index_copy_ per cache tensor."""
+        """Host slots and staged disk rows into the device cache: one transfer per run of
+        consecutive slots or rows, then one index_copy_ per cache tensor."""
         from_host = sorted((src, block) for src, block in loads if isinstance(src, int))
-        from_disk = [(src, block) for src, block in loads if not isinstance(src, int)]
+        from_disk = sorted((src.index, block) for src, block in loads if isinstance(src, StagedRow))
         if self._saving.intersection(slot for slot, _ in from_host):
             self.stream.wait_stream(self.save_stream)
             self._saving.clear()
-        staged = torch.empty((len(loads), *self.block_shape), dtype=self.dtype, device=self.device)
-        for pos, first, n in runs([slot for slot, _ in from_host]):
-            staged[pos : pos + n].copy_(self.host.data[first : first + n], non_blocking=True)
-            self.host_counters.copy_calls += 1
-        if from_disk:
-            rest = staged[len(from_host) :]
-            bounce = self._bounce_rows(len(from_disk)) if self.cuda else rest
-            for i, (payload, _) in enumerate(from_disk):
-                bounce[i].copy_(payload)
-            if self.cuda:
-                rest.copy_(bounce, non_blocking=True)
-                self._bounce_done.record(self.stream)
+        pieces = [(self.host.data if src is from_host else self._staging, offset + pos, first, n)
+                  for src, offset in ((from_host, 0), (from_disk, len(from_host)))
+                  for pos, first, n in runs([i for i, _ in src])]
+        self.host_counters.copy_calls += sum(1 for _, pos, _, _ in pieces if pos < len(from_host))
+        staged = self._stage(pieces, len(from_host) + len(from_disk))
         idx = self._index([block for _, block in from_host + from_disk])
         for layer, (k, v) in enumerate(self.layers):
             k.index_copy_(0, idx, staged[:, layer, 0])
             v.index_copy_(0, idx, staged[:, layer, 1])
 
-    def _bounce_rows(self, n: int) -> torch.Tensor:
-        """Pinned rows that disk payloads cross to the device, kept from flush to flush (pinning
-        memory takes long): waits for the last transfer out of them, which has rarely not ended."""
-        if self._bounce.shape[0] < n:
-            self._bounce = torch.empty((max(n, 2 * self._bounce.shape[0]), *self.block_shape), dtype=self.dtype,
-                                       pin_memory=True)
-        else:
-            self._bounce_done.synchronize()
-        return self._bounce[:n]
+    def _stage(self, pieces: list[tuple[torch.Tensor, int, int, int]], n: int) -> torch.Tensor:
+        """The loaded blocks in one tensor on the device, from (source, position, first row, rows)
+        runs: on CPU a lone run's rows themselves (no copy)."""
+        if not self.cuda and len(pieces) == 1:
+            src, _, first, count = pieces[0]
+            return src[first : first + count]
+        staged = torch.empty((n, *self.block_shape), dtype=self.dtype, device=self.device)
+        for src, pos, first, count in pieces:
+            staged[pos : pos + count].copy_(src[first : first + count], non_blocking=True)
+        return staged
 
     def _persist(self, persists: list[tuple[bytes, int]]) -> None:
         blocks = self._gather([block for _, block in persists])
@@ -224,6 +289,8 @@ class KVTiers:
                            "blocks": self.disk.num_blocks, "skipped_files": c.skipped_files,
                            "write_errors": c.write_errors, "dropped_writes": c.dropped_writes,
                            "writes_enabled": int(self.disk.writes_enabled)}
+        if out:
+            out["restore"] = vars(self.times).copy()
         return out
 
     def close(self) -> None:
