@@ -53,6 +53,20 @@ class StagedRow:
     index: int
 
 
+@contextlib.contextmanager
+def one_thread():
+    """CPU copies on the calling thread alone. They are bound by memory, which one core nearly
+    saturates, and split across OpenMP threads each waits for the slowest: on a busy 2-core host
+    a restore's index_copy_ calls took 13-35x longer on 2 threads than on 1
+    (bench/probes/kv_restore_phases.py). The engine runs its torch ops on one thread, this one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 class HostPool:
     """Slots of host memory, one block each, least recently used first."""
 
@@ -192,7 +206,8 @@ class KVTiers:
         t0 = time.perf_counter()
         ops, self._ops = self._ops, []
         if self.stream is None:
-            self._run(ops)
+            with one_thread():
+                self._run(ops)
         else:
             self.stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(self.stream):
