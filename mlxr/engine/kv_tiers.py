@@ -5,7 +5,7 @@ hashes: a host-memory pool that evicted blocks are copied into (LRU), and a disk
 The block manager calls evicted / committed / prefetch / lookup / load while it schedules; the
 copies are queued in order and run by flush() before the step's forward (and after a step
 lands), batched (kv_tier_copies.py): a restored prefix is one transfer per run of consecutive
-host slots and one index_copy_ per cache tensor. On CUDA they run on side streams into pinned
+host slots and one index_copy_ into the cache (every layer's K and V are views of one tensor). On CUDA they run on side streams into pinned
 memory: the side stream waits for the work already queued, and the forward waits for the loads,
 so the host never blocks on them. Disk blocks are read (ahead, in parallel) straight into rows of
 a staging tensor (pinned on CUDA), which cross to the device in one copy per run of rows. A
@@ -90,6 +90,7 @@ class HostPool:
 class KVTiers:
     def __init__(self, kv: KVCache, host_blocks: int, disk: DiskStore | None) -> None:
         self.layers = kv.layers
+        self.all_blocks = kv.blocks  # [layers, K|V, blocks, ...]
         k0 = kv.layers[0][0]
         self.device, self.dtype = k0.device, k0.dtype
         self.block_shape = (len(kv.layers), 2, *k0.shape[1:])
@@ -231,10 +232,8 @@ class KVTiers:
         return idx.pin_memory().to(self.device, non_blocking=True) if self.cuda else idx
 
     def _gather(self, blocks: list[int]) -> torch.Tensor:
-        """The blocks' K and V of every layer, [blocks, layers, K|V, ...], in 2 x layers + 1 kernels."""
-        idx = self._index(blocks)
-        parts = [t.index_select(0, idx) for k, v in self.layers for t in (k, v)]
-        return torch.stack(parts, 1).view(len(blocks), *self.block_shape)
+        """The blocks' K and V of every layer, [blocks, layers, K|V, ...], in two kernels."""
+        return self.all_blocks.index_select(2, self._index(blocks)).permute(2, 0, 1, 3, 4, 5).contiguous()
 
     def _save(self, saves: list[tuple[int, int]]) -> None:
         """Device blocks to host slots (sorted by slot): one transfer per run of consecutive slots."""
@@ -251,7 +250,7 @@ class KVTiers:
 
     def _load(self, loads: list[tuple[object, int]]) -> None:
         """Host slots and staged disk rows into the device cache: one transfer per run of
-        consecutive slots or rows, then one index_copy_ per cache tensor."""
+        consecutive slots or rows, then one index_copy_ into every layer's K and V."""
         from_host = sorted((src, block) for src, block in loads if isinstance(src, int))
         from_disk = sorted((src.index, block) for src, block in loads if isinstance(src, StagedRow))
         if self._saving.intersection(slot for slot, _ in from_host):
@@ -263,9 +262,7 @@ class KVTiers:
         self.host_counters.copy_calls += sum(1 for _, pos, _, _ in pieces if pos < len(from_host))
         staged = self._stage(pieces, len(from_host) + len(from_disk))
         idx = self._index([block for _, block in from_host + from_disk])
-        for layer, (k, v) in enumerate(self.layers):
-            k.index_copy_(0, idx, staged[:, layer, 0])
-            v.index_copy_(0, idx, staged[:, layer, 1])
+        self.all_blocks.index_copy_(2, idx, staged.permute(1, 2, 0, 3, 4, 5))
 
     def _stage(self, pieces: list[tuple[torch.Tensor, int, int, int]], n: int) -> torch.Tensor:
         """The loaded blocks in one tensor on the device, from (source, position, first row, rows)
