@@ -170,9 +170,9 @@ class DiskStore:
         """The block's verified payload (in `into`, or in the buffer it was read ahead into), or
         None (logged) when its file is unusable."""
         pending = self._prefetched.pop(h, None)
-        if h not in self._resident:
-            return None
         if pending is None:
+            if h not in self._resident:
+                return None
             into = memoryview(bytearray(self.block_bytes)) if into is None else into
         try:
             if pending is None:

@@ -5,11 +5,12 @@ hashes: a host-memory pool that evicted blocks are copied into (LRU), and a disk
 The block manager calls evicted / committed / prefetch / lookup / load while it schedules; the
 copies are queued in order and run by flush() before the step's forward (and after a step
 lands), batched (kv_tier_copies.py): a restored prefix is one transfer per run of consecutive
-host slots and one index_copy_ into the cache (every layer's K and V are views of one tensor). On CUDA they run on side streams into pinned
-memory: the side stream waits for the work already queued, and the forward waits for the loads,
-so the host never blocks on them. Disk blocks are read (ahead, in parallel) straight into rows of
-a staging tensor (pinned on CUDA), which cross to the device in one copy per run of rows. A
-block's bytes are laid out [layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
+host slots and one index_copy_ into the cache (every layer's K and V are views of one tensor).
+On CUDA they run on side streams into pinned memory: the side stream waits for the work already
+queued, and the forward waits for the loads, so the host never blocks on them. Disk blocks are
+read (ahead, in parallel) straight into rows of a staging tensor (pinned on CUDA), which cross to
+the device in one copy per run of rows. A block's bytes are laid out
+[layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,7 @@ class RestoreTimes:
     """Host time (us) the scheduler's thread spent bringing blocks back, by phase."""
 
     prefetch_us: int = 0  # starting the disk reads ahead
-    lookup_us: int = 0  # finding blocks: host slots, disk reads waited for (or done here)
+    lookup_us: int = 0  # disk lookups: reads waited for (or done here)
     flush_us: int = 0  # queuing the copies (all of them: saves, persists and loads)
 
 
@@ -256,11 +257,11 @@ class KVTiers:
         if self._saving.intersection(slot for slot, _ in from_host):
             self.stream.wait_stream(self.save_stream)
             self._saving.clear()
-        pieces = [(self.host.data if src is from_host else self._staging, offset + pos, first, n)
-                  for src, offset in ((from_host, 0), (from_disk, len(from_host)))
-                  for pos, first, n in runs([i for i, _ in src])]
-        self.host_counters.copy_calls += sum(1 for _, pos, _, _ in pieces if pos < len(from_host))
-        staged = self._stage(pieces, len(from_host) + len(from_disk))
+        host_runs = [(self.host.data, pos, first, n) for pos, first, n in runs([s for s, _ in from_host])]
+        disk_runs = [(self._staging, len(from_host) + pos, first, n)
+                     for pos, first, n in runs([row for row, _ in from_disk])]
+        self.host_counters.copy_calls += len(host_runs)
+        staged = self._stage(host_runs + disk_runs, len(from_host) + len(from_disk))
         idx = self._index([block for _, block in from_host + from_disk])
         self.all_blocks.index_copy_(2, idx, staged.permute(1, 2, 0, 3, 4, 5))
 
