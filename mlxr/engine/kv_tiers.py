@@ -106,9 +106,9 @@ class KVTiers:
         self.save_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self._saving: set[int] = set()
         self.times = RestoreTimes()
-        if disk is not None:  # pinned before the first restore, which is then not slowed
+        if disk is not None:  # pinned (or on CPU, written) now: the first restore's page faults were half its reads
             rows = min(kv.num_blocks, max(1, STAGING_BYTES // self.block_bytes))
-            self._staging = torch.empty((rows, *self.block_shape), dtype=self.dtype, pin_memory=self.cuda)
+            self._staging = torch.zeros((rows, *self.block_shape), dtype=self.dtype, pin_memory=self.cuda)
             self._staging_bytes = memoryview(self._staging.view(-1).view(torch.uint8).numpy())
             self._rows_done = torch.cuda.Event() if self.cuda else None
         self._rows_taken = 0  # rows [0, taken) hold blocks read (or being read) since the last flush
