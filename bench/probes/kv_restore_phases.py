@@ -7,8 +7,10 @@ Then, rounds interleaved:
   header parsed, CRC-32, then a torch copy of the payload into a staging row), per phase;
 - "files, into rows": each file read the way it reads now (header and size, the payload read
   straight into its staging row, CRC-32 over the row), per phase;
-- "rows -> cache": the staged rows into the cache (one index_copy_ per cache tensor; on CUDA
-  after one host-to-device copy);
+- "rows -> cache, per layer": the staged rows into the cache as before (one index_copy_ per
+  layer's K and V, on torch's threads; on CUDA after one host-to-device copy);
+- "rows -> cache, one call": as now (one index_copy_ into the one cache tensor; on CPU on the
+  calling thread alone, kv_tiers.one_thread);
 - "tiers serial" / "tiers read-ahead": a new store restores the prefix through KVTiers (lookups,
   then one flush), its host time per phase (KVTiers.times) and the time until the copies end;
 - "host pool": the prefix restored from the host tier (flush host time, time until done).
@@ -20,6 +22,7 @@ Writes bench/results/kv_restore_phases-*.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
@@ -38,7 +41,7 @@ from kv_tier_copies import SHAPES  # noqa: E402
 from mlxr.config import ModelArgs  # noqa: E402
 from mlxr.engine.kv_cache import KVCache  # noqa: E402
 from mlxr.engine.kv_disk import HEADER_MAX, MAGIC, READ_THREADS, DiskStore, Layout  # noqa: E402
-from mlxr.engine.kv_tiers import KVTiers  # noqa: E402
+from mlxr.engine.kv_tiers import KVTiers, one_thread  # noqa: E402
 
 
 class Clock:
@@ -93,13 +96,17 @@ def files_into_rows(store: DiskStore, hashes: list[bytes], rows: torch.Tensor) -
     return c.ms
 
 
-def rows_to_cache(kv: KVCache, rows: torch.Tensor, first_block: int, device: str) -> dict[str, float]:
+def rows_to_cache(kv: KVCache, rows: torch.Tensor, first_block: int, device: str, per_layer: bool) -> dict:
     c = Clock()
     idx = torch.arange(first_block, first_block + rows.shape[0], device=kv.layers[0][0].device)
     staged = rows.to(idx.device, non_blocking=True) if device == "cuda" else rows
-    for layer, (k, v) in enumerate(kv.layers):
-        k.index_copy_(0, idx, staged[:, layer, 0])
-        v.index_copy_(0, idx, staged[:, layer, 1])
+    if per_layer:
+        for layer, (k, v) in enumerate(kv.layers):
+            k.index_copy_(0, idx, staged[:, layer, 0])
+            v.index_copy_(0, idx, staged[:, layer, 1])
+    else:
+        with one_thread() if device == "cpu" else contextlib.nullcontext():
+            kv.blocks.index_copy_(2, idx, staged.permute(1, 2, 0, 3, 4, 5))
     sync(device)
     c.lap("index_copy" if device == "cpu" else "h2d+index_copy")
     return c.ms
@@ -169,7 +176,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, fn in (("files, bytes+copy", lambda: files_bytes_then_copy(probe, hashes, rows)),
                              ("files, into rows", lambda: files_into_rows(probe, hashes, rows)),
-                             ("rows -> cache", lambda: rows_to_cache(kv, rows, n, device)),
+                             ("rows -> cache, per layer", lambda: rows_to_cache(kv, rows, n, device, True)),
+                             ("rows -> cache, one call", lambda: rows_to_cache(kv, rows, n, device, False)),
                              ("tiers serial", lambda: through_tiers(kv, store(0), hashes, False, device)),
                              ("tiers read-ahead", lambda: through_tiers(kv, store(READ_THREADS), hashes, True, device)),
                              ("host pool", lambda: host_pool(kv, n, device))):

@@ -238,15 +238,28 @@ class KVTiers:
 
     def _save(self, saves: list[tuple[int, int]]) -> None:
         """Device blocks to host slots (sorted by slot): one transfer per run of consecutive slots."""
+        if not self.cuda:
+            self._save_on_cpu(saves)
+            return
         blocks = self._gather([block for block, _ in saves])
-        if self.cuda:
-            self.save_stream.wait_stream(self.stream)
-            blocks.record_stream(self.save_stream)
-            self._saving.update(slot for _, slot in saves)
-        with torch.cuda.stream(self.save_stream) if self.cuda else contextlib.nullcontext():
+        self.save_stream.wait_stream(self.stream)
+        blocks.record_stream(self.save_stream)
+        self._saving.update(slot for _, slot in saves)
+        with torch.cuda.stream(self.save_stream):
             for pos, first, n in runs([slot for _, slot in saves]):
                 self.host.data[first : first + n].copy_(blocks[pos : pos + n], non_blocking=True)
                 self.host_counters.copy_calls += 1
+        self.host_counters.bytes_written += len(saves) * self.block_bytes
+
+    def _save_on_cpu(self, saves: list[tuple[int, int]]) -> None:
+        """Each run of slots gathered straight into the pool, with no tensor in between (a fresh
+        one of a prefix's size cost its page faults: 17 ms against 160 ms for 186 MB)."""
+        idx = torch.tensor([block for block, _ in saves])
+        for pos, first, n in runs([slot for _, slot in saves]):
+            rows = self.host.data[first : first + n].permute(1, 2, 0, 3, 4, 5)  # as the cache: [layers, K|V, n, ...]
+            torch.index_select(self.all_blocks, 2, idx[pos : pos + n], out=rows)
+            self.host_counters.copy_calls += 1
+        self.host_counters.bytes_written += len(saves) * self.block_bytes
         self.host_counters.bytes_written += len(saves) * self.block_bytes
 
     def _load(self, loads: list[tuple[object, int]]) -> None:
