@@ -14,9 +14,10 @@ Then, rounds interleaved:
 - "tiers serial" / "tiers read-ahead": a new store restores the prefix through KVTiers (lookups,
   then one flush), its host time per phase (KVTiers.times) and the time until the copies end;
 - "host pool": the prefix restored from the host tier (flush host time, time until done).
-Writes bench/results/kv_restore_phases-*.json.
+--busy N keeps N cores busy with spinning processes of the probe's own for the whole run (what
+other jobs do to a shared host). Writes bench/results/kv_restore_phases-*.json.
 
-  python bench/probes/kv_restore_phases.py --device cpu --shape smollm2
+  python bench/probes/kv_restore_phases.py --device cpu --shape smollm2 [--busy 1]
   python bench/probes/kv_restore_phases.py --device cuda --shape tinyllama --dtype bfloat16
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import json
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -153,7 +155,18 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--blocks", type=int, default=253, help="the prefix in blocks of 16 (253: 4,048 tokens)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--busy", type=int, default=0, help="cores kept busy by spinning processes meanwhile")
     args = ap.parse_args()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        run(args)
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+
+
+def run(args) -> None:
     layers, heads, dim = SHAPES[args.shape]
     model = ModelArgs("llama", 256, 64, 64, layers, num_attention_heads=heads, num_key_value_heads=heads, head_dim=dim)
     dtype, n, device = getattr(torch, args.dtype), args.blocks, args.device
@@ -189,7 +202,8 @@ def main() -> None:
         table += [{"case": name, "phase": k, "ms": f"{v:.1f}"} for k, v in summary[name].items()]
     print_table(table, ["case", "phase", "ms"])
     result = {"device": device_name(device), "cpu": cpu_model(), "cpus": os.cpu_count(),
-              "torch_threads": torch.get_num_threads(), "load_avg": os.getloadavg(), "shape": args.shape,
+              "torch_threads": torch.get_num_threads(), "load_avg": os.getloadavg(), "busy_cores": args.busy,
+              "shape": args.shape,
               "dtype": args.dtype, "blocks": n, "mb": n * rows[0].numel() * rows.element_size() / 1e6,
               "median_ms": summary, "rounds": results}
     print(write_result("kv_restore_phases", result))
