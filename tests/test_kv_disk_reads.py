@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import mlxr.engine.kv_staging as kv_staging
 import mlxr.engine.kv_tiers as kv_tiers
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block
 from mlxr.engine.kv_disk import DiskStore, Layout
-from mlxr.engine.kv_tiers import KVTiers, StagedRow
+from mlxr.engine.kv_staging import StagedRow
+from mlxr.engine.kv_tiers import KVTiers
 from test_kv_tier_copies import ARGS, BLOCK_SIZE, DEVICES, block_bytes, random_cache, scramble, sync
 
 SIZE = kv_bytes_per_block(ARGS, BLOCK_SIZE, torch.float32)
@@ -109,11 +111,21 @@ def test_prefix_longer_than_the_staging_rows_recycles_them(threads, tmp_path, mo
     kv = random_cache("cpu")
     want = write_blocks(kv, tmp_path, "cpu", 5)
     tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, threads))
-    assert tiers._staging.shape[0] == 2
+    assert tiers.staging.data.shape[0] == 2
     scramble(kv, list(range(16)))
     assert len(restore(tiers, 5, 8, read_ahead=True)) == 5
     for b in range(5):
         assert torch.equal(block_bytes(kv, 8 + b), want[b]), f"block {b}"
+    tiers.close()
+
+
+def test_rows_of_an_unused_read_ahead_are_freed_by_the_next_flush(tmp_path):
+    kv = random_cache("cpu")
+    write_blocks(kv, tmp_path, "cpu", 4)
+    flip_payload_byte(block_file(tmp_path, 0))  # the chain stops at once: nothing to load
+    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, 2))
+    assert restore(tiers, 4, 8, read_ahead=True) == []
+    assert tiers.staging.taken == 0 and not tiers._row_of and not tiers.disk._prefetched
     tiers.close()
 
 
@@ -137,7 +149,7 @@ def test_cpu_copies_leave_the_thread_count_as_found(tmp_path):
     tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, 0))
     threads = torch.get_num_threads()
     seen = []
-    with kv_tiers.one_thread():
+    with kv_staging.one_thread():
         seen.append(torch.get_num_threads())
     assert seen == [1] and torch.get_num_threads() == threads
     restore(tiers, 2, 8, read_ahead=False)

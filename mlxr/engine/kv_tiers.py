@@ -13,7 +13,6 @@ the device in one copy per run of rows. A block's bytes are laid out
 [layers, K|V, block_size, kv_heads, head_dim], in host memory as on disk."""
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -23,6 +22,7 @@ import torch
 
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.kv_disk import DiskStore
+from mlxr.engine.kv_staging import StagedRow, StagingRows, one_thread
 from mlxr.engine.kv_tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
@@ -45,27 +45,6 @@ class RestoreTimes:
     prefetch_us: int = 0  # starting the disk reads ahead
     lookup_us: int = 0  # disk lookups: reads waited for (or done here)
     flush_us: int = 0  # queuing the copies (all of them: saves, persists and loads)
-
-
-@dataclass(frozen=True)
-class StagedRow:
-    """A disk block, verified, in row `index` of the staging rows, on its way to the device cache."""
-
-    index: int
-
-
-@contextlib.contextmanager
-def one_thread():
-    """CPU copies on the calling thread alone. They are bound by memory, which one core nearly
-    saturates, and split across OpenMP threads each waits for the slowest: on a 2-core host with
-    one core kept busy, a 186 MB restore took 109 ms on 2 threads, 17 ms on 1
-    (bench/probes/kv_restore_phases.py --busy 1). The engine runs its torch ops on this thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 class HostPool:
@@ -108,12 +87,8 @@ class KVTiers:
         self.times = RestoreTimes()
         if disk is not None:  # pinned (or on CPU, written) now: the first restore's page faults were half its reads
             rows = min(kv.num_blocks, max(1, STAGING_BYTES // self.block_bytes))
-            self._staging = torch.zeros((rows, *self.block_shape), dtype=self.dtype, pin_memory=self.cuda)
-            self._staging_bytes = memoryview(self._staging.view(-1).view(torch.uint8).numpy())
-            self._rows_done = torch.cuda.Event() if self.cuda else None
-        self._rows_taken = 0  # rows [0, taken) hold blocks read (or being read) since the last flush
+            self.staging = StagingRows(rows, self.block_shape, self.dtype, self.cuda)
         self._row_of: dict[bytes, int] = {}  # read ahead, not yet looked up
-        self._rows_in_flight = False  # the last flush's copies out of the rows may not have ended
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
         self._ops: list[tuple] = []
 
@@ -141,14 +116,14 @@ class KVTiers:
             if not self.disk.contains(h):
                 break  # the chain stops here
             from_disk.append(h)
-        if self._rows_taken and len(from_disk) - len(self._row_of.keys() & set(from_disk)) > self._rows_free():
+        if self.staging.taken and len(from_disk) - len(self._row_of.keys() & set(from_disk)) > self.staging.free():
             self.flush()
         rows = {h: self._row_of[h] for h in from_disk if h in self._row_of}
         for h in from_disk:
-            if h not in rows and self._rows_free():
-                rows[h] = self._take_row()
+            if h not in rows and self.staging.free():
+                rows[h] = self.staging.take()
         self._row_of = rows
-        self.disk.prefetch([(h, self._row_buffer(row)) for h, row in rows.items()])
+        self.disk.prefetch([(h, self.staging.buffer(row)) for h, row in rows.items()])
         self.times.prefetch_us += int(1e6 * (time.perf_counter() - t0))
 
     def lookup(self, h: bytes) -> object | None:
@@ -163,34 +138,12 @@ class KVTiers:
         t0 = time.perf_counter()
         row = self._row_of.pop(h, None)
         if row is None:
-            if not self._rows_free():
+            if not self.staging.free():
                 self.flush()
-            row = self._take_row()
-        found = self.disk.read(h, self._row_buffer(row)) is not None
+            row = self.staging.take()
+        found = self.disk.read(h, self.staging.buffer(row)) is not None
         self.times.lookup_us += int(1e6 * (time.perf_counter() - t0))
         return StagedRow(row) if found else None
-
-    # --- staging rows --------------------------------------------------------------------------
-    def _rows_free(self) -> int:
-        return self._staging.shape[0] - self._rows_taken
-
-    def _take_row(self) -> int:
-        if self._rows_in_flight:  # the last copies out of the rows, which have rarely not ended
-            self._rows_done.synchronize()
-            self._rows_in_flight = False
-        self._rows_taken += 1
-        return self._rows_taken - 1
-
-    def _row_buffer(self, row: int) -> memoryview:
-        return self._staging_bytes[row * self.block_bytes : (row + 1) * self.block_bytes]
-
-    def _release_rows(self) -> None:
-        """After the loads are queued: the rows can take new blocks (on CUDA once copied out)."""
-        self._row_of.clear()
-        if self._rows_taken and self.cuda:
-            self._rows_done.record(self.stream)
-            self._rows_in_flight = True
-        self._rows_taken = 0
 
     def load(self, source: object, block: int) -> None:
         self._ops.append(("load", source, block))
@@ -203,7 +156,7 @@ class KVTiers:
         if self.disk is not None:
             self.disk.settle()
         if not self._ops:
-            self._release_rows()
+            self._free_rows()
             return
         t0 = time.perf_counter()
         ops, self._ops = self._ops, []
@@ -215,8 +168,14 @@ class KVTiers:
             with torch.cuda.stream(self.stream):
                 self._run(ops)
             torch.cuda.current_stream(self.device).wait_stream(self.stream)
-        self._release_rows()
+        self._free_rows()
         self.times.flush_us += int(1e6 * (time.perf_counter() - t0))
+
+    def _free_rows(self) -> None:
+        """After the loads are queued: the staging rows can take new blocks (on CUDA once copied out)."""
+        self._row_of.clear()
+        if self.disk is not None:
+            self.staging.release(self.stream)
 
     def _run(self, ops: list[tuple]) -> None:
         for phase in plan(ops):
@@ -271,7 +230,7 @@ class KVTiers:
             self.stream.wait_stream(self.save_stream)
             self._saving.clear()
         host_runs = [(self.host.data, pos, first, n) for pos, first, n in runs([s for s, _ in from_host])]
-        disk_runs = [(self._staging, len(from_host) + pos, first, n)
+        disk_runs = [(self.staging.data, len(from_host) + pos, first, n)
                      for pos, first, n in runs([row for row, _ in from_disk])]
         self.host_counters.copy_calls += len(host_runs)
         staged = self._stage(host_runs + disk_runs, len(from_host) + len(from_disk))
