@@ -27,6 +27,7 @@ from mlxr.engine.kv_tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
 
+MAX_SAVE_BATCHES = 32  # save batches whose slots a load may still have to wait for
 STAGING_BYTES = 256 << 20  # disk blocks on their way to the device (pinned on CUDA): a 4k-token prefix or more
 
 
@@ -81,9 +82,9 @@ class KVTiers:
         self.host_counters = HostCounters()
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
         # Saves leave the device on a stream of their own, beside the loads (PCIe runs both ways):
-        # a load waits for it only where it reads a slot being written (self._saving).
+        # a load waits only for the save batches that write a slot it reads (self._saving).
         self.save_stream = torch.cuda.Stream(self.device) if self.cuda else None
-        self._saving: set[int] = set()
+        self._saving: list[tuple[torch.cuda.Event, set[int]]] = []
         self.times = RestoreTimes()
         if disk is not None:  # pinned (or on CPU, written) now: the first restore's page faults were half its reads
             rows = min(kv.num_blocks, max(1, STAGING_BYTES // self.block_bytes))
@@ -203,11 +204,13 @@ class KVTiers:
         blocks = self._gather([block for block, _ in saves])
         self.save_stream.wait_stream(self.stream)
         blocks.record_stream(self.save_stream)
-        self._saving.update(slot for _, slot in saves)
         with torch.cuda.stream(self.save_stream):
             for pos, first, n in runs([slot for _, slot in saves]):
                 self.host.data[first : first + n].copy_(blocks[pos : pos + n], non_blocking=True)
                 self.host_counters.copy_calls += 1
+        saved = torch.cuda.Event()
+        saved.record(self.save_stream)
+        self._saving.append((saved, {slot for _, slot in saves}))
         self.host_counters.bytes_written += len(saves) * self.block_bytes
 
     def _save_on_cpu(self, saves: list[tuple[int, int]]) -> None:
@@ -226,9 +229,8 @@ class KVTiers:
         consecutive slots or rows, then one index_copy_ into every layer's K and V."""
         from_host = sorted((src, block) for src, block in loads if isinstance(src, int))
         from_disk = sorted((src.index, block) for src, block in loads if isinstance(src, StagedRow))
-        if self._saving.intersection(slot for slot, _ in from_host):
-            self.stream.wait_stream(self.save_stream)
-            self._saving.clear()
+        if self._saving:
+            self._wait_for_saves({slot for slot, _ in from_host})
         host_runs = [(self.host.data, pos, first, n) for pos, first, n in runs([s for s, _ in from_host])]
         disk_runs = [(self.staging.data, len(from_host) + pos, first, n)
                      for pos, first, n in runs([row for row, _ in from_disk])]
@@ -236,6 +238,22 @@ class KVTiers:
         staged = self._stage(host_runs + disk_runs, len(from_host) + len(from_disk))
         idx = self._index([block for _, block in from_host + from_disk])
         self.all_blocks.index_copy_(2, idx, staged.permute(1, 2, 0, 3, 4, 5))
+
+    def _wait_for_saves(self, slots: set[int]) -> None:
+        """Loads wait for the save batches writing a slot they read, not for the others: a
+        restore after churn reads the prefix's slots while the churn's blocks leave for others,
+        both directions of PCIe at once (waiting for every save serialised them)."""
+        if len(self._saving) > MAX_SAVE_BATCHES:  # bounded bookkeeping: wait for all of them once
+            self.stream.wait_stream(self.save_stream)
+            self._saving.clear()
+            return
+        pending = []
+        for saved, written in self._saving:
+            if written & slots:
+                self.stream.wait_event(saved)  # later loads on this stream come after it too
+            else:
+                pending.append((saved, written))
+        self._saving = pending
 
     def _stage(self, pieces: list[tuple[torch.Tensor, int, int, int]], n: int) -> torch.Tensor:
         """The loaded blocks in one tensor on the device, from (source, position, first row, rows)
