@@ -224,7 +224,7 @@ def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
     chain = [b"disk0", b"disk1", b"disk2", b"nowhere", b"disk3"]
     tiers.prefetch(chain)
     assert set(tiers.disk._prefetched) == {b"disk0", b"disk1", b"disk2"}
-    for future in tiers.disk._prefetched.values():
+    for future, _ in tiers.disk._prefetched.values():
         future.result()
     for path in tmp_path.glob("*/*.kvb"):
         path.unlink()
@@ -260,3 +260,27 @@ def test_cuda_restore_with_evictions_never_syncs_the_host():
     torch.cuda.synchronize()
     for b in range(4):
         assert torch.equal(block_bytes(kv, 4 + b), prompt[b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_loads_wait_for_the_saves_of_their_slots_across_flushes(device):
+    """A load reads a slot saved two flushes before, after a flush whose loads read other slots
+    (on CUDA those did not wait for that save: the later load still must), and a load reads a
+    slot saved in its own flush, beside other saves it need not wait for."""
+    kv = random_cache(device)
+    tiers = KVTiers(kv, host_blocks=12, disk=None)
+    want = {b: block_bytes(kv, b) for b in range(6)}
+    tiers.evicted(b"a", 0)
+    tiers.flush()
+    tiers.evicted(b"b", 1)
+    tiers.load(tiers.lookup(b"a"), 8)  # reads a's slot only
+    tiers.flush()
+    tiers.evicted(b"c", 2)
+    tiers.evicted(b"d", 3)
+    tiers.load(tiers.lookup(b"b"), 9)  # b's save was two flushes ago, never waited for
+    tiers.load(tiers.lookup(b"c"), 10)  # c's save is in this very flush
+    tiers.flush()
+    sync(device)
+    assert torch.equal(block_bytes(kv, 8), want[0])
+    assert torch.equal(block_bytes(kv, 9), want[1])
+    assert torch.equal(block_bytes(kv, 10), want[2])

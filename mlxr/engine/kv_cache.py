@@ -1,4 +1,5 @@
-"""The paged KV cache tensors: per layer, K and V of shape [blocks, block_size, kv_heads, head_dim]."""
+"""The paged KV cache tensors: per layer, K and V of shape [blocks, block_size, kv_heads, head_dim],
+views of one tensor."""
 from __future__ import annotations
 
 import torch
@@ -28,10 +29,10 @@ class KVCache:
         shape = (num_blocks, block_size, args.num_key_value_heads, args.head_dim)
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(args.num_hidden_layers)
-        ]
+        # Every layer's K and V in one tensor [layers, K|V, blocks, ...]: the KV tiers move a block
+        # of every layer in one call (kv_tiers.py); each layer's K and V are contiguous views.
+        self.blocks = torch.zeros((args.num_hidden_layers, 2, *shape), dtype=dtype, device=device)
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = [(kv[0], kv[1]) for kv in self.blocks]
         host_shape = (num_host_blocks, *shape[1:])
         pin = device.type == "cuda"
         self.host_layers: list[tuple[torch.Tensor, torch.Tensor]] = [

@@ -5,7 +5,10 @@ of its own so the step loop never waits on a disk.
 A file is MAGIC, a 4-byte header length, a JSON header (model digest and cache layout, block
 hash, payload length, CRC-32) and the raw tensor bytes: nothing in it is executed or unpickled.
 Writes go to a temporary name, are fsynced and renamed, so a process killed mid-write leaves
-the whole file or none; the index row is added after the rename. Pure Python (no torch)."""
+the whole file or none; the index row is added after the rename. A read checks the header and
+the file's size, reads the payload straight into the caller's buffer (a pinned staging row on
+CUDA) and checks its CRC-32 there; a prefix is read ahead by a pool of threads (file reads and
+zlib.crc32 release the GIL). Pure Python (no torch)."""
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +22,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -97,7 +100,9 @@ class DiskStore:
         threads = min(READ_THREADS, (os.cpu_count() or 2) // 2) if read_threads is None else read_threads
         # One reader beside the scheduler's thread was slower than none on a 2-core host.
         self._reader = ThreadPoolExecutor(threads, thread_name_prefix="kv-disk-reader") if threads > 1 else None
-        self._prefetched: dict[bytes, Future] = {}
+        self._prefetched: dict[bytes, tuple[Future, memoryview]] = {}  # read ahead: h -> (read, its buffer)
+        self._running: list[Future] = []  # read-ahead dropped but maybe still writing its buffer
+        self._touched: list[bytes] = []  # read since the last settle(): marked used in one transaction
 
     # --- index --------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -131,68 +136,94 @@ class DiskStore:
     def _path(self, h: bytes) -> Path:
         return self.dir / f"{h.hex()}.kvb"
 
-    # --- reading (the scheduler's thread) ------------------------------------------------------
-    def _read_bounded(self, path: Path) -> memoryview:
-        """The file's bytes, reading no more than a well-formed file holds (plus one, to tell)."""
-        buf = bytearray(len(MAGIC) + 4 + HEADER_MAX + self.block_bytes + 1)
-        view, n = memoryview(buf), 0
-        with open(path, "rb", buffering=0) as f:
-            while n < len(buf) and (got := f.readinto(view[n:])):
-                n += got
-        return view[:n]
-
-    def prefetch(self, hashes: list[bytes]) -> None:
-        """Start reading and verifying these blocks in parallel, for read() to take; reads of an
-        earlier prefetch that are not wanted any more are dropped (one chain's worth at most)."""
+    # --- reading (the scheduler's thread, read-ahead in the reader pool) ---------------------------
+    def prefetch(self, reads: list[tuple[bytes, memoryview]]) -> None:
+        """Start reading and verifying these blocks in parallel, each straight into its buffer, for
+        read() to take. Reads of an earlier prefetch that are not wanted any more are cancelled,
+        or left to end where they started (their buffers are not reused before settle())."""
         if self._reader is None:
             return
         old, self._prefetched = self._prefetched, {}
-        for h in hashes:
-            future = old.pop(h, None)
-            self._prefetched[h] = future or self._reader.submit(self._read_verified, h)
-        for future in old.values():
+        for h, into in reads:
+            pending = old.pop(h, None)
+            self._prefetched[h] = pending or (self._reader.submit(self._read_into, h, into), into)
+        for future, _ in old.values():
             future.cancel()
+        self._running.extend(future for future, _ in old.values())
 
-    def _read_verified(self, h: bytes) -> memoryview:
-        return self._verify(h, self._read_bounded(self._path(h)))
+    def settle(self) -> None:
+        """No read-ahead writes into any buffer once this returns (the caller reuses them), and the
+        blocks read so far are marked used in the index, in one transaction."""
+        futures = [f for f, _ in self._prefetched.values()] + self._running
+        self._prefetched, self._running = {}, []
+        for future in futures:
+            future.cancel()
+        wait(futures)
+        self._post_touches()
 
-    def read(self, h: bytes) -> memoryview | None:
-        """The block's verified payload, or None (logged) when its file is unusable."""
-        future = self._prefetched.pop(h, None)
-        if h not in self._resident:
-            return None
+    def _post_touches(self) -> None:
+        if self._touched:
+            touched, self._touched = self._touched, []
+            self._queue.put(("touch", touched))
+
+    def read(self, h: bytes, into: memoryview | None = None) -> memoryview | None:
+        """The block's verified payload (in `into`, or in the buffer it was read ahead into), or
+        None (logged) when its file is unusable."""
+        pending = self._prefetched.pop(h, None)
+        if pending is None:
+            if h not in self._resident:
+                return None
+            into = memoryview(bytearray(self.block_bytes)) if into is None else into
         try:
-            payload = future.result() if future is not None else self._read_verified(h)
+            if pending is None:
+                self._read_into(h, into)
+            else:
+                future, into = pending
+                future.result()
         except (OSError, ValueError) as e:
             log.warning("KV disk tier: skipping %s (%s); the block is recomputed", self._path(h).name, e)
             self.counters.skipped_files += 1
             self._forget(h)
             return None
         self.counters.hits += 1
-        self.counters.bytes_read += len(payload)
-        self._queue.put(("touch", h))
-        return payload
+        self.counters.bytes_read += self.block_bytes
+        self._touched.append(h)
+        return into
 
-    def _verify(self, h: bytes, data: memoryview) -> memoryview:
-        if len(data) < len(MAGIC) + 4 or bytes(data[: len(MAGIC)]) != MAGIC:
+    def _read_into(self, h: bytes, into: memoryview) -> None:
+        """Verify the file's header and size, read its payload straight into `into` (no copy of
+        it in between), then check its CRC-32 there; raises ValueError or OSError."""
+        with open(self._path(h), "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            start, crc = self._check_header(h, f.read(len(MAGIC) + 4 + HEADER_MAX))
+            if size != start + self.block_bytes:
+                raise ValueError(f"file of {size} bytes, expected {start + self.block_bytes}")
+            f.seek(start)
+            n = 0
+            while n < self.block_bytes and (got := f.readinto(into[n:])):
+                n += got
+        if n != self.block_bytes:
+            raise ValueError(f"payload of {n} bytes, expected {self.block_bytes}")
+        if zlib.crc32(into) != crc:
+            raise ValueError("checksum mismatch")
+
+    def _check_header(self, h: bytes, head: bytes) -> tuple[int, object]:
+        """Where the payload starts and the CRC-32 the header gives it, once the header is a
+        well-formed one of this block, model and layout."""
+        if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
             raise ValueError("not a KV block file")
-        (n,) = struct.unpack_from("<I", data, len(MAGIC))
+        (n,) = struct.unpack_from("<I", head, len(MAGIC))
         start = len(MAGIC) + 4 + n
-        if n > HEADER_MAX or len(data) < start:
+        if n > HEADER_MAX or len(head) < start:
             raise ValueError("truncated header")
-        header = json.loads(bytes(data[len(MAGIC) + 4 : start]))
+        header = json.loads(head[len(MAGIC) + 4 : start])
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
         expected = {**self._header, "hash": h.hex(), "bytes": self.block_bytes}
         wrong = sorted(k for k, v in expected.items() if header.get(k) != v)
         if wrong:
             raise ValueError(f"written for another model or layout ({', '.join(wrong)} differ)")
-        payload = data[start:]
-        if len(payload) != self.block_bytes:
-            raise ValueError(f"payload of {len(payload)} bytes, expected {self.block_bytes}")
-        if zlib.crc32(payload) != header.get("crc32"):
-            raise ValueError("checksum mismatch")
-        return payload
+        return start, header.get("crc32")
 
     def _forget(self, h: bytes) -> None:
         with self._lock:
@@ -217,10 +248,12 @@ class DiskStore:
     def drain(self, timeout_s: float = 60.0) -> bool:
         """Wait until every queued write is on disk (tests, shutdown); False on timeout."""
         done = threading.Event()
+        self._post_touches()
         self._queue.put(("mark", done))
         return done.wait(timeout_s)
 
     def close(self, timeout_s: float = 8.0) -> None:
+        self.settle()
         if self._reader is not None:
             self._reader.shutdown(wait=False, cancel_futures=True)
         self.drain(timeout_s)
@@ -239,8 +272,9 @@ class DiskStore:
                 elif kind == "write":
                     self._write_batch(db, *item)
                 elif kind == "touch":
-                    db.execute("UPDATE blocks SET last_used = ? WHERE layout = ? AND hash = ?",
-                               (time.time(), self.layout.key(), item))
+                    now, key = time.time(), self.layout.key()
+                    db.executemany("UPDATE blocks SET last_used = ? WHERE layout = ? AND hash = ?",
+                                   [(now, key, h) for h in item])
                     db.commit()
                 elif kind == "forget":
                     self._delete(db, [(self.layout.key(), item)])
