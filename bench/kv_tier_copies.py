@@ -116,13 +116,19 @@ def disk_rounds(kv: KVCache, n: int, rounds: int, device: str) -> dict[str, dict
             for p, t in times.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def layout_args(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The arguments every KV-tier copy bench takes: device, cache layout, prefix, rounds."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--shape", default="smollm2", choices=sorted(SHAPES))
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--blocks", type=int, default=253, help="the prefix in blocks of 16 (253: 4,048 tokens)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
+
+
+def main() -> None:
+    ap = layout_args(__doc__, rounds=5)
     ap.add_argument("--skip-disk", action="store_true", help="the host tier's rows only (an older tree)")
     ap.add_argument("--label", default="", help="names the tree measured (e.g. before / after)")
     args = ap.parse_args()

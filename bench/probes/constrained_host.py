@@ -11,14 +11,13 @@ JSON to bench/results/<day>/constrained_host-*.json.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 import bench_path  # noqa: F401,I001  (bench/ on sys.path)
 from common import device_name, median, print_table, write_result
 from structured_overhead import SCHEMA, cpu_model
-from mask_fill import model_paths
+from mask_fill import model_paths, rows_args
 
 
 def timed(fn) -> float:
@@ -28,11 +27,7 @@ def timed(fn) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2:135m")
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--rows", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=48)
+    ap = rows_args()
     a = ap.parse_args()
     import llguidance
     import llguidance.torch as llg_torch

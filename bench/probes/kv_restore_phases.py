@@ -22,7 +22,6 @@ other jobs do to a shared host). Writes bench/results/kv_restore_phases-*.json.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -38,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import cpu_model, device_name, median, print_table, sync, write_result  # noqa: E402
-from kv_tier_copies import SHAPES  # noqa: E402
+from kv_tier_copies import SHAPES, layout_args  # noqa: E402
 
 from mlxr.config import ModelArgs  # noqa: E402
 from mlxr.engine.kv_cache import KVCache  # noqa: E402
@@ -150,12 +149,7 @@ def host_pool(kv: KVCache, n: int, device: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--shape", default="smollm2", choices=sorted(SHAPES))
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    ap.add_argument("--blocks", type=int, default=253, help="the prefix in blocks of 16 (253: 4,048 tokens)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = layout_args(__doc__, rounds=3)
     ap.add_argument("--busy", type=int, default=0, help="cores kept busy by spinning processes meanwhile")
     args = ap.parse_args()
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]

@@ -45,12 +45,18 @@ def time_fills(matchers, paths, fill, words: int) -> float:
     return median(times)
 
 
-def main() -> None:
+def rows_args() -> argparse.ArgumentParser:
+    """The arguments of the mask probes: whose vocabulary and paths, how many rows and steps."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2:135m")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--steps", type=int, default=48)
+    return ap
+
+
+def main() -> None:
+    ap = rows_args()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 12])
     a = ap.parse_args()
     import llguidance
