@@ -13,26 +13,9 @@ import torch
 
 import mlxr.engine.kv_staging as kv_staging
 import mlxr.engine.kv_tiers as kv_tiers
-from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block
-from mlxr.engine.kv_disk import DiskStore, Layout
 from mlxr.engine.kv_staging import StagedRow
 from mlxr.engine.kv_tiers import KVTiers
-from test_kv_tier_copies import ARGS, BLOCK_SIZE, DEVICES, block_bytes, random_cache, scramble, sync
-
-SIZE = kv_bytes_per_block(ARGS, BLOCK_SIZE, torch.float32)
-
-
-def layout(device: str) -> Layout:
-    return Layout("digest", "float32", BLOCK_SIZE, ARGS.num_hidden_layers, ARGS.num_key_value_heads,
-                  ARGS.head_dim, device)
-
-
-def write_blocks(kv: KVCache, root: Path, device: str, n: int) -> dict[int, torch.Tensor]:
-    writer = KVTiers(kv, host_blocks=0, disk=DiskStore(root, layout(device), SIZE, 1 << 30))
-    for b in range(n):
-        writer.committed(b"disk%d" % b, b)
-    writer.close()
-    return {b: block_bytes(kv, b) for b in range(n)}
+from test_kv_tier_copies import DEVICES, SIZE, block_bytes, disk_store, random_cache, scramble, sync, write_blocks
 
 
 def block_file(root: Path, b: int) -> Path:
@@ -73,7 +56,7 @@ def restore(tiers: KVTiers, n: int, first_block: int, read_ahead: bool) -> list[
 def test_blocks_read_into_rows_come_back_byte_for_byte(device, threads, tmp_path):
     kv = random_cache(device)
     want = write_blocks(kv, tmp_path, device, 5)
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout(device), SIZE, 1 << 30, threads))
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, device, threads))
     scramble(kv, list(range(16)))
     sources = restore(tiers, 5, 8, read_ahead=True)
     sync(device)
@@ -91,7 +74,7 @@ def test_damaged_file_is_refused_whichever_path_reads_it(threads, damage, tmp_pa
     want = write_blocks(kv, tmp_path, "cpu", 5)
     bad = block_file(tmp_path, 3)
     damage(bad)
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, threads))
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", threads))
     scramble(kv, list(range(16)))
     with caplog.at_level(logging.WARNING):
         sources = restore(tiers, 5, 8, read_ahead=True)
@@ -110,7 +93,7 @@ def test_prefix_longer_than_the_staging_rows_recycles_them(threads, tmp_path, mo
     monkeypatch.setattr(kv_tiers, "STAGING_BYTES", 2 * SIZE)  # two rows for a prefix of five
     kv = random_cache("cpu")
     want = write_blocks(kv, tmp_path, "cpu", 5)
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, threads))
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", threads))
     assert tiers.staging.data.shape[0] == 2
     scramble(kv, list(range(16)))
     assert len(restore(tiers, 5, 8, read_ahead=True)) == 5
@@ -123,7 +106,7 @@ def test_rows_of_an_unused_read_ahead_are_freed_by_the_next_flush(tmp_path):
     kv = random_cache("cpu")
     write_blocks(kv, tmp_path, "cpu", 4)
     flip_payload_byte(block_file(tmp_path, 0))  # the chain stops at once: nothing to load
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, 2))
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", 2))
     assert restore(tiers, 4, 8, read_ahead=True) == []
     assert tiers.staging.taken == 0 and not tiers._row_of and not tiers.disk._prefetched
     tiers.close()
@@ -134,7 +117,7 @@ def test_reads_mark_blocks_used_in_the_index(tmp_path):
     write_blocks(kv, tmp_path, "cpu", 4)
     db = sqlite3.connect(tmp_path / "index.sqlite")
     before = dict(db.execute("SELECT hash, last_used FROM blocks").fetchall())
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, 2))
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", 2))
     restore(tiers, 2, 8, read_ahead=True)
     tiers.disk.drain()
     after = dict(db.execute("SELECT hash, last_used FROM blocks").fetchall())
@@ -146,7 +129,7 @@ def test_reads_mark_blocks_used_in_the_index(tmp_path):
 def test_cpu_copies_leave_the_thread_count_as_found(tmp_path):
     kv = random_cache("cpu")
     write_blocks(kv, tmp_path, "cpu", 2)
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout("cpu"), SIZE, 1 << 30, 0))
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", 0))
     threads = torch.get_num_threads()
     seen = []
     with kv_staging.one_thread():

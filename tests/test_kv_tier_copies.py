@@ -20,6 +20,7 @@ from mlxr.types import SamplingParams
 ARGS = ModelArgs("llama", 64, 32, 64, 3, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
 BLOCK_SIZE = 4
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+SIZE = kv_bytes_per_block(ARGS, BLOCK_SIZE, torch.float32)
 
 
 def random_cache(device: str, num_blocks: int = 16, seed: int = 0) -> KVCache:
@@ -40,6 +41,23 @@ def scramble(kv: KVCache, blocks: list[int]) -> None:
     for k, v in kv.layers:
         k[blocks] = -1.0
         v[blocks] = -2.0
+
+
+def disk_store(root, device: str, read_threads: int | None = None) -> DiskStore:
+    """A disk tier in root for random_cache's layout (bounded at 1 GiB)."""
+    layout = Layout("digest", "float32", BLOCK_SIZE, ARGS.num_hidden_layers, ARGS.num_key_value_heads,
+                    ARGS.head_dim, device)
+    return DiskStore(root, layout, SIZE, 1 << 30, read_threads)
+
+
+def write_blocks(kv: KVCache, root, device: str, n: int) -> dict[int, torch.Tensor]:
+    """Blocks 0..n-1 of kv saved as b"disk<b>" to the disk tier in root by a server that then
+    stops; their bytes."""
+    writer = KVTiers(kv, host_blocks=0, disk=disk_store(root, device))
+    for b in range(n):
+        writer.committed(b"disk%d" % b, b)
+    writer.close()
+    return {b: block_bytes(kv, b) for b in range(n)}
 
 
 def sync(device: str) -> None:
@@ -129,15 +147,9 @@ def test_partial_hit_device_then_host_then_miss(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_host_and_disk_sources_load_together(device, tmp_path):
     kv = random_cache(device)
-    layout = Layout("digest", "float32", BLOCK_SIZE, ARGS.num_hidden_layers, ARGS.num_key_value_heads,
-                    ARGS.head_dim, device)
-    size = kv_bytes_per_block(ARGS, BLOCK_SIZE, torch.float32)
-    writer = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30))
-    for b in range(3):
-        writer.committed(b"disk%d" % b, b)
-    writer.close()
+    write_blocks(kv, tmp_path, device, 3)
     want = {b: block_bytes(kv, b) for b in range(6)}
-    tiers = KVTiers(kv, host_blocks=4, disk=DiskStore(tmp_path, layout, size, 1 << 30))  # a restart
+    tiers = KVTiers(kv, host_blocks=4, disk=disk_store(tmp_path, device))  # a restart
     for b in range(3, 6):
         tiers.evicted(b"host%d" % b, b)
     tiers.flush()
@@ -212,15 +224,8 @@ def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
     """prefetch reads a chain's disk blocks in parallel (files can go once read), stopping at the
     first block that no tier has; lookups then take what was read."""
     kv = random_cache("cpu")
-    layout = Layout("digest", "float32", BLOCK_SIZE, ARGS.num_hidden_layers, ARGS.num_key_value_heads,
-                    ARGS.head_dim, "cpu")
-    size = kv_bytes_per_block(ARGS, BLOCK_SIZE, torch.float32)
-    writer = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30))
-    for b in range(5):
-        writer.committed(b"disk%d" % b, b)
-    writer.close()
-    want = {b: block_bytes(kv, b) for b in range(5)}
-    tiers = KVTiers(kv, host_blocks=0, disk=DiskStore(tmp_path, layout, size, 1 << 30, read_threads=2))
+    want = write_blocks(kv, tmp_path, "cpu", 5)
+    tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", read_threads=2))
     chain = [b"disk0", b"disk1", b"disk2", b"nowhere", b"disk3"]
     tiers.prefetch(chain)
     assert set(tiers.disk._prefetched) == {b"disk0", b"disk1", b"disk2"}
