@@ -15,15 +15,19 @@ class NgramIndex:
     """The latest start of every n-gram (n in ns) of one growing token sequence."""
 
     def __init__(self, ns: range) -> None:
-        self.latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in ns}
-        self.indexed: dict[int, int] = dict.fromkeys(ns, 0)  # starts below this are in latest[n]
+        self.ns = ns
+        self._clear()
+
+    def _clear(self) -> None:
+        self.latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.ns}
+        self.indexed: dict[int, int] = dict.fromkeys(self.ns, 0)  # starts below this are in latest[n]
         self.length = 0
 
     def match(self, token_ids: list[int], n: int, first: int) -> int | None:
         """Start of the latest n-gram equal to the last n tokens, the suffix itself excluded,
         at `first` or later (earlier starts are never asked for again, so never indexed)."""
         if len(token_ids) < self.length:  # not the sequence indexed so far: start over
-            self.__init__(range(min(self.latest), max(self.latest) + 1))
+            self._clear()
         self.length = len(token_ids)
         table, end = self.latest[n], len(token_ids) - n  # starts s < end leave a token after the n-gram
         for s in range(max(self.indexed[n], first), end):
