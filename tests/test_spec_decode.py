@@ -298,3 +298,20 @@ def test_constrained_rows_beside_speculating_ones():
     before = spec.engine.stats().spec_num_drafts
     assert generate(spec, reqs) == want
     assert spec.engine.stats().spec_num_drafts > before
+
+
+def test_a_draft_model_samples_from_the_requests_filtered_distribution():
+    """A sampled draft comes from the request's own distribution (here top_k = 3): q has mass
+    only where the target's p can have it, so no draft is a token p never takes."""
+    from types import SimpleNamespace
+
+    from mlxr.engine.spec_decode.draft_model import DraftModelProposer
+
+    logits = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    top3 = set(logits.topk(3).indices.tolist())
+    request = DraftRequest("r", [1, 2], 4, SamplingParams(temperature=0.7, top_k=3))
+    proposer = SimpleNamespace(seqs={"r": SimpleNamespace(generator=torch.Generator().manual_seed(1))})
+    for _ in range(20):
+        token, q = DraftModelProposer._draw(proposer, logits, int(logits.argmax()), request)
+        assert token in top3 and set(q.nonzero().flatten().tolist()) == top3
+        assert abs(float(q.sum()) - 1.0) < 1e-5
