@@ -107,6 +107,7 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> Fa
         tasks = [asyncio.create_task(models.run_reaper()),
                  asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run())]
         tail.attach()
+        _import_stream_backend()
         for name in config.preload:
             await models.acquire(name)
         try:
@@ -157,6 +158,14 @@ def _ollama_router():
     import mlxr.server.ollama as ollama  # written alongside; absent router = not mounted yet
 
     return getattr(ollama, "router", None)
+
+
+def _import_stream_backend() -> None:
+    """Starlette's first streamed response imports anyio's backend for this event loop: ~20 ms
+    that a restarted server's first request would otherwise wait for."""
+    from anyio._core._eventloop import get_async_backend
+
+    get_async_backend()
 
 
 def _version() -> str:
