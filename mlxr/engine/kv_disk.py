@@ -7,8 +7,8 @@ hash, payload length, CRC-32) and the raw tensor bytes: nothing in it is execute
 Writes go to a temporary name, are fsynced and renamed, so a process killed mid-write leaves
 the whole file or none; the index row is added after the rename. A read checks the header and
 the file's size, reads the payload straight into the caller's buffer (a pinned staging row on
-CUDA) and checks its CRC-32 there; a prefix is read ahead by a pool of threads (file reads and
-the CRC release the GIL). Pure Python (no torch)."""
+CUDA) and checks its CRC-32 there; where a pool of reader threads is asked for, a prefix is
+read ahead by it (file reads and the CRC release the GIL). Pure Python (no torch)."""
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 MAGIC = b"MLXRKV01"
 HEADER_MAX = 4096
 MAX_PENDING_BYTES = 512 << 20  # blocks queued for writing; past it new ones are dropped
-READ_THREADS = 8  # at most, half the cores: reads and checksums release the GIL, a prefix is read in parallel
+READ_THREADS = 8  # the read-ahead pool where one is asked for (read_threads); none by default
 
 
 def _alive(pid: str) -> bool:
@@ -100,8 +100,10 @@ class DiskStore:
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._writer, name="kv-disk-writer", daemon=True)
         self._thread.start()
-        threads = min(READ_THREADS, (os.cpu_count() or 2) // 2) if read_threads is None else read_threads
-        # One reader beside the scheduler's thread was slower than none on a 2-core host.
+        # No pool by default: with the CRC at memory speed, a 4,000-token prefix read on the
+        # scheduler's thread alone beat 2-16 readers (bench/probes/kv_disk_threads.py: 2-core
+        # EPYC 8.9 ms against 13.6 with two; the H100's 16-core host 25 ms against 29-40).
+        threads = read_threads or 1
         self._reader = ThreadPoolExecutor(threads, thread_name_prefix="kv-disk-reader") if threads > 1 else None
         self._prefetched: dict[bytes, tuple[Future, memoryview]] = {}  # read ahead: h -> (read, its buffer)
         self._running: list[Future] = []  # read-ahead dropped but maybe still writing its buffer
