@@ -68,6 +68,18 @@ def test_ngram_index_grown_step_by_step_equals_a_scan(max_n, min_n, window):
     assert list(p._indexes) == ["r19"]
 
 
+def test_ngram_index_starts_over_for_a_shorter_sequence():
+    """A sequence shorter than the one indexed is another sequence: its lookups must not see
+    the old n-grams (the stale index would draft [9, 9] here)."""
+    p = NgramProposer(max_ngram=2, min_ngram=1, window=64)
+    old = [1, 2, 9, 9, 3, 4, 5, 6, 7, 8, 1, 2]
+    (draft,) = p.propose([DraftRequest("r", old, 2, SamplingParams())])
+    assert draft.token_ids == [9, 9]
+    for tokens in ([5, 1, 2, 4, 1, 2], [5, 1, 2, 4, 1, 2, 4]):
+        (draft,) = p.propose([DraftRequest("r", tokens, 2, SamplingParams())])
+        assert draft.token_ids == scan_lookup(tokens, 2, 2, 1, 64)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-mistral"])
 def test_ngram_greedy_is_token_identical_batched(name):
     model = str(fixture_model(name).hf_dir)

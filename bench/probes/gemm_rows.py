@@ -1,0 +1,65 @@
+"""How close a decode step's bf16 products come to reading the weights at the GPU's memory
+speed, by rows (the batch): TinyLlama's four linear shapes, torch's F.linear (cuBLAS) timed
+in a CUDA graph of many calls, as achieved GB/s of weight bytes. Printed; JSON to
+bench/results/gemm_rows-*.json.
+
+  python bench/probes/gemm_rows.py [--rows 1 8 64 256]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import device_name, print_table, write_result  # noqa: E402
+
+SHAPES = {"qkv": (2560, 2048), "o": (2048, 2048), "gate_up": (11264, 2048), "down": (2048, 5632)}  # out, in
+
+
+def time_ms(fn, iters: int = 50, replays: int = 20) -> float:
+    """Per call, from a CUDA graph of `iters` calls (as the decode graphs run them: no launch
+    cost between kernels)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / (iters * replays)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64, 256])
+    args = ap.parse_args()
+    rows = []
+    for m in args.rows:
+        total = 0.0
+        for name, (n, k) in SHAPES.items():
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            ms = time_ms(lambda: F.linear(x, w))
+
+            total += ms * 22
+            rows.append({"rows": m, "shape": name, "us": round(ms * 1e3, 1), "GB_s": round(w.numel() * 2 / ms / 1e6)})
+        rows.append({"rows": m, "shape": "22 layers", "us": round(total * 1e3, 1), "GB_s": ""})
+    print_table(rows, ["rows", "shape", "us", "GB_s"])
+    print(write_result("gemm_rows", {"device": device_name("cuda"), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
