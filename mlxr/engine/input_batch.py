@@ -52,17 +52,6 @@ class PendingTokens:
 
 
 @dataclass
-class GraphRows:
-    """A step of decode rows whose tokens are all on the host (a verifying step: every row
-    landed first), for a decode graph: index arrays as a steady step's (arrays.request_ids
-    names each row's request), row i's token is token_ids[i], logit row i is row i."""
-
-    arrays: DecodeArrays
-    token_ids: list[int]
-    sampling_ids: list[str]
-
-
-@dataclass
 class StepInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -98,24 +87,19 @@ class InputBatch:
             states[rid].block_table = list(table)
 
     def build(self, out: SchedulerOutput, pending: PendingTokens | None, graph_ok: bool,
-              graph_fits) -> StepInputs | DecodeArrays | GraphRows:
+              graph_fits) -> StepInputs | DecodeArrays:
         """The step's inputs; a steady decode step that a captured graph takes stays as its host
         arrays (graph_fits(n, width) says whether one does)."""
         steady = self.steady.advance(out, self.states, pending.rows) if pending is not None else None
         if steady is None:
-            inputs = self._build(out, pending, graph_ok)
-            if isinstance(inputs, GraphRows) and not graph_fits(len(inputs.token_ids), inputs.arrays.tables.shape[1]):
-                return self._build(out, pending, graph_ok, host_rows=False)
-            return inputs
+            return self._build(out, pending, graph_ok)
         if graph_ok and graph_fits(len(steady.request_ids), steady.tables.shape[1]):
             return steady
         return self._steady_inputs(steady, pending)
 
-    def _build(self, out: SchedulerOutput, pending: PendingTokens | None, split_drafts: bool = False,
-               host_rows: bool = True) -> StepInputs | GraphRows:
+    def _build(self, out: SchedulerOutput, pending: PendingTokens | None, split_drafts: bool = False) -> StepInputs:
         """The general path: the arrays built row by row. split_drafts: a speculative row's
-        tokens become decode rows of their own (for a decode graph); such a step, every token
-        on the host, comes back as GraphRows unless host_rows is False."""
+        tokens become decode rows of their own (for a decode graph)."""
         bs, states = self.block_size, self.states
         ids, pos, slots, seq_lens, rows, sampling = [], [], [], [], [], []
         fill_at, fill_from = [], []
@@ -164,20 +148,12 @@ class InputBatch:
             tables += t
             if len(t) < width:
                 tables += [0] * (width - len(t))
+        starts = list(itertools.accumulate(q_lens, initial=0))
         t, n = len(ids), len(q_lens)
         if t == n == len(rows) and not spec:  # every row one token, every row samples: next may advance it
             self.steady.remember(out, tables, width)
         else:
             self.steady.forget()
-        if spec and split_drafts and host_rows and t == n == len(rows) and not fill_at:
-            # Two copies fill the graph's inputs (cuda_graphs.run_steady), where the tensors
-            # below would take a dozen small copies into it: at batch 1 a verifying step's
-            # host time is what speculation pays over a plain step.
-            owners = [rid for rid, k in zip(out.request_ids, out.num_scheduled_tokens) for _ in range(k)]
-            arrays = DecodeArrays(owners, np.array(pos, dtype=np.int64), np.array(slots, dtype=np.int64),
-                                  np.array(tables, dtype=np.int64).reshape(n, width), list(range(n)))
-            return GraphRows(arrays, ids, sampling)
-        starts = list(itertools.accumulate(q_lens, initial=0))
         flat = to_device(ids + pos + slots + starts + seq_lens + tables + fill_at + fill_from, torch.long, self.device)
         input_ids, positions, slot_t, start_t, lens_t, table_t, fills = flat.split(
             [t, t, t, n + 1, n, n * width, 2 * len(fill_at)])

@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from mlxr.engine.input_batch import GraphRows, InputBatch, PendingTokens, StepInputs, slots_for
+from mlxr.engine.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler
@@ -187,9 +187,6 @@ class ModelRunner:
         inputs = self.batch.build(out, pending, self.graphs is not None, graph_fits)
         if isinstance(inputs, DecodeArrays):
             return list(inputs.request_ids), self.graphs.run_steady(inputs, pending.tokens)
-        if isinstance(inputs, GraphRows):
-            tokens = to_device(inputs.token_ids, torch.long, self.device)
-            return inputs.sampling_ids, self.graphs.run_steady(inputs.arrays, tokens)
         return self._run_inputs(inputs)
 
     def _run_inputs(self, inputs: StepInputs) -> tuple[list[str], torch.Tensor | None]:
