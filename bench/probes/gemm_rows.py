@@ -3,7 +3,7 @@ speed, by rows (the batch): TinyLlama's four linear shapes, torch's F.linear (cu
 in a CUDA graph of many calls, as achieved GB/s of weight bytes. Printed; JSON to
 bench/results/gemm_rows-*.json.
 
-  python bench/probes/gemm_rows.py [--rows 1 8 64 256]
+  python bench/probes/gemm_rows.py [--rows 1 8 64 256] [--variants]
 """
 from __future__ import annotations
 
@@ -42,22 +42,38 @@ def time_ms(fn, iters: int = 50, replays: int = 20) -> float:
     return start.elapsed_time(end) / (iters * replays)
 
 
+def variants(x: torch.Tensor, w: torch.Tensor, more: bool) -> dict[str, float]:
+    out = {"F.linear": time_ms(lambda: F.linear(x, w))}
+    if not more:
+        return out
+    wt = w.t().contiguous()
+    out["x @ w_t stored"] = time_ms(lambda: x @ wt)
+    before = torch.backends.cuda.preferred_blas_library()
+    for lib in ("cublas", "cublaslt"):
+        torch.backends.cuda.preferred_blas_library(lib)
+        out[f"F.linear {lib}"] = time_ms(lambda: F.linear(x, w))
+    torch.backends.cuda.preferred_blas_library(before)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64, 256])
+    ap.add_argument("--variants", action="store_true",
+                    help="also cuBLAS against cuBLASLt (torch's preferred BLAS) and weights stored transposed")
     args = ap.parse_args()
     rows = []
     for m in args.rows:
-        total = 0.0
+        totals: dict[str, float] = {}
         for name, (n, k) in SHAPES.items():
             w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ms = time_ms(lambda: F.linear(x, w))
-
-            total += ms * 22
-            rows.append({"rows": m, "shape": name, "us": round(ms * 1e3, 1), "GB_s": round(w.numel() * 2 / ms / 1e6)})
-        rows.append({"rows": m, "shape": "22 layers", "us": round(total * 1e3, 1), "GB_s": ""})
-    print_table(rows, ["rows", "shape", "us", "GB_s"])
+            for variant, ms in variants(x, w, args.variants).items():
+                totals[variant] = totals.get(variant, 0.0) + ms * 22
+                rows.append({"rows": m, "shape": name, "variant": variant, "us": round(ms * 1e3, 1),
+                             "GB_s": round(w.numel() * 2 / ms / 1e6)})
+        rows += [{"rows": m, "shape": "22 layers", "variant": v, "us": round(t * 1e3, 1), "GB_s": ""} for v, t in totals.items()]
+    print_table(rows, ["rows", "shape", "variant", "us", "GB_s"])
     print(write_result("gemm_rows", {"device": device_name("cuda"), "rows": rows}))
 
 
