@@ -20,14 +20,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import cpu_model, median, print_table, write_result  # noqa: E402
 from kv_tier_copies import SHAPES  # noqa: E402
 
-from mlxr.engine.kv_disk import HEADER_MAX, MAGIC, DiskStore, Layout, crc32  # noqa: E402
+from mlxr.engine.kv_block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
+from mlxr.engine.kv_disk import DiskStore  # noqa: E402
 
 
 def read_raw(store: DiskStore, h: bytes, into: memoryview, crc: bool) -> None:
     fd = os.open(store._path(h), os.O_RDONLY)
     try:
         head = os.pread(fd, len(MAGIC) + 4 + HEADER_MAX, 0)
-        start, want = store._check_header(h, head)
+        start, want = check_header(head, store.layout, h, len(into))
         got = os.preadv(fd, [into], start)
     finally:
         os.close(fd)

@@ -41,7 +41,8 @@ from kv_tier_copies import SHAPES, layout_args  # noqa: E402
 
 from mlxr.config import ModelArgs  # noqa: E402
 from mlxr.engine.kv_cache import KVCache  # noqa: E402
-from mlxr.engine.kv_disk import HEADER_MAX, MAGIC, READ_THREADS, DiskStore, Layout  # noqa: E402
+from mlxr.engine.kv_block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
+from mlxr.engine.kv_disk import READ_THREADS, DiskStore  # noqa: E402
 from mlxr.engine.kv_staging import one_thread  # noqa: E402
 from mlxr.engine.kv_tiers import KVTiers  # noqa: E402
 
@@ -87,13 +88,13 @@ def files_into_rows(store: DiskStore, hashes: list[bytes], rows: torch.Tensor) -
         into = flat[i * bb : (i + 1) * bb]
         with open(store._path(h), "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
-            start, crc = store._check_header(h, f.read(len(MAGIC) + 4 + HEADER_MAX))
+            start, crc = check_header(f.read(len(MAGIC) + 4 + HEADER_MAX), store.layout, h, bb)
             assert size == start + bb
             c.lap("open+header")
             f.seek(start)
             assert f.readinto(into) == bb
         c.lap("read into row")
-        assert zlib.crc32(into) == crc
+        assert crc32(into) == crc
         c.lap("crc32")
     return c.ms
 

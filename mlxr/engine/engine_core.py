@@ -19,7 +19,8 @@ from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.compile_watch import WATCH
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
-from mlxr.engine.kv_disk import DiskStore, Layout
+from mlxr.engine.kv_block_file import Layout
+from mlxr.engine.kv_disk import DiskStore
 from mlxr.engine.kv_tiers import KVTiers
 from mlxr.engine.model_runner import Forwarded, ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput

@@ -1,68 +1,27 @@
-"""The disk tier of the KV cache: one file per block under DIR/<layout key>/, an SQLite index
-(least recently used first, bounded in bytes across every layout in DIR), written by a thread
-of its own so the step loop never waits on a disk.
-
-A file is MAGIC, a 4-byte header length, a JSON header (model digest and cache layout, block
-hash, payload length, CRC-32) and the raw tensor bytes: nothing in it is executed or unpickled.
-Writes go to a temporary name, are fsynced and renamed, so a process killed mid-write leaves
-the whole file or none; the index row is added after the rename. A read checks the header and
-the file's size, reads the payload straight into the caller's buffer (a pinned staging row on
-CUDA) and checks its CRC-32 there; where a pool of reader threads is asked for, a prefix is
-read ahead by it (file reads and the CRC release the GIL). Pure Python (no torch)."""
+"""The disk tier of the KV cache: one file per block under DIR/<layout key>/ (kv_block_file.py
+says what a file holds), an SQLite index (least recently used first, bounded in bytes across
+every layout in DIR), written by a thread of its own so the step loop never waits on a disk.
+The index row is added after a file's rename. Where a pool of reader threads is asked for, a
+prefix is read ahead by it (file reads and the CRC release the GIL). Pure Python (no torch)."""
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import queue
 import sqlite3
-import struct
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-# zlib-ng's CRC-32 gives zlib's values with SIMD: the H100 host's zlib 1.3 checked 1.9 GB/s, 52 ms
-# of a 4,000-token TinyLlama prefix; zlib-ng runs 37 GB/s on an EPYC core (releasing the GIL too).
-from zlib_ng.zlib_ng import crc32
+from mlxr.engine.kv_block_file import Layout, read_block_into, sweep_temporaries, write_block
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"MLXRKV01"
-HEADER_MAX = 4096
 MAX_PENDING_BYTES = 512 << 20  # blocks queued for writing; past it new ones are dropped
 READ_THREADS = 8  # the read-ahead pool where one is asked for (read_threads); none by default
-
-
-def _alive(pid: str) -> bool:
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a block's bytes mean: a block is only reused by the same model laid out the same way."""
-
-    model_digest: str
-    dtype: str
-    block_size: int
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    device_type: str  # KV computed on another device differs in its last bits
-
-    def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -89,7 +48,6 @@ class DiskStore:
         self.db_path = self.root / "index.sqlite"
         self.counters = DiskCounters()
         self.opener: Callable = open  # where files are opened for writing (tests inject a full disk)
-        self._header = asdict(layout)
         self._lock = threading.Lock()
         self._resident: set[bytes] = set()
         self._pending: set[bytes] = set()
@@ -118,9 +76,7 @@ class DiskStore:
         return db
 
     def _load_index(self) -> None:
-        for tmp in self.dir.glob("*.tmp"):  # left by a process killed mid-write
-            if not _alive(tmp.suffixes[-2].lstrip(".")):  # another live server may share the directory
-                tmp.unlink(missing_ok=True)
+        sweep_temporaries(self.dir)
         db = self._connect()
         try:
             rows = db.execute("SELECT hash FROM blocks WHERE layout = ?", (self.layout.key(),)).fetchall()
@@ -196,39 +152,7 @@ class DiskStore:
         return into
 
     def _read_into(self, h: bytes, into: memoryview) -> None:
-        """Verify the file's header and size, read its payload straight into `into` (no copy of
-        it in between), then check its CRC-32 there; raises ValueError or OSError."""
-        with open(self._path(h), "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
-            start, crc = self._check_header(h, f.read(len(MAGIC) + 4 + HEADER_MAX))
-            if size != start + self.block_bytes:
-                raise ValueError(f"file of {size} bytes, expected {start + self.block_bytes}")
-            f.seek(start)
-            n = 0
-            while n < self.block_bytes and (got := f.readinto(into[n:])):
-                n += got
-        if n != self.block_bytes:
-            raise ValueError(f"payload of {n} bytes, expected {self.block_bytes}")
-        if crc32(into) != crc:
-            raise ValueError("checksum mismatch")
-
-    def _check_header(self, h: bytes, head: bytes) -> tuple[int, object]:
-        """Where the payload starts and the CRC-32 the header gives it, once the header is a
-        well-formed one of this block, model and layout."""
-        if len(head) < len(MAGIC) + 4 or head[: len(MAGIC)] != MAGIC:
-            raise ValueError("not a KV block file")
-        (n,) = struct.unpack_from("<I", head, len(MAGIC))
-        start = len(MAGIC) + 4 + n
-        if n > HEADER_MAX or len(head) < start:
-            raise ValueError("truncated header")
-        header = json.loads(head[len(MAGIC) + 4 : start])
-        if not isinstance(header, dict):
-            raise ValueError("header is not an object")
-        expected = {**self._header, "hash": h.hex(), "bytes": self.block_bytes}
-        wrong = sorted(k for k, v in expected.items() if header.get(k) != v)
-        if wrong:
-            raise ValueError(f"written for another model or layout ({', '.join(wrong)} differ)")
-        return start, header.get("crc32")
+        read_block_into(self._path(h), self.layout, h, into)
 
     def _forget(self, h: bytes) -> None:
         with self._lock:
@@ -301,19 +225,10 @@ class DiskStore:
         self._evict(db)
 
     def _write_one(self, db: sqlite3.Connection, h: bytes, payload: memoryview) -> None:
-        header = json.dumps({**self._header, "hash": h.hex(), "bytes": len(payload),
-                             "crc32": crc32(payload)}).encode()
         final = self._path(h)
-        tmp = final.with_name(f"{final.name}.{os.getpid()}.tmp")
         try:
-            with self.opener(tmp, "wb") as f:
-                f.write(MAGIC + struct.pack("<I", len(header)) + header)
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
+            write_block(final, self.layout, h, payload, self.opener)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             self.counters.write_errors += 1
             self.writes_enabled = False
             log.error("KV disk tier: writing %s failed (%s); disk writes are off, the cache on disk "
