@@ -45,7 +45,7 @@ METRICS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vll
            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "mlxr:num_requests_aborted_total")
 COLUMNS = ["rate", "completed", "failed", "duration_s", "req_s", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms",
            "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
-           "server_cpu_us_per_token"]
+           "server_cpu_us_per_token", "server_cpu_us_per_chunk"]
 
 
 def resolve_model(model: str) -> list[str]:
@@ -189,8 +189,10 @@ def add_server_cpu(row: dict, before: float | None, after: float | None, outcome
     if before is None or after is None:
         return
     tokens = sum(o.tokens for o in outcomes if o.ok)
+    chunks = sum(len(o.chunk_times) for o in outcomes if o.ok)
     row["server_cpu_s"] = after - before
     row["server_cpu_us_per_token"] = (after - before) / max(1, tokens) * 1e6
+    row["server_cpu_us_per_chunk"] = (after - before) / max(1, chunks) * 1e6
 
 
 def scrape_metrics(url: str) -> dict[str, float]:
@@ -245,6 +247,7 @@ def parse_args() -> argparse.Namespace:
                    help="HTTP client reading the streams (auto: aiohttp where installed)")
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--label", default=None, help="a note kept in the JSON (which tree a --url server runs)")
     p.add_argument("--server-pid", type=int, default=None,
                    help="pid of the --url server's API process, to report its CPU time per token")
     p.add_argument("--device", default=None)
@@ -267,7 +270,7 @@ def main() -> int:
     meta = {"model": a.model, "served_model": model, "device": device, "prompt_len": a.prompt_len,
             "gen_len": a.gen_len, "num_requests": a.num_requests, "seed": a.seed,
             "rates": ["inf" if math.isinf(r) else r for r in a.rates],
-            "server_args": None if a.url else server_args(a)}
+            "server_args": None if a.url else server_args(a), "label": a.label}
     path = write_result("serve", {**meta, "server_metrics": metrics, "results": rows})
     print(f"{meta} -> {path}")
     print(f"server metrics: {metrics}")
