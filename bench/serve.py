@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = "gemma3-270m"
 # Forwarded to `mlxr serve` as --flag value when given.
 SERVER_FLAGS = ("device", "dtype", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                "kv_cache_gb", "max_waiting")
+                "kv_cache_gb", "max_waiting", "stream_interval")
 METRICS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "mlxr:num_requests_aborted_total")
 COLUMNS = ["rate", "completed", "failed", "duration_s", "req_s", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms",
@@ -257,6 +257,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--kv-cache-gb", type=float, default=None)
     p.add_argument("--max-waiting", type=int, default=None)
+    p.add_argument("--stream-interval", type=int, default=None, help="the started server's --stream-interval")
     return p.parse_args()
 
 
