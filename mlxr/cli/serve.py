@@ -117,7 +117,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
 def stream_interval(text: str) -> int:
     from mlxr.config import MAX_STREAM_INTERVAL
 
-    value = int(text) if text.strip().isdigit() else 0
+    value = int(text) if text.strip().isdecimal() else 0
     if not 1 <= value <= MAX_STREAM_INTERVAL:
         raise argparse.ArgumentTypeError(f"--stream-interval: {text!r} is not a whole number from 1 to {MAX_STREAM_INTERVAL}")
     return value
