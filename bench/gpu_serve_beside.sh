@@ -6,13 +6,14 @@
 # and the fixture that ../shared/peers/gpu_side_by_side.sh writes (made here if missing).
 # From the repo root, carrying .peer (serve_cmp.py, llama.cpp.tgz) and .whl:
 #   bash bench/gpu_serve_beside.sh
+# SERVE_EXTRA adds `mlxr serve` flags, e.g. SERVE_EXTRA="--stream-interval 8" bash bench/gpu_serve_beside.sh
 set -u
 W=/root/sbs; R=$PWD; B=$W/llama.cpp/build/bin
 bash bench/build_llama_server.sh || exit 1
 export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
 [ -f $W/fix/model-f16.gguf ] || python3 -m mlxr.testing write --config tinyllama-shape --out $W/fix --gguf-type f16 | tail -1
 python3 -m mlxr.cli serve --model $W/fix/hf --device cuda --dtype bfloat16 --max-num-seqs 256 \
-   --max-num-batched-tokens 8192 --kv-cache-gb 16 --port 8082 > $W/mlxr.log 2>&1 & MP=$!
+   --max-num-batched-tokens 8192 --kv-cache-gb 16 --port 8082 ${SERVE_EXTRA:-} > $W/mlxr.log 2>&1 & MP=$!
 for i in $(seq 240); do curl -sf localhost:8082/health >/dev/null && break; sleep 1; done
 (cd $R/bench && timeout 240 python3 $R/.peer/serve_cmp.py http://127.0.0.1:8082 auto MLXR 2>&1 | grep -v "^rate")
 curl -s localhost:8082/metrics | grep -E "^mlxr:runtime_compiles_total" || echo "mlxr:runtime_compiles_total not reported"

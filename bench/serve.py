@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import math
+import os
 import random
 import sys
 import tempfile
@@ -39,11 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = "gemma3-270m"
 # Forwarded to `mlxr serve` as --flag value when given.
 SERVER_FLAGS = ("device", "dtype", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                "kv_cache_gb", "max_waiting")
+                "kv_cache_gb", "max_waiting", "stream_interval")
 METRICS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "mlxr:num_requests_aborted_total")
 COLUMNS = ["rate", "completed", "failed", "duration_s", "req_s", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms",
-           "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms"]
+           "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
+           "server_cpu_us_per_token", "server_cpu_us_per_chunk"]
 
 
 def resolve_model(model: str) -> list[str]:
@@ -69,7 +71,8 @@ def server_args(a: argparse.Namespace) -> list[str]:
 
 @contextlib.contextmanager
 def server(a: argparse.Namespace) -> Iterator[str]:
-    """Base URL: --url as given, else a `mlxr serve` subprocess on a free port with a temp home."""
+    """Base URL: --url as given, else a `mlxr serve` subprocess on a free port with a temp home
+    (whose pid becomes a.server_pid, so its CPU time is read)."""
     if a.url:
         yield a.url.rstrip("/")
         return
@@ -77,8 +80,19 @@ def server(a: argparse.Namespace) -> Iterator[str]:
     from server_harness import server_process
 
     with (tempfile.TemporaryDirectory(prefix="mlxr-bench-") as home,
-          server_process(Path(home), *server_args(a), timeout_s=a.start_timeout) as (url, _proc)):
+          server_process(Path(home), *server_args(a), timeout_s=a.start_timeout) as (url, proc)):
+        a.server_pid = a.server_pid or proc.pid
         yield url
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of one process (not its children: the engine core is one), from
+    /proc; None without a pid or off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def served_model(url: str, wanted: str | None) -> tuple[str, int]:
@@ -169,6 +183,18 @@ def rate_figures(rate: float, outcomes: list[Outcome], duration: float) -> dict:
     return row
 
 
+def add_server_cpu(row: dict, before: float | None, after: float | None, outcomes: list[Outcome]) -> None:
+    """The API server process's CPU seconds over the rate, and per output token: what bounds
+    serving when that one process is the bottleneck, and steadier than tok/s on a shared CPU."""
+    if before is None or after is None:
+        return
+    tokens = sum(o.tokens for o in outcomes if o.ok)
+    chunks = sum(len(o.chunk_times) for o in outcomes if o.ok)
+    row["server_cpu_s"] = after - before
+    row["server_cpu_us_per_token"] = (after - before) / max(1, tokens) * 1e6
+    row["server_cpu_us_per_chunk"] = (after - before) / max(1, chunks) * 1e6
+
+
 def scrape_metrics(url: str) -> dict[str, float]:
     """The METRICS counters from /metrics, summed over their labels."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -190,8 +216,10 @@ async def sweep(a: argparse.Namespace, url: str, model: str, vocab: int) -> list
             # Fresh prompts per rate so that no rate rides on another's prefix cache.
             ids = prompts(vocab, a.num_requests, a.prompt_len, a.seed + i)
             bodies = [payload(model, p, a.gen_len) for p in ids]
+            cpu0 = cpu_seconds(getattr(a, "server_pid", None))
             outcomes, duration = await run_rate(client, url, bodies, arrival_delays(rate, a.num_requests, a.seed + i))
             rows.append(rate_figures(rate, outcomes, duration))
+            add_server_cpu(rows[-1], cpu0, cpu_seconds(getattr(a, "server_pid", None)), outcomes)
             print(f"rate {rate}: {rows[-1]['completed']} ok, {rows[-1]['failed']} failed in {duration:.1f}s",
                   file=sys.stderr, flush=True)
         return rows
@@ -219,6 +247,9 @@ def parse_args() -> argparse.Namespace:
                    help="HTTP client reading the streams (auto: aiohttp where installed)")
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--start-timeout", type=float, default=300.0)
+    p.add_argument("--label", default=None, help="a note kept in the JSON (which tree a --url server runs)")
+    p.add_argument("--server-pid", type=int, default=None,
+                   help="pid of the --url server's API process, to report its CPU time per token")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
@@ -226,6 +257,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--kv-cache-gb", type=float, default=None)
     p.add_argument("--max-waiting", type=int, default=None)
+    p.add_argument("--stream-interval", type=int, default=None, help="the started server's --stream-interval")
     return p.parse_args()
 
 
@@ -239,7 +271,7 @@ def main() -> int:
     meta = {"model": a.model, "served_model": model, "device": device, "prompt_len": a.prompt_len,
             "gen_len": a.gen_len, "num_requests": a.num_requests, "seed": a.seed,
             "rates": ["inf" if math.isinf(r) else r for r in a.rates],
-            "server_args": None if a.url else server_args(a)}
+            "server_args": None if a.url else server_args(a), "label": a.label}
     path = write_result("serve", {**meta, "server_metrics": metrics, "results": rows})
     print(f"{meta} -> {path}")
     print(f"server metrics: {metrics}")

@@ -16,6 +16,7 @@ JSON to bench/results/serve_ratio-*.json.
 
   python bench/serve_ratio.py --model tinyllama-shape --device cuda --dtype bfloat16 --runs 5  # GPU
   python bench/serve_ratio.py --model tiny-llama --prompt-len 120 --engine-process on     # CPU
+  python bench/serve_ratio.py ... --stream-interval 8   # the server writes 8 tokens a chunk at least
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def offline_run(a: argparse.Namespace, llm, vocab: int, run: int) -> dict:
 def server_flags(a: argparse.Namespace, ref: str) -> list[str]:
     flags = ["--model", ref, "--device", a.device, "--max-num-seqs", str(a.batch),
              "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--kv-cache-gb", str(a.kv_cache_gb)]
-    return flags + (["--dtype", a.dtype] if a.dtype else [])
+    return flags + (["--dtype", a.dtype] if a.dtype else []) + ["--stream-interval", str(a.stream_interval)]
 
 
 async def measure(a: argparse.Namespace, ref: str, llm, vocab: int) -> tuple[list[dict], dict]:
@@ -127,6 +128,7 @@ def parse_args() -> argparse.Namespace:
                    help="the engine core in its own process, offline and in the server (default: the engine's choice)")
     p.add_argument("--client", choices=("auto", "aiohttp", "httpx"), default="auto")
     p.add_argument("--start-timeout", type=float, default=600.0)
+    p.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
     return p.parse_args()
 
 
@@ -146,7 +148,7 @@ def main() -> int:
                                                           "offline_decode_tok_s", "offline_gen_tok_s")}
     meta = {"model": a.model, "path": ref, "device": device_name(a.device), "dtype": a.dtype, "batch": a.batch,
             "prompt_len": a.prompt_len, "gen_len": a.gen_len, "engine_process": llm.loaded is None,
-            "client": serve.client_kind(a.client), "server_metrics": metrics}
+            "client": serve.client_kind(a.client), "stream_interval": a.stream_interval, "server_metrics": metrics}
     llm.shutdown()
     path = write_result("serve_ratio", {**meta, "medians": summary, "results": rows})
     print_table(rows, COLUMNS)

@@ -177,6 +177,9 @@ def openmp_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {} if "OMP_WAIT_POLICY" in env else {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
+MAX_STREAM_INTERVAL = 1024  # --stream-interval's bound
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """`mlxr serve` settings; built by cli/serve.py from argv and the environment."""
@@ -197,3 +200,4 @@ class ServerConfig:
     dtype: str | None = None
     quantization: str | None = None  # see loader.load_model
     engine: EngineConfig = EngineConfig()
+    stream_interval: int = 1  # tokens a streamed response gathers per write (vLLM's --stream-interval)

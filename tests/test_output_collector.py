@@ -44,3 +44,43 @@ def test_get_waits_for_a_put():
         return await asyncio.wait_for(c.get(), 5)
 
     assert asyncio.run(main()).outputs[0].token_ids == [9]
+
+
+async def _taken_within(c: OutputCollector, seconds: float = 0.05):
+    try:
+        return await asyncio.wait_for(c.get(), seconds)
+    except asyncio.TimeoutError:
+        return None
+
+
+def test_an_interval_holds_the_reader_until_enough_tokens_wait():
+    async def main():
+        c = OutputCollector(asyncio.get_running_loop(), stream_interval=3)
+        c.put(delta("a", [5]))
+        first = await _taken_within(c)  # the first token is never held
+        c.put(delta("b", [6]))
+        c.put(delta("c", [7]))
+        held = await _taken_within(c)
+        c.put(delta("d", [8]))
+        gathered = await _taken_within(c)
+        c.put(delta("e", [9], "length"))  # the end is never held
+        last = await _taken_within(c)
+        return first, held, gathered, last
+
+    first, held, gathered, last = asyncio.run(main())
+    assert first.outputs[0].token_ids == [5] and held is None
+    assert gathered.outputs[0].token_ids == [6, 7, 8] and gathered.outputs[0].text == "bcd"
+    assert last.finished and last.outputs[0].token_ids == [9]
+
+
+def test_an_error_wakes_a_held_reader_after_the_held_output():
+    async def main():
+        c = OutputCollector(asyncio.get_running_loop(), stream_interval=8)
+        c.put(delta("a", [5]))
+        await c.get()
+        c.put(delta("b", [6]))
+        c.put(RuntimeError("core died"))
+        return await _taken_within(c), await _taken_within(c)
+
+    held, error = asyncio.run(main())
+    assert held.outputs[0].token_ids == [6] and isinstance(error, RuntimeError)

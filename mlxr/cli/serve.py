@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "(registry name or path; same vocabulary as the served models)")
     s.add_argument("--speculative-max-batch", type=int, default=8,
                    help="no drafts while more requests than this run")
+    s.add_argument("--stream-interval", type=stream_interval, default=1,
+                   help="tokens a streamed response gathers per write (the first token and the end "
+                        "are never held); more per write costs the server less per token at many streams")
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
     s.add_argument("--allowed-host", action="append", default=[],
                    help="Host header name allowed besides localhost (DNS rebinding guard); repeatable")
@@ -107,7 +110,17 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         cors_origins=tuple(ns.cors_origin), allowed_hosts=tuple(ns.allowed_host), keep_alive_s=ns.keep_alive,
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
         home=str(home_dir(ns.home)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
+        stream_interval=ns.stream_interval,
     )
+
+
+def stream_interval(text: str) -> int:
+    from mlxr.config import MAX_STREAM_INTERVAL
+
+    value = int(text) if text.strip().isdecimal() else 0
+    if not 1 <= value <= MAX_STREAM_INTERVAL:
+        raise argparse.ArgumentTypeError(f"--stream-interval: {text!r} is not a whole number from 1 to {MAX_STREAM_INTERVAL}")
+    return value
 
 
 def parse_duration(text: str) -> float:

@@ -77,14 +77,15 @@ class AsyncEngine:
 
     # --- public API (any thread / event loop) ------------------------------------------------
     async def stream(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, stream_interval: int = 1
     ) -> AsyncIterator[RequestOutput]:
-        """Deltas of one request until it finishes; closing the iterator aborts it.
+        """Deltas of one request until it finishes; closing the iterator aborts it. A delta
+        gathers stream_interval tokens at least, except the first and the last.
         Admission errors (invalid prompt, too long, overloaded) raise before the first yield."""
         if params.structured_outputs is not None:  # off the engine thread, which serves the others
             await check_off_loop(params.structured_outputs)
         loop = asyncio.get_running_loop()
-        sink = _Sink(loop, OutputCollector(loop))
+        sink = _Sink(loop, OutputCollector(loop, stream_interval))
         accepted: Future = Future()
         self._submit(adds=[_Add(request_id, prompt, params, sink, accepted)])
         try:

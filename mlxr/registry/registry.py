@@ -6,7 +6,9 @@ It records paths and never copies model files; everything it writes lives in `ho
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -51,19 +53,38 @@ class Registry:
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as e:
             raise db.RegistryError(f"cannot create the data directory {self.home}: {e}") from None
+        self._local = threading.local()
         with self._db() as conn:
             db.migrate(conn)
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        # A connection per operation: no cross-thread sharing, nothing held between calls.
-        conn = db.connect(self.home)
+        # One connection per thread and process, kept between calls: the server resolves a
+        # name per request, and opening SQLite (and its PRAGMAs) each time cost more than the
+        # query. Never shared across threads; dropped after an error or a fork.
+        conn = self._connection()
         try:
             yield conn
         except sqlite3.Error as e:
+            self._drop_connection()
             raise db.RegistryError(f"model registry error ({self.home / db.DB_FILE}): {e}") from None
-        finally:
-            conn.close()
+        except BaseException:
+            self._drop_connection()  # it may be inside a transaction that nobody ends
+            raise
+
+    def _connection(self) -> sqlite3.Connection:
+        held = getattr(self._local, "held", None)
+        if held is not None and held[0] == os.getpid():
+            return held[1]
+        conn = db.connect(self.home)
+        self._local.held = (os.getpid(), conn)
+        return conn
+
+    def _drop_connection(self) -> None:
+        held = getattr(self._local, "held", None)
+        self._local.held = None
+        if held is not None and held[0] == os.getpid():
+            held[1].close()
 
     def resolve(self, name: str) -> ModelRecord:
         """The record of `name` ("name" means "name:latest"). Raises ModelNotFoundError."""

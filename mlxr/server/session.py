@@ -81,8 +81,8 @@ async def _first_output(engine: AsyncEngine, request_id: str, stream) -> Request
 
 
 async def _pump(engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams,
-                index: int, queue: asyncio.Queue) -> None:
-    stream = engine.stream(request_id, prompt, params)
+                index: int, queue: asyncio.Queue, interval: int) -> None:
+    stream = engine.stream(request_id, prompt, params, interval)
     try:
         out = await _first_output(engine, request_id, stream)
         queue.put_nowait((index, out))
@@ -96,11 +96,11 @@ async def _pump(engine: AsyncEngine, request_id: str, prompt: list[int], params:
 
 
 async def _single_stream(
-    engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams
+    engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams, interval: int
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     """merge_streams of one prompt without the relay task and queue (two hops less per output,
     what most requests are)."""
-    stream = engine.stream(request_id, prompt, params)
+    stream = engine.stream(request_id, prompt, params, interval)
     out = await _first_output(engine, request_id, stream)
     try:
         yield 0, out
@@ -112,20 +112,21 @@ async def _single_stream(
 
 
 def merge_streams(
-    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams
+    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams, interval: int = 1
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """One engine request per prompt, their outputs as they come, tagged with the prompt's
-    position; closing this aborts every one of them."""
+    """One engine request per prompt, their outputs as they come (each delta `interval` tokens
+    at least but the first and the last), tagged with the prompt's position; closing this
+    aborts every one of them."""
     if len(prompts) == 1:
-        return _single_stream(engine, f"{request_id}-0", prompts[0], params)
-    return _merged(engine, request_id, prompts, params)
+        return _single_stream(engine, f"{request_id}-0", prompts[0], params, interval)
+    return _merged(engine, request_id, prompts, params, interval)
 
 
 async def _merged(
-    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams
+    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams, interval: int
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     queue: asyncio.Queue = asyncio.Queue()
-    tasks = [asyncio.ensure_future(_pump(engine, f"{request_id}-{i}", p, params, i, queue))
+    tasks = [asyncio.ensure_future(_pump(engine, f"{request_id}-{i}", p, params, i, queue, interval))
              for i, p in enumerate(prompts)]
     try:
         left = len(tasks)
@@ -180,7 +181,8 @@ class Session:
     def start(self, prompts: list[list[int]], params: SamplingParams) -> None:
         """Submit one engine request per prompt (each with params.n sequences)."""
         self.trace.prompt_tokens = sum(len(p) for p in prompts)
-        self._stream = merge_streams(self.served.engine, self.request_id, prompts, params)
+        interval = self.request.app.state.config.stream_interval
+        self._stream = merge_streams(self.served.engine, self.request_id, prompts, params, interval)
 
     async def next(self) -> tuple[int, RequestOutput] | None:
         """The next output (prompt index, delta), or None when every request finished.

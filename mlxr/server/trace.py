@@ -26,6 +26,8 @@ class RequestTrace:
     status: int = 200
     finish_reasons: set[str] = field(default_factory=set)
     _queue_seen: set[str] = field(default_factory=set)
+    # This request's child of each histogram: labels() once per request, not once per delta.
+    _children: dict = field(default_factory=dict)
 
     def on_output(self, out: RequestOutput) -> None:
         """Call for every delta of every engine request that serves this HTTP request."""
@@ -50,8 +52,12 @@ class RequestTrace:
         self._observe("queue", m.first_scheduled_time - m.arrival_time)
 
     def _observe(self, histogram: str, value: float) -> None:
-        if self.metrics is not None and self.model:
-            getattr(self.metrics, histogram).labels(self.model).observe(max(value, 0.0))
+        if self.metrics is None or not self.model:
+            return
+        child = self._children.get(histogram)
+        if child is None:
+            child = self._children[histogram] = getattr(self.metrics, histogram).labels(self.model)
+        child.observe(max(value, 0.0))
 
     def finish(self, status: int, error: str | None = None) -> None:
         self.status = status
