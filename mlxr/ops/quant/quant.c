@@ -229,31 +229,38 @@ static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     return a->q && a->s ? 0 : -1;
 }
 
-static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
-    const int64_t kp = a->kp;
-    memset(a->q, 0, (size_t)(2 * m * kp));
-    memset(a->s, 0, sizeof(float) * (size_t)(m * kp / 8));
-    for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
-        int64_t mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE;
-        int8_t *tq = a->q + 2 * m0 * kp;
-        float *ts = a->s + m0 * kp / 8;
-        for (int64_t r = 0; r < mr; r++) {
-            for (int64_t b = 0; b < k / 32; b++) {
-                int8_t hi[32], lo[32], *at = tq + (b / 8 * mr + r) * 512 + 8 * (b % 8);
-                float *sc = ts + (b / 8 * mr + r) * 32;
-                int32_t sums[2];
-                float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
-                for (int i = 0; i < 4; i++) {
-                    memcpy(at + 64 * i, hi + 8 * i, 8);
-                    memcpy(at + 256 + 64 * i, lo + 8 * i, 8);
-                }
-                sc[b % 8] = d;
-                sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
-                sc[16 + 2 * (b % 8)] = d * (float)sums[0];
-                sc[17 + 2 * (b % 8)] = d * (float)sums[1];
+/* Row tile m0 of the activations into a's layout. */
+static void quantize_tile(const float *x, int64_t m, int64_t k, acts_t *a, int64_t m0) {
+    const int64_t kp = a->kp, mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE;
+    int8_t *tq = a->q + 2 * m0 * kp;
+    float *ts = a->s + m0 * kp / 8;
+    memset(tq, 0, (size_t)(2 * mr * kp));
+    memset(ts, 0, sizeof(float) * (size_t)(mr * kp / 8));
+    for (int64_t r = 0; r < mr; r++) {
+        for (int64_t b = 0; b < k / 32; b++) {
+            int8_t hi[32], lo[32], *at = tq + (b / 8 * mr + r) * 512 + 8 * (b % 8);
+            float *sc = ts + (b / 8 * mr + r) * 32;
+            int32_t sums[2];
+            float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
+            for (int i = 0; i < 4; i++) {
+                memcpy(at + 64 * i, hi + 8 * i, 8);
+                memcpy(at + 256 + 64 * i, lo + 8 * i, 8);
             }
+            sc[b % 8] = d;
+            sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
+            sc[16 + 2 * (b % 8)] = d * (float)sums[0];
+            sc[17 + 2 * (b % 8)] = d * (float)sums[1];
         }
     }
+}
+
+/* Tiles over the threads when there are several: a prompt's 128 rows quantized on one
+ * thread held a two-thread 128-row matmul back by 2-3% (2048x5632 Q4_K: 5.93-6.00 ms against
+ * 5.77-5.78, medians of 30, AMD EPYC Zen 5). */
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int nthreads) {
+    const int64_t tiles = (m + ROW_TILE - 1) / ROW_TILE;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (tiles > 1)
+    for (int64_t i = 0; i < tiles; i++) quantize_tile(x, m, k, a, i * ROW_TILE);
 }
 #else
 #include "quant_generic.h" /* portable C and AVX2 */
@@ -590,7 +597,7 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     if (t < 0 || t > 5 || k % BLOCK_ELEMS[t]) return -1;
     acts_t a;
     if (acts_alloc(&a, m, k)) return -2;
-    quantize_acts(x, m, k, &a);
+    quantize_acts(x, m, k, &a, nthreads);
     matmul(t, w, n, k, &a, m, y, nthreads);
     return 0;
 }

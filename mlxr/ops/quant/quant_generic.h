@@ -21,7 +21,8 @@ static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     return a->x && a->d && a->s16 ? 0 : -1;
 }
 
-static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (m >= 2 * ROW_TILE)
     for (int64_t r = 0; r < m; r++)
         for (int64_t b = 0; b < k / 32; b++) {
             int8_t hi[32], lo[32];
