@@ -120,11 +120,11 @@ def test_qmatmul_matches_dequantize_then_matmul(build, qtype, m, k):
 @pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
 @pytest.mark.parametrize("m", [1, 3, 8, 11])
-@pytest.mark.parametrize("k", [96, 640, 2144])
+@pytest.mark.parametrize("k", [96, 224, 640, 2144])
 def test_qmatmul_at_widths_that_end_in_a_partial_group(build, qtype, m, k):
-    """32-column types whose rows end inside a 256-column group (Gemma 3's k=640; k=2144: in
-    the second 2048-column slice), and row counts that fill one row tile, several, or leave a
-    short last tile."""
+    """32-column types whose rows end inside a 256-column group: with 1-4 blocks (96, Gemma 3's
+    640; 2144: in the second 2048-column slice) the kernel folds that group, with 5-7 (224) it
+    does not; row counts that fill one row tile, several, or leave a short last tile."""
     lib = quant_cpu.library(build)
     if lib is None:
         pytest.skip(f"cannot build the {build} variant")

@@ -229,9 +229,17 @@ static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     return a->q && a->s ? 0 : -1;
 }
 
+/* A row's last group when it holds 1-4 blocks of 32 (k = 640: Gemma 3's hidden size) is
+ * stored folded: its four vectors' low halves (the only lanes in use) packed two to a vector,
+ * so the kernel runs 2 vpdpbusd a part for it, not 4 (half_group_rows). */
+static int folded_tail(int64_t k) { return k % 256 && k % 256 <= 128; }
+
+/* Byte offset of vector i of a group (see acts_t), folded or not. */
+static int64_t vector_at(int i, int folded) { return folded ? 64 * (i >> 1) + 32 * (i & 1) : 64 * i; }
+
 /* Row tile m0 of the activations into a's layout. */
 static void quantize_tile(const float *x, int64_t m, int64_t k, acts_t *a, int64_t m0) {
-    const int64_t kp = a->kp, mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE;
+    const int64_t kp = a->kp, mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE, tail = folded_tail(k) ? k / 256 : -1;
     int8_t *tq = a->q + 2 * m0 * kp;
     float *ts = a->s + m0 * kp / 8;
     memset(tq, 0, (size_t)(2 * mr * kp));
@@ -243,8 +251,8 @@ static void quantize_tile(const float *x, int64_t m, int64_t k, acts_t *a, int64
             int32_t sums[2];
             float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
             for (int i = 0; i < 4; i++) {
-                memcpy(at + 64 * i, hi + 8 * i, 8);
-                memcpy(at + 256 + 64 * i, lo + 8 * i, 8);
+                memcpy(at + vector_at(i, b / 8 == tail), hi + 8 * i, 8);
+                memcpy(at + 256 + vector_at(i, b / 8 == tail), lo + 8 * i, 8);
             }
             sc[b % 8] = d;
             sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
@@ -364,7 +372,7 @@ static inline void q5_0_high(const uint8_t *g, int nblk, __m512i u[4]) {
 
 /* The unsigned codes of a group (nblk < 8: a 32-column type's partial last group), in the
  * order above. */
-static inline void group_codes(int t, const uint8_t *g, int nblk, __m512i u[4]) {
+static inline __attribute__((always_inline)) void group_codes(int t, const uint8_t *g, int nblk, __m512i u[4]) {
     const uint8_t *b[8];
     if (BLOCK_ELEMS[t] == 32) group_blocks(g, BLOCK_BYTES[t], nblk, b);
     switch (t) {
@@ -475,6 +483,29 @@ static inline __attribute__((always_inline)) void group_rows(
     }
 }
 
+/* group_rows for a 32-column type's folded last group of 1-4 blocks: codes folded as the
+ * activations are (folded_tail), int32 lanes 8-15 then hold sub-blocks 0-3 again. */
+static inline __attribute__((always_inline)) void half_group_rows(
+    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc, __m512 *off) {
+    __m512i u[4], f[2];
+    group_codes(t, g, nblk, u);
+    f[0] = _mm512_inserti64x4(u[0], _mm512_castsi512_si256(u[1]), 1);
+    f[1] = _mm512_inserti64x4(u[2], _mm512_castsi512_si256(u[3]), 1);
+    __m256 d = block_halfs(g, BLOCK_BYTES[t], nblk);
+    __m512 wso = _mm512_insertf32x8(_mm512_castps256_ps512(d), d, 1);
+    const __m512i sub = _mm512_srli_epi32(_mm512_and_si512(lanes16(), _mm512_set1_epi32(7)), 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        __m512 s = _mm512_mul_ps(wso, _mm512_load_ps(sc + 32 * r));
+        off[r] = _mm512_mask_add_ps(off[r], 0xFF00, off[r], s);
+        __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), f[0], _mm512_load_si512((const void *)(q + 512 * r)));
+        h = _mm512_slli_epi32(_mm512_dpbusd_epi32(h, f[1], _mm512_load_si512((const void *)(q + 512 * r + 64))), 8);
+        h = _mm512_dpbusd_epi32(h, f[0], _mm512_load_si512((const void *)(q + 512 * r + 256)));
+        h = _mm512_dpbusd_epi32(h, f[1], _mm512_load_si512((const void *)(q + 512 * r + 320)));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), _mm512_permutexvar_ps(sub, s), acc[r]);
+    }
+}
+
 /* Rows [m0, m0+mr) of activations against one weight row over columns [k0, k1) (AVX-512
  * VNNI; k0 a multiple of 256, k1 too or k). */
 static inline __attribute__((always_inline)) void dot_rows(
@@ -488,7 +519,10 @@ static inline __attribute__((always_inline)) void dot_rows(
     for (int r = 0; r < mr; r++) acc[r] = off[r] = _mm512_setzero_ps();
     int64_t ib = k0 / BLOCK_ELEMS[t];
     for (; ib + per_group <= nb; ib += per_group, q += 512 * mr, sc += 32 * mr) group_rows(t, wrow + ib * bb, 8, q, sc, mr, acc, off);
-    if (ib < nb) group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
+    if (ib < nb && nb - ib <= 4 && BLOCK_ELEMS[t] == 32) /* folded_tail */
+        half_group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
+    else if (ib < nb)
+        group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
     const float ofs = t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) out[r] = _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[r], acc[r]));
