@@ -263,8 +263,9 @@ static void quantize_tile(const float *x, int64_t m, int64_t k, acts_t *a, int64
 }
 
 /* Tiles over the threads when there are several: a prompt's 128 rows quantized on one
- * thread held a two-thread 128-row matmul back by 2-3% (2048x5632 Q4_K: 5.93-6.00 ms against
- * 5.77-5.78, medians of 30, AMD EPYC Zen 5). */
+ * thread held a two-thread 128-row matmul back by 2-3% under OpenMP's default wait policy
+ * (2048x5632 Q4_K: 5.93-6.00 ms against 5.77-5.78, medians of 30, AMD EPYC Zen 5); with
+ * OMP_WAIT_POLICY=PASSIVE (`mlxr serve`) it is even (bench/probes/prefill_matmul.py). */
 static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int nthreads) {
     const int64_t tiles = (m + ROW_TILE - 1) / ROW_TILE;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (tiles > 1)
