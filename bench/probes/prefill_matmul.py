@@ -12,21 +12,20 @@ from __future__ import annotations
 import argparse
 import ctypes
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
+from common import cpu_model, median, print_table, write_result
+
+from mlxr.ops import cpu_build
+from mlxr.ops.quant import quant_cpu
+from mlxr.ops.quant.quant_types import QUANT_TYPES
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-from common import cpu_model, median, print_table, write_result  # noqa: E402
-
-from mlxr.ops import cpu_build  # noqa: E402
-from mlxr.ops.quant import quant_cpu  # noqa: E402
-from mlxr.ops.quant.quant_types import QUANT_TYPES  # noqa: E402
 
 SHAPES = [("Q4_K", 11264, 2048), ("Q4_K", 2048, 5632), ("Q6_K", 2048, 5632), ("Q4_K", 2048, 2048),
           ("Q8_0", 11264, 2048), ("Q8_0", 2048, 5632),
