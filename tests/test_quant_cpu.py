@@ -95,10 +95,11 @@ def test_row_lookup_equals_full_dequantization(qtype):
 @pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 9])
-@pytest.mark.parametrize("k", [256, 1280])
+@pytest.mark.parametrize("k", [256, 1280, 4352])
 def test_qmatmul_matches_dequantize_then_matmul(build, qtype, m, k):
     """Exact up to fp32 summation order against the same rounded activations; and within
-    their rounding (16 bits per 32 columns) of the unrounded product."""
+    their rounding (16 bits per 32 columns) of the unrounded product. k=4352: rows wider
+    than the kernel's 2048-column slices (three slices, the last a short one)."""
     lib = quant_cpu.library(build)
     if lib is None:
         pytest.skip(f"cannot build the {build} variant")
@@ -119,10 +120,11 @@ def test_qmatmul_matches_dequantize_then_matmul(build, qtype, m, k):
 @pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
 @pytest.mark.parametrize("m", [1, 3, 8, 11])
-@pytest.mark.parametrize("k", [96, 640])
+@pytest.mark.parametrize("k", [96, 224, 640, 2144])
 def test_qmatmul_at_widths_that_end_in_a_partial_group(build, qtype, m, k):
-    """32-column types whose rows end inside a 256-column group (Gemma 3's k=640), and row
-    counts that fill one row tile, several, or leave a short last tile."""
+    """32-column types whose rows end inside a 256-column group: with 1-4 blocks (96, Gemma 3's
+    640; 2144: in the second 2048-column slice) the kernel folds that group, with 5-7 (224) it
+    does not; row counts that fill one row tile, several, or leave a short last tile."""
     lib = quant_cpu.library(build)
     if lib is None:
         pytest.skip(f"cannot build the {build} variant")

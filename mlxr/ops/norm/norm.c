@@ -10,12 +10,22 @@ void mlxr_rms_norm_f32(const float *x, const float *res, const float *w, float *
         const float *xr = x + r * dim;
         float *o = out + r * dim;
         float *h = new_res ? new_res + r * dim : o;
-        double ss = 0.0;
-        for (int64_t i = 0; i < dim; i++) {
+        /* 8 partial sums (vectorized): one running sum was a chain of dependent double adds,
+         * ~60 us a norm of a 128-row prompt on 640-wide rows */
+        double part[8] = {0.0};
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float v = res ? xr[i + j] + res[r * dim + i + j] : xr[i + j];
+                h[i + j] = v;
+                part[j] += (double)v * v;
+            }
+        for (; i < dim; i++) {
             float v = res ? xr[i] + res[r * dim + i] : xr[i];
             h[i] = v;
-            ss += (double)v * v;
+            part[0] += (double)v * v;
         }
+        double ss = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
         float inv = 1.0f / sqrtf((float)(ss / (double)dim) + eps);
         for (int64_t i = 0; i < dim; i++) o[i] = gemma ? h[i] * inv * (1.0f + w[i]) : w[i] * (h[i] * inv);
     }

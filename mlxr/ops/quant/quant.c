@@ -229,31 +229,47 @@ static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     return a->q && a->s ? 0 : -1;
 }
 
-static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
-    const int64_t kp = a->kp;
-    memset(a->q, 0, (size_t)(2 * m * kp));
-    memset(a->s, 0, sizeof(float) * (size_t)(m * kp / 8));
-    for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
-        int64_t mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE;
-        int8_t *tq = a->q + 2 * m0 * kp;
-        float *ts = a->s + m0 * kp / 8;
-        for (int64_t r = 0; r < mr; r++) {
-            for (int64_t b = 0; b < k / 32; b++) {
-                int8_t hi[32], lo[32], *at = tq + (b / 8 * mr + r) * 512 + 8 * (b % 8);
-                float *sc = ts + (b / 8 * mr + r) * 32;
-                int32_t sums[2];
-                float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
-                for (int i = 0; i < 4; i++) {
-                    memcpy(at + 64 * i, hi + 8 * i, 8);
-                    memcpy(at + 256 + 64 * i, lo + 8 * i, 8);
-                }
-                sc[b % 8] = d;
-                sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
-                sc[16 + 2 * (b % 8)] = d * (float)sums[0];
-                sc[17 + 2 * (b % 8)] = d * (float)sums[1];
+/* A row's last group when it holds 1-4 blocks of 32 (k = 640: Gemma 3's hidden size) is
+ * stored folded: its four vectors' low halves (the only lanes in use) packed two to a vector,
+ * so the kernel runs 2 vpdpbusd a part for it, not 4 (half_group_rows). */
+static int folded_tail(int64_t k) { return k % 256 && k % 256 <= 128; }
+
+/* Byte offset of vector i of a group (see acts_t), folded or not. */
+static int64_t vector_at(int i, int folded) { return folded ? 64 * (i >> 1) + 32 * (i & 1) : 64 * i; }
+
+/* Row tile m0 of the activations into a's layout. */
+static void quantize_tile(const float *x, int64_t m, int64_t k, acts_t *a, int64_t m0) {
+    const int64_t kp = a->kp, mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE, tail = folded_tail(k) ? k / 256 : -1;
+    int8_t *tq = a->q + 2 * m0 * kp;
+    float *ts = a->s + m0 * kp / 8;
+    memset(tq, 0, (size_t)(2 * mr * kp));
+    memset(ts, 0, sizeof(float) * (size_t)(mr * kp / 8));
+    for (int64_t r = 0; r < mr; r++) {
+        for (int64_t b = 0; b < k / 32; b++) {
+            int8_t hi[32], lo[32], *at = tq + (b / 8 * mr + r) * 512 + 8 * (b % 8);
+            float *sc = ts + (b / 8 * mr + r) * 32;
+            int32_t sums[2];
+            float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
+            for (int i = 0; i < 4; i++) {
+                memcpy(at + vector_at(i, b / 8 == tail), hi + 8 * i, 8);
+                memcpy(at + 256 + vector_at(i, b / 8 == tail), lo + 8 * i, 8);
             }
+            sc[b % 8] = d;
+            sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
+            sc[16 + 2 * (b % 8)] = d * (float)sums[0];
+            sc[17 + 2 * (b % 8)] = d * (float)sums[1];
         }
     }
+}
+
+/* Tiles over the threads when there are several: a prompt's 128 rows quantized on one
+ * thread held a two-thread 128-row matmul back by 2-3% under OpenMP's default wait policy
+ * (2048x5632 Q4_K: 5.93-6.00 ms against 5.77-5.78, medians of 30, AMD EPYC Zen 5); with
+ * OMP_WAIT_POLICY=PASSIVE (`mlxr serve`) it is even (bench/probes/prefill_matmul.py). */
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int nthreads) {
+    const int64_t tiles = (m + ROW_TILE - 1) / ROW_TILE;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (tiles > 1)
+    for (int64_t i = 0; i < tiles; i++) quantize_tile(x, m, k, a, i * ROW_TILE);
 }
 #else
 #include "quant_generic.h" /* portable C and AVX2 */
@@ -357,7 +373,7 @@ static inline void q5_0_high(const uint8_t *g, int nblk, __m512i u[4]) {
 
 /* The unsigned codes of a group (nblk < 8: a 32-column type's partial last group), in the
  * order above. */
-static inline void group_codes(int t, const uint8_t *g, int nblk, __m512i u[4]) {
+static inline __attribute__((always_inline)) void group_codes(int t, const uint8_t *g, int nblk, __m512i u[4]) {
     const uint8_t *b[8];
     if (BLOCK_ELEMS[t] == 32) group_blocks(g, BLOCK_BYTES[t], nblk, b);
     switch (t) {
@@ -468,29 +484,60 @@ static inline __attribute__((always_inline)) void group_rows(
     }
 }
 
-/* Rows [m0, m0+mr) of activations against one weight row (AVX-512 VNNI). */
+/* group_rows for a 32-column type's folded last group of 1-4 blocks: codes folded as the
+ * activations are (folded_tail), int32 lanes 8-15 then hold sub-blocks 0-3 again. */
+static inline __attribute__((always_inline)) void half_group_rows(
+    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc, __m512 *off) {
+    __m512i u[4], f[2];
+    group_codes(t, g, nblk, u);
+    f[0] = _mm512_inserti64x4(u[0], _mm512_castsi512_si256(u[1]), 1);
+    f[1] = _mm512_inserti64x4(u[2], _mm512_castsi512_si256(u[3]), 1);
+    __m256 d = block_halfs(g, BLOCK_BYTES[t], nblk);
+    __m512 wso = _mm512_insertf32x8(_mm512_castps256_ps512(d), d, 1);
+    const __m512i sub = _mm512_srli_epi32(_mm512_and_si512(lanes16(), _mm512_set1_epi32(7)), 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+        __m512 s = _mm512_mul_ps(wso, _mm512_load_ps(sc + 32 * r));
+        off[r] = _mm512_mask_add_ps(off[r], 0xFF00, off[r], s);
+        __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), f[0], _mm512_load_si512((const void *)(q + 512 * r)));
+        h = _mm512_slli_epi32(_mm512_dpbusd_epi32(h, f[1], _mm512_load_si512((const void *)(q + 512 * r + 64))), 8);
+        h = _mm512_dpbusd_epi32(h, f[0], _mm512_load_si512((const void *)(q + 512 * r + 256)));
+        h = _mm512_dpbusd_epi32(h, f[1], _mm512_load_si512((const void *)(q + 512 * r + 320)));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), _mm512_permutexvar_ps(sub, s), acc[r]);
+    }
+}
+
+/* Rows [m0, m0+mr) of activations against one weight row over columns [k0, k1) (AVX-512
+ * VNNI; k0 a multiple of 256, k1 too or k). */
 static inline __attribute__((always_inline)) void dot_rows(
-    int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
+    int t, const uint8_t *wrow, int64_t k0, int64_t k1, const acts_t *a, int64_t m0, int mr, float *out) {
     const int bb = BLOCK_BYTES[t], per_group = BLOCK_ELEMS[t] == 32 ? 8 : 1;
-    const int64_t nb = k / BLOCK_ELEMS[t];
-    const int8_t *q = a->q + 2 * m0 * a->kp;
-    const float *sc = a->s + m0 * a->kp / 8;
+    const int64_t nb = k1 / BLOCK_ELEMS[t];
+    const int8_t *q = a->q + 2 * m0 * a->kp + 512 * mr * (k0 / 256);
+    const float *sc = a->s + m0 * a->kp / 8 + 32 * mr * (k0 / 256);
     __m512 acc[ROW_TILE], off[ROW_TILE];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) acc[r] = off[r] = _mm512_setzero_ps();
-    int64_t ib = 0;
+    int64_t ib = k0 / BLOCK_ELEMS[t];
     for (; ib + per_group <= nb; ib += per_group, q += 512 * mr, sc += 32 * mr) group_rows(t, wrow + ib * bb, 8, q, sc, mr, acc, off);
-    if (ib < nb) group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
+    if (ib < nb && nb - ib <= 4 && BLOCK_ELEMS[t] == 32) /* folded_tail */
+        half_group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
+    else if (ib < nb)
+        group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
     const float ofs = t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) out[r] = _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[r], acc[r]));
 }
 #endif
 
-/* Weight rows [c0, c1) of one type. Rows are taken in chunks of COL_CHUNK so that with
- * several activation tiles (prefill) a tile stays in L1 while the chunk's weight rows, in L2,
- * pass over it; weight row by weight row, the tiles would evict each other. */
+/* Weight rows [c0, c1) of one type. Rows are taken in chunks of COL_CHUNK and columns in
+ * slices of K_SLICE so that with several activation tiles (prefill) a tile's slice stays in
+ * L1 (8 rows x 2048 columns: 40 KB of codes and scales) while the chunk's weight rows, in L2,
+ * pass over it; weight row by weight row, or with whole rows of 5632 columns (TinyLlama's
+ * down projection: 110 KB a tile), the tiles would evict each other (a 128-row matmul at
+ * 2048x5632 ran at 55 GMAC/s a core, at 5632x2048 at 124). */
 #define COL_CHUNK 32
+#define K_SLICE 2048
 /* Weight rows are requested about this many bytes ahead: with the hardware prefetcher alone
  * the single-row (decode) kernel read DRAM-resident Q4_K/Q8_0 weights at 35-43 GB/s, with
  * this at 40-60 GB/s (a decode step of TinyLlama Q4_K_M: 20.9 -> 18.5 ms). */
@@ -503,24 +550,28 @@ static inline __attribute__((always_inline)) void matmul_range(
     int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t], ahead = (PREFETCH_BYTES + rb - 1) / rb;
     for (int64_t cc = c0; cc < c1; cc += COL_CHUNK) {
         int64_t ce = cc + COL_CHUNK < c1 ? cc + COL_CHUNK : c1;
-        for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
-            int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
-            for (int64_t col = cc; col < ce; col++) {
-                float out[ROW_TILE];
-                if (m0 == 0 && col + ahead < c1) prefetch(w + (col + ahead) * rb, rb);
-                /* A literal row count per call, so the row loops unroll and the accumulators
-                 * stay in registers (a runtime count spills them to the stack). */
-                switch (mr) {
-                case 1: dot_rows(t, w + col * rb, k, a, m0, 1, out); break;
-                case 2: dot_rows(t, w + col * rb, k, a, m0, 2, out); break;
-                case 3: dot_rows(t, w + col * rb, k, a, m0, 3, out); break;
-                case 4: dot_rows(t, w + col * rb, k, a, m0, 4, out); break;
-                case 5: dot_rows(t, w + col * rb, k, a, m0, 5, out); break;
-                case 6: dot_rows(t, w + col * rb, k, a, m0, 6, out); break;
-                case 7: dot_rows(t, w + col * rb, k, a, m0, 7, out); break;
-                default: dot_rows(t, w + col * rb, k, a, m0, ROW_TILE, out); break;
+        for (int64_t k0 = 0; k0 < k; k0 += K_SLICE) {
+            int64_t k1 = k - k0 > K_SLICE ? k0 + K_SLICE : k;
+            for (int64_t m0 = 0; m0 < m; m0 += ROW_TILE) {
+                int mr = m - m0 < ROW_TILE ? (int)(m - m0) : ROW_TILE;
+                for (int64_t col = cc; col < ce; col++) {
+                    float out[ROW_TILE];
+                    if (m0 == 0 && k0 == 0 && col + ahead < c1) prefetch(w + (col + ahead) * rb, rb);
+                    /* A literal row count per call, so the row loops unroll and the accumulators
+                     * stay in registers (a runtime count spills them to the stack). */
+                    switch (mr) {
+                    case 1: dot_rows(t, w + col * rb, k0, k1, a, m0, 1, out); break;
+                    case 2: dot_rows(t, w + col * rb, k0, k1, a, m0, 2, out); break;
+                    case 3: dot_rows(t, w + col * rb, k0, k1, a, m0, 3, out); break;
+                    case 4: dot_rows(t, w + col * rb, k0, k1, a, m0, 4, out); break;
+                    case 5: dot_rows(t, w + col * rb, k0, k1, a, m0, 5, out); break;
+                    case 6: dot_rows(t, w + col * rb, k0, k1, a, m0, 6, out); break;
+                    case 7: dot_rows(t, w + col * rb, k0, k1, a, m0, 7, out); break;
+                    default: dot_rows(t, w + col * rb, k0, k1, a, m0, ROW_TILE, out); break;
+                    }
+                    float *dst = y + m0 * n + col;
+                    for (int r = 0; r < mr; r++) dst[r * n] = k0 ? dst[r * n] + out[r] : out[r];
                 }
-                for (int r = 0; r < mr; r++) y[(m0 + r) * n + col] = out[r];
             }
         }
     }
@@ -581,7 +632,7 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     if (t < 0 || t > 5 || k % BLOCK_ELEMS[t]) return -1;
     acts_t a;
     if (acts_alloc(&a, m, k)) return -2;
-    quantize_acts(x, m, k, &a);
+    quantize_acts(x, m, k, &a, nthreads);
     matmul(t, w, n, k, &a, m, y, nthreads);
     return 0;
 }

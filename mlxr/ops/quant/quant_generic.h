@@ -10,16 +10,19 @@ typedef struct {
     int16_t *x;   /* m * k: 256*hi + lo */
     float *d;     /* m * k/32: the unit of each 32 columns */
     int32_t *s16; /* m * k/16: sums of xq per 16 columns (for the weights' offsets) */
+    int64_t k;
 } acts_t;
 
 static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
+    a->k = k;
     a->x = (int16_t *)scratch(0, (size_t)(2 * m * k) + 1);
     a->d = (float *)scratch(1, sizeof(float) * (size_t)(m * (k / 32) + 1));
     a->s16 = (int32_t *)scratch(2, sizeof(int32_t) * (size_t)(m * (k / 16) + 1));
     return a->x && a->d && a->s16 ? 0 : -1;
 }
 
-static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a) {
+static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (m >= 2 * ROW_TILE)
     for (int64_t r = 0; r < m; r++)
         for (int64_t b = 0; b < k / 32; b++) {
             int8_t hi[32], lo[32];
@@ -132,11 +135,12 @@ static inline float hsum8(__m256 v) {
 }
 #endif
 
-/* Rows [m0, m0+mr) of activations against one weight row. */
+/* Rows [m0, m0+mr) of activations against one weight row over columns [k0, k1) (multiples
+ * of 256, or k1 = k; the activations' k is a->k). */
 static inline __attribute__((always_inline)) void dot_rows(
-    int t, const uint8_t *wrow, int64_t k, const acts_t *a, int64_t m0, int mr, float *out) {
+    int t, const uint8_t *wrow, int64_t k0, int64_t k1, const acts_t *a, int64_t m0, int mr, float *out) {
     const int be = BLOCK_ELEMS[t], bb = BLOCK_BYTES[t];
-    const int64_t nb = k / be, n32 = k / 32;
+    const int64_t k = a->k, nb = k1 / be, n32 = k / 32;
     float s[16], o[16], off[ROW_TILE] = {0};
 #ifdef MLXR_AVX2
     __m256 acc[ROW_TILE];
@@ -145,7 +149,7 @@ static inline __attribute__((always_inline)) void dot_rows(
     float accs[ROW_TILE] = {0};
     uint8_t u[32];
 #endif
-    for (int64_t ib = 0; ib < nb; ib++) {
+    for (int64_t ib = k0 / be; ib < nb; ib++) {
         const uint8_t *blk = wrow + ib * bb;
         int subs = block_header(t, blk, s, o);
         for (int j = 0; j < subs; j++) {
