@@ -81,6 +81,7 @@ def main() -> None:
         rows.append({"batch": batch, "plain_tok_s": median(plain), "schema_tok_s": median(schema),
                      "ratio": median(schema) / median(plain), "mask_us_per_token": fill["us_per_row"],
                      "mask_fill": fill, "mask_fill_choice_us_per_row": manager.filler.us_per_row,
+                     "mask_where_us_per_row": getattr(manager, "where_us_per_row", None),  # None: a tree before it
                      "plain_step_ms": per_step(spent[False]), "schema_step_ms": per_step(spent[True]),
                      "plain_runs": plain, "schema_runs": schema})
         print(f"batch {batch}: plain {median(plain):.1f} tok/s, schema {median(schema):.1f} tok/s, "

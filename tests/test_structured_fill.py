@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import llguidance
 import llguidance.torch as llg_torch
+import pytest
 import torch
 
 from conftest import fixture_model
@@ -29,11 +30,15 @@ def reference(matcher, words: int) -> torch.Tensor:
     return mask[0]
 
 
-def test_both_fills_are_tried_and_match_llguidance_row_by_row():
+@pytest.mark.parametrize("serial_in_one_call", [False, True])
+def test_both_fills_are_tried_and_match_llguidance_row_by_row(serial_in_one_call):
+    """serial_in_one_call: as the engine builds its filler (serial fills through a one-thread
+    executor in one call, on the step thread too)."""
     comp = compiler()
     words = (comp.vocab_size + 31) // 32
     states = [comp.compile(SO(json=SCHEMAS["record_like"])) for _ in range(ROWS)]
-    filler = MaskFiller(llguidance.LLExecutor(num_threads=2))
+    serial = llguidance.LLExecutor(num_threads=1) if serial_in_one_call else None
+    filler = MaskFiller(llguidance.LLExecutor(num_threads=2), serial)
     for step in range(2 * TRIALS + 2):
         mask = torch.full((ROWS, words), -1, dtype=torch.int32)
         filler.fill([(s.matcher, i) for i, s in enumerate(states)], mask)

@@ -56,6 +56,11 @@ class StructuredOutputManager:
     def timing(self) -> FillTiming:
         return self.filler.timing if self.filler is not None else FillTiming()
 
+    @property
+    def where_us_per_row(self) -> dict[str, float | None]:
+        """The step thread's time a row for a large batch's fill, each way (chooser.py)."""
+        return self._where.us_per_row
+
     # --- admission ---------------------------------------------------------------------------
     def add(self, request: Request) -> None:
         rid = request.request_id
@@ -146,7 +151,7 @@ class StructuredOutputManager:
             filler.fill(matchers, mask)
             where.learn("step_thread", n, time.perf_counter() - start)
             return mask
-        self._filling = future = self._worker.start(lambda: filler.fill(matchers, mask, one_call=True))
+        self._filling = future = self._worker.start(lambda: filler.fill(matchers, mask, off_step_thread=True))
         handoff = time.perf_counter() - start
 
         def waited(seconds: float) -> None:  # the step thread's cost: hand-off and wait
