@@ -16,30 +16,15 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import device_name, print_table, write_result  # noqa: E402
+from gemv import graph_us  # noqa: E402
 
 SHAPES = {"qkv": (2560, 2048), "o": (2048, 2048), "gate_up": (11264, 2048), "down": (2048, 5632)}  # out, in
 
 
-def time_ms(fn, iters: int = 50, replays: int = 20) -> float:
-    """Per call, from a CUDA graph of `iters` calls (as the decode graphs run them: no launch
-    cost between kernels)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(iters):
-            fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / (iters * replays)
+def time_ms(fn) -> float:
+    """Per call, from a CUDA graph of 50 calls (as the decode graphs run them: no launch cost
+    between kernels)."""
+    return graph_us([fn], calls=50, reps=20) / 1e3
 
 
 def variants(x: torch.Tensor, w: torch.Tensor, more: bool) -> dict[str, float]:
