@@ -162,10 +162,14 @@ def _ollama_router():
 
 def _import_stream_backend() -> None:
     """Starlette's first streamed response imports anyio's backend for this event loop: ~20 ms
-    that a restarted server's first request would otherwise wait for."""
-    from anyio._core._eventloop import get_async_backend
+    that a restarted server's first request would otherwise wait for. (anyio keeps the call
+    in a private module: another anyio only loses the head start.)"""
+    try:
+        from anyio._core._eventloop import get_async_backend
 
-    get_async_backend()
+        get_async_backend()
+    except Exception as e:  # noqa: BLE001 - an optimisation, never a reason not to start
+        log.debug("anyio's backend not imported ahead: %s", e)
 
 
 def _version() -> str:
