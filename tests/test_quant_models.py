@@ -20,6 +20,7 @@ if not quant_cpu.available():
     pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)
 
 N_TOKENS, N_PROMPT = 512, 16
+MIN_AGREEMENT = 0.995  # issue 17's bound: top-1 agreement with the file dequantized to fp32
 
 
 def teacher_forced_agreement(model: str, **ref_kwargs) -> float:
@@ -47,7 +48,7 @@ def quantized_bytes(llm: LLM) -> int:
 
 
 def test_bundled_gemma_q4_k_m_agrees_with_its_fp32_dequantization():
-    assert teacher_forced_agreement("gemma3-270m") >= 0.99
+    assert teacher_forced_agreement("gemma3-270m") >= MIN_AGREEMENT
 
 
 def test_bundled_gemma_keeps_its_weights_at_the_file_size():
@@ -73,4 +74,4 @@ def test_tinyllama_shape_agrees_with_its_fp32_dequantization(file_type):
     if not path.exists():
         pytest.skip(f"{path} not written; bench/quant_cpu.py writes it")
     torch.manual_seed(0)
-    assert teacher_forced_agreement(str(path)) >= 0.99
+    assert teacher_forced_agreement(str(path)) >= MIN_AGREEMENT
