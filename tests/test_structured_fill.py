@@ -30,14 +30,14 @@ def reference(matcher, words: int) -> torch.Tensor:
     return mask[0]
 
 
-@pytest.mark.parametrize("serial_in_one_call", [False, True])
-def test_both_fills_are_tried_and_match_llguidance_row_by_row(serial_in_one_call):
-    """serial_in_one_call: as the engine builds its filler (serial fills through a one-thread
-    executor in one call, on the step thread too)."""
+@pytest.mark.parametrize("own_serial_executor", [False, True])
+def test_both_fills_are_tried_and_match_llguidance_row_by_row(own_serial_executor):
+    """own_serial_executor: the one-thread executor of serial fills given, as the engine does,
+    or made by the filler."""
     comp = compiler()
     words = (comp.vocab_size + 31) // 32
     states = [comp.compile(SO(json=SCHEMAS["record_like"])) for _ in range(ROWS)]
-    serial = llguidance.LLExecutor(num_threads=1) if serial_in_one_call else None
+    serial = llguidance.LLExecutor(num_threads=1) if own_serial_executor else None
     filler = MaskFiller(llguidance.LLExecutor(num_threads=2), serial)
     for step in range(2 * TRIALS + 2):
         mask = torch.full((ROWS, words), -1, dtype=torch.int32)

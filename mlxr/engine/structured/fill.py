@@ -57,7 +57,11 @@ class FillTiming:
 class MaskFiller:
     def __init__(self, executor, serial_executor=None) -> None:
         """executor: llguidance.LLExecutor; serial_executor: one of a single thread, for serial
-        fills in one call (see fill)."""
+        fills in one call (see fill; made here when not given)."""
+        if serial_executor is None:
+            import llguidance
+
+            serial_executor = llguidance.LLExecutor(num_threads=1)
         self._executor, self._serial_executor = executor, serial_executor
         self._chooser = KindChooser()
         self.timing = FillTiming()
@@ -66,20 +70,15 @@ class MaskFiller:
         """mask[i] = matcher's allowed tokens for each (matcher, i). A serial fill is one call
         too (the single-thread executor's): a worker thread that runs it takes the GIL once, not
         once a row (each time waiting for the step thread to drop it), and the step thread
-        saves the per-row calls' overhead (batch 64 on a 2-core host: 508 us against 628 for
-        the row loop; bench/probes/constrained_host.py's fill_one_call). off_step_thread: the fill
-        runs off the step thread (its time is not the step thread's)."""
+        saves the per-row calls' overhead (batch 64 on a 2-core host: 445 us against 497 for
+        the row loop; bench/probes/constrained_host.py, constrained_host-20261125T083450Z).
+        off_step_thread: the fill runs off the step thread (its time is not the step thread's)."""
         import llguidance.torch as llg_torch
 
         kind = self._chooser.choose(len(matchers))
         start = time.perf_counter()
-        if kind == "parallel":
-            llg_torch.fill_next_token_bitmask_par(self._executor, matchers, mask)
-        elif self._serial_executor is not None:
-            llg_torch.fill_next_token_bitmask_par(self._serial_executor, matchers, mask)
-        else:
-            for matcher, i in matchers:
-                llg_torch.fill_next_token_bitmask(matcher, mask, i)
+        executor = self._executor if kind == "parallel" else self._serial_executor
+        llg_torch.fill_next_token_bitmask_par(executor, matchers, mask)
         seconds = time.perf_counter() - start
         self.timing.add(kind, seconds, len(matchers))
         if not off_step_thread:
