@@ -98,6 +98,11 @@ class DiskStore:
         return self.dir / f"{h.hex()}.kvb"
 
     # --- reading (the scheduler's thread, read-ahead in the reader pool) ---------------------------
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether prefetch() starts anything (a reader pool was asked for)."""
+        return self._reader is not None
+
     def prefetch(self, reads: list[tuple[bytes, memoryview]]) -> None:
         """Start reading and verifying these blocks in parallel, each straight into its buffer, for
         read() to take. Reads of an earlier prefetch that are not wanted any more are cancelled,

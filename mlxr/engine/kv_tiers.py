@@ -106,8 +106,9 @@ class KVTiers:
 
     def prefetch(self, hashes: list[bytes]) -> None:
         """A chain of blocks the device misses: start reading those that only the disk has, each
-        into a staging row of its own (rows in use are freed by a flush first if too few are left)."""
-        if self.disk is None:
+        into a staging row of its own (rows in use are freed by a flush first if too few are left).
+        Without a reader pool (the default) lookups read each block when they reach it."""
+        if self.disk is None or not self.disk.reads_ahead:
             return
         t0 = time.perf_counter()
         from_disk = []
