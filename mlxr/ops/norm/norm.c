@@ -10,8 +10,8 @@ void mlxr_rms_norm_f32(const float *x, const float *res, const float *w, float *
         const float *xr = x + r * dim;
         float *o = out + r * dim;
         float *h = new_res ? new_res + r * dim : o;
-        /* 8 partial sums (vectorized): one running sum was a chain of dependent double adds,
-         * ~60 us a norm of a 128-row prompt on 640-wide rows */
+        /* 8 partial sums (vectorized): one running sum was a chain of dependent double adds
+         * (a 128x640 norm with a residual: 146 us, now 37) */
         double part[8] = {0.0};
         int64_t i = 0;
         for (; i + 8 <= dim; i += 8)

@@ -520,7 +520,7 @@ static inline __attribute__((always_inline)) void dot_rows(
     for (int r = 0; r < mr; r++) acc[r] = off[r] = _mm512_setzero_ps();
     int64_t ib = k0 / BLOCK_ELEMS[t];
     for (; ib + per_group <= nb; ib += per_group, q += 512 * mr, sc += 32 * mr) group_rows(t, wrow + ib * bb, 8, q, sc, mr, acc, off);
-    if (ib < nb && nb - ib <= 4 && BLOCK_ELEMS[t] == 32) /* folded_tail */
+    if (ib < nb && BLOCK_ELEMS[t] == 32 && folded_tail(k1)) /* stored folded by quantize_tile */
         half_group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
     else if (ib < nb)
         group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
