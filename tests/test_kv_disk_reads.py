@@ -138,3 +138,28 @@ def test_cpu_copies_leave_the_thread_count_as_found(tmp_path):
     restore(tiers, 2, 8, read_ahead=False)
     assert torch.get_num_threads() == threads
     tiers.close()
+
+
+def test_files_checked_with_zlibs_crc_stay_readable(tmp_path):
+    """The CRC-32 is zlib-ng's since 2026-11-25: files written before carry the standard
+    library's zlib value, which must be the same number for every length (odd tails too)."""
+    import json
+    import struct
+    import zlib
+    from dataclasses import asdict
+
+    from mlxr.engine.kv_block_file import MAGIC, Layout, crc32, read_block_into
+
+    gen = torch.Generator().manual_seed(0)
+    for n in (1, 31, 4096, 360_448 + 7):
+        data = memoryview(torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen).numpy().tobytes())
+        assert crc32(data) == zlib.crc32(data), n
+    layout = Layout("digest", "torch.float32", 16, 2, 2, 8, "cpu")
+    payload = memoryview(torch.randn(512, generator=gen).numpy().tobytes())
+    h = bytes(32)
+    header = json.dumps({**asdict(layout), "hash": h.hex(), "bytes": len(payload), "crc32": zlib.crc32(payload)}).encode()
+    path = tmp_path / "old.kvb"
+    path.write_bytes(MAGIC + struct.pack("<I", len(header)) + header + bytes(payload))
+    into = memoryview(bytearray(len(payload)))
+    read_block_into(path, layout, h, into)
+    assert bytes(into) == bytes(payload)
