@@ -13,14 +13,14 @@ from gguf.quants import dequantize
 from mlxr.layers.quant_linear import PackedWeight, QuantEmbedding, QuantLinear
 from mlxr.ops.quant import quant_cpu
 from mlxr.ops.quant.quant import CPU_GEMM_MIN_ROWS
-from mlxr.ops.quant.quant_types import QUANT_TYPES
+from mlxr.ops.quant.quant_types import CPU_INT_TYPES
 
 if not quant_cpu.available():
     pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)
 
-TYPES = list(QUANT_TYPES)
+TYPES = list(CPU_INT_TYPES)
 # Byte offsets of the fp16 scales in each block (random bytes there could be inf/NaN).
-HALF_AT = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+HALF_AT = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q4_1": [0, 2]}
 
 
 def _cpu_flags() -> set[str]:
@@ -37,7 +37,7 @@ BUILDS = ["native", pytest.param("x86-64-v3", id="avx2", marks=pytest.mark.skipi
 
 
 def random_blocks(qtype: str, n: int, k: int, seed: int = 0, extremes: bool = False) -> np.ndarray:
-    t = QUANT_TYPES[qtype]
+    t = CPU_INT_TYPES[qtype]
     rng = np.random.default_rng(seed)
     nb = k // t.block_elems
     blocks = rng.integers(0, 256, (n, nb, t.block_bytes), dtype=np.uint8)
@@ -77,7 +77,7 @@ def test_dequantize_is_bit_exact_to_gguf_py(qtype, n, k, extremes):
     assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0", "Q4_1"])
 def test_dequantize_small_blocks_at_odd_widths(qtype):
     raw = random_blocks(qtype, 5, 96)
     ours = quant_cpu.dequantize_cpu(torch.from_numpy(raw), qtype, 96).numpy()
@@ -118,7 +118,7 @@ def test_qmatmul_matches_dequantize_then_matmul(build, qtype, m, k):
 
 
 @pytest.mark.parametrize("build", BUILDS)
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0"])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0", "Q4_1"])
 @pytest.mark.parametrize("m", [1, 3, 8, 11])
 @pytest.mark.parametrize("k", [96, 224, 640, 2144])
 def test_qmatmul_at_widths_that_end_in_a_partial_group(build, qtype, m, k):
@@ -168,7 +168,7 @@ def test_mlxr_cpu_kernels_forces_a_path(monkeypatch, choice, path):
         build.load_library.cache_clear()
 
 
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "Q6_K"])
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "Q6_K", "Q4_1"])
 @pytest.mark.parametrize("rows", [1, CPU_GEMM_MIN_ROWS, 40])
 def test_quant_linear_agrees_with_float_linear_on_both_paths(qtype, rows):
     """The integer kernel at every row count (VNNI build); the portable build takes the fp32

@@ -10,7 +10,7 @@ from quant_blocks import random_blocks, reference_dequantize
 
 from mlxr.ops.quant import quant, quant_cpu
 from mlxr.ops.quant.quant_reference import dequantize
-from mlxr.ops.quant.quant_types import EXTRA_TYPES
+from mlxr.ops.quant.quant_types import CPU_INT_TYPES, EXTRA_TYPES
 
 TYPES = list(EXTRA_TYPES)
 MARCHES = ["native", "x86-64"]  # the host's vector build and the portable one
@@ -53,22 +53,26 @@ def test_dispatch_matmul_and_embedding_rows(qtype: str) -> None:
     raw = random_blocks(qtype, n, k, seed=3)
     want = torch.from_numpy(_gguf(raw, qtype, n, k))
     t = torch.from_numpy(raw)
+    # quant.c's integer kernel (Q4_1 on CPU) rounds activations to 16 bits per 32 columns.
+    tol = 1e-4 if qtype in CPU_INT_TYPES else 1e-5
     for m in (1, 4, 20):  # the kernel's rows and the dequantize + GEMM rows
         x = torch.randn(2, m, k)
         got = quant.qmatmul(x, t, qtype, k)
         ref = (x.double() @ want.double().T)
-        assert got.shape == (2, m, n) and (got.double() - ref).norm() / ref.norm() < 1e-5
+        assert got.shape == (2, m, n) and (got.double() - ref).norm() / ref.norm() < tol
     rows = torch.tensor([[3, 0], [15, 3]])
     assert torch.equal(quant.dequantize_rows(t, rows, qtype, k), want[rows])
 
 
 def test_cpu_auto_keeps_only_types_with_integer_kernels():
-    """On CPU under "auto" the six newer types load expanded (their plain C kernels decoded the
-    bundled SmolLM2 Q4_1 at 13 tok/s against 56 expanded); `gguf` keeps them, as CUDA does."""
+    """On CPU under "auto" the extra types without an integer kernel load expanded (their plain C
+    kernels decoded the bundled SmolLM2 Q4_1 at 13 tok/s against 56 expanded, before quant.c took
+    Q4_1); `gguf` keeps them, as CUDA does."""
     import torch
 
     from mlxr.loader import kept_types
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert "Q4_1" not in kept_types(cpu, "auto") and "Q4_K" in kept_types(cpu, "auto")
+    auto = kept_types(cpu, "auto")
+    assert {"Q4_1", "Q4_K"} <= set(auto) and not {"Q5_1", "Q2_K", "IQ4_XS"} & set(auto)
     assert {"Q4_1", "IQ4_XS", "Q2_K"} <= set(kept_types(cpu, "gguf")) & set(kept_types(cuda, "auto"))

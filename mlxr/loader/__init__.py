@@ -167,9 +167,10 @@ def load_frontend(ref: str) -> tuple[ModelSource, ModelArgs, Tokenizer]:
 
 def kept_types(device: torch.device, quantization: str) -> Collection[str]:
     """The GGUF types a load keeps quantized. On CPU under "auto", only those whose C kernels
-    use integer dot products: the six newer types' plain C kernels decoded the bundled SmolLM2
-    Q4_1 at 13 tok/s against 56 with its weights expanded to 16 bits at load (2-core AMD EPYC,
-    bench/cpu_vs_llama_cpp.py, 2026-11-24). `--quantization gguf` keeps every type."""
-    from mlxr.ops.quant.quant_types import KEPT_TYPES, QUANT_TYPES
+    use integer dot products (quant.c, Q4_1 among them): the other extra types' plain C kernels
+    decoded a Q4_1 file at 13 tok/s against 56 with its weights expanded to 16 bits at load
+    (2-core AMD EPYC, bench/cpu_vs_llama_cpp.py, 2026-11-24, before quant.c took Q4_1).
+    `--quantization gguf` keeps every type."""
+    from mlxr.ops.quant.quant_types import CPU_INT_TYPES, KEPT_TYPES
 
-    return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else QUANT_TYPES
+    return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else CPU_INT_TYPES

@@ -37,10 +37,12 @@
 #define MLXR_AVX2 1 /* quant_generic.h's AVX2 kernel */
 #endif
 
-enum { T_Q4_0 = 0, T_Q5_0 = 1, T_Q8_0 = 2, T_Q4_K = 3, T_Q5_K = 4, T_Q6_K = 5 };
+/* Q4_1 (6) follows the quant_extra.c numbering (quant_types.py): its codes are Q4_0's, with a
+ * per-block offset instead of the fixed 8. */
+enum { T_Q4_0 = 0, T_Q5_0 = 1, T_Q8_0 = 2, T_Q4_K = 3, T_Q5_K = 4, T_Q6_K = 5, T_Q4_1 = 6, N_TYPES = 7 };
 
-static const int BLOCK_ELEMS[6] = {32, 32, 32, 256, 256, 256};
-static const int BLOCK_BYTES[6] = {18, 22, 34, 144, 176, 210};
+static const int BLOCK_ELEMS[N_TYPES] = {32, 32, 32, 256, 256, 256, 32};
+static const int BLOCK_BYTES[N_TYPES] = {18, 22, 34, 144, 176, 210, 20};
 
 #include "half.h" /* h2f: the blocks' fp16 scales */
 
@@ -76,6 +78,15 @@ static void dequant_block(int t, const uint8_t *b, float *y) {
             int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
             y[j] = d * (float)(lo - 16);
             y[j + 16] = d * (float)(hi - 16);
+        }
+        break;
+    }
+    case T_Q4_1: { /* gguf-py: d * q + m */
+        float d = h2f(b), m = h2f(b + 2);
+        const uint8_t *qs = b + 4;
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)(qs[j] & 0xF) + m;
+            y[j + 16] = d * (float)(qs[j] >> 4) + m;
         }
         break;
     }
@@ -378,8 +389,9 @@ static inline __attribute__((always_inline)) void group_codes(int t, const uint8
     if (BLOCK_ELEMS[t] == 32) group_blocks(g, BLOCK_BYTES[t], nblk, b);
     switch (t) {
     case T_Q4_0:
+    case T_Q4_1:
     case T_Q5_0: { /* vector i: nibble i/2 of each block's 64-bit word i%2 */
-        const int qs = t == T_Q4_0 ? 2 : 6;
+        const int qs = t == T_Q4_0 ? 2 : t == T_Q4_1 ? 4 : 6;
         __m512i lo4 = four_x16(b, 0, qs), hi4 = four_x16(b, 4, qs);
         __m512i w0 = _mm512_permutex2var_epi64(lo4, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), hi4);
         __m512i w1 = _mm512_permutex2var_epi64(lo4, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), hi4);
@@ -417,9 +429,13 @@ static inline __attribute__((always_inline)) void group_codes(int t, const uint8
     }
 }
 
-/* The fp16 scales at the start of a group's blocks. */
-static inline __m256 block_halfs(const uint8_t *g, int bb, int nblk) {
-    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(block_words(g, bb, nblk, 0)));
+/* A 32-column type's lanes 0-7 the blocks' scales s, lanes 8-15 their offsets o (w = s*u - o):
+ * Q4_1's o is its block's -m; the others' is s, scaled by 8, 16 or 128 at the end (dot_rows). */
+static inline __m512 block_scales_offsets(int t, const uint8_t *g, int nblk) {
+    __m256i words = block_words(g, BLOCK_BYTES[t], nblk, 0);
+    __m256 d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(words));
+    __m256 o = t == T_Q4_1 ? _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(words, 16)))) : d;
+    return _mm512_insertf32x8(_mm512_castps256_ps512(d), o, 1);
 }
 
 /* Q4_K/Q5_K: lanes 0-7 the sub-block scales d*sc, lanes 8-15 the offsets dmin*mn, from the
@@ -469,13 +485,7 @@ static inline __attribute__((always_inline)) void group_rows(
     }
     /* lanes 0-7 the weight scales s, lanes 8-15 the offsets o (32-column types: o = s, scaled
      * by 8, 16 or 128 at the end); times the record's d and d * sum(xq) */
-    __m512 wso;
-    if (t == T_Q4_K || t == T_Q5_K) {
-        wso = kscales(g);
-    } else {
-        __m256 d = block_halfs(g, BLOCK_BYTES[t], nblk);
-        wso = _mm512_insertf32x8(_mm512_castps256_ps512(d), d, 1);
-    }
+    __m512 wso = t == T_Q4_K || t == T_Q5_K ? kscales(g) : block_scales_offsets(t, g, nblk);
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
         __m512 s = _mm512_mul_ps(wso, _mm512_load_ps(sc + 32 * r));
@@ -492,8 +502,7 @@ static inline __attribute__((always_inline)) void half_group_rows(
     group_codes(t, g, nblk, u);
     f[0] = _mm512_inserti64x4(u[0], _mm512_castsi512_si256(u[1]), 1);
     f[1] = _mm512_inserti64x4(u[2], _mm512_castsi512_si256(u[3]), 1);
-    __m256 d = block_halfs(g, BLOCK_BYTES[t], nblk);
-    __m512 wso = _mm512_insertf32x8(_mm512_castps256_ps512(d), d, 1);
+    __m512 wso = block_scales_offsets(t, g, nblk);
     const __m512i sub = _mm512_srli_epi32(_mm512_and_si512(lanes16(), _mm512_set1_epi32(7)), 1);
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
@@ -591,8 +600,9 @@ TYPED(T_Q8_0)
 TYPED(T_Q4_K)
 TYPED(T_Q5_K)
 TYPED(T_Q6_K)
+TYPED(T_Q4_1)
 
-static const range_fn RANGES[6] = {range_T_Q4_0, range_T_Q5_0, range_T_Q8_0, range_T_Q4_K, range_T_Q5_K, range_T_Q6_K};
+static const range_fn RANGES[N_TYPES] = {range_T_Q4_0, range_T_Q5_0, range_T_Q8_0, range_T_Q4_K, range_T_Q5_K, range_T_Q6_K, range_T_Q4_1};
 
 typedef struct {
     range_fn f;
@@ -629,7 +639,7 @@ static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *
 }
 
 int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
-    if (t < 0 || t > 5 || k % BLOCK_ELEMS[t]) return -1;
+    if (t < 0 || t >= N_TYPES || k % BLOCK_ELEMS[t]) return -1;
     acts_t a;
     if (acts_alloc(&a, m, k)) return -2;
     quantize_acts(x, m, k, &a, nthreads);

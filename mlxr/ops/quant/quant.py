@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from mlxr.ops.backend import use_triton
 from mlxr.ops.quant import quant_cpu, quant_extra
+from mlxr.ops.quant.quant_types import CPU_INT_TYPES
 
 # MLXR_KERNELS=reference (read once): dequantize + fp32 GEMM on the CPU too, a continuous
 # function of the activations, which tests compare at 1e-5 (the kernels round activations).
@@ -27,10 +28,10 @@ CPU_GEMM_MIN_ROWS = quant_cpu.GEMM_MIN_ROWS[0]
 
 def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
+    if x.is_cpu and not CPU_REFERENCE and qtype in CPU_INT_TYPES:
+        return _qmatmul_cpu(x, raw, qtype, k)
     if quant_extra.is_extra(qtype):
         return quant_extra.qmatmul(x, raw, qtype, k)
-    if x.is_cpu and not CPU_REFERENCE:
-        return _qmatmul_cpu(x, raw, qtype, k)
     if use_triton(x, raw):
         from mlxr.ops.quant.quant_triton import qmatmul_triton
 

@@ -1,5 +1,5 @@
 """Launchers for the CPU kernels of quantized weights: one ctypes layer over the two libraries,
-quant.c (QUANT_TYPES) and quant_extra.c (EXTRA_TYPES), which export the same entry points under
+quant.c (CPU_INT_TYPES) and quant_extra.c (the other EXTRA_TYPES), which export the same entry points under
 their own prefixes; a call picks the library by the weight's type.
 
 quant.c's `qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with
@@ -14,7 +14,7 @@ import ctypes
 import torch
 
 from mlxr.ops.cpu_build import load_library
-from mlxr.ops.quant.quant_types import EXTRA_TYPES, quant_type
+from mlxr.ops.quant.quant_types import CPU_INT_TYPES, quant_type
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
@@ -54,7 +54,7 @@ def library(march: str | None = None, name: str = "quant") -> ctypes.CDLL | None
 
 def library_for(qtype: str, march: str | None = None) -> ctypes.CDLL | None:
     """The library whose kernels take `qtype`."""
-    return library(march, "quant_extra" if qtype in EXTRA_TYPES else "quant")
+    return library(march, "quant" if qtype in CPU_INT_TYPES else "quant_extra")
 
 
 def available(name: str = "quant") -> bool:

@@ -37,6 +37,7 @@ static inline int block_header(int t, const uint8_t *b, float *s, float *o) {
     switch (t) {
     case T_Q4_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 8.0f * d; return 1; }
     case T_Q5_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 16.0f * d; return 1; }
+    case T_Q4_1: { s[0] = s[1] = h2f(b); o[0] = o[1] = -h2f(b + 2); return 1; }
     case T_Q8_0: { float d = h2f(b); s[0] = s[1] = d; o[0] = o[1] = 128.0f * d; return 1; }
     case T_Q4_K:
     case T_Q5_K: {
@@ -64,6 +65,7 @@ static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
         int e, v;
         switch (t) {
         case T_Q4_0: v = l < 16 ? (b[2 + l] & 0xF) : (b[2 + l - 16] >> 4); break;
+        case T_Q4_1: v = l < 16 ? (b[4 + l] & 0xF) : (b[4 + l - 16] >> 4); break;
         case T_Q5_0: {
             uint32_t qh = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
             v = (l < 16 ? (b[6 + l] & 0xF) : (b[6 + l - 16] >> 4)) | (((qh >> l) & 1) << 4);
@@ -102,10 +104,11 @@ static inline __m256i bits_to_0x10(const uint8_t *p) {
 static inline __m256i codes32(int t, const uint8_t *b, int j) {
     switch (t) {
     case T_Q4_0:
+    case T_Q4_1:
     case T_Q5_0: {
-        __m128i q = _mm_loadu_si128((const __m128i *)(b + (t == T_Q4_0 ? 2 : 6)));
+        __m128i q = _mm_loadu_si128((const __m128i *)(b + (t == T_Q4_0 ? 2 : t == T_Q4_1 ? 4 : 6)));
         __m256i u = low_nibbles(_mm256_set_m128i(_mm_srli_epi16(q, 4), q));
-        return t == T_Q4_0 ? u : _mm256_or_si256(u, bits_to_0x10(b + 2));
+        return t == T_Q5_0 ? _mm256_or_si256(u, bits_to_0x10(b + 2)) : u;
     }
     case T_Q8_0:
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));

@@ -52,6 +52,9 @@ EXTRA_TYPES: dict[str, QuantType] = {
     )
 }
 KEPT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, **EXTRA_TYPES}
+# The types quant.c's integer kernel takes on the CPU: the core ones and Q4_1 (Q4_0's codes with
+# a per-block offset). The others of EXTRA_TYPES run quant_extra.c there.
+CPU_INT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, "Q4_1": EXTRA_TYPES["Q4_1"]}
 
 
 def quant_type(name: str) -> QuantType:
