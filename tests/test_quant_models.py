@@ -62,6 +62,19 @@ def test_bundled_gemma_keeps_its_weights_at_the_file_size():
     assert 0.9 * file_size <= resident <= 1.02 * file_size, (resident, file_size)
 
 
+def test_bundled_smollm2_q4_1_agrees_with_its_fp32_dequantization():
+    """The instruct model's Q4_1 weights run quant.c's integer kernel on the CPU."""
+    assert teacher_forced_agreement("smollm2:135m") >= MIN_AGREEMENT
+
+
+def test_bundled_smollm2_keeps_its_q4_1_weights_quantized_on_the_cpu():
+    llm = LLM("smollm2:135m", max_num_seqs=1)
+    layers = [m for m in llm.loaded.model.modules() if isinstance(m, QuantLinear)]
+    assert layers and {m.qtype for m in layers} >= {"Q4_1"}
+    file_size = llm.loaded.source.path.stat().st_size
+    assert quantized_bytes(llm) <= 1.02 * file_size
+
+
 TINYLLAMA_FILES = Path(os.environ.get("MLXR_TINYLLAMA_GGUF_DIR", ".fixtures/tinyllama-quantized"))
 
 
