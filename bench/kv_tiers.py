@@ -5,7 +5,8 @@ TTFT at the first text), is stopped (SIGTERM), a new server starts on the same d
 answers again: TTFT against the cold one (target <= 30%), greedy text identical. Then the prompt
 once more on the restarted server, from its device cache ("repeat": the floor no tier can beat),
 and the restarted server's restore phases (host ms: disk read-ahead started, lookups waiting on
-reads, flushes of the copies) and kernels compiled after its warm-up. With --prime each server
+reads, flushes of the copies, and the start's preload of the disk's recent blocks into the device
+cache, which --preload 0 turns off) and kernels compiled after its warm-up. With --prime each server
 first answers a short unrelated prompt, so neither TTFT carries a first request's one-off costs.
 Host tier (one process, LLM API): an engine with a small device cache answers the prompt, other
 prompts churn the device cache until the prompt's blocks are evicted, the prompt comes again;
@@ -75,9 +76,11 @@ PRIME = "Say hello."
 
 
 def disk_round(model: str, device: str, prompt: str, max_tokens: int, max_model_len: int, work: Path,
-               prime: bool) -> dict:
+               prime: bool, preload: float | None = None) -> dict:
     cache = work / "kv"
     args = ("--model", model, "--device", device, "--kv-cache-dir", str(cache), "--max-model-len", str(max_model_len))
+    if preload is not None:
+        args += ("--kv-cache-preload", str(preload))
     times, stats = {}, {}
     for phase in ("cold", "restart"):
         with server_process(work / f"home-{phase}", *args, timeout_s=600) as (url, _), httpx.Client() as client:
@@ -196,6 +199,8 @@ def main() -> None:
     ap.add_argument("--host-gb", type=float, default=2.0)
     ap.add_argument("--skip", choices=["disk", "host"], default=None)
     ap.add_argument("--prime", action="store_true", help="disk tier: a short prompt first on each server")
+    ap.add_argument("--preload", type=float, default=None,
+                    help="disk tier: the servers' --kv-cache-preload (default: theirs; 0 = restore on request)")
     args = ap.parse_args()
     from mlxr.loader import load_frontend
 
@@ -211,10 +216,10 @@ def main() -> None:
         for r in range(args.rounds):
             with tempfile.TemporaryDirectory(prefix="kv-tiers-bench-") as work:
                 rounds.append(disk_round(model_path, args.device, text, args.max_tokens, max_model_len, Path(work),
-                                         args.prime))
+                                         args.prime, args.preload))
         cold, warm = median([x["cold_ttft_s"] for x in rounds]), median([x["restart_ttft_s"] for x in rounds])
         result["disk"] = {"cold_ttft_s": cold, "restart_ttft_s": warm, "ratio": warm / cold, "target": 0.3,
-                          "primed": args.prime,
+                          "primed": args.prime, "preload": args.preload,
                           "repeat_ttft_s": median([x["repeat_ttft_s"] for x in rounds]),
                           "identical": all(x["identical"] for x in rounds), "rounds": rounds}
     if args.skip != "host":

@@ -125,6 +125,10 @@ class EngineConfig:
     kv_host_cache_gb: float = 0.0
     kv_cache_dir: str | None = None
     kv_cache_disk_gb: float = 10.0
+    # At start, the disk's most recently used blocks fill up to this fraction of the device cache's
+    # blocks, as cached prefixes (evicted like any other), so the first requests after a restart
+    # find them on the device. 0: restore only when a request asks.
+    kv_cache_preload: float = 0.5
     max_waiting: int = 1024
     enable_cuda_graphs: bool = True  # decode steps replay captured graphs on CUDA
     # Graph block tables span the whole context; the Triton decode kernel skips the empty

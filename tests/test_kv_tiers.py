@@ -51,7 +51,9 @@ def fill_cache(model: str, cache_dir: Path, prompt: list[int] = PROMPT) -> list[
 
 
 def restarted(model: str, cache_dir: Path, **kwargs) -> LLM:
-    return LLM(model, dtype=torch.float32, kv_cache_dir=str(cache_dir), **kwargs)
+    """A new engine on the same directory, restoring blocks when a request asks (no preload at
+    start, so these tests see the request's own restore; test_kv_preload.py covers the preload)."""
+    return LLM(model, dtype=torch.float32, kv_cache_dir=str(cache_dir), **{"kv_cache_preload": 0.0, **kwargs})
 
 
 def test_host_tier_churn_then_hit(model, reference):

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--kv-cache-dir", default=None,
                    help="directory that keeps computed KV blocks across restarts (disk tier; off when unset)")
     s.add_argument("--kv-cache-disk-gb", type=float, default=10.0, help="size bound of --kv-cache-dir")
+    s.add_argument("--kv-cache-preload", type=float, default=0.5,
+                   help="at start, fill up to this fraction of the device KV cache with --kv-cache-dir's "
+                        "most recently used blocks (0 = restore only when a request asks)")
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
     s.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
                    help="speculative decoding: prompt lookup (ngram) or a draft model (draft)")
@@ -101,7 +104,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
         num_kv_blocks=ns.num_kv_blocks, kv_host_cache_gb=ns.kv_host_cache_gb,
         kv_cache_dir=str(Path(ns.kv_cache_dir).expanduser().resolve()) if ns.kv_cache_dir else None,
-        kv_cache_disk_gb=ns.kv_cache_disk_gb, parallel=parallel_from(ns),
+        kv_cache_disk_gb=ns.kv_cache_disk_gb, kv_cache_preload=ns.kv_cache_preload, parallel=parallel_from(ns),
         speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
         speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
     )

@@ -194,6 +194,18 @@ class BlockManager:
             else:
                 self._reuse(seq, h, block)
 
+    def adopt(self, h: bytes) -> int | None:
+        """A free, empty block to hold the prefix block hashed h, brought back by a lower tier
+        before any request asks (kv_tiers.preload): cached and unreferenced, and last in the
+        eviction order. None when h is cached already or no empty block is left (never evicts)."""
+        block = next(iter(self.free_blocks), None)
+        if h in self.cached or block is None or block in self.hash_of:
+            return None
+        self.free_blocks.move_to_end(block)
+        self.cached[h] = block
+        self.hash_of[block] = h
+        return block
+
     def _no_room(self, seq: Request) -> bool:
         return len(self.free_blocks) < self.blocks_for(seq.num_tokens) - len(seq.block_table)
 

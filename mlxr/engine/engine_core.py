@@ -118,6 +118,8 @@ class EngineCore:
             WATCH.warming()
         self.tiers = self._make_tiers()
         self.block_manager.tiers = self.tiers
+        if self.tiers is not None:
+            self.tiers.preload(self.block_manager.adopt, int(config.kv_cache_preload * num_blocks))
         tune_gc_once()
 
     def _make_tiers(self) -> KVTiers | None:

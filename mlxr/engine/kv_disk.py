@@ -79,8 +79,10 @@ class DiskStore:
         sweep_temporaries(self.dir)
         db = self._connect()
         try:
-            rows = db.execute("SELECT hash FROM blocks WHERE layout = ?", (self.layout.key(),)).fetchall()
-            self._resident = {bytes(h) for (h,) in rows}
+            rows = db.execute("SELECT hash FROM blocks WHERE layout = ? ORDER BY last_used DESC",
+                              (self.layout.key(),)).fetchall()
+            self._by_recency = [bytes(h) for (h,) in rows]  # as the index stood at start
+            self._resident = set(self._by_recency)
             self.total_bytes = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM blocks").fetchone()[0]
         finally:
             db.close()
@@ -93,6 +95,10 @@ class DiskStore:
 
     def contains(self, h: bytes) -> bool:
         return h in self._resident
+
+    def most_recent(self, limit: int) -> list[bytes]:
+        """Up to limit blocks of this layout that the index held at start, most recently used first."""
+        return [h for h in self._by_recency if h in self._resident][:max(0, limit)]
 
     def _path(self, h: bytes) -> Path:
         return self.dir / f"{h.hex()}.kvb"

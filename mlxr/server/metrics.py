@@ -108,6 +108,8 @@ TIER_METRICS = (  # (name, kind, help, key of EngineStats.kv_tiers[tier])
      "skipped_files"),
     ("mlxr:kv_tier_write_errors", "counter", "Disk tier writes that failed (writes turn off)", "write_errors"),
     ("mlxr:kv_tier_writes_enabled", "gauge", "1 while the disk tier still writes", "writes_enabled"),
+    ("mlxr:kv_tier_preloaded_blocks", "gauge", "Disk tier blocks loaded into the device cache at start",
+     "preloaded_blocks"),
 )
 
 

@@ -1,0 +1,59 @@
+"""The host's cost of launching a captured decode graph (cudaGraphLaunch through
+CUDAGraph.replay) with the device idle before it, by padded batch size, beside the graph's
+device time: at batch 1 a speculating step's launch sits on its critical path (the device
+waits for the host), where a plain step's is hidden behind the step before it.
+
+  python bench/probes/graph_launch.py [--model smollm2] [--reps 50]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.common import device_name, median, write_result  # noqa: E402
+from mlxr import LLM  # noqa: E402
+from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
+
+
+def launch_times(graph: torch.cuda.CUDAGraph, reps: int) -> tuple[float, float]:
+    """(median host us of replay() from an idle device, median device us of one replay)."""
+    host, device = [], []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start.record()
+        t0 = time.perf_counter()
+        graph.replay()
+        host.append((time.perf_counter() - t0) * 1e6)
+        end.record()
+        torch.cuda.synchronize()
+        device.append(start.elapsed_time(end) * 1e3)
+    return median(host), median(device)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 9, 16, 64])
+    args = ap.parse_args()
+    llm = LLM(str(smollm2_135m_path()), device="cuda", engine_process=False)
+    graphs = llm.engine.core.core.runner.graphs
+    rows = []
+    for b in args.sizes:
+        if b not in graphs.graphs:
+            continue
+        graph, _ = graphs.graphs[b]
+        host_us, device_us = launch_times(graph, args.reps)
+        rows.append({"rows": b, "launch_host_us": host_us, "replay_device_us": device_us})
+        print(f"{b:4d} rows: launch {host_us:7.1f} us host, replay {device_us:7.1f} us device")
+    write_result("graph_launch", {"device": device_name("cuda"), "model": "smollm2:135m", "reps": args.reps,
+                                  "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
