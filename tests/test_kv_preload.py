@@ -98,3 +98,18 @@ def test_restarted_server_preloads_and_reports_it(tmp_path):
             stats = next(iter(httpx.get(url + "/admin/stats").json()["models"].values()))
             assert stats["kv_tiers"]["disk"]["preloaded_blocks"] == preloaded
     assert texts[0] == texts[1] == texts[2]
+
+
+def test_preload_stops_at_its_time_budget(model, reference, tmp_path, monkeypatch, caplog):
+    from mlxr.engine import kv_tiers
+
+    fill_cache(model, tmp_path)
+    monkeypatch.setattr(kv_tiers, "PRELOAD_BUDGET_S", 0.0)
+    llm = started(model, tmp_path)
+    try:
+        assert llm.engine.stats().kv_tiers["disk"]["preloaded_blocks"] == 0
+        assert any("budget" in r.message for r in caplog.records)
+        assert run(llm) == reference  # restored on request instead
+        assert llm.engine.stats().kv_tiers["disk"]["hits"] == FULL_BLOCKS
+    finally:
+        llm.shutdown()

@@ -38,12 +38,25 @@ def launch_times(graph: torch.cuda.CUDAGraph, reps: int) -> tuple[float, float]:
     return median(host), median(device)
 
 
+def kernel_times(graph: torch.cuda.CUDAGraph, reps: int, top: int) -> list[tuple[str, float, int]]:
+    """(kernel name, device us per replay, launches per replay) of the graph's largest kernels,
+    from torch.profiler's device records over reps replays."""
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total / reps, e.count // reps) for e in prof.key_averages() if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r[1])[:top]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 9, 16, 64])
     ap.add_argument("--gemv-max-m", type=int, default=None,
                     help="quant_extra_triton.GEMV_MAX_M for this run (rows above it dequantize + cuBLAS)")
+    ap.add_argument("--kernels", type=int, default=0, help="also list this many largest kernels per size")
     args = ap.parse_args()
     if args.gemv_max_m is not None:
         from mlxr.ops.quant import quant_extra_triton
@@ -57,8 +70,13 @@ def main() -> None:
             continue
         graph, _ = graphs.graphs[b]
         host_us, device_us = launch_times(graph, args.reps)
-        rows.append({"rows": b, "launch_host_us": host_us, "replay_device_us": device_us})
+        row = {"rows": b, "launch_host_us": host_us, "replay_device_us": device_us}
         print(f"{b:4d} rows: launch {host_us:7.1f} us host, replay {device_us:7.1f} us device")
+        if args.kernels:
+            row["kernels"] = kernel_times(graph, 10, args.kernels)
+            for name, us, count in row["kernels"]:
+                print(f"      {us:8.1f} us  x{count:<4d} {name[:110]}")
+        rows.append(row)
     write_result("graph_launch", {"device": device_name("cuda"), "model": "smollm2:135m", "reps": args.reps,
                                   "gemv_max_m": args.gemv_max_m, "rows": rows})
 

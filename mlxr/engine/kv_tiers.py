@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_SAVE_BATCHES = 32  # save batches whose slots a load may still have to wait for
 STAGING_BYTES = 256 << 20  # disk blocks on their way to the device (pinned on CUDA): a 4k-token prefix or more
+PRELOAD_BUDGET_S = 20.0  # a start's preload stops here (a slow or network disk), whatever is left
 
 
 @dataclass
@@ -160,6 +161,9 @@ class KVTiers:
             return 0
         t0, count, before = time.perf_counter(), 0, vars(self.times).copy()
         for h in self.disk.most_recent(max_blocks):
+            if time.perf_counter() - t0 > PRELOAD_BUDGET_S:
+                log.warning("KV disk tier: preload stopped at its %.0f s budget", PRELOAD_BUDGET_S)
+                break
             source = self.lookup(h)  # a staging row (the rows are flushed when they run out)
             if source is None:
                 continue  # unusable file: skipped and logged by the disk store
