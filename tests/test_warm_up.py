@@ -76,3 +76,25 @@ def test_serving_after_the_warm_up_compiles_nothing():
                              logprobs=rng.choice([None, 2])) for _ in prompts]
     llm.generate(prompts, params)
     assert llm.engine.stats().runtime_compiles == 0
+
+
+def test_the_prefix_hit_wave_runs_on_cuda_only(model_dir):
+    """On CUDA the warm-up ends with a prompt and the same prompt plus a question (a prefill at a
+    nonzero start over a cached context); the CPU's warm-up stays two tiny requests."""
+    import random
+
+    from mlxr.engine.warm_up import prefix_hit_prompts
+
+    llm = LLM(model_dir, dtype="float32")
+    assert prefix_hit_prompts(llm.engine.core.core, random.Random(0)) == []
+
+
+@pytest.mark.gpu
+def test_the_prefix_hit_wave_extends_its_prompt():
+    import random
+
+    from mlxr.engine.warm_up import prefix_hit_prompts
+
+    llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype=torch.bfloat16, device="cuda", engine_process=False)
+    first, second = prefix_hit_prompts(llm.engine.core.core, random.Random(0))
+    assert second[: len(first)] == first and len(second) == len(first) + 29 and len(first) >= 64
