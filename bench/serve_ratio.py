@@ -100,6 +100,9 @@ async def measure(a: argparse.Namespace, ref: str, llm, vocab: int) -> tuple[lis
 async def one_pair(a: argparse.Namespace, llm, client, url: str, model: str, vocab: int, run: int,
                    pids: tuple[list[int], int]) -> dict:
     off = offline_run(a, llm, vocab, run)
+    # The offline run blocked this loop: let it see the connections the server closed meanwhile
+    # (uvicorn's 5 s keep-alive), or the client reuses them and its writes fail.
+    await asyncio.sleep(0.2)
     http = await http_run(a, client, url, model, vocab, run, pids)
     print(f"run {run}: offline {off['decode_tok_s']:,.0f} decode / {off['gen_tok_s']:,.0f} gen tok/s, "
           f"HTTP {http['out_tok_s']:,.0f} out tok/s", file=sys.stderr, flush=True)
