@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from conftest import fixture_model
-from server_harness import server_process, stop_server
+from server_harness import ROOT, free_port, server_command, server_process, stop_server
 
 MODEL = "model-f32"  # the tiny-llama fixture's GGUF, as the registry names it
 GGUF = lambda: str(fixture_model("tiny-llama").gguf_path)  # noqa: E731
@@ -104,14 +104,32 @@ def test_two_api_processes_both_serve_and_give_the_one_process_outputs(tmp_path)
         assert pids == set(workers) and server.pid not in pids
 
 
-def test_only_the_models_given_at_start_are_served(tmp_path):
+def test_only_the_models_given_at_start_are_served_and_ctrl_c_stops_everything(tmp_path):
     from mlxr.registry import Registry
 
     Registry(tmp_path / "home").import_model(fixture_model("tiny-llama-tied").gguf_path, name="other")
-    with server_process(tmp_path / "home", "--model", GGUF(), "--api-servers", "2") as (url, _):
+    with server_process(tmp_path / "home", "--model", GGUF(), "--api-servers", "2") as (url, server):
         with pytest.raises(openai.NotFoundError, match="--api-servers 2"):
             _client(url).completions.create(model="other", prompt="hi", max_tokens=2)
         assert _stream(_client(url), "hi", 2)[1] == "length"
+        children = _descendants(server.pid)
+        server.send_signal(signal.SIGINT)
+        assert server.wait(30) == 0
+        assert _all_gone(children, 15)
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--api-servers", "0"], {}, "--api-servers"),
+    (["--api-servers", "17"], {}, "--api-servers"),
+    ([], {"MLXR_API_SERVERS": "x"}, "--api-servers"),
+    (["--api-servers", "2"], {"MLXR_ENGINE_PROCESS": "0"}, "MLXR_ENGINE_PROCESS=0"),
+])
+def test_bad_settings_are_refused_before_anything_starts(tmp_path, monkeypatch, args, env, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cmd = server_command(tmp_path / "home", free_port(), "--model", GGUF(), *args)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT, env=dict(os.environ))
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
 
 
 def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path):

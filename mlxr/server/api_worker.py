@@ -51,14 +51,17 @@ def listening_socket(host: str, port: int, listen: bool = True) -> socket.socket
     return sock
 
 
-def watch_supervisor(pid: int, every_s: float = 0.5) -> None:
-    """SIGTERM to this process once its supervisor is gone (killed, say): no API process
+def watch_supervisor(pid: int, grace_s: float, every_s: float = 0.5) -> None:
+    """SIGTERM to this process once its supervisor is gone (killed, say), and an exit after
+    grace_s if the graceful stop hangs (a thread still waiting for a core): no API process
     outlives it."""
     def watch() -> None:
         while os.getppid() == pid:
             time.sleep(every_s)
         log.error("the supervisor %d is gone; this API process stops", pid)
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(1)
 
     threading.Thread(target=watch, name="mlxr-supervisor-watch", daemon=True).start()
 
@@ -72,7 +75,7 @@ def main() -> int:
 
     launch = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=WorkerLaunch)
     setup_logging(launch.log_level, launch.log_format)
-    watch_supervisor(launch.supervisor_pid)
+    watch_supervisor(launch.supervisor_pid, launch.shutdown_timeout_s + 5)
     config = launch.config
     app = create_app(config, Registry(Path(config.home)), launch.stats_every_s, launch.channels, launch.index)
     sock = listening_socket(config.host, config.port)
