@@ -134,7 +134,8 @@ def test_bad_settings_are_refused_before_anything_starts(tmp_path, monkeypatch, 
 
 def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path):
     # Two sequences at a time: the tiny model's 16 x 200 tokens last seconds, not a fraction of one.
-    with server_process(tmp_path / "home", "--model", GGUF(), "--api-servers", "2", "--max-num-seqs", "2") as (url, server):
+    flags = ("--model", GGUF(), "--api-servers", "2", "--max-num-seqs", "2")
+    with server_process(tmp_path / "home", *flags) as (url, server):
         children = _descendants(server.pid)
         core = [p for p in children if "mlxr.engine.core_proc" in _cmdline(p)]
         assert len(core) == 1
