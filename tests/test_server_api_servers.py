@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import ollama
 import openai
 import pytest
 
@@ -112,6 +113,9 @@ def test_only_the_models_given_at_start_are_served_and_ctrl_c_stops_everything(t
         with pytest.raises(openai.NotFoundError, match="--api-servers 2"):
             _client(url).completions.create(model="other", prompt="hi", max_tokens=2)
         assert _stream(_client(url), "hi", 2)[1] == "length"
+        with pytest.raises(ollama.ResponseError, match="pinned by --api-servers") as refused:
+            ollama.Client(host=url).delete(MODEL)
+        assert refused.value.status_code == 400
         children = _descendants(server.pid)
         server.send_signal(signal.SIGINT)
         assert server.wait(30) == 0

@@ -10,6 +10,7 @@ processes (api_worker.py) that share the HTTP port, and watches them all:
   timeout), then the cores. Each child also exits by itself when the supervisor is gone."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -50,6 +51,8 @@ def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, st
     except OSError as e:
         log.error("cannot listen on %s:%d: %s", config.host, config.port, e)
         return 1
+    if config.port == 0:  # every API process must take the one port the kernel picked
+        config = dataclasses.replace(config, port=claim.getsockname()[1])
     with claim, tempfile.TemporaryDirectory(prefix="mlxr-serve-") as directory:
         cores: dict[str, CoreProcess] = {}
         workers: list[subprocess.Popen] = []
