@@ -105,6 +105,17 @@ def test_two_api_processes_both_serve_and_give_the_one_process_outputs(tmp_path)
         assert pids == set(workers) and server.pid not in pids
 
 
+@pytest.mark.gpu
+def test_on_cuda_two_api_processes_give_the_one_process_outputs(tmp_path):
+    prompts = [f"Story number {i} begins" for i in range(32)]
+    flags = ("--model", GGUF(), "--device", "cuda", "--dtype", "bfloat16")
+    with server_process(tmp_path / "one", *flags) as (url, _):
+        want = _streams(url, prompts)
+    with server_process(tmp_path / "two", *flags, "--api-servers", "2") as (url, _):
+        assert _streams(url, prompts) == want
+        assert len(_per_process_stats(url, 2)) == 2
+
+
 def test_only_the_models_given_at_start_are_served_and_ctrl_c_stops_everything(tmp_path):
     from mlxr.registry import Registry
 
