@@ -40,9 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = "gemma3-270m"
 # Forwarded to `mlxr serve` as --flag value when given.
 SERVER_FLAGS = ("device", "dtype", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                "kv_cache_gb", "max_waiting", "stream_interval")
-METRICS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-           "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "mlxr:num_requests_aborted_total")
+                "kv_cache_gb", "max_waiting", "stream_interval", "api_servers")
+CORE_METRICS = ("vllm:num_preemptions_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+# Counted by each API process (--api-servers N): summed over them.
+API_METRICS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "mlxr:num_requests_aborted_total")
+METRICS = CORE_METRICS + API_METRICS
 COLUMNS = ["rate", "completed", "failed", "duration_s", "req_s", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms",
            "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms",
            "server_cpu_us_per_token", "server_cpu_us_per_chunk"]
@@ -93,6 +95,31 @@ def cpu_seconds(pid: int | None) -> float | None:
     except (OSError, TypeError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_running(pid: int, module: str) -> list[int]:
+    """The child processes of `pid` that run `python -m module` (Linux /proc)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(OSError):
+                    if module.encode() in Path(f"/proc/{child}/cmdline").read_bytes():
+                        found.append(int(child))
+    return sorted(found)
+
+
+def api_pids(server_pid: int | None) -> list[int]:
+    """The processes that serve HTTP: a supervisor's API processes (--api-servers N > 1), or
+    the server itself."""
+    if server_pid is None:
+        return []
+    return children_running(server_pid, "mlxr.server.api_worker") or [server_pid]
+
+
+def cpu_each(pids: list[int]) -> list[float] | None:
+    seconds = [cpu_seconds(p) for p in pids]
+    return None if not seconds or None in seconds else seconds
 
 
 def served_model(url: str, wanted: str | None) -> tuple[str, int]:
@@ -183,28 +210,45 @@ def rate_figures(rate: float, outcomes: list[Outcome], duration: float) -> dict:
     return row
 
 
-def add_server_cpu(row: dict, before: float | None, after: float | None, outcomes: list[Outcome]) -> None:
-    """The API server process's CPU seconds over the rate, and per output token: what bounds
-    serving when that one process is the bottleneck, and steadier than tok/s on a shared CPU."""
+def add_server_cpu(row: dict, before: list[float] | None, after: list[float] | None, outcomes: list[Outcome]) -> None:
+    """The API processes' CPU seconds over the rate (each, and their sum), and per output token:
+    what bounds serving when the API side is the bottleneck, and steadier than tok/s on a
+    shared CPU."""
     if before is None or after is None:
         return
+    each = [a - b for a, b in zip(after, before)]
     tokens = sum(o.tokens for o in outcomes if o.ok)
     chunks = sum(len(o.chunk_times) for o in outcomes if o.ok)
-    row["server_cpu_s"] = after - before
-    row["server_cpu_us_per_token"] = (after - before) / max(1, tokens) * 1e6
-    row["server_cpu_us_per_chunk"] = (after - before) / max(1, chunks) * 1e6
+    row["server_cpu_s"] = sum(each)
+    row["server_cpu_s_each"] = each
+    row["server_cpu_us_per_token"] = sum(each) / max(1, tokens) * 1e6
+    row["server_cpu_us_per_chunk"] = sum(each) / max(1, chunks) * 1e6
 
 
-def scrape_metrics(url: str) -> dict[str, float]:
-    """The METRICS counters from /metrics, summed over their labels."""
+def scrape_metrics(url: str, tries: int = 64) -> dict[str, float]:
+    """The METRICS counters from /metrics, summed over their labels; under --api-servers N the
+    API processes' own counters are summed over every process (each new connection reaches one,
+    which mlxr:api_server_info names) and the core's are read once."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(f"{url}/metrics", timeout=30).raise_for_status().text
-    out = dict.fromkeys(METRICS, 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in out:
-                out[sample.name] += sample.value
+    per_process: dict[str, dict[str, float]] = {}
+    count = 1
+    for _ in range(tries):
+        text = httpx.get(f"{url}/metrics", timeout=30).raise_for_status().text  # a new connection each
+        figures, index = dict.fromkeys(METRICS, 0.0), "0"
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in figures:
+                    figures[sample.name] += sample.value
+                elif sample.name == "mlxr:api_server_info":
+                    index, count = sample.labels["index"], int(sample.labels["count"])
+        per_process[index] = figures
+        if len(per_process) >= count:
+            break
+    first = next(iter(per_process.values()))
+    out = {k: first[k] for k in CORE_METRICS}
+    out.update({k: sum(p[k] for p in per_process.values()) for k in API_METRICS})
+    out["api_processes_scraped"] = len(per_process)
     return out
 
 
@@ -216,10 +260,11 @@ async def sweep(a: argparse.Namespace, url: str, model: str, vocab: int) -> list
             # Fresh prompts per rate so that no rate rides on another's prefix cache.
             ids = prompts(vocab, a.num_requests, a.prompt_len, a.seed + i)
             bodies = [payload(model, p, a.gen_len) for p in ids]
-            cpu0 = cpu_seconds(getattr(a, "server_pid", None))
+            pids = api_pids(getattr(a, "server_pid", None))
+            cpu0 = cpu_each(pids)
             outcomes, duration = await run_rate(client, url, bodies, arrival_delays(rate, a.num_requests, a.seed + i))
             rows.append(rate_figures(rate, outcomes, duration))
-            add_server_cpu(rows[-1], cpu0, cpu_seconds(getattr(a, "server_pid", None)), outcomes)
+            add_server_cpu(rows[-1], cpu0, cpu_each(pids), outcomes)
             print(f"rate {rate}: {rows[-1]['completed']} ok, {rows[-1]['failed']} failed in {duration:.1f}s",
                   file=sys.stderr, flush=True)
         return rows
@@ -249,7 +294,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--label", default=None, help="a note kept in the JSON (which tree a --url server runs)")
     p.add_argument("--server-pid", type=int, default=None,
-                   help="pid of the --url server's API process, to report its CPU time per token")
+                   help="pid of the --url server (its API processes' CPU time per token is reported)")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
@@ -258,6 +303,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-cache-gb", type=float, default=None)
     p.add_argument("--max-waiting", type=int, default=None)
     p.add_argument("--stream-interval", type=int, default=None, help="the started server's --stream-interval")
+    p.add_argument("--api-servers", type=int, default=None, help="the started server's --api-servers")
     return p.parse_args()
 
 

@@ -10,13 +10,15 @@ device, same engine settings, runs interleaved (offline, HTTP, offline, HTTP, ..
   usage) / (last stream's end - first send), so admission, prefill and streaming all count.
 - ratio_decode = HTTP out_tok_s / offline decode_tok_s (the issue's target: >= 0.6),
   ratio_gen = HTTP out_tok_s / offline gen_tok_s (the same work end to end).
-- api_cpu_s / core_cpu_s: CPU seconds the server's API process and its engine-core process
-  spent in each HTTP run (Linux /proc); client_cpu_s: this script's own, while it read them.
+- api_cpu_s / core_cpu_s: CPU seconds the server's API processes (summed; api_cpu_s_each: each
+  of `--api-servers` N) and its engine-core process spent in each HTTP run (Linux /proc);
+  client_cpu_s: this script's own, while it read them.
 JSON to bench/results/serve_ratio-*.json.
 
   python bench/serve_ratio.py --model tinyllama-shape --device cuda --dtype bfloat16 --runs 5  # GPU
   python bench/serve_ratio.py --model tiny-llama --prompt-len 120 --engine-process on     # CPU
   python bench/serve_ratio.py ... --stream-interval 8   # the server writes 8 tokens a chunk at least
+  python bench/serve_ratio.py ... --api-servers 4       # four API processes in front of the core
 """
 from __future__ import annotations
 
@@ -40,31 +42,27 @@ COLUMNS = ["run", "offline_decode_tok_s", "offline_gen_tok_s", "http_out_tok_s",
            "ttft_p50_ms", "ttft_p99_ms", "api_cpu_s", "core_cpu_s", "client_cpu_s", "failed"]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def server_pids(pid: int) -> tuple[list[int], int]:
+    """(the API processes, the engine core) of server `pid`; the core is the server itself when
+    it runs in-process."""
+    cores = serve.children_running(pid, "mlxr.engine.core_proc")
+    return serve.api_pids(pid), cores[0] if cores else pid
 
 
-def core_pid(pid: int) -> int | None:
-    """The engine-core child of server `pid` (None when the server runs its core in-process)."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            if b"core_proc" in Path(f"/proc/{child}/cmdline").read_bytes():
-                return int(child)
-    return None
-
-
-async def http_run(a: argparse.Namespace, client, url: str, model: str, vocab: int, run: int, pids: tuple[int, int]) -> dict:
+async def http_run(a: argparse.Namespace, client, url: str, model: str, vocab: int, run: int,
+                   pids: tuple[list[int], int]) -> dict:
     ids = serve.prompts(vocab, a.batch, a.prompt_len, a.seed + 1000 + run)
     bodies = [serve.payload(model, p, a.gen_len) for p in ids]
-    before = [cpu_seconds(p) for p in pids]
+    api, core = pids
+    before = serve.cpu_each([*api, core])
     client_before = time.process_time()
     outcomes, duration = await serve.run_rate(client, url, bodies, [0.0] * a.batch)
     row = serve.rate_figures(math.inf, outcomes, duration)
     row["errors"] = sorted({r["error"] for r in row.pop("requests") if r["error"]})[:5]
     row["client_cpu_s"] = time.process_time() - client_before
-    row["api_cpu_s"], row["core_cpu_s"] = (cpu_seconds(p) - b for p, b in zip(pids, before))
+    spent = [after - b for after, b in zip(serve.cpu_each([*api, core]), before)]
+    row["api_cpu_s_each"], row["core_cpu_s"] = spent[:-1], spent[-1]
+    row["api_cpu_s"] = sum(row["api_cpu_s_each"])
     return row
 
 
@@ -75,7 +73,8 @@ def offline_run(a: argparse.Namespace, llm, vocab: int, run: int) -> dict:
 def server_flags(a: argparse.Namespace, ref: str) -> list[str]:
     flags = ["--model", ref, "--device", a.device, "--max-num-seqs", str(a.batch),
              "--max-num-batched-tokens", str(a.max_num_batched_tokens), "--kv-cache-gb", str(a.kv_cache_gb)]
-    return flags + (["--dtype", a.dtype] if a.dtype else []) + ["--stream-interval", str(a.stream_interval)]
+    flags += ["--stream-interval", str(a.stream_interval), "--api-servers", str(a.api_servers)]
+    return flags + (["--dtype", a.dtype] if a.dtype else [])
 
 
 async def measure(a: argparse.Namespace, ref: str, llm, vocab: int) -> tuple[list[dict], dict]:
@@ -87,7 +86,7 @@ async def measure(a: argparse.Namespace, ref: str, llm, vocab: int) -> tuple[lis
     with (tempfile.TemporaryDirectory(prefix="mlxr-bench-") as home,
           server_process(Path(home), *server_flags(a, ref), timeout_s=a.start_timeout) as (url, proc)):
         model, _ = serve.served_model(url, None)
-        pids = (proc.pid, core_pid(proc.pid) or proc.pid)
+        pids = server_pids(proc.pid)
         async with serve.make_client(a.client, 600.0) as client:
             await serve.send(client, url, serve.payload(model, serve.prompts(vocab, 1, 8, a.seed - 1)[0], 4))
             for run in range(-a.warmup_runs, a.runs):  # the first full-size pairs warm both engines up
@@ -99,16 +98,19 @@ async def measure(a: argparse.Namespace, ref: str, llm, vocab: int) -> tuple[lis
 
 
 async def one_pair(a: argparse.Namespace, llm, client, url: str, model: str, vocab: int, run: int,
-                   pids: tuple[int, int]) -> dict:
+                   pids: tuple[list[int], int]) -> dict:
     off = offline_run(a, llm, vocab, run)
+    # The offline run blocked this loop: let it see the connections the server closed meanwhile
+    # (uvicorn's 5 s keep-alive), or the client reuses them and its writes fail.
+    await asyncio.sleep(0.2)
     http = await http_run(a, client, url, model, vocab, run, pids)
     print(f"run {run}: offline {off['decode_tok_s']:,.0f} decode / {off['gen_tok_s']:,.0f} gen tok/s, "
           f"HTTP {http['out_tok_s']:,.0f} out tok/s", file=sys.stderr, flush=True)
     return {"run": run, "offline_decode_tok_s": off["decode_tok_s"], "offline_gen_tok_s": off["gen_tok_s"],
             "http_out_tok_s": http["out_tok_s"], "ratio_decode": http["out_tok_s"] / off["decode_tok_s"],
             "ratio_gen": http["out_tok_s"] / off["gen_tok_s"], "offline": off, "http": http,
-            **{k: http[k] for k in ("ttft_p50_ms", "ttft_p99_ms", "api_cpu_s", "core_cpu_s", "client_cpu_s",
-                                    "failed")}}
+            **{k: http[k] for k in ("ttft_p50_ms", "ttft_p99_ms", "api_cpu_s", "api_cpu_s_each", "core_cpu_s",
+                                    "client_cpu_s", "failed")}}
 
 
 def parse_args() -> argparse.Namespace:
@@ -129,6 +131,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--client", choices=("auto", "aiohttp", "httpx"), default="auto")
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--stream-interval", type=int, default=1, help="the server's --stream-interval")
+    p.add_argument("--api-servers", type=int, default=1,
+                   help="the server's --api-servers (API processes in front of its engine core; above 1 the "
+                        "core runs in its own process)")
     return p.parse_args()
 
 
@@ -148,7 +153,8 @@ def main() -> int:
                                                           "offline_decode_tok_s", "offline_gen_tok_s")}
     meta = {"model": a.model, "path": ref, "device": device_name(a.device), "dtype": a.dtype, "batch": a.batch,
             "prompt_len": a.prompt_len, "gen_len": a.gen_len, "engine_process": llm.loaded is None,
-            "client": serve.client_kind(a.client), "stream_interval": a.stream_interval, "server_metrics": metrics}
+            "client": serve.client_kind(a.client), "stream_interval": a.stream_interval, "api_servers": a.api_servers,
+            "server_metrics": metrics}
     llm.shutdown()
     path = write_result("serve_ratio", {**meta, "medians": summary, "results": rows})
     print_table(rows, COLUMNS)

@@ -205,3 +205,6 @@ class ServerConfig:
     quantization: str | None = None  # see loader.load_model
     engine: EngineConfig = EngineConfig()
     stream_interval: int = 1  # tokens a streamed response gathers per write (vLLM's --stream-interval)
+    # API processes in front of each engine core (vLLM's --api-server-count); above 1 the models
+    # given at start are pinned (server/supervisor.py). MLXR_API_SERVERS.
+    api_servers: int = 1

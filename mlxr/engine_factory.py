@@ -12,6 +12,7 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig
+from mlxr.engine.core_attach import AttachedClient
 from mlxr.engine.core_client import MPClient
 from mlxr.engine.engine_core import CoreParts
 from mlxr.engine.llm_engine import EngineParts, LLMEngine
@@ -88,6 +89,28 @@ class Built:
     tokenizer: object
 
 
+def core_launch(spec: ModelSpec, config: EngineConfig) -> tuple[str, dict[str, str | None]]:
+    """The factory ("module:function") and its arguments that a core process loads spec with."""
+    if config.parallel.tensor_parallel_size > 1:  # (speculative decoding is not offered under tensor parallelism)
+        kwargs = spec.as_strings()
+        kwargs["parallel"] = msgspec.json.encode(config.parallel).decode()
+        return "mlxr.distributed.executor:tp_core_parts", kwargs
+    return "mlxr.engine_factory:core_parts", {**spec.as_strings(), "draft": config.speculative_draft_model}
+
+
+def attach_engine(spec: ModelSpec, config: EngineConfig, channel: tuple[str, str]) -> Built:
+    """An engine over a core process that a supervisor started (`mlxr serve --api-servers N`):
+    this process keeps the tokenizer and attaches to the core through its own channel."""
+    return _frontend_engine(spec, config, lambda: AttachedClient(*channel))
+
+
+def _frontend_engine(spec: ModelSpec, config: EngineConfig, connect: Callable[[], object]) -> Built:
+    """The tokenizer first: a model that cannot load leaves no core process behind."""
+    _, args, tokenizer = load_frontend(spec.ref)
+    parts = EngineParts(None, args, tokenizer, None, None)
+    return Built(LLMEngine(parts, config, core=connect()), None, args, tokenizer)
+
+
 def build_engine(spec: ModelSpec, config: EngineConfig,
                  progress: Callable[[int, int], None] | None = None) -> Built:
     """progress(done, total) as the weights' tensors are placed (in this process only)."""
@@ -96,14 +119,7 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
     if own_process is None:
         own_process = spec.device is not None and torch.device(spec.device).type == "cuda"
     if own_process:
-        _, args, tokenizer = load_frontend(spec.ref)
-        factory, kwargs = "mlxr.engine_factory:core_parts", {**spec.as_strings(), "draft": config.speculative_draft_model}
-        if tensor_parallel:  # (speculative decoding is not offered under tensor parallelism)
-            factory, kwargs = "mlxr.distributed.executor:tp_core_parts", spec.as_strings()
-            kwargs["parallel"] = msgspec.json.encode(config.parallel).decode()
-        client = MPClient(factory, kwargs, config)
-        parts = EngineParts(None, args, tokenizer, None, None)
-        return Built(LLMEngine(parts, config, core=client), None, args, tokenizer)
+        return _frontend_engine(spec, config, lambda: MPClient(*core_launch(spec, config), config))
     loaded = spec.load(progress)
     parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device,
                         model_digest(loaded) if config.kv_cache_dir else "",

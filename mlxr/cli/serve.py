@@ -57,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--stream-interval", type=stream_interval, default=1,
                    help="tokens a streamed response gathers per write (the first token and the end "
                         "are never held); more per write costs the server less per token at many streams")
+    s.add_argument("--api-servers", type=api_servers, default=os.environ.get("MLXR_API_SERVERS", "1"),
+                   help="API processes in front of each engine core (1-16; env MLXR_API_SERVERS): above 1 "
+                        "the HTTP work spreads over several processes, the engine core runs in its own, and "
+                        "only the --model models are served (pinned: no loading on demand, no unloading)")
     s.add_argument("--cors-origin", action="append", default=[], help="allowed CORS origin; repeatable")
     s.add_argument("--allowed-host", action="append", default=[],
                    help="Host header name allowed besides localhost (DNS rebinding guard); repeatable")
@@ -113,8 +117,17 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         cors_origins=tuple(ns.cors_origin), allowed_hosts=tuple(ns.allowed_host), keep_alive_s=ns.keep_alive,
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
         home=str(home_dir(ns.home)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
-        stream_interval=ns.stream_interval,
+        stream_interval=ns.stream_interval, api_servers=ns.api_servers,
     )
+
+
+def api_servers(text: str) -> int:
+    from mlxr.server.supervisor import MAX_API_SERVERS
+
+    value = int(text) if str(text).strip().isdecimal() else 0
+    if not 1 <= value <= MAX_API_SERVERS:
+        raise argparse.ArgumentTypeError(f"--api-servers: {text!r} is not a whole number from 1 to {MAX_API_SERVERS}")
+    return value
 
 
 def stream_interval(text: str) -> int:
@@ -179,7 +192,19 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         config = server_config(ns, keys, register_models(registry, ns.model), draft_model_path(registry, ns))
     except (ValueError, MLXRError) as e:
         return fail(str(e))
+    if config.api_servers > 1:
+        return _supervise(config, registry, ns)
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
+
+
+def _supervise(config, registry, ns: argparse.Namespace) -> int:
+    from mlxr.server.supervisor import LogSettings, run_supervisor
+
+    if config.engine.engine_process is False:
+        return fail(f"--api-servers {config.api_servers} needs the engine core in its own process, "
+                    "but MLXR_ENGINE_PROCESS=0 keeps it in this one: unset it or set it to 1")
+    return run_supervisor(config, registry, ns.shutdown_timeout, ns.log_stats_every,
+                          LogSettings(_log_level(ns), ns.log_format))
 
 
 def _log_level(ns: argparse.Namespace) -> str:

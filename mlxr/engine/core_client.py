@@ -1,5 +1,6 @@
-"""How the frontend reaches the engine core: in this process (InprocClient) or in a process
-of its own over ZMQ (MPClient, core_proc.py). Both speak in records.py's records."""
+"""How the frontend reaches the engine core: in this process (InprocClient), or in a process of
+its own over ZMQ (core_proc.py) that this process starts (MPClient) or that a supervisor started
+for several API processes (core_attach.py's AttachedClient). All speak in records.py's records."""
 from __future__ import annotations
 
 import itertools
@@ -19,7 +20,7 @@ from mlxr.engine.core_proc import CoreLaunch
 from mlxr.engine.engine_core import CoreParts, EngineCore
 from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, CoreStats, Embed, EngineCoreOutput,
-    EngineCoreRequest, Reply, Shutdown, decoder, encode,
+    EngineCoreRequest, Hello, Reply, Shutdown, decoder, encode,
 )
 from mlxr.errors import ContextLengthError, EngineDeadError, EngineError, OverloadedError
 
@@ -74,40 +75,55 @@ class InprocClient:
         self.core.shutdown()
 
 
-class MPClient:
-    """The core in its own process (core_proc.py): requests go out on one ZMQ socket, outputs
-    come back on another. A core that dies raises EngineDeadError from the next call."""
+class ZmqClient:
+    """One channel to a core process: this side binds a PUSH socket for requests and a PULL
+    socket for outputs; the core connects to both. A core that dies raises EngineDeadError
+    from the next call. Subclasses say how the core is started and watched (_exit_status)."""
 
     POLL_MS = 20  # step() returns empty-handed after this, so new work is taken in promptly
 
-    def __init__(self, factory: str, factory_kwargs: dict[str, str | None], config: EngineConfig,
-                 start_timeout_s: float = 900.0) -> None:
-        self._dir = tempfile.mkdtemp(prefix="mlxr-core-")
+    def __init__(self, requests_address: str, outputs_address: str) -> None:
         self._ctx = zmq.Context()
         self._out, self._in = self._ctx.socket(zmq.PUSH), self._ctx.socket(zmq.PULL)
-        in_addr, out_addr = f"ipc://{self._dir}/requests", f"ipc://{self._dir}/outputs"
-        self._out.bind(in_addr)
-        self._in.bind(out_addr)
+        self._out.bind(requests_address)
+        self._in.bind(outputs_address)
         self._decode = decoder(CoreMessage).decode
         self._buffer: list[EngineCoreOutput] = []
         self._replies: dict[int, Reply] = {}
         self._calls = itertools.count()
         self.dead: str | None = None
-        launch = CoreLaunch(in_addr, out_addr, factory, factory_kwargs, config, os.getpid())
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core_proc"], stdin=subprocess.PIPE)
-        self.proc.stdin.write(msgspec.msgpack.encode(launch))
-        self.proc.stdin.close()
-        ready = self._wait(lambda m: isinstance(m, (CoreReady, CoreFailed)), start_timeout_s)
+
+    def _greet(self, start_timeout_s: float) -> CoreReady:
+        """Ask the core for its CoreReady (answered once it has loaded) and wait for it."""
+        deadline = time.monotonic() + start_timeout_s
+        ready = self._say_hello(deadline)
+        if ready is None:
+            ready = self._wait(lambda m: isinstance(m, (CoreReady, CoreFailed)), deadline - time.monotonic())
         if isinstance(ready, CoreFailed):
-            self.shutdown()
+            self.close()
             raise EngineDeadError(f"the engine core failed to start: {ready.error}")
         self._stats = ready.stats
         self.max_model_len = ready.stats.max_model_len
         self.on_gpu = ready.on_gpu
+        return ready
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def _say_hello(self, deadline: float) -> CoreFailed | None:
+        """A bound PUSH socket holds a message until a peer connects: a core that dies before
+        connecting must not leave this send waiting for ever."""
+        while True:
+            try:
+                self._out.send(encode(Hello()), zmq.NOBLOCK)
+                return None
+            except zmq.Again:
+                if (status := self._exit_status()) is not None:
+                    return CoreFailed(status)
+                if time.monotonic() > deadline:
+                    return CoreFailed("it did not connect in time")
+                time.sleep(0.01)
+
+    def _exit_status(self) -> str | None:
+        """None while the core runs (or may still come up); what happened once it is gone."""
+        raise NotImplementedError
 
     def add_requests(self, requests: list[EngineCoreRequest]) -> None:
         self._send(AddRequests(requests))
@@ -139,20 +155,12 @@ class MPClient:
         return self._stats
 
     def alive(self) -> bool:
-        return self.dead is None and self.proc.poll() is None
+        return self.dead is None and self._exit_status() is None
 
-    def shutdown(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self._out.send(encode(Shutdown()), zmq.NOBLOCK)
-                self.proc.wait(timeout=10)
-            except (zmq.ZMQError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+    def close(self) -> None:
         self._out.close(linger=0)
         self._in.close(linger=0)
         self._ctx.term()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     # --- the sockets ---------------------------------------------------------------------------
     def _send(self, message) -> None:
@@ -160,8 +168,8 @@ class MPClient:
         self._out.send(encode(message))
 
     def _check_alive(self) -> None:
-        if self.dead is None and self.proc.poll() is not None:
-            self.dead = f"the engine core process {self.proc.pid} exited with status {self.proc.returncode}"
+        if self.dead is None:
+            self.dead = self._exit_status()
         if self.dead is not None:
             raise EngineDeadError(self.dead)
 
@@ -193,6 +201,46 @@ class MPClient:
                 message = self._decode(self._in.recv())
                 if done(message):
                     return message
-            elif self.proc.poll() is not None:
-                return CoreFailed(f"the process exited with status {self.proc.returncode}")
+            elif (status := self._exit_status()) is not None:
+                return CoreFailed(status)
         return CoreFailed(f"not ready within {timeout_s:.0f}s")
+
+
+class MPClient(ZmqClient):
+    """The core in a process this client starts and stops (core_proc.py)."""
+
+    def __init__(self, factory: str, factory_kwargs: dict[str, str | None], config: EngineConfig,
+                 start_timeout_s: float = 900.0) -> None:
+        self._dir = tempfile.mkdtemp(prefix="mlxr-core-")
+        channel = (f"ipc://{self._dir}/requests", f"ipc://{self._dir}/outputs")
+        super().__init__(*channel)
+        launch = CoreLaunch([channel], factory, factory_kwargs, config, os.getpid())
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core_proc"], stdin=subprocess.PIPE)
+        self.proc.stdin.write(msgspec.msgpack.encode(launch))
+        self.proc.stdin.close()
+        try:
+            self._greet(start_timeout_s)
+        except EngineDeadError:
+            self.shutdown()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _exit_status(self) -> str | None:
+        if self.proc.poll() is None:
+            return None
+        return f"the engine core process {self.proc.pid} exited with status {self.proc.returncode}"
+
+    def shutdown(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self._out.send(encode(Shutdown()), zmq.NOBLOCK)
+                self.proc.wait(timeout=10)
+            except (zmq.ZMQError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        if not self._ctx.closed:
+            self.close()
+        shutil.rmtree(self._dir, ignore_errors=True)

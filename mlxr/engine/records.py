@@ -140,12 +140,18 @@ class Shutdown(msgspec.Struct, tag=True, array_like=True):
     pass
 
 
-CoreInput = AddRequests | AbortRequests | Embed | Shutdown
+class Hello(msgspec.Struct, tag=True, array_like=True):
+    """A client that just connected asks for CoreReady on its channel (a core serving several
+    API processes, or one restarted under them, cannot know when each listens)."""
+
+
+CoreInput = AddRequests | AbortRequests | Embed | Shutdown | Hello
 
 
 class CoreReady(msgspec.Struct, tag=True, array_like=True):
     stats: CoreStats
     on_gpu: bool
+    pid: int = 0  # the core process, which a client that did not start it watches
 
 
 class CoreOutputs(msgspec.Struct, tag=True, array_like=True):

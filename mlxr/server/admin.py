@@ -34,7 +34,9 @@ async def admin_stats(request: Request) -> JSONResponse:
             "active_http_requests": served.active if served else 0,
             "context_length": served.context_length if served else None,
         }
-    return JSONResponse({"models": body})
+    # Under --api-servers N each process counts its own requests (finished_by_reason, tokens,
+    # aborts, active_http_requests); the engine gauges are the shared core's.
+    return JSONResponse({"models": body, "api_server": request.app.state.api_server})
 
 
 @router.get("/metrics")

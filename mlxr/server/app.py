@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import re
 
 from fastapi import FastAPI, Request
@@ -97,8 +98,11 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
     )
 
 
-def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> FastAPI:
-    models = ModelManager(config, registry)
+def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
+               attached: dict[str, tuple[str, str]] | None = None, api_server_index: int = 0) -> FastAPI:
+    """attached: the engine cores' channels of this API process under a supervisor
+    (`--api-servers N`); None: the process loads its models itself."""
+    models = ModelManager(config, registry, attached)
     tail = log_tail.LogTail()
     snapshot = lambda: admin.engine_snapshot(models)  # noqa: E731
 
@@ -124,8 +128,9 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> Fa
     app.state.log_tail = tail
     app.state.models = models
     app.state.registry = registry
-    app.state.metrics = ServerMetrics(snapshot)
+    app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers))
     app.state.default_model = config.preload[0] if config.preload else None
+    app.state.api_server = {"index": api_server_index, "count": config.api_servers, "pid": os.getpid()}
     install_error_handlers(app)
     install_guards(app, config)
     install_openapi(app, secured=bool(config.api_keys))
@@ -138,7 +143,7 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0) -> Fa
 def _add_routes(app: FastAPI, models: ModelManager) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
-        alive = all(m.engine.is_alive for m in models.served.values())
+        alive = models.healthy()
         return JSONResponse({"status": "ok" if alive else "degraded"}, status_code=200 if alive else 503)
 
     @app.get("/", response_class=PlainTextResponse)

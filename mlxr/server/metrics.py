@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -127,9 +127,13 @@ def _tiers(stats: dict[str, EngineStats]) -> Iterator[Metric]:
 class ServerMetrics:
     """The app's registry: the engine collector plus per-request histograms."""
 
-    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17) -> None:
+    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17, api_server: tuple[int, int] = (0, 1)) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(EngineCollector(snapshot))
+        # Under --api-servers N a scrape reaches one API process: this says which, since its
+        # request counters and histograms are its own (the engine gauges are the shared core's).
+        Gauge("mlxr:api_server_info", "The API process that answered this scrape (index of count)",
+              ["index", "count"], registry=self.registry).labels(*map(str, api_server)).set(1)
         tokens = one_two_five_buckets(max_tokens_bucket)
         h = lambda name, doc, buckets: Histogram(  # noqa: E731
             name, doc, ["model_name"], registry=self.registry, buckets=buckets)

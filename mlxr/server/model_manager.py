@@ -1,5 +1,9 @@
 """Models served by the daemon: loaded on demand by name, each with its own AsyncEngine,
-unloaded after keep_alive or when room is needed for another."""
+unloaded after keep_alive or when room is needed for another.
+
+Under `mlxr serve --api-servers N` (N > 1) the models are pinned instead: each API process
+attaches to the engine cores its supervisor started (`attached`: model name -> channel), serves
+those models only, never unloads them, and attaches again when a core was restarted."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mlxr.config import ModelArgs, ServerConfig
 from mlxr.engine.async_engine import AsyncEngine
-from mlxr.engine_factory import ModelSpec, build_engine
+from mlxr.engine_factory import ModelSpec, attach_engine, build_engine
 from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype
 
@@ -35,9 +39,10 @@ class ServedModel:
 
 
 class ModelManager:
-    def __init__(self, config: ServerConfig, registry) -> None:
+    def __init__(self, config: ServerConfig, registry, attached: dict[str, tuple[str, str]] | None = None) -> None:
         self.config = config
         self.registry = registry
+        self.attached = attached  # None: models load on demand in this process's own cores
         self.served: dict[str, ServedModel] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading = asyncio.Lock()
@@ -51,6 +56,10 @@ class ModelManager:
         """The served model, loading it first if needed; resets its keep-alive timer.
         Raises ModelNotFoundError for names the registry does not know."""
         record = self.registry.resolve(name)  # raises ModelNotFoundError
+        if self.attached is not None and record.name not in self.attached:
+            raise ModelNotFoundError(
+                f"model {record.name!r} is not served: with --api-servers {self.config.api_servers} the server "
+                f"serves only the models given with --model at start ({', '.join(self.attached)})")
         lock = self._locks.setdefault(record.name, asyncio.Lock())
         async with lock:
             served = self.served.get(record.name)
@@ -61,7 +70,8 @@ class ModelManager:
                 served = None
             if served is None:
                 async with self._loading:  # one load at a time, so the limit holds
-                    await self._make_room()
+                    if self.attached is None:
+                        await self._make_room()
                     served = await asyncio.to_thread(self._load, record)
                     self.served[record.name] = served
         self.touch(served, keep_alive_s)
@@ -80,7 +90,10 @@ class ModelManager:
         t0 = time.perf_counter()
         dtype = _parse_dtype(self.config.dtype) if self.config.dtype else None
         spec = ModelSpec(str(record.path), dtype=dtype, device=self.config.device, quantization=self.config.quantization)
-        built = build_engine(spec, self.config.engine)
+        if self.attached is not None:
+            built = attach_engine(spec, self.config.engine, self.attached[record.name])
+        else:
+            built = build_engine(spec, self.config.engine)
         engine = AsyncEngine(built.engine)
         took = time.perf_counter() - t0
         log.info("loaded model %s in %.2fs", record.name, took)
@@ -88,6 +101,8 @@ class ModelManager:
 
     def touch(self, served: ServedModel, keep_alive_s: float | None) -> None:
         ka = self.config.keep_alive_s if keep_alive_s is None else keep_alive_s
+        if self.attached is not None:
+            ka = -1  # pinned
         served.expires_at = None if ka < 0 else time.time() + ka
 
     async def _make_room(self) -> None:
@@ -103,6 +118,11 @@ class ModelManager:
             await self.unload(victim.name)
 
     async def unload(self, name: str) -> bool:
+        if self.attached is not None:
+            return False  # pinned: the supervisor's cores hold these models until it stops
+        return await self._unload(name)
+
+    async def _unload(self, name: str) -> bool:
         # Under the model's lock, so an acquire of the same name waits instead of loading a
         # second copy while this one shuts down.
         async with self._locks.setdefault(name, asyncio.Lock()):
@@ -122,11 +142,31 @@ class ModelManager:
     async def run_reaper(self, every_s: float = 1.0) -> None:
         while True:
             await asyncio.sleep(every_s)
-            await self.unload_expired()
+            if self.attached is None:
+                await self.unload_expired()
+            else:
+                await self.reattach_dead()
+
+    async def reattach_dead(self) -> None:
+        """Attach again to each pinned model whose core died (the supervisor restarts it), so
+        /health recovers in every API process, not only in the one a request reaches."""
+        for name in self.attached:
+            served = self.served.get(name)
+            if served is None or not served.engine.is_alive:
+                try:
+                    await self.acquire(name)
+                except Exception as e:  # noqa: BLE001 - /health keeps saying so; tried again next round
+                    log.error("attaching to the engine core of %s failed: %s", name, e)
+
+    def healthy(self) -> bool:
+        """Every loaded engine alive, and every pinned model loaded."""
+        if self.attached is not None and any(name not in self.served for name in self.attached):
+            return False
+        return all(m.engine.is_alive for m in self.served.values())
 
     async def shutdown(self) -> None:
         for name in list(self.served):
-            await self.unload(name)
+            await self._unload(name)
 
     def get_loaded(self, name: str) -> ServedModel | None:
         try:

@@ -57,6 +57,8 @@ async def copy(body: CopyRequest, request: Request) -> Response:
 async def delete(body: DeleteRequest, request: Request) -> Response:
     record = await resolve(request, body.model)
     models = request.app.state.models
+    if models.attached is not None and record.name in models.attached:
+        raise InvalidParameterError("model", f"{record.name} is pinned by --api-servers: stop the server to delete it")
     served = models.served.get(record.name)
     if served is not None and served.active:
         models.touch(served, 0)  # the reaper unloads it once its requests end

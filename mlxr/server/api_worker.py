@@ -1,0 +1,91 @@
+"""One API process of `mlxr serve --api-servers N`: `python -m mlxr.server.api_worker` reads a
+WorkerLaunch on stdin (msgspec), listens on the server's port beside its siblings
+(SO_REUSEPORT: the kernel spreads connections over the N processes) and serves the HTTP app
+with its models attached to the engine cores the supervisor started. It stops gracefully on
+SIGTERM, and by itself when the supervisor is gone."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from mlxr.config import ServerConfig
+
+log = logging.getLogger("mlxr.server.api_worker")
+BACKLOG = 4096  # a burst of hundreds of streams connects at once
+
+
+class WorkerLaunch(msgspec.Struct):
+    index: int
+    config: ServerConfig
+    channels: dict[str, tuple[str, str]]  # model name -> (requests, outputs) of this process
+    supervisor_pid: int
+    log_level: str
+    log_format: str
+    shutdown_timeout_s: float
+    stats_every_s: float
+
+
+def listening_socket(host: str, port: int, listen: bool = True) -> socket.socket:
+    """A TCP socket on (host, port) that shares the port with its siblings (same user only)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind(address)
+        if listen:
+            sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(False)
+    return sock
+
+
+def watch_supervisor(pid: int, grace_s: float, every_s: float = 0.5) -> None:
+    """SIGTERM to this process once its supervisor is gone (killed, say), and an exit after
+    grace_s if the graceful stop hangs (a thread still waiting for a core): no API process
+    outlives it."""
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(every_s)
+        log.error("the supervisor %d is gone; this API process stops", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="mlxr-supervisor-watch", daemon=True).start()
+
+
+def main() -> int:
+    import uvicorn
+
+    from mlxr.registry import Registry
+    from mlxr.server.app import create_app
+    from mlxr.server.logs import setup_logging
+
+    launch = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=WorkerLaunch)
+    setup_logging(launch.log_level, launch.log_format)
+    watch_supervisor(launch.supervisor_pid, launch.shutdown_timeout_s + 5)
+    config = launch.config
+    app = create_app(config, Registry(Path(config.home)), launch.stats_every_s, launch.channels, launch.index)
+    sock = listening_socket(config.host, config.port)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
+                                           timeout_graceful_shutdown=launch.shutdown_timeout_s))
+    log.info("API server %d of %d (pid %d) listening on %s:%d", launch.index, config.api_servers, os.getpid(),
+             config.host, config.port)
+    server.run(sockets=[sock])
+    return 0 if server.started else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

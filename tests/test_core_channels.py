@@ -1,0 +1,116 @@
+"""The engine core's loop with two client channels (one per API process): outputs go back on
+the channel their request came from, the same request id on two channels names two requests,
+an abort on one channel leaves the other's request running, statistics reach both."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import zmq
+
+from conftest import cached_llm, fixture_model
+from mlxr import SamplingParams
+from mlxr.engine.core_attach import AttachedClient, ProcessWatch, channel_addresses
+from mlxr.engine.core_channels import Channels
+from mlxr.engine.core_proc import CoreLoop
+from mlxr.engine.engine_core import EngineCore
+from mlxr.engine.records import EngineCoreRequest
+from mlxr.engine_factory import core_parts
+
+GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    return str(fixture_model("tiny-llama").hf_dir)
+
+
+@pytest.fixture
+def two_channels(model_dir, tmp_path):
+    """A real CoreLoop on a thread, serving two AttachedClients of this process."""
+    from mlxr.config import EngineConfig
+
+    parts = core_parts(model_dir, "float32", None, "cpu", None)
+    core = EngineCore(parts, EngineConfig(max_num_seqs=8, num_kv_blocks=64, warm_up=False))
+    addresses = channel_addresses(str(tmp_path), 2)
+    ctx = zmq.Context()
+    loop = CoreLoop(core, Channels(ctx, addresses), os.getppid())
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    clients = [AttachedClient(*a, start_timeout_s=30) for a in addresses]
+    yield clients
+    loop.request_stop()
+    thread.join(10)
+    for c in clients:
+        c.shutdown()
+    loop.channels.close()
+    ctx.term()
+    core.shutdown()
+
+
+def _request(rid: str, prompt: list[int], max_tokens: int = 10) -> EngineCoreRequest:
+    return EngineCoreRequest(rid, prompt, GREEDY, max_tokens, [], time.monotonic())
+
+
+def _run(clients, until_s: float = 30.0) -> list[dict[str, list]]:
+    """Step every client until each of its requests finished: [{id: [tokens..., reason]}]."""
+    got = [{} for _ in clients]
+    deadline = time.monotonic() + until_s
+    while time.monotonic() < deadline:
+        for c, mine in zip(clients, got):
+            for o in c.step():
+                entry = mine.setdefault(o.request_id, [[], None])
+                entry[0] += o.new_token_ids
+                entry[1] = entry[1] or o.finish_reason
+        if all(e[1] for mine in got for e in mine.values()) and all(got):
+            return got
+    raise AssertionError(f"not finished: {got}")
+
+
+def test_outputs_go_back_on_their_channel_and_one_id_on_two_channels_is_two_requests(two_channels, model_dir):
+    prompts = [[5, 6, 7, 8], [40, 41, 42]]
+    want = [o.outputs[0].token_ids for o in cached_llm(model_dir).generate(prompts, GREEDY)]
+    assert want[0] != want[1]
+    for client, prompt in zip(two_channels, prompts):
+        client.add_requests([_request("same-id", prompt)])
+    got = _run(two_channels)
+    assert [g.keys() for g in got] == [{"same-id"}, {"same-id"}]
+    assert [g["same-id"] for g in got] == [[want[0], "length"], [want[1], "length"]]
+    assert all(c.stats().kv_blocks_total == 64 for c in two_channels)  # stats reach every channel
+
+
+def test_an_abort_on_one_channel_leaves_the_same_id_on_the_other_running(two_channels):
+    first, second = two_channels
+    first.add_requests([_request("r", [5, 6, 7], max_tokens=200)])
+    second.add_requests([_request("r", [5, 6, 7], max_tokens=6)])
+    first.abort_requests(["r"])
+    got = _run([second])
+    assert got[0]["r"][1] == "length" and len(got[0]["r"][0]) == 6
+    deadline = time.monotonic() + 10
+    while second.stats().num_requests_running and time.monotonic() < deadline:
+        second.step()
+    assert second.stats().num_requests_running == 0  # the aborted one runs no more
+    assert sum(len(o.new_token_ids) for o in first.step()) < 200
+
+
+def test_a_process_watch_sees_a_process_that_is_not_its_child_exit():
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               "p = subprocess.Popen(['sleep', '30']); print(p.pid, flush=True)"],
+                              stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    parent.wait(10)  # the sleeper is now re-parented: not our child
+    watch = ProcessWatch(pid)
+    try:
+        assert not watch.exited()
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 5
+        while not watch.exited() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert watch.exited()
+    finally:
+        watch.close()
