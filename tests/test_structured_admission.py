@@ -1,0 +1,53 @@
+"""A burst of constrained requests reaching an idle engine starts in one prefill step: their
+grammars compile on several threads, and the ready ones wait (briefly, bounded) for the rest
+rather than each few entering a step of their own beside rows already decoding."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import fixture_model
+from structured_schemas import SCHEMAS
+from mlxr import LLM, SamplingParams
+from mlxr.engine.structured.compiler import MAX_COMPILE_THREADS, compile_threads
+from mlxr.types import StructuredOutputsParams as SO
+
+BURST = 32
+NAMES = ["nested_mixed", "record_like", "array_of_objects", "many_fields", "enum_strings"]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype="float32", engine_process=False)
+    yield llm
+    llm.shutdown()
+
+
+def admissions(llm) -> list[int]:
+    """Spy on the scheduler: how many new requests each scheduled step brings."""
+    core = llm.engine.core.core
+    counts: list[int] = []
+    schedule = core.scheduler.schedule
+
+    def recording():
+        out = schedule()
+        if out.new_requests:
+            counts.append(len(out.new_requests))
+        return out
+    core.scheduler.schedule = recording
+    return counts
+
+
+def burst_params(n: int) -> list[SamplingParams]:
+    return [SamplingParams(max_tokens=8, temperature=1.0, seed=i, structured_outputs=SO(json=SCHEMAS[NAMES[i % 5]]))
+            for i in range(n)]
+
+
+def test_a_burst_on_an_idle_engine_is_admitted_in_one_step(llm):
+    counts = admissions(llm)
+    outs = llm.generate([f"prompt {i}" for i in range(BURST)], burst_params(BURST))
+    assert counts == [BURST]
+    assert all(len(o.outputs[0].token_ids) > 0 for o in outs)
+
+
+def test_compile_threads_are_bounded():
+    assert 1 <= compile_threads() <= MAX_COMPILE_THREADS
