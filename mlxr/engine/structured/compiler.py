@@ -32,7 +32,7 @@ from mlxr.types import StructuredOutputsParams
 log = logging.getLogger(__name__)
 
 CACHE_SIZE = 256
-MAX_COMPILE_THREADS = 4
+MAX_COMPILE_THREADS = 8  # a burst of 64 compiles in ~8 rounds; idle threads cost nothing
 
 
 def compile_threads() -> int:
