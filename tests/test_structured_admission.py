@@ -8,6 +8,7 @@ import pytest
 from conftest import fixture_model
 from structured_schemas import SCHEMAS
 from mlxr import LLM, SamplingParams
+from mlxr.engine.structured import manager as manager_module
 from mlxr.engine.structured.compiler import MAX_COMPILE_THREADS, compile_threads
 from mlxr.types import StructuredOutputsParams as SO
 
@@ -15,7 +16,7 @@ BURST = 32
 NAMES = ["nested_mixed", "record_like", "array_of_objects", "many_fields", "enum_strings"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def llm():
     llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype="float32", engine_process=False)
     yield llm
@@ -42,7 +43,12 @@ def burst_params(n: int) -> list[SamplingParams]:
             for i in range(n)]
 
 
-def test_a_burst_on_an_idle_engine_is_admitted_in_one_step(llm):
+def test_a_burst_on_an_idle_engine_is_admitted_in_one_step(llm, monkeypatch):
+    """The engine's first constrained requests: their compiles wait for the vocabulary's view
+    (built once), so none is ready when the engine first looks (without the hold the burst
+    entered as [1, 31]). A loaded 2-core host may take longer than HOLD_S for that and 32
+    compiles; the bound is not what this checks."""
+    monkeypatch.setattr(manager_module, "HOLD_S", 2.0)
     counts = admissions(llm)
     outs = llm.generate([f"prompt {i}" for i in range(BURST)], burst_params(BURST))
     assert counts == [BURST]
