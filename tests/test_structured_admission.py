@@ -3,6 +3,8 @@ grammars compile on several threads, and the ready ones wait (briefly, bounded) 
 rather than each few entering a step of their own beside rows already decoding."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conftest import fixture_model
@@ -53,6 +55,40 @@ def test_a_burst_on_an_idle_engine_is_admitted_in_one_step(llm, monkeypatch):
     outs = llm.generate([f"prompt {i}" for i in range(BURST)], burst_params(BURST))
     assert counts == [BURST]
     assert all(len(o.outputs[0].token_ids) > 0 for o in outs)
+
+
+def test_a_ready_request_is_held_at_most_hold_s_and_only_while_idle(monkeypatch):
+    """A grammar still compiling (a future not done) holds a ready request only while the engine
+    is idle, and at most HOLD_S from the end of the ready one's compile (not from its
+    submission: the first compiles of an engine wait for the vocabulary's view)."""
+    from concurrent.futures import Future
+
+    from mlxr.engine.block_manager import BlockManager
+    from mlxr.engine.records import EngineCoreRequest
+    from mlxr.engine.request import Request
+    from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+    from mlxr.engine.structured.compiler import GrammarCompiler
+    from mlxr.engine.structured.manager import StructuredOutputManager, _Pending
+    from mlxr.loader.tokenizer import Tokenizer
+
+    monkeypatch.setattr(manager_module, "HOLD_S", 0.05)
+    tok = Tokenizer.from_hf_dir(fixture_model("tiny-llama").hf_dir)
+    spec = SO(json=SCHEMAS["record_like"])
+    state = GrammarCompiler(tok, tok.vocab_size).compile(spec)
+    for idle in (True, False):
+        manager = StructuredOutputManager(tok, tok.vocab_size)
+        scheduler = Scheduler(SchedulerConfig(8, 256, 64), BlockManager(16, 16))
+        ready, compiling = Future(), Future()
+        manager.pending = {rid: _Pending(Request(EngineCoreRequest(rid, [1, 2], SamplingParams(structured_outputs=spec),
+                                                                   8, [2], 0.0)), f,
+                                          since=time.monotonic() - 1.0)  # as behind a 1 s vocabulary build
+                           for rid, f in (("ready", ready), ("compiling", compiling))}
+        ready.set_result(state)
+        assert manager.admit(scheduler, idle) == []
+        assert set(scheduler.requests) == (set() if idle else {"ready"})
+        time.sleep(0.06)
+        manager.admit(scheduler, idle)
+        assert set(scheduler.requests) == {"ready"} and set(manager.pending) == {"compiling"}
 
 
 def test_compile_threads_are_bounded():
