@@ -6,7 +6,8 @@ unless a worker thread runs it), sample (sampling queued, the mask's copy and ap
 detokenize (the frontend), and the rest of the step. Nested phases, parts of the ones above:
 forward_inputs (the forward's index arrays), forward_graph (a steady decode step's CUDA graph:
 its inputs' copies and replay), consume (grammar matchers taking landed tokens,
-in update), mask_wait (sample waiting for a worker's fill) and mask_apply (in sample)."""
+in update), mask_wait (sample waiting for a worker's fill) and mask_apply (in sample). Each
+phase's number of calls is recorded too (on CUDA, forwards beyond forward_graph's ran eagerly)."""
 from __future__ import annotations
 
 import contextlib
@@ -53,6 +54,7 @@ def time_phases(llm, spent: dict):
                 return _fn(*args, **kwargs)
             finally:
                 counts[_key] += time.perf_counter() - t0
+                counts["calls:" + _key] += 1
                 if _key == "step":
                     counts["steps"] += 1
         setattr(obj, name, wrapper)
@@ -75,7 +77,9 @@ def per_step(spent: dict) -> dict:
     ms = {p: 1e3 * spent.get(p, 0.0) / steps for p in PHASES}
     step = 1e3 * spent.get("step", 0.0) / steps
     ms["rest"] = step - sum(v for p, v in ms.items() if p not in _NESTED)
-    return {"steps": spent.get("steps", 0), "step": step, **ms}
+    # How often each ran: a forward without forward_graph ran eagerly (a prefill or mixed step).
+    calls = {p: spent.get("calls:" + p, 0) for p in PHASES}
+    return {"steps": spent.get("steps", 0), "step": step, **ms, "calls": calls}
 
 
 def host_facts() -> dict:

@@ -41,6 +41,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def eager(step_ms: dict) -> int:
+    """Forwards that replayed no steady decode graph (prefill and mixed steps; every one on a CPU)."""
+    calls = step_ms["calls"]
+    return calls["forward"] - calls["forward_graph"]
+
+
 def run_arm(llm: LLM, batch: int, gen_len: int, constrained: bool) -> tuple[float, int]:
     spec = StructuredOutputsParams(json=SCHEMA) if constrained else None
     params = SamplingParams(max_tokens=gen_len, temperature=0.8, seed=1, ignore_eos=not constrained,
@@ -87,8 +93,8 @@ def main() -> None:
         print(f"batch {batch}: plain {median(plain):.1f} tok/s, schema {median(schema):.1f} tok/s, "
               f"mask {fill['us_per_row']:.1f} us/row {fill['by_kind']}", flush=True)
     print_table(rows, ["batch", "plain_tok_s", "schema_tok_s", "ratio", "mask_us_per_token"])
-    print_table([{"arm": f"b{r['batch']} {arm}", **r[f"{arm}_step_ms"]} for r in rows for arm in ("plain", "schema")],
-                ["arm", "steps", "step", *PHASES, "rest"])
+    print_table([{"arm": f"b{r['batch']} {arm}", **r[f"{arm}_step_ms"], "eager": eager(r[f"{arm}_step_ms"])}
+                 for r in rows for arm in ("plain", "schema")], ["arm", "steps", "eager", "step", *PHASES, "rest"])
     path = write_result("structured_overhead", {
         "label": a.label, "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
         "overlap": llm.engine.core.core.overlap,

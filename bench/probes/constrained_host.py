@@ -3,8 +3,11 @@ what the model wrote under bench/structured_overhead.py's schema: the mask's all
 (as before: torch.full, pinned where masks go to CUDA) against the persistent buffers
 (mask_job.MaskBuffers), the landed tokens taken one row at a time (GrammarState.advance) against
 in one batch (llguidance's consume_token_par), the fill in this thread row by row / in one call (a one-thread executor) / on the executor, the
-worker hand-off (mask_job.FillThread.start until the worker runs), and the sampler's per-row
-seeded draws (what the step thread does while a worker fills). Median microseconds a step.
+worker hand-off (mask_job.FillThread.start until the worker runs), the sampler's per-row
+seeded draws (what the step thread does while a worker fills), and the hand-off back: the step
+thread busy in Python until BUSY_S after the start, past the fill's end, then waiting for the
+result (the worker, its fill done, waits for the GIL until the step thread blocks; what is left
+is two thread wake-ups and the worker's few lines). Median microseconds a step.
 JSON to bench/results/<day>/constrained_host-*.json.
 
   python bench/probes/constrained_host.py --model smollm2:135m --device cuda [--rows 64] [--steps 48]
@@ -18,6 +21,9 @@ import bench_path  # noqa: F401,I001  (bench/ on sys.path)
 from common import device_name, median, print_table, write_result
 from structured_overhead import SCHEMA, cpu_model
 from mask_fill import model_paths, rows_args
+
+
+BUSY_S = 0.004  # past a batch-64 fill on the executor (1.3 ms on the H100 host), under the 5 ms GIL switch interval
 
 
 def timed(fn) -> float:
@@ -58,7 +64,7 @@ def main() -> None:
     u = torch.empty(a.rows, dtype=torch.float64, device=device)
     spent: dict[str, list[float]] = {k: [] for k in (
         "alloc_full", "buffers_take", "advance_rows", "advance_par", "fill_this_thread", "fill_one_call", "fill_executor",
-        "worker_handoff", "seeded_draws")}
+        "worker_handoff", "seeded_draws", "end_handoff")}
     for step in range(min(len(p) for p in paths)):
         spent["alloc_full"].append(timed(
             lambda: torch.full((a.rows, words), -1, dtype=torch.int32, pin_memory=pin)))
@@ -77,7 +83,9 @@ def main() -> None:
         future = worker.start(lambda: llg_torch.fill_next_token_bitmask_par(pool, pairs, mask))
         spent["worker_handoff"].append(time.perf_counter() - t0)
         spent["seeded_draws"].append(timed(lambda: [u[i: i + 1].uniform_(generator=g) for i, g in enumerate(gens)]))
-        future.result()
+        while time.perf_counter() - t0 < BUSY_S:
+            pass
+        spent["end_handoff"].append(timed(future.result))
         tokens = [p[step] for p in paths]
         spent["advance_rows"].append(timed(lambda: [s.advance(t) for s, t in zip(one, tokens)]))
         spent["advance_par"].append(timed(

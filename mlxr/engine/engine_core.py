@@ -206,7 +206,8 @@ class EngineCore:
 
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
-        outputs = self.structured.admit(self.scheduler)
+        idle = not self.scheduler.has_unfinished and self._inflight is None and self._forwarded is None
+        outputs = self.structured.admit(self.scheduler, idle)
         masked = self._take_forwarded()
         if masked is not None and not self.structured.live:  # drafts may follow: sample first
             outputs += self._launch_sampling(*masked)

@@ -4,13 +4,20 @@ property of the host, not of the code: llguidance's executor threads sleep betwe
 must be woken and scheduled, which costs little on an idle many-core host and a time slice on a
 loaded one (or one where PyTorch's OpenMP workers still spin after a CPU op), while the calling
 thread is already running. So both are timed: each is tried in turn for the first few large
-batches and again every RETRY batches, and the one with the lower recent time a row is used in
-between. No torch here: the scheduler's landing uses it."""
+batches and again every RETRY batches times how many times slower it was (at most MAX_BACKOFF
+times; that trial's time replaces the stale one), and the one with the lower recent time a row
+is used in between. The backoff: on the
+H100 host a batch-64 mask filled on the step thread took ~7 ms against ~0.35 ms of the step
+thread's time with the worker, and the serial fill ~3.5 times the parallel one's; a retry of the
+slower way every 64 steps cost ~0.1 ms a step on average
+(bench/results/2026-11-25/structured_overhead-20261125T084616Z.json). No torch here: the
+scheduler's landing uses it."""
 from __future__ import annotations
 
 PARALLEL_ROWS = 8  # below this many rows, serial always (waking threads costs more)
 TRIALS = 4  # large batches of each kind before choosing
 RETRY = 64  # a large batch of the kind not in use every RETRY batches, so a change of load is noticed
+MAX_BACKOFF = 16  # ... times how many times slower it was, up to this many times
 SMOOTHING = 0.25  # weight of the newest time in a kind's running figure
 
 
@@ -23,6 +30,8 @@ class KindChooser:
         self._run = run
         self._us_per_row: dict[str, float | None] = {kind: None for kind in kinds}
         self._large = 0
+        self._since_retry = 0
+        self._retrying: str | None = None  # the slower kind, tried again: its new time replaces the stale one
 
     def choose(self, rows: int) -> str:
         if rows < PARALLEL_ROWS:
@@ -31,9 +40,13 @@ class KindChooser:
         n, us, small, other = self._large, self._us_per_row, self._small, self._other
         if n <= 2 * TRIALS:
             return other if (n - 1) // self._run % 2 == 0 else small
-        best = other if us[other] <= us[small] else small
-        if n % RETRY == 0:
-            return small if best == other else other
+        if us[small] is None or us[other] is None:  # a trial's time never came back: try it again
+            return small if us[small] is None else other
+        best, worst = (other, small) if us[other] <= us[small] else (small, other)
+        self._since_retry += 1
+        if self._since_retry >= retry_interval(us[worst], us[best]):
+            self._since_retry, self._retrying = 0, worst
+            return worst
         return best
 
     def learn(self, kind: str, rows: int, seconds: float) -> None:
@@ -41,9 +54,16 @@ class KindChooser:
         if rows < PARALLEL_ROWS:
             return
         us_per_row, old = 1e6 * seconds / rows, self._us_per_row[kind]
+        if kind == self._retrying:
+            self._retrying, old = None, None
         self._us_per_row[kind] = us_per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * us_per_row
 
     @property
     def us_per_row(self) -> dict[str, float | None]:
         """Each kind's running time a row (None until tried)."""
         return dict(self._us_per_row)
+
+
+def retry_interval(slower_us: float, faster_us: float) -> int:
+    """Large batches between two trials of the slower kind."""
+    return RETRY * min(MAX_BACKOFF, max(1, int(slower_us / max(faster_us, 1e-9))))

@@ -1,0 +1,49 @@
+"""Which way a batch of matcher calls runs (chooser.py): both are tried first, the faster is used,
+and the slower is tried again less often the slower it was, so a way many times slower costs
+little while a change of load is still noticed."""
+from __future__ import annotations
+
+from mlxr.engine.structured.chooser import MAX_BACKOFF, PARALLEL_ROWS, RETRY, TRIALS, KindChooser
+
+ROWS = PARALLEL_ROWS
+
+
+def run(chooser: KindChooser, us_per_row: dict[str, float], batches: int) -> list[str]:
+    """The kinds chosen for `batches` large batches, each taking its kind's time."""
+    chosen = []
+    for _ in range(batches):
+        kind = chooser.choose(ROWS)
+        chooser.learn(kind, ROWS, us_per_row[kind] * ROWS / 1e6)
+        chosen.append(kind)
+    return chosen
+
+
+def trials_of(kind: str, chosen: list[str]) -> int:
+    return chosen[2 * TRIALS:].count(kind)
+
+
+def test_both_kinds_are_tried_first_then_the_faster_is_used():
+    chosen = run(KindChooser(), {"serial": 30.0, "parallel": 10.0}, 2 * TRIALS + 10)
+    assert sorted(set(chosen[:2 * TRIALS])) == ["parallel", "serial"]
+    assert set(chosen[2 * TRIALS:]) == {"parallel"}
+
+
+def test_a_kind_as_fast_is_retried_every_retry_batches():
+    batches = 2 * TRIALS + 4 * RETRY
+    chosen = run(KindChooser(), {"serial": 10.0, "parallel": 10.0}, batches)
+    assert trials_of("serial", chosen) + trials_of("parallel", chosen) == batches - 2 * TRIALS
+    assert min(trials_of("serial", chosen), trials_of("parallel", chosen)) >= 3
+
+
+def test_a_kind_four_times_slower_is_retried_four_times_less_often():
+    chosen = run(KindChooser(), {"serial": 40.0, "parallel": 10.0}, 2 * TRIALS + 8 * RETRY)
+    assert trials_of("serial", chosen) == 2  # every 4 * RETRY batches, not 8 times
+
+
+def test_the_backoff_is_bounded_so_a_change_of_load_is_noticed():
+    chooser = KindChooser(("step_thread", "worker"), run=2)
+    chosen = run(chooser, {"step_thread": 1000.0, "worker": 5.0}, 2 * TRIALS + MAX_BACKOFF * RETRY)
+    assert trials_of("step_thread", chosen) == 1
+    # The step thread became the faster way: after its next trial it is used.
+    chosen = run(chooser, {"step_thread": 1.0, "worker": 5.0}, MAX_BACKOFF * RETRY + 20)
+    assert chosen[-10:] == ["step_thread"] * 10
