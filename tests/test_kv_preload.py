@@ -101,10 +101,10 @@ def test_restarted_server_preloads_and_reports_it(tmp_path):
 
 
 def test_preload_stops_at_its_time_budget(model, reference, tmp_path, monkeypatch, caplog):
-    from mlxr.engine import kv_tiers
+    from mlxr.engine import kv_preload
 
     fill_cache(model, tmp_path)
-    monkeypatch.setattr(kv_tiers, "PRELOAD_BUDGET_S", 0.0)
+    monkeypatch.setattr(kv_preload, "PRELOAD_BUDGET_S", 0.0)
     llm = started(model, tmp_path)
     try:
         assert llm.engine.stats().kv_tiers["disk"]["preloaded_blocks"] == 0

@@ -21,6 +21,7 @@ from mlxr.engine.compile_watch import WATCH
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv_block_file import Layout
 from mlxr.engine.kv_disk import DiskStore
+from mlxr.engine.kv_preload import preload
 from mlxr.engine.kv_tiers import KVTiers
 from mlxr.engine.model_runner import Forwarded, ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
@@ -119,7 +120,7 @@ class EngineCore:
         self.tiers = self._make_tiers()
         self.block_manager.tiers = self.tiers
         if self.tiers is not None:
-            self.tiers.preload(self.block_manager.adopt, int(config.kv_cache_preload * num_blocks))
+            preload(self.tiers, self.block_manager.adopt, int(config.kv_cache_preload * num_blocks))
         tune_gc_once()
 
     def _make_tiers(self) -> KVTiers | None:

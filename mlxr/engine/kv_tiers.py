@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 MAX_SAVE_BATCHES = 32  # save batches whose slots a load may still have to wait for
 STAGING_BYTES = 256 << 20  # disk blocks on their way to the device (pinned on CUDA): a 4k-token prefix or more
-PRELOAD_BUDGET_S = 20.0  # a start's preload stops here (a slow or network disk), whatever is left
 
 
 @dataclass
@@ -92,7 +91,7 @@ class KVTiers:
             rows = min(kv.num_blocks, max(1, STAGING_BYTES // self.block_bytes))
             self.staging = StagingRows(rows, self.block_shape, self.dtype, self.cuda)
         self._row_of: dict[bytes, int] = {}  # read ahead, not yet looked up
-        self.preloaded = 0  # blocks a restart's preload put on the device
+        self.preloaded = 0  # blocks a restart's preload put on the device (kv_preload.py)
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
         self._ops: list[tuple] = []
 
@@ -152,34 +151,6 @@ class KVTiers:
 
     def load(self, source: object, block: int) -> None:
         self._ops.append(("load", source, block))
-
-    def preload(self, adopt, max_blocks: int) -> int:
-        """A restart's warm start: the disk's most recently used blocks (up to max_blocks) are read,
-        verified and copied into device blocks that adopt(hash) gives (BlockManager.adopt: cached,
-        unreferenced), so the first requests find their prefixes on the device. Returns the count."""
-        if self.disk is None or max_blocks <= 0:
-            return 0
-        t0, count, before = time.perf_counter(), 0, vars(self.times).copy()
-        for h in self.disk.most_recent(max_blocks):
-            if time.perf_counter() - t0 > PRELOAD_BUDGET_S:
-                log.warning("KV disk tier: preload stopped at its %.0f s budget", PRELOAD_BUDGET_S)
-                break
-            source = self.lookup(h)  # a staging row (the rows are flushed when they run out)
-            if source is None:
-                continue  # unusable file: skipped and logged by the disk store
-            block = adopt(h)
-            if block is None:
-                break
-            self.load(source, block)
-            count += 1
-        self.flush()
-        if self.cuda:
-            torch.cuda.current_stream(self.device).synchronize()  # the preload's time includes its copies
-        took = time.perf_counter() - t0
-        self.preloaded = count
-        self.times = RestoreTimes(**{**before, "preload_us": int(1e6 * took)})  # not a request's restore
-        log.info("KV disk tier: %d blocks preloaded into the device cache in %.0f ms", count, 1e3 * took)
-        return count
 
     # --- the copies ----------------------------------------------------------------------------
     @torch.inference_mode()
