@@ -16,7 +16,7 @@ from mlxr.engine.core_attach import AttachedClient, ProcessWatch, channel_addres
 from mlxr.engine.core_channels import Channels
 from mlxr.engine.core_proc import CoreLoop
 from mlxr.engine.engine_core import EngineCore
-from mlxr.engine.records import EngineCoreRequest
+from mlxr.engine.records import CoreMessage, CoreStats, EngineCoreOutput, EngineCoreRequest, decoder
 from mlxr.engine_factory import core_parts
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
@@ -114,3 +114,53 @@ def test_a_process_watch_sees_a_process_that_is_not_its_child_exit():
         assert watch.exited()
     finally:
         watch.close()
+
+
+def test_an_idle_channel_reads_the_latest_stats(two_channels):
+    busy, idle = two_channels
+    busy.add_requests([_request("r", [5, 6, 7], max_tokens=5)])
+    _run([busy])
+    deadline = time.monotonic() + 5
+    while idle.stats() != busy.stats() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert idle.stats() == busy.stats() and idle.stats().prefix_cache_queried_tokens >= 3
+
+
+def test_snapshots_to_a_client_that_does_not_read_are_dropped_not_waited_for(tmp_path):
+    """Thousands of snapshots to a channel whose reader sleeps (past ZMQ's queue bounds) must not
+    block the core; outputs still reach the other channel."""
+    ctx = zmq.Context()
+    addresses = channel_addresses(str(tmp_path), 2)
+    readers = []
+    for requests, outputs in addresses:
+        push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+        push.bind(requests)
+        pull.bind(outputs)
+        readers.append((push, pull))
+    channels = Channels(ctx, addresses)
+    stats = CoreStats(0, 0, 0, 64, 0, 0, 0, 0, 0, 256, 0, 0)
+    done = threading.Event()
+
+    def flood() -> None:
+        for _ in range(5000):
+            channels.send_outputs([], stats)
+        channels.send_outputs([EngineCoreOutput("0:x", [7])], stats)
+        done.set()
+
+    threading.Thread(target=flood, daemon=True).start()
+    try:
+        pull, message = readers[0][1], None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # channel 0 reads; channel 1 never does
+            if pull.poll(100):
+                message = decoder(CoreMessage).decode(pull.recv())
+                if message.outputs:
+                    break
+        assert done.wait(5), "the core blocked on a channel nobody reads"
+        assert [(o.request_id, o.new_token_ids) for o in message.outputs] == [("x", [7])]
+    finally:
+        channels.close()
+        for push, pull in readers:
+            push.close(linger=0)
+            pull.close(linger=0)
+        ctx.term()

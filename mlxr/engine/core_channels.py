@@ -72,8 +72,20 @@ class Channels:
             channel, _, o.request_id = o.request_id.partition(TAG_SEP)
             routed[int(channel)].append(o)
         for sock, mine in zip(self.outputs, routed):
-            if mine or stats is not None:
+            if mine:
                 sock.send(encode(CoreOutputs(mine, stats)), copy=False)
+            elif stats is not None:
+                self._send_snapshot(sock, stats)
+
+    @staticmethod
+    def _send_snapshot(sock: zmq.Socket, stats: CoreStats) -> None:
+        """A snapshot alone never waits: an API process that has not read for a while (its
+        engine thread sleeps while it has no requests) would stall the core for every other
+        one once its queue filled. Dropped then; a later snapshot supersedes it anyway."""
+        try:
+            sock.send(encode(CoreOutputs([], stats)), zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass
 
     def send(self, channel: int, record) -> None:
         self.outputs[channel].send(encode(record))

@@ -3,6 +3,7 @@ its own over ZMQ (core_proc.py) that this process starts (MPClient) or that a su
 for several API processes (core_attach.py's AttachedClient). All speak in records.py's records."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -152,6 +153,12 @@ class ZmqClient:
         return reply.vector
 
     def stats(self) -> CoreStats:
+        # An idle frontend's engine thread does not read; under --api-servers the core keeps
+        # sending snapshots (other API processes' requests run): take them in, so the figures
+        # are fresh and the queue stays short. Outputs read here wait in the buffer for step().
+        if self.dead is None:
+            with contextlib.suppress(EngineDeadError):
+                self._receive(0)
         return self._stats
 
     def alive(self) -> bool:

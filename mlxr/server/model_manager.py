@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 TOUCH_EVERY_S = 1.0
 
 
+def model_spec(config: ServerConfig, path) -> ModelSpec:
+    """How the server loads a registry model: its path with the server's device settings."""
+    dtype = _parse_dtype(config.dtype) if config.dtype else None
+    return ModelSpec(str(path), dtype=dtype, device=config.device, quantization=config.quantization)
+
+
 @dataclass
 class ServedModel:
     name: str  # registry name, "name:tag"
@@ -88,8 +94,7 @@ class ModelManager:
 
     def _load(self, record) -> ServedModel:
         t0 = time.perf_counter()
-        dtype = _parse_dtype(self.config.dtype) if self.config.dtype else None
-        spec = ModelSpec(str(record.path), dtype=dtype, device=self.config.device, quantization=self.config.quantization)
+        spec = model_spec(self.config, record.path)
         if self.attached is not None:
             built = attach_engine(spec, self.config.engine, self.attached[record.name])
         else:

@@ -24,9 +24,9 @@ import msgspec
 
 from mlxr.config import ServerConfig
 from mlxr.engine.core_attach import CoreProcess
-from mlxr.engine_factory import ModelSpec, core_launch
-from mlxr.llm import _parse_dtype
+from mlxr.engine_factory import core_launch
 from mlxr.server.api_worker import WorkerLaunch, listening_socket
+from mlxr.server.model_manager import model_spec
 
 log = logging.getLogger("mlxr.server.supervisor")
 MAX_API_SERVERS = 16
@@ -60,7 +60,7 @@ def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, st
         try:
             for i, name in enumerate(config.preload):
                 os.mkdir(f"{directory}/{i}")
-                spec = _spec(config, registry.resolve(name).path)
+                spec = model_spec(config, registry.resolve(name).path)
                 cores[name] = CoreProcess(*core_launch(spec, config.engine), config.engine, f"{directory}/{i}",
                                           config.api_servers)
             for index in range(config.api_servers):
@@ -73,11 +73,6 @@ def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, st
             return _Watch(cores, workers, stop).run()
         finally:
             _stop_all(workers, cores, shutdown_timeout_s)
-
-
-def _spec(config: ServerConfig, path) -> ModelSpec:
-    dtype = _parse_dtype(config.dtype) if config.dtype else None
-    return ModelSpec(str(path), dtype=dtype, device=config.device, quantization=config.quantization)
 
 
 def _start_worker(launch: WorkerLaunch) -> subprocess.Popen:
