@@ -155,8 +155,10 @@ class StructuredOutputManager:
         if not matchers:
             return None
         mask = self._buffers.take(len(rows))
-        if free:  # in one op, not one a row (63 free rows: bench/probes/constrained_host.py's reset_rows_*)
-            mask.index_fill_(0, torch.tensor(free, dtype=torch.long), -1)  # constrained rows: their fill writes every word
+        # The free rows all-allowed in one op, not one a row (bench/probes/constrained_host.py's
+        # reset_rows_*); a constrained row's words are all written by its fill.
+        if free:
+            mask.index_fill_(0, torch.tensor(free, dtype=torch.long), -1)
         return self._fill(matchers, mask)
 
     def _fill(self, matchers: list[tuple[object, int]], mask: torch.Tensor):
