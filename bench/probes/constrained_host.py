@@ -7,7 +7,8 @@ worker hand-off (mask_job.FillThread.start until the worker runs), the sampler's
 seeded draws (what the step thread does while a worker fills), and the hand-off back: the step
 thread busy in Python until BUSY_S after the start, past the fill's end, then waiting for the
 result (the worker, its fill done, waits for the GIL until the step thread blocks; what is left
-is two thread wake-ups and the worker's few lines). Median microseconds a step.
+is two thread wake-ups and the worker's few lines), and a mixed batch's unconstrained rows set
+to all-allowed one at a time against in one index_fill_. Median microseconds a step.
 JSON to bench/results/<day>/constrained_host-*.json.
 
   python bench/probes/constrained_host.py --model smollm2:135m --device cuda [--rows 64] [--steps 48]
@@ -64,11 +65,15 @@ def main() -> None:
     u = torch.empty(a.rows, dtype=torch.float64, device=device)
     spent: dict[str, list[float]] = {k: [] for k in (
         "alloc_full", "buffers_take", "advance_rows", "advance_par", "fill_this_thread", "fill_one_call", "fill_executor",
-        "worker_handoff", "seeded_draws", "end_handoff")}
+        "worker_handoff", "seeded_draws", "end_handoff", "reset_rows_loop", "reset_rows_index")}
     for step in range(min(len(p) for p in paths)):
         spent["alloc_full"].append(timed(
             lambda: torch.full((a.rows, words), -1, dtype=torch.int32, pin_memory=pin)))
         spent["buffers_take"].append(timed(lambda: buffers.take(a.rows)))
+        free = list(range(1, a.rows))  # a mixed batch: one constrained row, the others' words all set
+        spent["reset_rows_loop"].append(timed(lambda: [buffers.take(a.rows)[i].fill_(-1) for i in free]))
+        spent["reset_rows_index"].append(timed(
+            lambda: buffers.take(a.rows).index_fill_(0, torch.tensor(free, dtype=torch.long), -1)))
         mask = buffers.take(a.rows)
         pairs = [(s.matcher, i) for i, s in enumerate(one)]
         # The same rows filled twice: the second fill finds the lexer's states warm, so each

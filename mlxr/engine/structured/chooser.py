@@ -6,10 +6,9 @@ loaded one (or one where PyTorch's OpenMP workers still spin after a CPU op), wh
 thread is already running. So both are timed: each is tried in turn for the first few large
 batches and again every RETRY batches times how many times slower it was (at most MAX_BACKOFF
 times; that trial's time replaces the stale one), and the one with the lower recent time a row
-is used in between. The backoff: on the
-H100 host a batch-64 mask filled on the step thread took ~7 ms against ~0.35 ms of the step
-thread's time with the worker, and the serial fill ~3.5 times the parallel one's; a retry of the
-slower way every 64 steps cost ~0.1 ms a step on average
+is used in between. The backoff: on the H100 host a batch-64 mask filled on the step thread took
+~7 ms against ~0.35 ms of the step thread's time with the worker, and a serial fill ~3.5 times a
+parallel one; a retry of the slower way every 64 steps cost ~0.1 ms a step on average
 (bench/results/2026-11-25/structured_overhead-20261125T084616Z.json). No torch here: the
 scheduler's landing uses it."""
 from __future__ import annotations

@@ -155,8 +155,10 @@ class StructuredOutputManager:
         if not matchers:
             return None
         mask = self._buffers.take(len(rows))
-        for i in free:  # a constrained row's words are all written by its fill
-            mask[i].fill_(-1)
+        # The free rows all-allowed in one op, not one a row (bench/probes/constrained_host.py's
+        # reset_rows_*); a constrained row's words are all written by its fill.
+        if free:
+            mask.index_fill_(0, torch.tensor(free, dtype=torch.long), -1)
         return self._fill(matchers, mask)
 
     def _fill(self, matchers: list[tuple[object, int]], mask: torch.Tensor):
