@@ -175,7 +175,10 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
             killed_at = time.monotonic()
             os.kill(core[0], signal.SIGKILL)
             outcomes = [r.result(30) for r in results]
-        assert all(o.startswith("error") and "engine core" in o for o in outcomes), outcomes
+        # The two running sequences may have produced all their tokens (held by the API process)
+        # before the kill on a busy host; every other stream waits in the core and must fail.
+        failed = [o for o in outcomes if o.startswith("error") and "engine core" in o]
+        assert len(failed) >= 14 and all(o == "finished" or o in failed for o in outcomes), outcomes
         assert max(ended) - killed_at < 5.0
         assert any(_health(url) == 503 for _ in range(16))  # reported (until each process attaches again)
         deadline = time.monotonic() + 60  # the supervisor restarts the core; both processes attach again
