@@ -30,7 +30,11 @@ from common import median, print_table, write_result
 SETTINGS = {"1": (["--threads", "1"], {}), "2": (["--threads", "2"], {}), "default": ([], {}),
             "2-spin": (["--threads", "2"], {"OMP_WAIT_POLICY": "ACTIVE"}),
             "2-pool": (["--threads", "2"], {"MLXR_POOL": "1"}),
-            "2-pool-nospin": (["--threads", "2"], {"MLXR_POOL": "1", "MLXR_POOL_SPIN_US": "0"})}
+            "2-pool-nospin": (["--threads", "2"], {"MLXR_POOL": "1", "MLXR_POOL_SPIN_US": "0"}),
+            # libgomp's GOMP_SPINCOUNT (~100 spins a microsecond) beside the PASSIVE policy: idle
+            # threads spin that long before they sleep (libgomp's own default, policy unset, is 300k).
+            "spin-20k": ([], {"GOMP_SPINCOUNT": "20000"}), "spin-100k": ([], {"GOMP_SPINCOUNT": "100000"}),
+            "spin-300k": ([], {"GOMP_SPINCOUNT": "300000"})}
 
 
 def lscpu_model() -> str:
