@@ -260,3 +260,35 @@ def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
                    env={**os.environ, "MLXR_POOL": "1"})
     ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), "Q4_K", 512).numpy()
     assert np.array_equal(np.load(tmp_path / "y.npy"), ours)
+
+
+@pytest.mark.parametrize("vendor, hint", [("GenuineIntel", 2), ("AuthenticAMD", 0), ("", 0)])
+def test_the_weight_prefetch_hint_follows_the_cpu_vendor(monkeypatch, vendor, hint):
+    from mlxr.ops import cpu_build as build
+
+    monkeypatch.setattr(build, "_cpuinfo_field", lambda name: f"{name}\t: {vendor}" if name == "vendor_id" else "")
+    flags = build.build_flags("native")
+    assert f"-DMLXR_PREFETCH_HINT={hint}" in flags and sum(f.startswith("-DMLXR_PREFETCH_HINT") for f in flags) == 1
+
+
+def test_builds_with_either_prefetch_hint_give_identical_matmuls(monkeypatch, tmp_path):
+    """The hint changes only where weight lines are cached: both builds (separate libraries)
+    return the same bits for decode rows and a prompt tile."""
+    from mlxr.ops import cpu_build as build
+
+    raw = torch.from_numpy(random_blocks("Q4_K", 300, 1024, seed=3))
+    x = torch.randn(9, 1024)
+    out = {}
+    monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))
+    try:
+        for vendor in ("GenuineIntel", "AuthenticAMD"):
+            monkeypatch.setattr(build, "_cpuinfo_field", lambda name, v=vendor: f"{name}\t: {v}" if name == "vendor_id" else "")
+            build.load_library.cache_clear()
+            lib = build.load_library("quant")
+            assert lib is not None
+            out[vendor] = [quant_cpu.qmatmul_cpu(x[:m], raw, "Q4_K", 1024, lib=quant_cpu.library()) for m in (1, 9)]
+        assert len(list(tmp_path.glob("kernels/quant-*.so"))) == 2
+        for a, b in zip(out["GenuineIntel"], out["AuthenticAMD"]):
+            assert torch.equal(a, b)
+    finally:
+        build.load_library.cache_clear()

@@ -549,10 +549,16 @@ static inline __attribute__((always_inline)) void dot_rows(
 #define K_SLICE 2048
 /* Weight rows are requested about this many bytes ahead: with the hardware prefetcher alone
  * the single-row (decode) kernel read DRAM-resident Q4_K/Q8_0 weights at 35-43 GB/s, with
- * this at 40-60 GB/s (a decode step of TinyLlama Q4_K_M: 20.9 -> 18.5 ms). */
+ * this at 40-60 GB/s (a decode step of TinyLlama Q4_K_M: 20.9 -> 18.5 ms; AMD EPYC, the
+ * non-temporal hint). The hint is the build's (cpu_build.py picks it by vendor): on an Intel
+ * Xeon with AMX the non-temporal one halved the rate (2 threads, Q8_0 8.9 GB/s against 17.2
+ * with the L2 hint, 2). */
 #define PREFETCH_BYTES 12288
+#ifndef MLXR_PREFETCH_HINT
+#define MLXR_PREFETCH_HINT 0
+#endif
 static inline void prefetch(const uint8_t *p, int64_t bytes) {
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 0);
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, MLXR_PREFETCH_HINT);
 }
 static inline __attribute__((always_inline)) void matmul_range(
     int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *a, int64_t m, float *y, int64_t c0, int64_t c1) {
