@@ -292,3 +292,40 @@ def test_builds_with_either_prefetch_hint_give_identical_matmuls(monkeypatch, tm
             assert torch.equal(a, b)
     finally:
         build.load_library.cache_clear()
+
+
+AMX_TYPES = [t for t in TYPES if t != "Q6_K"]  # Q6_K's per-16 scales stay on the VNNI kernel
+needs_amx = pytest.mark.skipif(not quant_cpu.amx(), reason="no AMX-INT8 tiles on this CPU (or MLXR_AMX=0)")
+
+
+@needs_amx
+@pytest.mark.parametrize("qtype", AMX_TYPES)
+@pytest.mark.parametrize("m", [32, 33, 47, 128])
+@pytest.mark.parametrize("k", [256, 640, 1280, 2144])
+def test_amx_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtype, m, k):
+    """Prompts of 32+ rows on AMX tiles: exact up to fp32 summation order against the 16-bit
+    activations the VNNI kernel sees, with weight rows that end mid panel (37 = 2 x 16 + 5),
+    activation tiles that end mid tile, and 32-column types' rows that end inside a 256-column
+    group (640, 2144); the VNNI kernel (MLXR_AMX=0) gives the same up to that order."""
+    if k % CPU_INT_TYPES[qtype].block_elems:
+        pytest.skip("K-quants take whole 256-column blocks")
+    raw = random_blocks(qtype, 37, k, seed=m + k)
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    x[1, 32:64] = 0.0  # an all-zero activation block (scale 0)
+    w = gguf_dequant(raw, qtype).astype(np.float64)
+    args = (torch.from_numpy(x), torch.from_numpy(raw), qtype, k)
+    ours = quant_cpu.qmatmul_cpu(*args).numpy()
+    seen = kernel_activations(x)
+    bound = 1e-5 * (np.abs(seen) @ np.abs(w).T) + 1e-6
+    assert np.all(np.abs(ours - seen @ w.T) <= bound)
+    monkeypatch.setenv("MLXR_AMX", "0")
+    vnni = quant_cpu.qmatmul_cpu(*args).numpy()
+    assert np.all(np.abs(ours - vnni) <= 2 * bound)
+    assert not np.array_equal(ours, vnni)  # a different summation order: the tiles ran
+
+
+@needs_amx
+def test_mlxr_amx_0_turns_the_tiles_off(monkeypatch):
+    assert quant_cpu.kernel_path() == "avx512-vnni+amx"
+    monkeypatch.setenv("MLXR_AMX", "0")
+    assert not quant_cpu.amx() and quant_cpu.kernel_path() == "avx512-vnni"

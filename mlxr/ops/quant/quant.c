@@ -516,6 +516,12 @@ static inline __attribute__((always_inline)) void half_group_rows(
     }
 }
 
+/* The multiple of a 32-column type's scale that its codes are offset by (w = s*(u - ofs)); 1
+ * for the types whose offset is their own per block (Q4_1, the K-quants' mins). */
+static inline float code_offset(int t) {
+    return t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
+}
+
 /* Rows [m0, m0+mr) of activations against one weight row over columns [k0, k1) (AVX-512
  * VNNI; k0 a multiple of 256, k1 too or k). */
 static inline __attribute__((always_inline)) void dot_rows(
@@ -533,10 +539,15 @@ static inline __attribute__((always_inline)) void dot_rows(
         half_group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
     else if (ib < nb)
         group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
-    const float ofs = t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
+    const float ofs = code_offset(t);
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) out[r] = _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[r], acc[r]));
 }
+
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__)
+#define MLXR_AMX 1
+#include "quant_amx.h"
+#endif
 #endif
 
 /* Weight rows [c0, c1) of one type. Rows are taken in chunks of COL_CHUNK and columns in
@@ -646,11 +657,24 @@ static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *
 
 int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
     if (t < 0 || t >= N_TYPES || k % BLOCK_ELEMS[t]) return -1;
+#ifdef MLXR_AMX
+    if (amx_qmatmul(t, w, n, k, x, m, y, nthreads) == 0) return 0;
+#endif
     acts_t a;
     if (acts_alloc(&a, m, k)) return -2;
     quantize_acts(x, m, k, &a, nthreads);
     matmul(t, w, n, k, &a, m, y, nthreads);
     return 0;
+}
+
+/* 1 when prompts of AMX_MIN_ROWS+ rows run on AMX tiles (built for them, granted by the
+ * kernel, MLXR_AMX not 0), else 0. */
+int mlxr_amx(void) {
+#ifdef MLXR_AMX
+    return amx_enabled();
+#else
+    return 0;
+#endif
 }
 
 /* 2: AVX-512 VNNI + GFNI, 1: AVX2, 0: portable C. */

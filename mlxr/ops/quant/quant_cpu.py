@@ -3,7 +3,7 @@ quant.c (CPU_INT_TYPES) and quant_extra.c (the other EXTRA_TYPES), which export 
 their own prefixes; a call picks the library by the weight's type.
 
 quant.c's `qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with
-integer dot products; quant_extra.c dequantizes each block once into L1 and dots it in fp32. Both
+integer dot products (on AMX tiles for prompts, where the CPU has them: quant_amx.h); quant_extra.c dequantizes each block once into L1 and dots it in fp32. Both
 read each weight byte once, so decode is bound by the (quantized) weight bytes, not by fp32
 arithmetic. `dequantize_cpu` is exact to gguf-py.
 """
@@ -48,6 +48,7 @@ def library(march: str | None = None, name: str = "quant") -> ctypes.CDLL | None
             lib.mlxr_simd_level.restype = _INT
             lib._level = lib.mlxr_simd_level()
             lib._vnni = lib._level == 2
+            lib.mlxr_amx.restype = _INT
         lib._typed = True
     return lib
 
@@ -62,9 +63,19 @@ def available(name: str = "quant") -> bool:
 
 
 def kernel_path() -> str:
-    """Which matmul kernel the CPU build runs: avx512-vnni, avx2, portable (or none)."""
+    """Which matmul kernel the CPU build runs: avx512-vnni (+amx where prompts take AMX tiles),
+    avx2, portable (or none)."""
     lib = library()
-    return "none" if lib is None else SIMD_LEVELS[lib.mlxr_simd_level()]
+    if lib is None:
+        return "none"
+    return SIMD_LEVELS[lib.mlxr_simd_level()] + ("+amx" if amx() else "")
+
+
+def amx() -> bool:
+    """True when prompt matmuls (quant.c's AMX_MIN_ROWS rows and more, not Q6_K) run on AMX tiles:
+    a build for a CPU with AMX-INT8, the tile state granted by the OS, MLXR_AMX not 0."""
+    lib = library()
+    return lib is not None and bool(lib.mlxr_amx())
 
 
 def gemm_min_rows() -> int:
