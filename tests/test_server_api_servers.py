@@ -176,9 +176,11 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
             os.kill(core[0], signal.SIGKILL)
             outcomes = [r.result(30) for r in results]
         # The two running sequences may have produced all their tokens (held by the API process)
-        # before the kill on a busy host; every other stream waits in the core and must fail.
+        # before the kill on a busy host, or have their stream cut mid-way (an error of the
+        # transport, not the core's message: seen once in a full suite on a loaded 2-core host);
+        # every other stream waits in the core and must fail with the core's error.
         failed = [o for o in outcomes if o.startswith("error") and "engine core" in o]
-        assert len(failed) >= 14 and all(o == "finished" or o in failed for o in outcomes), outcomes
+        assert len(failed) >= 14 and all(o == "finished" or o.startswith("error") for o in outcomes), outcomes
         assert max(ended) - killed_at < 5.0
         assert any(_health(url) == 503 for _ in range(16))  # reported (until each process attaches again)
         deadline = time.monotonic() + 60  # the supervisor restarts the core; both processes attach again
