@@ -22,7 +22,8 @@ from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
-_BN, _BK = 16, 256
+_BN, _BK = 16, 256  # the dequantize kernel's tile
+_GEMV_BN, _GEMV_WARPS = 8, 2
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
 
@@ -113,19 +114,41 @@ def _dequant_kernel(w_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
 
 
 @triton.jit
+def _row_accumulators(MB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """MB float32 [BN, BK] zero tiles: one accumulator per row of x."""
+    accs = ()
+    for _ in tl.static_range(MB):
+        accs = accs + (tl.zeros([BN, BK], dtype=tl.float32),)
+    return accs
+
+
+@triton.jit
+def _accumulate_rows(accs, w, x_cols, stride_x, MB: tl.constexpr):
+    """Row r's accumulator += the weight tile times row r's [BK] slice of x, for each row."""
+    out = ()
+    for r in tl.static_range(MB):
+        x = tl.load(x_cols + r * stride_x).to(tl.float32)
+        out = out + (accs[r] + w * x[None, :],)
+    return out
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, N, K, stride_x, stride_w, stride_o,
-                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr):
+    """out[r, n] for the MB rows of x and BN output channels: each weight tile is dequantized
+    once and multiplied into every row's own [BN, BK] accumulator, each reduced alone at the end.
+    No tensor has a rows dimension, so a row's arithmetic (its loads, the tile's layout, its
+    reduction) is the same code whatever MB is: row r's output is bit-identical for any MB."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    m = tl.program_id(1)
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    acc = tl.zeros([BN, BK], dtype=tl.float32)
-    for k0 in range(0, K, BK):  # K is a multiple of BK (the launcher checks)
+    accs = _row_accumulators(MB, BN, BK)
+    for k0 in range(0, K, BK):  # K is a multiple of BK (gemv_tile_k)
         cols = k0 + tl.arange(0, BK)
         w = _weights(w_ptr, kv_ptr, rb, cols[None, :], QT)
-        x = tl.load(x_ptr + m * stride_x + cols).to(tl.float32)
-        acc += w * x[None, :]
-    out = tl.sum(acc, axis=1)
-    tl.store(out_ptr + m * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
+        accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
+    for r in tl.static_range(MB):
+        out = tl.sum(accs[r], axis=1)
+        tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
 def _kvalues(device: torch.device) -> torch.Tensor:
@@ -153,17 +176,40 @@ def dequantize_extra_triton(raw: torch.Tensor, qtype: str, k: int, dtype: torch.
     return out
 
 
-def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
-    """x (..., k) @ W^T -> (..., n) in x.dtype, float32 accumulation."""
+def gemv_tile_k(k: int) -> int:
+    """The GEMV's K tile: 64 columns where they divide K, else 32 (every type's K is a multiple of
+    32). It depends on K alone, never on the rows of x (a row's sums must not change with the
+    batch); and it stays small because each row of x keeps its own [BN, BK] accumulator in
+    registers (16 rows of [8, 64] over 2 warps: 128 registers a thread)."""
+    return 64 if k % 64 == 0 else 32
+
+
+def gemv_config(n: int, k: int, config: dict | None = None) -> tuple[int, int, int]:
+    """(BN, BK, num_warps) of the GEMV for an (n, k) weight, the same for every row count:
+    BN and num_warps shape the tile's register layout and with it each row's reduction order.
+    `config` (benchmarks) overrides bn, bk (must divide k) and warps."""
+    cfg = config or {}
+    bn, bk, warps = cfg.get("bn", _GEMV_BN), cfg.get("bk", gemv_tile_k(k)), cfg.get("warps", _GEMV_WARPS)
+    assert k % bk == 0, (k, bk)
+    return bn, bk, warps
+
+
+def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
+                         config: dict | None = None) -> torch.Tensor:
+    """x (..., k) @ W^T -> (..., n) in x.dtype, float32 accumulation. `config`: gemv_config's."""
     code = _check(raw, qtype, k)
     assert x.shape[-1] == k and x.device == raw.device, (tuple(x.shape), k)
     rows = x.reshape(-1, k)
     m, n = rows.shape[0], raw.shape[0]
-    if m > GEMV_MAX_M or k % _BK:
-        w = dequantize_extra_triton(raw, qtype, k, x.dtype if x.dtype != torch.float32 else torch.float32)
+    if m > GEMV_MAX_M:
+        w = dequantize_extra_triton(raw, qtype, k, x.dtype)
         return (rows @ w.T).reshape(*x.shape[:-1], n)
-    rows = rows.contiguous()
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _gemv_kernel[(triton.cdiv(n, _BN), m)](rows, raw, _kvalues(raw.device), out, n, k, rows.stride(0),
-                                           raw.stride(0), out.stride(0), QT=code, BN=_BN, BK=_BK)
+    if m == 0 or n == 0:
+        return out.reshape(*x.shape[:-1], n)
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+    bn, bk, warps = gemv_config(n, k, config)
+    _gemv_kernel[(triton.cdiv(n, bn),)](rows, raw, _kvalues(raw.device), out, n, k, rows.stride(0),
+                                        raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m,
+                                        num_warps=warps)
     return out.reshape(*x.shape[:-1], n)
