@@ -39,3 +39,54 @@ def test_triton_dequantize_and_matmul_against_gguf_py(qtype: str, device: str) -
         if device == "cuda":
             half = qmatmul_extra_triton(x.to(device, torch.bfloat16), t, qtype, k).cpu().double()
             assert (half - ref).norm() / ref.norm() < 2e-2
+
+
+def _gemv_shapes() -> list[tuple[str, int]]:
+    """SmolLM2's K (576: q/k/v/o/gate/up; 1536: down) and a short 96, for each type whose block divides them."""
+    return [(q, k) for q, t in EXTRA_TYPES.items() for k in (96, 576, 1536) if k % t.block_elems == 0]
+
+
+def _no_dequantize(*args, **kwargs):
+    raise AssertionError("the GEMV path dequantized the whole weight")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qtype,k", _gemv_shapes())
+def test_gemv_any_k_and_up_to_16_rows_against_gguf_py_without_dequantizing(qtype: str, k: int, device: str,
+                                                                            monkeypatch) -> None:
+    import mlxr.ops.quant.quant_extra_triton as qet
+
+    n = 12 if device == "cpu" else 1000  # not a multiple of the channel tile
+    raw = random_blocks(qtype, n, k, seed=k)
+    w64 = torch.from_numpy(reference_dequantize(raw, qtype, n, k)).double()
+    t = torch.from_numpy(raw).to(device)
+    monkeypatch.setattr(qet, "dequantize_extra_triton", _no_dequantize)
+    for m in (1, 3, 9, 16):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+        ref = x.double() @ w64.T
+        out = qmatmul_extra_triton(x.to(device), t, qtype, k).cpu().double()
+        assert (out - ref).norm() / ref.norm() < 1e-5, (qtype, k, m)
+    with pytest.raises(AssertionError, match="dequantized"):  # 17 rows do take the dequantize path
+        qmatmul_extra_triton(torch.randn(17, k, device=device), t, qtype, k)
+
+
+def _row_types() -> list[tuple[str, int]]:
+    return [(q, 576 if 576 % t.block_elems == 0 else 512) for q, t in EXTRA_TYPES.items()]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("qtype,k", _row_types())
+def test_gemv_row_is_bit_identical_whatever_the_batch(qtype: str, k: int, device: str) -> None:
+    """Speculative decoding's greedy tokens must match plain decode's: a verify batch's row must
+    come out bit-for-bit as the same row alone, whatever the batch size and its other rows."""
+    n = 12 if device == "cpu" else 1000
+    t = torch.from_numpy(random_blocks(qtype, n, k, seed=5)).to(device)
+    dtypes = [torch.float32] if device == "cpu" else [torch.float32, torch.bfloat16]
+    for dtype in dtypes:
+        row = torch.randn(1, k, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+        alone = qmatmul_extra_triton(row, t, qtype, k)
+        for m, at in ((2, 1), (5, 0), (9, 4), (16, 15)):
+            batch = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).mul(1 + at).to(device, dtype)
+            batch[at] = row[0]
+            got = qmatmul_extra_triton(batch, t, qtype, k)[at:at + 1]
+            assert torch.equal(got, alone), (qtype, dtype, m, at, (got.float() - alone.float()).abs().max().item())
