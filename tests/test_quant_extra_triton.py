@@ -2,6 +2,7 @@
 CUDA, and on the GPU (`gpu`) with it."""
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -46,6 +47,11 @@ def _gemv_shapes() -> list[tuple[str, int]]:
     return [(q, k) for q, t in EXTRA_TYPES.items() for k in (96, 576, 1536) if k % t.block_elems == 0]
 
 
+# The default launch (split-K on these few channels: the interpreter stands in 4 multiprocessors)
+# and one program along K.
+SPLITS = (None, {"split": 1})
+
+
 def _no_dequantize(*args, **kwargs):
     raise AssertionError("the GEMV path dequantized the whole weight")
 
@@ -61,11 +67,12 @@ def test_gemv_any_k_and_up_to_16_rows_against_gguf_py_without_dequantizing(qtype
     w64 = torch.from_numpy(reference_dequantize(raw, qtype, n, k)).double()
     t = torch.from_numpy(raw).to(device)
     monkeypatch.setattr(qet, "dequantize_extra_triton", _no_dequantize)
-    for m in (1, 3, 9, 16):
-        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
-        ref = x.double() @ w64.T
-        out = qmatmul_extra_triton(x.to(device), t, qtype, k).cpu().double()
-        assert (out - ref).norm() / ref.norm() < 1e-5, (qtype, k, m)
+    for config in SPLITS:
+        for m in (1, 3, 9, 16):
+            x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+            ref = x.double() @ w64.T
+            out = qmatmul_extra_triton(x.to(device), t, qtype, k, config=config).cpu().double()
+            assert (out - ref).norm() / ref.norm() < 1e-5, (qtype, k, m, config)
     with pytest.raises(AssertionError, match="dequantized"):  # 17 rows do take the dequantize path
         qmatmul_extra_triton(torch.randn(17, k, device=device), t, qtype, k)
 
@@ -82,11 +89,11 @@ def test_gemv_row_is_bit_identical_whatever_the_batch(qtype: str, k: int, device
     n = 12 if device == "cpu" else 1000
     t = torch.from_numpy(random_blocks(qtype, n, k, seed=5)).to(device)
     dtypes = [torch.float32] if device == "cpu" else [torch.float32, torch.bfloat16]
-    for dtype in dtypes:
+    for dtype, config in itertools.product(dtypes, SPLITS):
         row = torch.randn(1, k, generator=torch.Generator().manual_seed(0)).to(device, dtype)
-        alone = qmatmul_extra_triton(row, t, qtype, k)
+        alone = qmatmul_extra_triton(row, t, qtype, k, config=config)
         for m, at in ((2, 1), (5, 0), (9, 4), (16, 15)):
             batch = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).mul(1 + at).to(device, dtype)
             batch[at] = row[0]
-            got = qmatmul_extra_triton(batch, t, qtype, k)[at:at + 1]
-            assert torch.equal(got, alone), (qtype, dtype, m, at, (got.float() - alone.float()).abs().max().item())
+            got = qmatmul_extra_triton(batch, t, qtype, k, config=config)[at:at + 1]
+            assert torch.equal(got, alone), (qtype, dtype, config, m, at, (got.float() - alone.float()).abs().max().item())

@@ -6,12 +6,12 @@ matrices (n x k): qkv 960x576 (9 + 2*3 heads of 64), o 576x576, gate_up 3072x576
 Each time is the median of --reps CUDA-graph replays timed with torch.cuda.Event, a graph holding
 one call per weight copy, the copies cycled past L2 (a decode step reads each weight once;
 --warm: one L2-resident copy), divided by the calls. Every --variant (launch knobs bn, bk,
-warps: qmatmul_extra_triton's config) runs at every row count: the GEMV must keep one config
+warps, split: qmatmul_extra_triton's config) runs at every row count: the GEMV must keep one config
 per shape for all rows (a row's sums may not change with the batch), so pick the variant with
 the lowest sum over the rows that matter. Also checks each variant on the GPU: the result
 against the old path, and a row alone bit-identical to the same row inside a 9-row batch.
 
-  python bench/probes/extra_gemv.py [--rows 1 2 4 9 16] [--variant bn=8,warps=2 ...] [--qtype Q4_1]
+  python bench/probes/extra_gemv.py [--rows 1 2 4 9 16] [--variant bn=8,warps=2[,split=1] ...] [--qtype Q4_1]
 """
 from __future__ import annotations
 
@@ -36,19 +36,20 @@ from mlxr.ops.quant.quant_types import EXTRA_TYPES  # noqa: E402
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 LAYERS = 30  # SmolLM2-135M: a step runs each shape once a layer
-VARIANTS = ["bn=4,warps=1", "bn=8,warps=1", "bn=8,warps=2", "bn=16,warps=2", "bn=16,warps=4", "bn=32,warps=4",
-            "bn=8,bk=32,warps=1", "bn=16,bk=32,warps=2"]
+# Without split: gemv_config's split-K (to _PROGRAMS_PER_SM programs a multiprocessor); split=1: none.
+VARIANTS = ["bn=4,warps=1", "bn=8,warps=1", "bn=8,warps=2", "bn=16,warps=2", "bn=16,warps=4", "bn=8,bk=32,warps=1",
+            "bn=4,warps=1,split=1", "bn=8,warps=2,split=1", "bn=16,warps=4,split=1", "bn=32,warps=4,split=1"]
 L2_MISS_BYTES = 128 << 20  # H100: 50 MB of L2
 
 
 def parse_variant(text: str) -> dict:
-    """'bn=8,bk=64,warps=2' -> {'bn': 8, 'bk': 64, 'warps': 2}; 'default' -> {}."""
+    """'bn=8,bk=64,warps=2,split=1' -> {'bn': 8, 'bk': 64, 'warps': 2, 'split': 1}; 'default' -> {}."""
     if text == "default":
         return {}
     cfg = {}
     for part in text.split(","):
         key, value = part.split("=")
-        assert key in ("bn", "bk", "warps"), key
+        assert key in ("bn", "bk", "warps", "split"), key
         cfg[key] = int(value)
     return cfg
 
@@ -105,13 +106,9 @@ def shape_rows(name: str, n: int, k: int, args, variants: list[str]) -> list[dic
     for m in args.rows:
         x = torch.randn(m, k, device="cuda", dtype=args.dtype)
         old = graph_us([lambda w=w: old_path(x, w, args.qtype, k) for w in ws], args.reps)
-        seen = set()
         for text in variants:
             cfg = parse_variant(text)
-            bn, bk, warps = gemv_config(n, k, cfg)
-            if (bn, bk, warps) in seen:  # 'default' is one of the sweep's
-                continue
-            seen.add((bn, bk, warps))
+            bn, bk, warps, split, _ = gemv_config(n, k, x.device, cfg)
             try:
                 calls = [lambda w=w: qmatmul_extra_triton(x, w, args.qtype, k, config=cfg) for w in ws]
                 us = graph_us(calls, args.reps)
@@ -119,7 +116,8 @@ def shape_rows(name: str, n: int, k: int, args, variants: list[str]) -> list[dic
                 print(f"{name} m={m} {text}: {type(e).__name__}: {e}"[:200])
                 continue
             err, same = check(x, ws[0], args.qtype, k, cfg)
-            rows.append({"op": name, "n": n, "k": k, "rows": m, "variant": f"BN{bn} BK{bk} w{warps}",
+            rows.append({"op": name, "n": n, "k": k, "rows": m, "variant": text,
+                         "launch": f"BN{bn} BK{bk} w{warps} split{split}",
                          "gemv_us": us, "old_us": old, "speedup": old / us, "GB_s": gb / us * 1e6,
                          "rel_err": err, "row_identical": same})
     return rows
@@ -139,7 +137,7 @@ def summary(rows: list[dict]) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 9, 16])
-    p.add_argument("--variant", action="append", help="launch knobs, e.g. bn=8,bk=64,warps=2 (repeatable; "
+    p.add_argument("--variant", action="append", help="launch knobs, e.g. bn=8,bk=64,warps=2,split=1 (repeatable; "
                    "'default' for the built-in config); default: a small sweep")
     p.add_argument("--qtype", default="Q4_1", choices=list(EXTRA_TYPES))
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -148,13 +146,13 @@ def main() -> None:
     p.add_argument("--warm", action="store_true", help="one weight copy, L2-resident")
     args = p.parse_args()
     args.dtype = getattr(torch, args.dtype)
-    variants = ["default"] + [v for v in (args.variant or VARIANTS) if v != "default"]
+    variants = list(dict.fromkeys(["default", *(args.variant or VARIANTS)]))
     rows = [r for name in args.shapes for r in shape_rows(name, *SHAPES[name], args, variants)]
     steps = summary(rows)
     path = write_result("extra_gemv", {"device": device_name("cuda"), "qtype": args.qtype, "dtype": str(args.dtype),
                                        "l2": "warm" if args.warm else "cold", "reps": args.reps,
                                        "results": rows, "per_step": steps})
-    print_table(rows, ["op", "rows", "variant", "gemv_us", "old_us", "speedup", "GB_s", "rel_err", "row_identical"])
+    print_table(rows, ["op", "rows", "variant", "launch", "gemv_us", "old_us", "speedup", "GB_s", "rel_err", "row_identical"])
     print()
     print_table(steps, ["rows", "variant", "step_gemv_us", "step_old_us"])
     totals = {}

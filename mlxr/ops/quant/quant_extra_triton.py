@@ -6,11 +6,17 @@ type's fields. Every product of the dequantization is exact in float32 (an fp16 
 11 bits times scale and quant integers stays under 24 bits), so a contracted multiply-add
 rounds as gguf-py's separate operations do: the float32 output is bit-exact to gguf-py (NF4:
 one float32 product, as bitsandbytes rounds it).
-- M <= GEMV_MAX_M rows of x: `_gemv_kernel`, one program per (BN output channels, row of x),
-  each weight byte read from global memory per row of x (decode reads it once).
+- M <= GEMV_MAX_M rows of x: `_gemv_kernel`, for any K (a multiple of the type's block, so of
+  32): one program per BN output channels (and per share of K's tiles, split-K) takes every row
+  of x, so each weight byte is read and dequantized once per step whatever the batch; each row
+  keeps its own [BN, BK] float32 accumulator. The K tile (gemv_tile_k: 64 or 32 columns) and the
+  launch (gemv_config) depend on the weight's shape and the device, never on M; no sum runs across
+  rows: a row's output is bit-identical alone or inside any batch of up to 16 (speculative
+  decoding's verify rows must match a plain decode row; the tests check it).
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
-Speed is not tuned (simple gathers; bench/quant_extra.py --device cuda measures it).
+Speed is not tuned (simple per-weight gathers; bench/probes/extra_gemv.py sweeps the GEMV's
+launch at SmolLM2's shapes, bench/quant_extra.py --device cuda measures the types).
 """
 from __future__ import annotations
 
@@ -18,12 +24,15 @@ import torch
 import triton
 import triton.language as tl
 
+from mlxr.ops.backend import sm_count, ticket_counters
+from mlxr.ops.quant.quant_blocks_triton import _finish
 from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
 _BN, _BK = 16, 256  # the dequantize kernel's tile
 _GEMV_BN, _GEMV_WARPS = 8, 2
+_PROGRAMS_PER_SM = 4  # split-K's aim (gemv_config)
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
 
@@ -133,22 +142,46 @@ def _accumulate_rows(accs, w, x_cols, stride_x, MB: tl.constexpr):
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, N, K, stride_x, stride_w, stride_o,
-                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr):
-    """out[r, n] for the MB rows of x and BN output channels: each weight tile is dequantized
-    once and multiplied into every row's own [BN, BK] accumulator, each reduced alone at the end.
-    No tensor has a rows dimension, so a row's arithmetic (its loads, the tile's layout, its
-    reduction) is the same code whatever MB is: row r's output is bit-identical for any MB."""
-    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+def _row_sums(accs, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr):
+    """[MP, BN]: row r holds tl.sum(accs[r], axis=1) (selected, not added: exact)."""
+    r2 = tl.arange(0, MP)[:, None]
+    res = tl.zeros([MP, BN], dtype=tl.float32)
+    for r in tl.static_range(MB):
+        res = tl.where(r2 == r, tl.sum(accs[r], axis=1)[None, :], res)
+    return res
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
+                 stride_x, stride_w, stride_o,
+                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
+                 SPLIT: tl.constexpr):
+    """out[r, n] for the MB rows of x and BN output channels over this program's share of K's
+    tiles: each weight tile is dequantized once and multiplied into every row's own [BN, BK]
+    accumulator, each reduced alone at the end. No tensor of the sums has a rows dimension, so
+    a row's arithmetic (its loads, the tile's layout, its reduction) is the same code whatever
+    MB is: row r's output is bit-identical for any MB. Split-K (SPLIT): the tile's last program
+    adds the splits' [MP, BN] partials in split order (quant_blocks_triton._finish), also the
+    same for every MB."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_n * BN + tl.arange(0, BN)
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
     accs = _row_accumulators(MB, BN, BK)
-    for k0 in range(0, K, BK):  # K is a multiple of BK (gemv_tile_k)
-        cols = k0 + tl.arange(0, BK)
+    it0 = pid_k * iters_per_split
+    for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
+        cols = it * BK + tl.arange(0, BK)
         w = _weights(w_ptr, kv_ptr, rb, cols[None, :], QT)
         accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
-    for r in tl.static_range(MB):
-        out = tl.sum(accs[r], axis=1)
-        tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
+    if SPLIT:
+        r2 = tl.arange(0, MP)[:, None]
+        n2 = rows[None, :]
+        _finish(_row_sums(accs, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr, cnt_ptr,
+                pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
+    else:
+        for r in tl.static_range(MB):
+            out = tl.sum(accs[r], axis=1)
+            tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
 def _kvalues(device: torch.device) -> torch.Tensor:
@@ -184,14 +217,24 @@ def gemv_tile_k(k: int) -> int:
     return 64 if k % 64 == 0 else 32
 
 
-def gemv_config(n: int, k: int, config: dict | None = None) -> tuple[int, int, int]:
-    """(BN, BK, num_warps) of the GEMV for an (n, k) weight, the same for every row count:
-    BN and num_warps shape the tile's register layout and with it each row's reduction order.
-    `config` (benchmarks) overrides bn, bk (must divide k) and warps."""
+def gemv_config(n: int, k: int, device: torch.device, config: dict | None = None) -> tuple[int, int, int, int, int]:
+    """(BN, BK, num_warps, split, tiles per split) of the GEMV for an (n, k) weight, the same for
+    every row count: BN and num_warps shape the tile's register layout and with it each row's
+    reduction order, and the split where the partial sums meet. Split-K by default where the
+    channel tiles alone leave the device short of _PROGRAMS_PER_SM programs a multiprocessor
+    (SmolLM2's 576..3072 channels: 72..384 tiles). `config` (benchmarks) overrides bn, bk (must
+    divide k), warps and split."""
     cfg = config or {}
     bn, bk, warps = cfg.get("bn", _GEMV_BN), cfg.get("bk", gemv_tile_k(k)), cfg.get("warps", _GEMV_WARPS)
     assert k % bk == 0, (k, bk)
-    return bn, bk, warps
+    n_iters = k // bk
+    split = cfg.get("split")
+    if split is None:
+        want = _PROGRAMS_PER_SM * sm_count(device)
+        n_tiles = triton.cdiv(n, bn)
+        split = 1 if n_tiles >= want else -(-want // n_tiles)
+    per = -(-n_iters // max(1, min(split, n_iters)))
+    return bn, bk, warps, -(-n_iters // per), per
 
 
 def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
@@ -208,8 +251,10 @@ def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int,
     if m == 0 or n == 0:
         return out.reshape(*x.shape[:-1], n)
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    bn, bk, warps = gemv_config(n, k, config)
-    _gemv_kernel[(triton.cdiv(n, bn),)](rows, raw, _kvalues(raw.device), out, n, k, rows.stride(0),
-                                        raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m,
-                                        num_warps=warps)
+    bn, bk, warps, split, per = gemv_config(n, k, x.device, config)
+    n_tiles, mp = triton.cdiv(n, bn), triton.next_power_of_2(m)
+    part = torch.empty(split * n_tiles * mp * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
+    _gemv_kernel[(n_tiles, split)](rows, raw, _kvalues(raw.device), out, part, ticket_counters(x.device, n_tiles), n,
+                                   k // bk, per, split, rows.stride(0), raw.stride(0), out.stride(0),
+                                   QT=code, BN=bn, BK=bk, MB=m, MP=mp, SPLIT=split > 1, num_warps=warps)
     return out.reshape(*x.shape[:-1], n)
