@@ -1,10 +1,11 @@
 """Triton kernels for the extra types kept quantized (GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
 IQ4_XS; bitsandbytes' NF4), on weights in their raw block layout (quant_types.py).
 
-Each weight is computed from byte gathers by its column: block = col // block_elems, then the
-type's fields. Every product of the dequantization is exact in float32 (an fp16 significand of
-11 bits times scale and quant integers stays under 24 bits), so a contracted multiply-add
-rounds as gguf-py's separate operations do: the float32 output is bit-exact to gguf-py (NF4:
+Each weight is computed from gathers by its column: block = col // block_elems, then the type's
+fields (quant bytes one by one, a block's fp16/fp32 scales as one 16- or 32-bit word). Every
+product of the dequantization is exact in float32 (an fp16 significand of 11 bits times scale
+and quant integers stays under 24 bits), so a contracted multiply-add rounds as gguf-py's
+separate operations do: the float32 output is bit-exact to gguf-py (NF4:
 one float32 product, as bitsandbytes rounds it).
 - M <= GEMV_MAX_M rows of x: `_gemv_kernel`, for any K (a multiple of the type's block, so of
   32): one program per BN output channels (and per share of K's tiles, split-K) takes every row
@@ -42,9 +43,22 @@ def _u8(p):
 
 
 @triton.jit
-def _f16(p):
-    bits = (tl.load(p).to(tl.int32) | (tl.load(p + 1).to(tl.int32) << 8)).to(tl.int16)
-    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+def _half(bits):
+    """The fp16 in the low 16 bits of an integer, as float32."""
+    return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _f16(h_ptr, off):
+    """The fp16 at byte offset off (even), read as one 16-bit word."""
+    return _half(tl.load(h_ptr + off // 2))
+
+
+@triton.jit
+def _f16_pair(v_ptr, off):
+    """The two fp16 at byte offset off (a multiple of 4), read as one 32-bit word."""
+    word = tl.load(v_ptr + off // 4)
+    return _half(word), _half(word >> 16)
 
 
 @triton.jit
@@ -61,63 +75,68 @@ def _two_bits(p, i):
 
 
 @triton.jit
-def _weights(w_ptr, kv_ptr, rb, col, QT: tl.constexpr):
-    """Float32 weights at byte-row offsets rb [BN, 1] and columns col [1, BK]."""
-    if QT == 6:  # Q4_1
-        base = w_ptr + rb + (col // 32) * 20
+def _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, col, QT: tl.constexpr):
+    """Float32 weights at byte-row offsets rb [BN, 1] and columns col [1, BK]. The same bytes
+    are also seen as 16-bit words (h_ptr) and, for types whose blocks are a multiple of 4 bytes,
+    32-bit words (v_ptr): a block's fp16/fp32 fields take one load, not one a byte."""
+    if QT == 6:  # Q4_1: d, m, 16 bytes of nibbles
+        off = rb + (col // 32) * 20
+        d, m = _f16_pair(v_ptr, off)
+        v = d * _nibble(w_ptr + off + 4, col % 32).to(tl.float32) + m
+    elif QT == 7:  # Q5_1: d, m, 32 high bits (one little-endian word), 16 bytes of nibbles
+        off = rb + (col // 32) * 24
         i = col % 32
-        v = _f16(base) * _nibble(base + 4, i).to(tl.float32) + _f16(base + 2)
-    elif QT == 7:  # Q5_1
-        base = w_ptr + rb + (col // 32) * 24
-        i = col % 32
-        high = (_u8(base + 4 + i // 8) >> (i % 8)) & 1
-        v = _f16(base) * (_nibble(base + 8, i) | (high << 4)).to(tl.float32) + _f16(base + 2)
+        d, m = _f16_pair(v_ptr, off)
+        high = (tl.load(v_ptr + off // 4 + 1) >> i) & 1
+        v = d * (_nibble(w_ptr + off + 8, i) | (high << 4)).to(tl.float32) + m
     elif QT == 8:  # Q2_K
-        base = w_ptr + rb + (col // 256) * 84
+        off = rb + (col // 256) * 84
         i = col % 256
-        sc = _u8(base + i // 16)
-        dl = _f16(base + 80) * (sc & 15).to(tl.float32)
-        ml = _f16(base + 82) * (sc >> 4).to(tl.float32)
-        v = dl * _two_bits(base + 16, i).to(tl.float32) - ml
-    elif QT == 9:  # Q3_K
-        base = w_ptr + rb + (col // 256) * 110
+        sc = _u8(w_ptr + off + i // 16)
+        d, dmin = _f16_pair(v_ptr, off + 80)
+        dl = d * (sc & 15).to(tl.float32)
+        ml = dmin * (sc >> 4).to(tl.float32)
+        v = dl * _two_bits(w_ptr + off + 16, i).to(tl.float32) - ml
+    elif QT == 9:  # Q3_K (110-byte blocks: 16-bit words only)
+        off = rb + (col // 256) * 110
+        base = w_ptr + off
         i = col % 256
         s = i // 16
         low = tl.where(s < 8, _u8(base + 96 + (s % 8)) & 15, _u8(base + 96 + (s % 8)) >> 4)
         high = (_u8(base + 104 + s % 4) >> (2 * (s // 4))) & 3
-        dl = _f16(base + 108) * ((low | (high << 4)) - 32).to(tl.float32)
+        dl = _f16(h_ptr, off + 108) * ((low | (high << 4)) - 32).to(tl.float32)
         hb = (_u8(base + i % 32) >> (i // 32)) & 1
         v = dl * (_two_bits(base + 32, i) - 4 * (1 - hb)).to(tl.float32)
     elif QT == 12:  # NF4: float32 absmax, element 2j in the high nibble of byte j
-        base = w_ptr + rb + (col // 64) * 36
+        off = rb + (col // 64) * 36
         i = col % 64
-        bits = (_u8(base) | (_u8(base + 1) << 8) | (_u8(base + 2) << 16) | (_u8(base + 3) << 24))
-        absmax = bits.to(tl.float32, bitcast=True)
-        b = _u8(base + 4 + i // 2)
+        absmax = tl.load(v_ptr + off // 4).to(tl.float32, bitcast=True)
+        b = _u8(w_ptr + off + 4 + i // 2)
         q = tl.where(i % 2 == 0, b >> 4, b & 15)
         v = tl.load(kv_ptr + 16 + q) * absmax
-    elif QT == 10:  # IQ4_NL
-        base = w_ptr + rb + (col // 32) * 18
-        v = _f16(base) * tl.load(kv_ptr + _nibble(base + 2, col % 32))
-    else:  # IQ4_XS
-        base = w_ptr + rb + (col // 256) * 136
+    elif QT == 10:  # IQ4_NL (18-byte blocks: 16-bit words only)
+        off = rb + (col // 32) * 18
+        v = _f16(h_ptr, off) * tl.load(kv_ptr + _nibble(w_ptr + off + 2, col % 32))
+    else:  # IQ4_XS: d and the 16 high scale bits in one word
+        off = rb + (col // 256) * 136
         i = col % 256
         s = i // 32
-        low = (_u8(base + 4 + s // 2) >> (4 * (s % 2))) & 15
-        high = ((_u8(base + 2) | (_u8(base + 3) << 8)) >> (2 * s)) & 3
-        dl = _f16(base) * ((low | (high << 4)) - 32).to(tl.float32)
-        v = dl * tl.load(kv_ptr + _nibble(base + 8 + s * 16, i % 32))
+        word = tl.load(v_ptr + off // 4)
+        low = (_u8(w_ptr + off + 4 + s // 2) >> (4 * (s % 2))) & 15
+        high = (word >> (16 + 2 * s)) & 3
+        dl = _half(word) * ((low | (high << 4)) - 32).to(tl.float32)
+        v = dl * tl.load(kv_ptr + _nibble(w_ptr + off + 8 + s * 16, i % 32))
     return v
 
 
 @triton.jit
-def _dequant_kernel(w_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
+def _dequant_kernel(w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
                     QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     cols = tl.program_id(1) * BK + tl.arange(0, BK)
     ok = (rows < N)[:, None] & (cols < K)[None, :]
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    v = _weights(w_ptr, kv_ptr, rb, tl.minimum(cols, K - 1)[None, :], QT)
+    v = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, tl.minimum(cols, K - 1)[None, :], QT)
     out = out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :]
     tl.store(out, v.to(out_ptr.dtype.element_ty), mask=ok)
 
@@ -152,7 +171,7 @@ def _row_sums(accs, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
+def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
                  stride_x, stride_w, stride_o,
                  QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
                  SPLIT: tl.constexpr):
@@ -171,7 +190,7 @@ def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, i
     it0 = pid_k * iters_per_split
     for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
         cols = it * BK + tl.arange(0, BK)
-        w = _weights(w_ptr, kv_ptr, rb, cols[None, :], QT)
+        w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols[None, :], QT)
         accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
     if SPLIT:
         r2 = tl.arange(0, MP)[:, None]
@@ -191,6 +210,13 @@ def _kvalues(device: torch.device) -> torch.Tensor:
     return _KVALUES[device]
 
 
+def _word_views(raw: torch.Tensor, qtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """raw as 16-bit words, and as 32-bit words where the type's blocks are a multiple of 4 bytes
+    (else the 16-bit view again, unread): _weights' h_ptr and v_ptr. Every block is 2-byte aligned."""
+    h = raw.view(torch.int16)
+    return h, raw.view(torch.int32) if EXTRA_TYPES[qtype].block_bytes % 4 == 0 else h
+
+
 def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
     t = EXTRA_TYPES[qtype]
     assert raw.dtype == torch.uint8 and raw.dim() == 2 and raw.stride(1) == 1, (raw.dtype, raw.shape)
@@ -204,8 +230,8 @@ def dequantize_extra_triton(raw: torch.Tensor, qtype: str, k: int, dtype: torch.
     n = raw.shape[0]
     out = torch.empty(n, k, dtype=dtype, device=raw.device)
     grid = (triton.cdiv(n, _BN), triton.cdiv(k, _BK))
-    _dequant_kernel[grid](raw, _kvalues(raw.device), out, n, k, raw.stride(0), out.stride(0),
-                          QT=code, BN=_BN, BK=_BK)
+    _dequant_kernel[grid](raw, *_word_views(raw, qtype), _kvalues(raw.device), out, n, k, raw.stride(0),
+                          out.stride(0), QT=code, BN=_BN, BK=_BK)
     return out
 
 
@@ -254,7 +280,8 @@ def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int,
     bn, bk, warps, split, per = gemv_config(n, k, x.device, config)
     n_tiles, mp = triton.cdiv(n, bn), triton.next_power_of_2(m)
     part = torch.empty(split * n_tiles * mp * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
-    _gemv_kernel[(n_tiles, split)](rows, raw, _kvalues(raw.device), out, part, ticket_counters(x.device, n_tiles), n,
-                                   k // bk, per, split, rows.stride(0), raw.stride(0), out.stride(0),
-                                   QT=code, BN=bn, BK=bk, MB=m, MP=mp, SPLIT=split > 1, num_warps=warps)
+    _gemv_kernel[(n_tiles, split)](rows, raw, *_word_views(raw, qtype), _kvalues(raw.device), out, part,
+                                   ticket_counters(x.device, n_tiles), n, k // bk, per, split, rows.stride(0),
+                                   raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m, MP=mp,
+                                   SPLIT=split > 1, num_warps=warps)
     return out.reshape(*x.shape[:-1], n)
