@@ -3,7 +3,11 @@ CUDA, and on the GPU (`gpu`) with it."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,3 +101,56 @@ def test_gemv_row_is_bit_identical_whatever_the_batch(qtype: str, k: int, device
             batch[at] = row[0]
             got = qmatmul_extra_triton(batch, t, qtype, k, config=config)[at:at + 1]
             assert torch.equal(got, alone), (qtype, dtype, config, m, at, (got.float() - alone.float()).abs().max().item())
+
+
+# Compiles the GEMV for sm_90 (Triton's own ptxas; no GPU needed) at several row counts and
+# prints, per row count, the layouts of the tensors its tl.sum reductions take.
+_REDUCE_LAYOUTS = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from mlxr.ops.quant import quant_extra_triton as qet
+from mlxr.ops.quant.quant_types import EXTRA_TYPES
+
+qtype, k, split, mbs = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", [int(v) for v in sys.argv[4].split(",")]
+kernel = qet._gemv_kernel
+ptrs = {"x_ptr": "*bf16", "out_ptr": "*bf16", "w_ptr": "*u8", "h_ptr": "*i16", "v_ptr": "*i32", "kv_ptr": "*fp32",
+        "part_ptr": "*fp32", "cnt_ptr": "*i32"}
+bn, bk, warps = qet._GEMV_BN, qet.gemv_tile_k(k), qet._GEMV_WARPS
+found = {}
+for mb in mbs:
+    consts = {"QT": EXTRA_TYPES[qtype].code, "BN": bn, "BK": bk, "MB": mb, "MP": triton.next_power_of_2(mb),
+              "SPLIT": split}
+    sig = {p.name: "constexpr" if p.name in consts else ptrs.get(p.name, "i32") for p in kernel.params}
+    try:
+        compiled = triton.compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": warps})
+    except Exception as e:  # no CUDA compiler in this install
+        print(repr(e)[:300], file=sys.stderr)
+        sys.exit(3)
+    ttgir = compiled.asm["ttgir"]
+    encodings = dict(re.findall(r"^(#[\w]+) = (.*)$", ttgir, re.M))
+    operands = re.findall(r'"tt\.reduce"\(.*?\}\) : \(tensor<([^>]*)>\)', ttgir, re.S)
+    found[mb] = sorted({t.rsplit(", ", 1)[0] + " " + encodings.get(t.rsplit(", ", 1)[1], "?") for t in operands})
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("qtype,k,split", [("Q4_1", 576, True), ("Q4_1", 576, False), ("Q3_K", 512, True)])
+def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype: str, k: int, split: bool) -> None:
+    """The interpreter cannot show the GPU's summation order; the compiled code can. Every row's
+    accumulator is reduced from one [BN, BK] layout, the same at 1, 9 and 16 rows: the
+    compiler did not lay a row's sums out differently because the batch grew."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    root = str(Path(__file__).resolve().parents[1])  # this tree's mlxr
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", _REDUCE_LAYOUTS, qtype, str(k), str(int(split)), "1,9,16"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode == 3:
+        pytest.skip(f"no sm_90 compile here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    layouts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(len(v) == 1 for v in layouts.values()), layouts  # one layout for every row's reduction
+    assert len({tuple(v) for v in layouts.values()}) == 1, layouts
