@@ -154,3 +154,16 @@ def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype:
     layouts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(len(v) == 1 for v in layouts.values()), layouts  # one layout for every row's reduction
     assert len({tuple(v) for v in layouts.values()}) == 1, layouts
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("config", [{"bn": 4, "warps": 1}, {"bn": 32, "bk": 32, "warps": 4}, {"bn": 16, "split": 3}])
+def test_gemv_launch_variants_of_the_probe_agree_with_gguf_py(config: dict, device: str) -> None:
+    """bench/probes/extra_gemv.py sweeps these knobs; each must still compute the product."""
+    qtype, n, k = "Q4_1", 40, 576
+    raw = random_blocks(qtype, n, k, seed=9)
+    w64 = torch.from_numpy(reference_dequantize(raw, qtype, n, k)).double()
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(3))
+    ref = x.double() @ w64.T
+    out = qmatmul_extra_triton(x.to(device), torch.from_numpy(raw).to(device), qtype, k, config=config).cpu().double()
+    assert (out - ref).norm() / ref.norm() < 1e-5, config
