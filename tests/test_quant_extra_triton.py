@@ -113,7 +113,8 @@ from triton.compiler import ASTSource
 from mlxr.ops.quant import quant_extra_triton as qet
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
-qtype, k, split, mbs = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", [int(v) for v in sys.argv[4].split(",")]
+qtype, k, split, aligned_args = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+mbs = [int(v) for v in sys.argv[5].split(",")]
 kernel = qet._gemv_kernel
 ptrs = {"x_ptr": "*bf16", "out_ptr": "*bf16", "w_ptr": "*u8", "h_ptr": "*i16", "v_ptr": "*i32", "kv_ptr": "*fp32",
         "part_ptr": "*fp32", "cnt_ptr": "*i32"}
@@ -123,9 +124,12 @@ for mb in mbs:
     consts = {"QT": EXTRA_TYPES[qtype].code, "BN": bn, "BK": bk, "MB": mb, "MP": triton.next_power_of_2(mb),
               "SPLIT": split}
     sig = {p.name: "constexpr" if p.name in consts else ptrs.get(p.name, "i32") for p in kernel.params}
+    # As launches specialize them: 16-byte aligned tensors, and SmolLM2's N and strides of x and out.
+    aligned = [i for i, p in enumerate(kernel.params) if p.name in (*ptrs, "N", "stride_x", "stride_o")]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned} if aligned_args else {}
     try:
-        compiled = triton.compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": warps})
+        compiled = triton.compile(ASTSource(kernel, sig, constexprs=consts, attrs=attrs),
+                                  target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     except Exception as e:  # no CUDA compiler in this install
         print(repr(e)[:300], file=sys.stderr)
         sys.exit(3)
@@ -137,8 +141,10 @@ print(json.dumps(found))
 """
 
 
-@pytest.mark.parametrize("qtype,k,split", [("Q4_1", 576, True), ("Q4_1", 576, False), ("Q3_K", 512, True)])
-def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype: str, k: int, split: bool) -> None:
+@pytest.mark.parametrize("qtype,k,split,aligned", [("Q4_1", 576, True, True), ("Q4_1", 576, False, True),
+                                                   ("Q4_1", 576, True, False), ("Q3_K", 512, True, True)])
+def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype: str, k: int, split: bool,
+                                                                          aligned: bool) -> None:
     """The interpreter cannot show the GPU's summation order; the compiled code can. Every row's
     accumulator is reduced from one [BN, BK] layout, the same at 1, 9 and 16 rows: the
     compiler did not lay a row's sums out differently because the batch grew."""
@@ -146,7 +152,8 @@ def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype:
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     root = str(Path(__file__).resolve().parents[1])  # this tree's mlxr
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", _REDUCE_LAYOUTS, qtype, str(k), str(int(split)), "1,9,16"],
+    args = [qtype, str(k), str(int(split)), str(int(aligned)), "1,9,16"]
+    proc = subprocess.run([sys.executable, "-c", _REDUCE_LAYOUTS, *args],
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode == 3:
         pytest.skip(f"no sm_90 compile here: {proc.stderr.strip()[-200:]}")
