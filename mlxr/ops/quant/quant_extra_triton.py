@@ -5,19 +5,24 @@ Each weight is computed from gathers by its column: block = col // block_elems, 
 fields (quant bytes one by one, a block's fp16/fp32 scales as one 16- or 32-bit word). Every
 product of the dequantization is exact in float32 (an fp16 significand of 11 bits times scale
 and quant integers stays under 24 bits), so a contracted multiply-add rounds as gguf-py's
-separate operations do: the float32 output is bit-exact to gguf-py (NF4:
-one float32 product, as bitsandbytes rounds it).
+separate operations do: the float32 output is bit-exact to gguf-py (NF4: one float32 product,
+as bitsandbytes rounds it).
 - M <= GEMV_MAX_M rows of x: `_gemv_kernel`, for any K (a multiple of the type's block, so of
   32): one program per BN output channels (and per share of K's tiles, split-K) takes every row
   of x, so each weight byte is read and dequantized once per step whatever the batch; each row
-  keeps its own [BN, BK] float32 accumulator. The K tile (gemv_tile_k: 64 or 32 columns) and the
+  keeps its own float32 accumulator of the [BN, BK] tile. The K tile (gemv_tile_k: 64 or 32 columns) and the
   launch (gemv_config) depend on the weight's shape and the device, never on M; no sum runs across
   rows: a row's output is bit-identical alone or inside any batch of up to 16 (speculative
-  decoding's verify rows must match a plain decode row; the tests check it).
+  decoding's verify rows must match a plain decode row; the tests check it, and that the sm_90
+  code reduces a row from the same layouts at 1, 9 and 16 rows). Q4_1 (SmolLM2's type) takes
+  its tile from 32-bit quant words (`_q4_1_tile`: 8 weights a load and a thread, its scales once
+  a block; the compiler then moves the tile through shared memory into the accumulators'
+  layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row where the
+  per-weight gathers take 180.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
-Speed is not tuned (simple per-weight gathers; bench/probes/extra_gemv.py sweeps the GEMV's
-launch at SmolLM2's shapes, bench/quant_extra.py --device cuda measures the types).
+Speed is not measured on a GPU yet (bench/probes/extra_gemv.py sweeps the GEMV's launch at
+SmolLM2's shapes; bench/quant_extra.py --device cuda measures the types).
 """
 from __future__ import annotations
 
@@ -130,6 +135,34 @@ def _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, col, QT: tl.constexpr):
 
 
 @triton.jit
+def _q4_1_value(d, m, qw, SHIFT: tl.constexpr):
+    return d * ((qw >> SHIFT) & 15).to(tl.float32) + m
+
+
+@triton.jit
+def _q4_1_tile(v_ptr, rb, blk0, NB: tl.constexpr):
+    """Q4_1's GEMV tile: the weights of NB blocks from block blk0 as [BN, NB, 4, 8] (block, quant
+    word, its 8 nibbles) and their columns [1, NB, 4, 8]. Each 32-bit quant word is loaded once
+    and its 8 weights stay in its thread (tl.join keeps a joined dimension in-thread), where the
+    gathers of _weights load a byte a weight and a block's scales once a weight."""
+    b = blk0 + tl.arange(0, NB)[None, :]
+    word0 = (rb + b * 20) // 4  # [BN, NB]: the block's d|m word
+    dm = tl.load(v_ptr + word0)
+    d, m = _half(dm)[:, :, None], _half(dm >> 16)[:, :, None]
+    q = tl.arange(0, 4)[None, None, :]
+    qw = tl.load(v_ptr + word0[:, :, None] + 1 + q)  # bytes 4q..4q+3: low nibbles cols 4q+i, high 16+4q+i
+    lo = tl.join(tl.join(_q4_1_value(d, m, qw, 0), _q4_1_value(d, m, qw, 8)),
+                 tl.join(_q4_1_value(d, m, qw, 16), _q4_1_value(d, m, qw, 24)))
+    hi = tl.join(tl.join(_q4_1_value(d, m, qw, 4), _q4_1_value(d, m, qw, 12)),
+                 tl.join(_q4_1_value(d, m, qw, 20), _q4_1_value(d, m, qw, 28)))
+    # [.., j, k, h]: byte j + 2k of word q, nibble h; flattened e = 4j + 2k + h
+    w = tl.reshape(tl.join(lo, hi), [rb.shape[0], NB, 4, 8])
+    e = tl.arange(0, 8)[None, None, None, :]
+    cols = b[:, :, None, None] * 32 + 16 * (e % 2) + 4 * q[:, :, :, None] + e // 4 + 2 * ((e // 2) % 2)
+    return w, cols
+
+
+@triton.jit
 def _dequant_kernel(w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
                     QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -142,31 +175,40 @@ def _dequant_kernel(w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, N, K, stride_w, stride
 
 
 @triton.jit
-def _row_accumulators(MB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """MB float32 [BN, BK] zero tiles: one accumulator per row of x."""
+def _row_copies(zero, MB: tl.constexpr):
+    """MB zero tiles like `zero`: one accumulator per row of x."""
     accs = ()
     for _ in tl.static_range(MB):
-        accs = accs + (tl.zeros([BN, BK], dtype=tl.float32),)
+        accs = accs + (zero,)
     return accs
 
 
 @triton.jit
-def _accumulate_rows(accs, w, x_cols, stride_x, MB: tl.constexpr):
-    """Row r's accumulator += the weight tile times row r's [BK] slice of x, for each row."""
+def _accumulate_rows(accs, w, x_ptrs, stride_x, MB: tl.constexpr):
+    """Row r's accumulator += the weight tile times row r's x at x_ptrs (broadcast over channels)."""
     out = ()
     for r in tl.static_range(MB):
-        x = tl.load(x_cols + r * stride_x).to(tl.float32)
-        out = out + (accs[r] + w * x[None, :],)
+        out = out + (accs[r] + w * tl.load(x_ptrs + r * stride_x).to(tl.float32),)
     return out
 
 
 @triton.jit
-def _row_sums(accs, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr):
-    """[MP, BN]: row r holds tl.sum(accs[r], axis=1) (selected, not added: exact)."""
+def _channel_sums(acc, QT: tl.constexpr):
+    """[BN]: one accumulator's sums by output channel (Q4_1's tiles are [BN, NB, 4, 8])."""
+    if QT == 6:
+        sums = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)
+    else:
+        sums = tl.sum(acc, axis=1)
+    return sums
+
+
+@triton.jit
+def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr):
+    """[MP, BN]: row r holds accs[r]'s channel sums (selected, not added: exact)."""
     r2 = tl.arange(0, MP)[:, None]
     res = tl.zeros([MP, BN], dtype=tl.float32)
     for r in tl.static_range(MB):
-        res = tl.where(r2 == r, tl.sum(accs[r], axis=1)[None, :], res)
+        res = tl.where(r2 == r, _channel_sums(accs[r], QT)[None, :], res)
     return res
 
 
@@ -186,20 +228,26 @@ def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr,
     pid_k = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    accs = _row_accumulators(MB, BN, BK)
+    if QT == 6:
+        accs = _row_copies(tl.zeros([BN, BK // 32, 4, 8], dtype=tl.float32), MB)
+    else:
+        accs = _row_copies(tl.zeros([BN, BK], dtype=tl.float32), MB)
     it0 = pid_k * iters_per_split
     for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
-        cols = it * BK + tl.arange(0, BK)
-        w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols[None, :], QT)
+        if QT == 6:
+            w, cols = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
+        else:
+            cols = (it * BK + tl.arange(0, BK))[None, :]
+            w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
         accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
     if SPLIT:
         r2 = tl.arange(0, MP)[:, None]
         n2 = rows[None, :]
-        _finish(_row_sums(accs, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr, cnt_ptr,
-                pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
+        _finish(_row_sums(accs, QT, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr,
+                cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
     else:
         for r in tl.static_range(MB):
-            out = tl.sum(accs[r], axis=1)
+            out = _channel_sums(accs[r], QT)
             tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
