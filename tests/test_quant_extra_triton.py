@@ -100,7 +100,8 @@ def test_gemv_row_is_bit_identical_whatever_the_batch(qtype: str, k: int, device
             batch = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).mul(1 + at).to(device, dtype)
             batch[at] = row[0]
             got = qmatmul_extra_triton(batch, t, qtype, k, config=config)[at:at + 1]
-            assert torch.equal(got, alone), (qtype, dtype, config, m, at, (got.float() - alone.float()).abs().max().item())
+            diff = (got.float() - alone.float()).abs().max().item()
+            assert torch.equal(got, alone), (qtype, dtype, config, m, at, diff)
 
 
 # Compiles the GEMV for sm_90 (Triton's own ptxas; no GPU needed) at several row counts and

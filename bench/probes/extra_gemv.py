@@ -152,7 +152,8 @@ def main() -> None:
     path = write_result("extra_gemv", {"device": device_name("cuda"), "qtype": args.qtype, "dtype": str(args.dtype),
                                        "l2": "warm" if args.warm else "cold", "reps": args.reps,
                                        "results": rows, "per_step": steps})
-    print_table(rows, ["op", "rows", "variant", "launch", "gemv_us", "old_us", "speedup", "GB_s", "rel_err", "row_identical"])
+    print_table(rows, ["op", "rows", "variant", "launch", "gemv_us", "old_us", "speedup", "GB_s", "rel_err",
+                       "row_identical"])
     print()
     print_table(steps, ["rows", "variant", "step_gemv_us", "step_old_us"])
     totals = {}
