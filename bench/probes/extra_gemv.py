@@ -10,6 +10,10 @@ warps, split: qmatmul_extra_triton's config) runs at every row count: the GEMV m
 per shape for all rows (a row's sums may not change with the batch), so pick the variant with
 the lowest sum over the rows that matter. Also checks each variant on the GPU: the result
 against the old path, and a row alone bit-identical to the same row inside a 9-row batch.
+For down (K = 1536) the old path was a GEMV launching one program per row of x (the previous
+commit's graph_launch.py measures whole steps); "old" here is dequantize + cuBLAS throughout.
+About 5 minutes on an H100 with the default sweep, most of it compiling (a kernel per row count);
+--shapes / --rows / --variant narrow it.
 
   python bench/probes/extra_gemv.py [--rows 1 2 4 9 16] [--variant bn=8,warps=2[,split=1] ...] [--qtype Q4_1]
 """
@@ -108,6 +112,7 @@ def shape_rows(name: str, n: int, k: int, args, variants: list[str]) -> list[dic
     for m in args.rows:
         x = torch.randn(m, k, device="cuda", dtype=args.dtype)
         old = graph_us([lambda w=w: old_path(x, w, args.qtype, k) for w in ws], args.reps)
+        print(f"{name} {n}x{k}, {m} rows: {len(ws)} weight copies, old path {old:.1f} us", flush=True)
         for text in variants:
             cfg = parse_variant(text)
             bn, bk, warps, split, _ = gemv_config(n, k, x.device, cfg)
