@@ -40,6 +40,7 @@ from mlxr.ops.quant.quant_types import EXTRA_TYPES  # noqa: E402
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 LAYERS = 30  # SmolLM2-135M: a step runs each shape once a layer
+DEVICE = "cuda"
 # Without split: gemv_config's split-K (to _PROGRAMS_PER_SM programs a multiprocessor); split=1: none.
 # Each keeps BN * BK / (32 * warps) <= 8 weights a thread: at 16 rows, 16 (e.g. bn=8,warps=1)
 # spill registers in the sm_90 code.
@@ -83,7 +84,7 @@ def graph_us(fns: list, reps: int) -> float:
 
 
 def weight_copies(qtype: str, n: int, k: int, warm: bool) -> list[torch.Tensor]:
-    one = torch.from_numpy(random_blocks(qtype, n, k, seed=n + k)).cuda()
+    one = torch.from_numpy(random_blocks(qtype, n, k, seed=n + k)).to(DEVICE)
     copies = 1 if warm else max(2, min(512, -(-L2_MISS_BYTES // one.numel())))
     return [one] + [one.clone() for _ in range(copies - 1)]
 
@@ -110,7 +111,7 @@ def shape_rows(name: str, n: int, k: int, args, variants: list[str]) -> list[dic
     gb = ws[0].numel() / 1e9
     rows = []
     for m in args.rows:
-        x = torch.randn(m, k, device="cuda", dtype=args.dtype)
+        x = torch.randn(m, k, device=DEVICE, dtype=args.dtype)
         old = graph_us([lambda w=w: old_path(x, w, args.qtype, k) for w in ws], args.reps)
         print(f"{name} {n}x{k}, {m} rows: {len(ws)} weight copies, old path {old:.1f} us", flush=True)
         for text in variants:
@@ -156,11 +157,12 @@ def main() -> None:
     variants = list(dict.fromkeys(["default", *(args.variant or VARIANTS)]))
     rows = [r for name in args.shapes for r in shape_rows(name, *SHAPES[name], args, variants)]
     steps = summary(rows)
-    path = write_result("extra_gemv", {"device": device_name("cuda"), "qtype": args.qtype, "dtype": str(args.dtype),
+    path = write_result("extra_gemv", {"device": device_name(DEVICE), "qtype": args.qtype, "dtype": str(args.dtype),
                                        "l2": "warm" if args.warm else "cold", "reps": args.reps,
                                        "results": rows, "per_step": steps})
-    print_table(rows, ["op", "rows", "variant", "launch", "gemv_us", "old_us", "speedup", "GB_s", "rel_err",
-                       "row_identical"])
+    shown = [{**r, "rel_err": f"{r['rel_err']:.1e}"} for r in rows]
+    print_table(shown, ["op", "rows", "variant", "launch", "gemv_us", "old_us", "speedup", "GB_s", "rel_err",
+                        "row_identical"])
     print()
     print_table(steps, ["rows", "variant", "step_gemv_us", "step_old_us"])
     totals = {}
