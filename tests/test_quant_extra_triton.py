@@ -123,7 +123,7 @@ bn, bk, warps = qet._GEMV_BN, qet.gemv_tile_k(k), qet._GEMV_WARPS
 found = {}
 for mb in mbs:
     consts = {"QT": EXTRA_TYPES[qtype].code, "BN": bn, "BK": bk, "MB": mb, "MP": triton.next_power_of_2(mb),
-              "SPLIT": split}
+              "SPLIT": split, "PDL": True}
     sig = {p.name: "constexpr" if p.name in consts else ptrs.get(p.name, "i32") for p in kernel.params}
     # As launches specialize them: 16-byte aligned tensors, and SmolLM2's N and strides of x and out.
     aligned = [i for i, p in enumerate(kernel.params) if p.name in (*ptrs, "N", "stride_x", "stride_o")]

@@ -18,7 +18,8 @@ as bitsandbytes rounds it).
   its tile from 32-bit quant words (`_q4_1_tile`: 8 weights a load and a thread, its scales once
   a block; the compiler then moves the tile through shared memory into the accumulators'
   layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row where the
-  per-weight gathers take 180.
+  per-weight gathers take 180. Launched with programmatic dependent launch (pdl_triton.py), as
+  the other decode kernels are.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
 Speed is not measured on a GPU yet (bench/probes/extra_gemv.py sweeps the GEMV's launch at
@@ -31,6 +32,7 @@ import triton
 import triton.language as tl
 
 from mlxr.ops.backend import sm_count, ticket_counters
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 from mlxr.ops.quant.quant_blocks_triton import _finish
 from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
@@ -216,7 +218,7 @@ def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl
 def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
                  stride_x, stride_w, stride_o,
                  QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
-                 SPLIT: tl.constexpr):
+                 SPLIT: tl.constexpr, PDL: tl.constexpr):
     """out[r, n] for the MB rows of x and BN output channels over this program's share of K's
     tiles: each weight tile is dequantized once and multiplied into every row's own [BN, BK]
     accumulator, each reduced alone at the end. No tensor of the sums has a rows dimension, so
@@ -224,6 +226,7 @@ def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr,
     MB is: row r's output is bit-identical for any MB. Split-K (SPLIT): the tile's last program
     adds the splits' [MP, BN] partials in split order (quant_blocks_triton._finish), also the
     same for every MB."""
+    wait_for_inputs(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)
@@ -332,5 +335,5 @@ def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int,
     _gemv_kernel[(n_tiles, split)](rows, raw, *_word_views(raw, qtype), _kvalues(raw.device), out, part,
                                    ticket_counters(x.device, n_tiles), n, k // bk, per, split, rows.stride(0),
                                    raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m, MP=mp,
-                                   SPLIT=split > 1, num_warps=warps)
+                                   SPLIT=split > 1, num_warps=warps, **pdl_launch(x.device))
     return out.reshape(*x.shape[:-1], n)
