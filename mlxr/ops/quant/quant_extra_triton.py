@@ -145,8 +145,8 @@ def _q4_1_value(d, m, qw, SHIFT: tl.constexpr):
 def _q4_1_tile(v_ptr, rb, blk0, NB: tl.constexpr):
     """Q4_1's GEMV tile: the weights of NB blocks from block blk0 as [BN, NB, 4, 8] (block, quant
     word, its 8 nibbles) and their columns [1, NB, 4, 8]. Each 32-bit quant word is loaded once
-    and its 8 weights stay in its thread (tl.join keeps a joined dimension in-thread), where the
-    gathers of _weights load a byte a weight and a block's scales once a weight."""
+    and its 8 weights dequantized in its thread (tl.join keeps a joined dimension in-thread),
+    where the gathers of _weights load a byte a weight and a block's scales once a weight."""
     b = blk0 + tl.arange(0, NB)[None, :]
     word0 = (rb + b * 20) // 4  # [BN, NB]: the block's d|m word
     dm = tl.load(v_ptr + word0)
@@ -220,8 +220,8 @@ def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr,
                  QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
                  SPLIT: tl.constexpr, PDL: tl.constexpr):
     """out[r, n] for the MB rows of x and BN output channels over this program's share of K's
-    tiles: each weight tile is dequantized once and multiplied into every row's own [BN, BK]
-    accumulator, each reduced alone at the end. No tensor of the sums has a rows dimension, so
+    tiles: each weight tile is dequantized once and multiplied into every row's own accumulator
+    of the tile's shape, each reduced alone at the end. No tensor of the sums has a rows dimension, so
     a row's arithmetic (its loads, the tile's layout, its reduction) is the same code whatever
     MB is: row r's output is bit-identical for any MB. Split-K (SPLIT): the tile's last program
     adds the splits' [MP, BN] partials in split order (quant_blocks_triton._finish), also the
