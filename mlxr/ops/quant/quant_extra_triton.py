@@ -1,16 +1,29 @@
 """Triton kernels for the extra types kept quantized (GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
 IQ4_XS; bitsandbytes' NF4), on weights in their raw block layout (quant_types.py).
 
-Each weight is computed from byte gathers by its column: block = col // block_elems, then the
-type's fields. Every product of the dequantization is exact in float32 (an fp16 significand of
-11 bits times scale and quant integers stays under 24 bits), so a contracted multiply-add
-rounds as gguf-py's separate operations do: the float32 output is bit-exact to gguf-py (NF4:
-one float32 product, as bitsandbytes rounds it).
-- M <= GEMV_MAX_M rows of x: `_gemv_kernel`, one program per (BN output channels, row of x),
-  each weight byte read from global memory per row of x (decode reads it once).
+Each weight is computed from gathers by its column: block = col // block_elems, then the type's
+fields (quant bytes one by one, a block's fp16/fp32 scales as one 16- or 32-bit word). Every
+product of the dequantization is exact in float32 (an fp16 significand of 11 bits times scale
+and quant integers stays under 24 bits), so a contracted multiply-add rounds as gguf-py's
+separate operations do: the float32 output is bit-exact to gguf-py (NF4: one float32 product,
+as bitsandbytes rounds it).
+- M <= GEMV_MAX_M rows of x: `_gemv_kernel`, for any K (a multiple of the type's block, so of
+  32): one program per BN output channels (and per share of K's tiles, split-K) takes every row
+  of x, so each weight byte is read and dequantized once per step whatever the batch; each row
+  keeps its own float32 accumulator of the [BN, BK] tile. The K tile (gemv_tile_k: 64 or 32 columns) and the
+  launch (gemv_config) depend on the weight's shape and the device, never on M; no sum runs across
+  rows: a row's output is bit-identical alone or inside any batch of up to 16 (speculative
+  decoding's verify rows must match a plain decode row; the tests check it, and that the sm_90
+  code reduces a row from the same layouts at 1, 9 and 16 rows). Q4_1 (SmolLM2's type) takes
+  its tile from 32-bit quant words (`_q4_1_tile`: 8 weights a load and a thread, its scales once
+  a block; the compiler then moves the tile through shared memory into the accumulators'
+  layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row where the
+  per-weight gathers take 180. Launched with programmatic dependent launch (pdl_triton.py), as
+  the other decode kernels are.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
-Speed is not tuned (simple gathers; bench/quant_extra.py --device cuda measures it).
+Speed is not measured on a GPU yet (bench/probes/extra_gemv.py sweeps the GEMV's launch at
+SmolLM2's shapes; bench/quant_extra.py --device cuda measures the types).
 """
 from __future__ import annotations
 
@@ -18,11 +31,16 @@ import torch
 import triton
 import triton.language as tl
 
+from mlxr.ops.backend import sm_count, ticket_counters
+from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
+from mlxr.ops.quant.quant_blocks_triton import _finish
 from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
-_BN, _BK = 16, 256
+_BN, _BK = 16, 256  # the dequantize kernel's tile
+_GEMV_BN, _GEMV_WARPS = 8, 2
+_PROGRAMS_PER_SM = 4  # split-K's aim (gemv_config)
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
 
@@ -32,9 +50,22 @@ def _u8(p):
 
 
 @triton.jit
-def _f16(p):
-    bits = (tl.load(p).to(tl.int32) | (tl.load(p + 1).to(tl.int32) << 8)).to(tl.int16)
-    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+def _half(bits):
+    """The fp16 in the low 16 bits of an integer, as float32."""
+    return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _f16(h_ptr, off):
+    """The fp16 at byte offset off (even), read as one 16-bit word."""
+    return _half(tl.load(h_ptr + off // 2))
+
+
+@triton.jit
+def _f16_pair(v_ptr, off):
+    """The two fp16 at byte offset off (a multiple of 4), read as one 32-bit word."""
+    word = tl.load(v_ptr + off // 4)
+    return _half(word), _half(word >> 16)
 
 
 @triton.jit
@@ -51,81 +82,176 @@ def _two_bits(p, i):
 
 
 @triton.jit
-def _weights(w_ptr, kv_ptr, rb, col, QT: tl.constexpr):
-    """Float32 weights at byte-row offsets rb [BN, 1] and columns col [1, BK]."""
-    if QT == 6:  # Q4_1
-        base = w_ptr + rb + (col // 32) * 20
+def _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, col, QT: tl.constexpr):
+    """Float32 weights at byte-row offsets rb [BN, 1] and columns col [1, BK]. The same bytes
+    are also seen as 16-bit words (h_ptr) and, for types whose blocks are a multiple of 4 bytes,
+    32-bit words (v_ptr): a block's fp16/fp32 fields take one load, not one a byte."""
+    if QT == 6:  # Q4_1: d, m, 16 bytes of nibbles
+        off = rb + (col // 32) * 20
+        d, m = _f16_pair(v_ptr, off)
+        v = d * _nibble(w_ptr + off + 4, col % 32).to(tl.float32) + m
+    elif QT == 7:  # Q5_1: d, m, 32 high bits (one little-endian word), 16 bytes of nibbles
+        off = rb + (col // 32) * 24
         i = col % 32
-        v = _f16(base) * _nibble(base + 4, i).to(tl.float32) + _f16(base + 2)
-    elif QT == 7:  # Q5_1
-        base = w_ptr + rb + (col // 32) * 24
-        i = col % 32
-        high = (_u8(base + 4 + i // 8) >> (i % 8)) & 1
-        v = _f16(base) * (_nibble(base + 8, i) | (high << 4)).to(tl.float32) + _f16(base + 2)
+        d, m = _f16_pair(v_ptr, off)
+        high = (tl.load(v_ptr + off // 4 + 1) >> i) & 1
+        v = d * (_nibble(w_ptr + off + 8, i) | (high << 4)).to(tl.float32) + m
     elif QT == 8:  # Q2_K
-        base = w_ptr + rb + (col // 256) * 84
+        off = rb + (col // 256) * 84
         i = col % 256
-        sc = _u8(base + i // 16)
-        dl = _f16(base + 80) * (sc & 15).to(tl.float32)
-        ml = _f16(base + 82) * (sc >> 4).to(tl.float32)
-        v = dl * _two_bits(base + 16, i).to(tl.float32) - ml
-    elif QT == 9:  # Q3_K
-        base = w_ptr + rb + (col // 256) * 110
+        sc = _u8(w_ptr + off + i // 16)
+        d, dmin = _f16_pair(v_ptr, off + 80)
+        dl = d * (sc & 15).to(tl.float32)
+        ml = dmin * (sc >> 4).to(tl.float32)
+        v = dl * _two_bits(w_ptr + off + 16, i).to(tl.float32) - ml
+    elif QT == 9:  # Q3_K (110-byte blocks: 16-bit words only)
+        off = rb + (col // 256) * 110
+        base = w_ptr + off
         i = col % 256
         s = i // 16
         low = tl.where(s < 8, _u8(base + 96 + (s % 8)) & 15, _u8(base + 96 + (s % 8)) >> 4)
         high = (_u8(base + 104 + s % 4) >> (2 * (s // 4))) & 3
-        dl = _f16(base + 108) * ((low | (high << 4)) - 32).to(tl.float32)
+        dl = _f16(h_ptr, off + 108) * ((low | (high << 4)) - 32).to(tl.float32)
         hb = (_u8(base + i % 32) >> (i // 32)) & 1
         v = dl * (_two_bits(base + 32, i) - 4 * (1 - hb)).to(tl.float32)
     elif QT == 12:  # NF4: float32 absmax, element 2j in the high nibble of byte j
-        base = w_ptr + rb + (col // 64) * 36
+        off = rb + (col // 64) * 36
         i = col % 64
-        bits = (_u8(base) | (_u8(base + 1) << 8) | (_u8(base + 2) << 16) | (_u8(base + 3) << 24))
-        absmax = bits.to(tl.float32, bitcast=True)
-        b = _u8(base + 4 + i // 2)
+        absmax = tl.load(v_ptr + off // 4).to(tl.float32, bitcast=True)
+        b = _u8(w_ptr + off + 4 + i // 2)
         q = tl.where(i % 2 == 0, b >> 4, b & 15)
         v = tl.load(kv_ptr + 16 + q) * absmax
-    elif QT == 10:  # IQ4_NL
-        base = w_ptr + rb + (col // 32) * 18
-        v = _f16(base) * tl.load(kv_ptr + _nibble(base + 2, col % 32))
-    else:  # IQ4_XS
-        base = w_ptr + rb + (col // 256) * 136
+    elif QT == 10:  # IQ4_NL (18-byte blocks: 16-bit words only)
+        off = rb + (col // 32) * 18
+        v = _f16(h_ptr, off) * tl.load(kv_ptr + _nibble(w_ptr + off + 2, col % 32))
+    else:  # IQ4_XS: d and the 16 high scale bits in one word
+        off = rb + (col // 256) * 136
         i = col % 256
         s = i // 32
-        low = (_u8(base + 4 + s // 2) >> (4 * (s % 2))) & 15
-        high = ((_u8(base + 2) | (_u8(base + 3) << 8)) >> (2 * s)) & 3
-        dl = _f16(base) * ((low | (high << 4)) - 32).to(tl.float32)
-        v = dl * tl.load(kv_ptr + _nibble(base + 8 + s * 16, i % 32))
+        word = tl.load(v_ptr + off // 4)
+        low = (_u8(w_ptr + off + 4 + s // 2) >> (4 * (s % 2))) & 15
+        high = (word >> (16 + 2 * s)) & 3
+        dl = _half(word) * ((low | (high << 4)) - 32).to(tl.float32)
+        v = dl * tl.load(kv_ptr + _nibble(w_ptr + off + 8 + s * 16, i % 32))
     return v
 
 
 @triton.jit
-def _dequant_kernel(w_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
+def _q4_1_value(d, m, qw, SHIFT: tl.constexpr):
+    return d * ((qw >> SHIFT) & 15).to(tl.float32) + m
+
+
+@triton.jit
+def _q4_1_tile(v_ptr, rb, blk0, NB: tl.constexpr):
+    """Q4_1's GEMV tile: the weights of NB blocks from block blk0 as [BN, NB, 4, 8] (block, quant
+    word, its 8 nibbles) and their columns [1, NB, 4, 8]. Each 32-bit quant word is loaded once
+    and its 8 weights dequantized in its thread (tl.join keeps a joined dimension in-thread),
+    where the gathers of _weights load a byte a weight and a block's scales once a weight."""
+    b = blk0 + tl.arange(0, NB)[None, :]
+    word0 = (rb + b * 20) // 4  # [BN, NB]: the block's d|m word
+    dm = tl.load(v_ptr + word0)
+    d, m = _half(dm)[:, :, None], _half(dm >> 16)[:, :, None]
+    q = tl.arange(0, 4)[None, None, :]
+    qw = tl.load(v_ptr + word0[:, :, None] + 1 + q)  # bytes 4q..4q+3: low nibbles cols 4q+i, high 16+4q+i
+    lo = tl.join(tl.join(_q4_1_value(d, m, qw, 0), _q4_1_value(d, m, qw, 8)),
+                 tl.join(_q4_1_value(d, m, qw, 16), _q4_1_value(d, m, qw, 24)))
+    hi = tl.join(tl.join(_q4_1_value(d, m, qw, 4), _q4_1_value(d, m, qw, 12)),
+                 tl.join(_q4_1_value(d, m, qw, 20), _q4_1_value(d, m, qw, 28)))
+    # [.., j, k, h]: byte j + 2k of word q, nibble h; flattened e = 4j + 2k + h
+    w = tl.reshape(tl.join(lo, hi), [rb.shape[0], NB, 4, 8])
+    e = tl.arange(0, 8)[None, None, None, :]
+    cols = b[:, :, None, None] * 32 + 16 * (e % 2) + 4 * q[:, :, :, None] + e // 4 + 2 * ((e // 2) % 2)
+    return w, cols
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
                     QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     cols = tl.program_id(1) * BK + tl.arange(0, BK)
     ok = (rows < N)[:, None] & (cols < K)[None, :]
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    v = _weights(w_ptr, kv_ptr, rb, tl.minimum(cols, K - 1)[None, :], QT)
+    v = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, tl.minimum(cols, K - 1)[None, :], QT)
     out = out_ptr + rows.to(tl.int64)[:, None] * stride_o + cols[None, :]
     tl.store(out, v.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, kv_ptr, out_ptr, N, K, stride_x, stride_w, stride_o,
-                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rows = tl.program_id(0) * BN + tl.arange(0, BN)
-    m = tl.program_id(1)
+def _row_copies(zero, MB: tl.constexpr):
+    """MB zero tiles like `zero`: one accumulator per row of x."""
+    accs = ()
+    for _ in tl.static_range(MB):
+        accs = accs + (zero,)
+    return accs
+
+
+@triton.jit
+def _accumulate_rows(accs, w, x_ptrs, stride_x, MB: tl.constexpr):
+    """Row r's accumulator += the weight tile times row r's x at x_ptrs (broadcast over channels)."""
+    out = ()
+    for r in tl.static_range(MB):
+        out = out + (accs[r] + w * tl.load(x_ptrs + r * stride_x).to(tl.float32),)
+    return out
+
+
+@triton.jit
+def _channel_sums(acc, QT: tl.constexpr):
+    """[BN]: one accumulator's sums by output channel (Q4_1's tiles are [BN, NB, 4, 8])."""
+    if QT == 6:
+        sums = tl.sum(tl.sum(tl.sum(acc, axis=3), axis=2), axis=1)
+    else:
+        sums = tl.sum(acc, axis=1)
+    return sums
+
+
+@triton.jit
+def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr):
+    """[MP, BN]: row r holds accs[r]'s channel sums (selected, not added: exact)."""
+    r2 = tl.arange(0, MP)[:, None]
+    res = tl.zeros([MP, BN], dtype=tl.float32)
+    for r in tl.static_range(MB):
+        res = tl.where(r2 == r, _channel_sums(accs[r], QT)[None, :], res)
+    return res
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
+                 stride_x, stride_w, stride_o,
+                 QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
+                 SPLIT: tl.constexpr, PDL: tl.constexpr):
+    """out[r, n] for the MB rows of x and BN output channels over this program's share of K's
+    tiles: each weight tile is dequantized once and multiplied into every row's own accumulator
+    of the tile's shape, each reduced alone at the end. No tensor of the sums has a rows dimension, so
+    a row's arithmetic (its loads, the tile's layout, its reduction) is the same code whatever
+    MB is: row r's output is bit-identical for any MB. Split-K (SPLIT): the tile's last program
+    adds the splits' [MP, BN] partials in split order (quant_blocks_triton._finish), also the
+    same for every MB."""
+    wait_for_inputs(PDL)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_n * BN + tl.arange(0, BN)
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    acc = tl.zeros([BN, BK], dtype=tl.float32)
-    for k0 in range(0, K, BK):  # K is a multiple of BK (the launcher checks)
-        cols = k0 + tl.arange(0, BK)
-        w = _weights(w_ptr, kv_ptr, rb, cols[None, :], QT)
-        x = tl.load(x_ptr + m * stride_x + cols).to(tl.float32)
-        acc += w * x[None, :]
-    out = tl.sum(acc, axis=1)
-    tl.store(out_ptr + m * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
+    if QT == 6:
+        accs = _row_copies(tl.zeros([BN, BK // 32, 4, 8], dtype=tl.float32), MB)
+    else:
+        accs = _row_copies(tl.zeros([BN, BK], dtype=tl.float32), MB)
+    it0 = pid_k * iters_per_split
+    for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
+        if QT == 6:
+            w, cols = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
+        else:
+            cols = (it * BK + tl.arange(0, BK))[None, :]
+            w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
+        accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
+    if SPLIT:
+        r2 = tl.arange(0, MP)[:, None]
+        n2 = rows[None, :]
+        _finish(_row_sums(accs, QT, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr,
+                cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
+    else:
+        for r in tl.static_range(MB):
+            out = _channel_sums(accs[r], QT)
+            tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
 def _kvalues(device: torch.device) -> torch.Tensor:
@@ -133,6 +259,13 @@ def _kvalues(device: torch.device) -> torch.Tensor:
         # IQ4's grid, then the NF4 code (entries 16..31)
         _KVALUES[device] = torch.tensor(IQ4_KVALUES + NF4_VALUES, dtype=torch.float32, device=device)
     return _KVALUES[device]
+
+
+def _word_views(raw: torch.Tensor, qtype: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """raw as 16-bit words, and as 32-bit words where the type's blocks are a multiple of 4 bytes
+    (else the 16-bit view again, unread): _weights' h_ptr and v_ptr. Every block is 2-byte aligned."""
+    h = raw.view(torch.int16)
+    return h, raw.view(torch.int32) if EXTRA_TYPES[qtype].block_bytes % 4 == 0 else h
 
 
 def _check(raw: torch.Tensor, qtype: str, k: int) -> int:
@@ -148,22 +281,59 @@ def dequantize_extra_triton(raw: torch.Tensor, qtype: str, k: int, dtype: torch.
     n = raw.shape[0]
     out = torch.empty(n, k, dtype=dtype, device=raw.device)
     grid = (triton.cdiv(n, _BN), triton.cdiv(k, _BK))
-    _dequant_kernel[grid](raw, _kvalues(raw.device), out, n, k, raw.stride(0), out.stride(0),
-                          QT=code, BN=_BN, BK=_BK)
+    _dequant_kernel[grid](raw, *_word_views(raw, qtype), _kvalues(raw.device), out, n, k, raw.stride(0),
+                          out.stride(0), QT=code, BN=_BN, BK=_BK)
     return out
 
 
-def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
-    """x (..., k) @ W^T -> (..., n) in x.dtype, float32 accumulation."""
+def gemv_tile_k(k: int) -> int:
+    """The GEMV's K tile: 64 columns where they divide K, else 32 (every type's K is a multiple of
+    32). It depends on K alone, never on the rows of x (a row's sums must not change with the
+    batch); and it stays small because each row of x keeps its own [BN, BK] accumulator in
+    registers (16 rows of [8, 64] over 2 warps: 128 of them a thread, 168 in all, no spills in
+    sm_90 code)."""
+    return 64 if k % 64 == 0 else 32
+
+
+def gemv_config(n: int, k: int, device: torch.device, config: dict | None = None) -> tuple[int, int, int, int, int]:
+    """(BN, BK, num_warps, split, tiles per split) of the GEMV for an (n, k) weight, the same for
+    every row count: BN and num_warps shape the tile's register layout and with it each row's
+    reduction order, and the split where the partial sums meet. Split-K by default where the
+    channel tiles alone leave the device short of _PROGRAMS_PER_SM programs a multiprocessor
+    (SmolLM2's 576..3072 channels: 72..384 tiles). `config` (benchmarks) overrides bn, bk (must
+    divide k), warps and split."""
+    cfg = config or {}
+    bn, bk, warps = cfg.get("bn", _GEMV_BN), cfg.get("bk", gemv_tile_k(k)), cfg.get("warps", _GEMV_WARPS)
+    assert k % bk == 0, (k, bk)
+    n_iters = k // bk
+    split = cfg.get("split")
+    if split is None:
+        want = _PROGRAMS_PER_SM * sm_count(device)
+        n_tiles = triton.cdiv(n, bn)
+        split = 1 if n_tiles >= want else -(-want // n_tiles)
+    per = -(-n_iters // max(1, min(split, n_iters)))
+    return bn, bk, warps, -(-n_iters // per), per
+
+
+def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
+                         config: dict | None = None) -> torch.Tensor:
+    """x (..., k) @ W^T -> (..., n) in x.dtype, float32 accumulation. `config`: gemv_config's."""
     code = _check(raw, qtype, k)
     assert x.shape[-1] == k and x.device == raw.device, (tuple(x.shape), k)
     rows = x.reshape(-1, k)
     m, n = rows.shape[0], raw.shape[0]
-    if m > GEMV_MAX_M or k % _BK:
-        w = dequantize_extra_triton(raw, qtype, k, x.dtype if x.dtype != torch.float32 else torch.float32)
+    if m > GEMV_MAX_M:
+        w = dequantize_extra_triton(raw, qtype, k, x.dtype)
         return (rows @ w.T).reshape(*x.shape[:-1], n)
-    rows = rows.contiguous()
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _gemv_kernel[(triton.cdiv(n, _BN), m)](rows, raw, _kvalues(raw.device), out, n, k, rows.stride(0),
-                                           raw.stride(0), out.stride(0), QT=code, BN=_BN, BK=_BK)
+    if m == 0 or n == 0:
+        return out.reshape(*x.shape[:-1], n)
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+    bn, bk, warps, split, per = gemv_config(n, k, x.device, config)
+    n_tiles, mp = triton.cdiv(n, bn), triton.next_power_of_2(m)
+    part = torch.empty(split * n_tiles * mp * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
+    _gemv_kernel[(n_tiles, split)](rows, raw, *_word_views(raw, qtype), _kvalues(raw.device), out, part,
+                                   ticket_counters(x.device, n_tiles), n, k // bk, per, split, rows.stride(0),
+                                   raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m, MP=mp,
+                                   SPLIT=split > 1, num_warps=warps, **pdl_launch(x.device))
     return out.reshape(*x.shape[:-1], n)
