@@ -23,16 +23,22 @@
 #define POOL_MAX_HELPERS 63
 #define POOL_SPIN_NS_DEFAULT 60000
 
-/* MLXR_POOL=1 turns the pool on; by default the caller uses OpenMP's team. On a quiet 2-core
-   AMD EPYC the pool gave the bundled Gemma 686 / 91 tok/s prefill / decode against OpenMP's
-   1,162 / 123 (bench/latency.py, 2026-11-24); it only wins while another process holds a core. */
-static int pool_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
+/* Which matmuls take the pool: MLXR_POOL=1 all, 0 none (OpenMP's team), unset those of up to
+ * POOL_MAX_ROWS activation rows (decode and small batches), prompts OpenMP's team.
+ * Under OMP_WAIT_POLICY=PASSIVE (what mlxr sets) OpenMP's sleeping threads are woken for every
+ * matmul, ~150 a decode step: bench/threads.py, TinyLlama-shape Q4_K_M decode, 2 threads, pool
+ * against OpenMP alone and beside a competing process: Intel Xeon with AMX 15.6 / 14.1 and 9.2 /
+ * 9.1 tok/s (threads-20261127T222729Z); AMD EPYC 54.3 / 44.4 and 34.5 / 36.1 (2026-11-25).
+ * (Before the PASSIVE policy, OpenMP's spinning threads beat it on a quiet EPYC, 123 / 91 tok/s
+ * Gemma 3 decode; spinning collapses beside a competitor.) Prompts: even within the noise. */
+#define POOL_MAX_ROWS 8
+static int pool_for_rows(int64_t m) {
+    static int mode = -2; /* -1: by rows */
+    if (mode == -2) {
         const char *env = getenv("MLXR_POOL");
-        on = env && env[0] == '1';
+        mode = env && env[0] == '1' ? 1 : env && env[0] == '0' ? 0 : -1;
     }
-    return on;
+    return mode < 0 ? m <= POOL_MAX_ROWS : mode;
 }
 
 /* How long an idle helper polls for the next job before it sleeps: MLXR_POOL_SPIN_US. */

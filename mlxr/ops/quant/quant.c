@@ -640,11 +640,11 @@ static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *
     matmul_job job = {RANGES[t], w, n, k, m, a, y};
     int64_t chunk = n / (16 * (int64_t)(nthreads > 0 ? nthreads : 1));
     chunk = chunk < COL_CHUNK ? COL_CHUNK : (chunk + COL_CHUNK - 1) / COL_CHUNK * COL_CHUNK;
-    if (pool_enabled()) {
+    if (pool_for_rows(m)) {
         pool_run(nthreads, n, chunk, matmul_chunk, &job);
         return;
     }
-#pragma omp parallel num_threads(nthreads) /* MLXR_POOL=0: the OpenMP team, for A/B runs */
+#pragma omp parallel num_threads(nthreads) /* prompts; MLXR_POOL=0: every matmul */
     {
         int64_t th = 0, nth = 1;
 #ifdef _OPENMP
@@ -676,6 +676,9 @@ int mlxr_amx(void) {
     return 0;
 #endif
 }
+
+/* 1 when a matmul of m activation rows runs on pool.h's helpers, 0 on OpenMP's team. */
+int mlxr_pool_rows(int64_t m) { return pool_for_rows(m); }
 
 /* 2: AVX-512 VNNI + GFNI, 1: AVX2, 0: portable C. */
 int mlxr_simd_level(void) {

@@ -240,7 +240,7 @@ static int amx_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const floa
     amx_quantize(x, m, k, &a, nthreads);
     amx_job job = {t, w, n, k, m, &a, y, 0};
     const int64_t panels = (n + 15) / 16;
-    if (pool_enabled()) {
+    if (pool_for_rows(m)) {
         int64_t chunk = panels / (8 * (int64_t)(nthreads > 0 ? nthreads : 1));
         pool_run(nthreads, panels, chunk > 0 ? chunk : 1, amx_chunk, &job);
     } else {
