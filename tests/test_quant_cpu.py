@@ -311,7 +311,7 @@ def test_builds_with_either_prefetch_hint_give_identical_matmuls(monkeypatch, tm
         build.load_library.cache_clear()
 
 
-AMX_TYPES = [t for t in TYPES if t != "Q6_K"]  # Q6_K's per-16 scales stay on the VNNI kernel
+AMX_TYPES = TYPES
 needs_amx = pytest.mark.skipif(not quant_cpu.amx(), reason="no AMX-INT8 tiles on this CPU (or MLXR_AMX=0)")
 
 

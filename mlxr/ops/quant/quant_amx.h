@@ -9,7 +9,9 @@
  * activation row). A thread unpacks a panel of 16 weight rows once (group_codes, the VNNI
  * kernel's unpacking) and runs it against every 16-row tile of the prompt.
  *
- * Q6_K (scales per 16 columns) stays on the VNNI kernel, as do fewer than AMX_MIN_ROWS rows.
+ * Q6_K's scales are per 16 columns: its products take 16 columns a time (a "unit" below is a
+ * sub-block of 32 columns, or half of one for Q6_K). Fewer than AMX_MIN_ROWS rows stay on the
+ * VNNI kernel.
  * Linux grants a process the tile state on request (arch_prctl ARCH_REQ_XCOMP_PERM); when it
  * refuses, or MLXR_AMX=0, every matmul takes the VNNI kernel. */
 #include <sys/syscall.h>
@@ -21,6 +23,7 @@
 #define AMX_ARCH_REQ_XCOMP_PERM 0x1023
 #define AMX_XFEATURE_XTILEDATA 18
 #define AMX_SUB_BYTES 512 /* one sub-block of a panel: 16 rows x 32 codes; of an activation tile: 8 x 64 */
+#define AMX_ACT_FLOATS 64 /* per activation tile and sub-block: dx, dx * sum(xq) per 32, per 16 (two) */
 
 /* 1 when this process may use the tiles (asked once) and MLXR_AMX is not "0" (read each call,
  * so a test or bench can compare both paths in one process). */
@@ -37,22 +40,25 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((packed, aligned(64))) amx_config;
 
-/* Tiles: 0 = A (16 weight rows x 32 codes), 1 and 2 = B (hi, lo: 8 rows of 4 columns x 16
- * activation rows), 3 and 4, 5 and 6 = C (16 x 16 int32 for hi and lo, two sub-blocks in
- * flight). Per thread. */
-static void amx_configure(void) {
+/* 1 for Q6_K (units of 16 columns), else 0 (32). */
+static inline int amx_shift(int t) { return t == T_Q6_K; }
+
+/* Tiles: 0 = A (16 weight rows x a unit's 32 or 16 codes), 1 and 2 = B (hi, lo: 8 or 4 rows of
+ * 4 columns x 16 activation rows), 3 and 4, 5 and 6 = C (16 x 16 int32 for hi and lo, two units
+ * in flight). Per thread. */
+static void amx_configure(int shift) {
     amx_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[0] = 16, c.colsb[0] = 32;
-    c.rows[1] = c.rows[2] = 8, c.colsb[1] = c.colsb[2] = 64;
+    c.rows[0] = 16, c.colsb[0] = 32 >> shift;
+    c.rows[1] = c.rows[2] = 8 >> shift, c.colsb[1] = c.colsb[2] = 64;
     for (int i = 3; i <= 6; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
 }
 
 /* The prompt, per 16-row tile and sub-block j: hi then lo as B tiles (byte 64*(c/4) + 4*r +
- * c%4 holds column c of row r), and 32 floats: dx per row (16), dx * sum(xq) per row (16).
- * Rows past m are zero. */
+ * c%4 holds column c of row r: Q6_K's half h is rows 4h..4h+3), and AMX_ACT_FLOATS floats per
+ * row: dx, dx * sum(xq), dx * sum(xq) over columns 0-15, over 16-31. Rows past m are zero. */
 typedef struct {
     int8_t *b;
     float *s;
@@ -62,15 +68,15 @@ typedef struct {
 static int amx_acts_alloc(amx_acts *a, int64_t m, int64_t k) {
     a->tiles = (m + 15) / 16, a->subs = k / 32;
     a->b = (int8_t *)scratch(0, (size_t)(a->tiles * a->subs * 2 * AMX_SUB_BYTES));
-    a->s = (float *)scratch(1, sizeof(float) * (size_t)(a->tiles * a->subs * 32));
+    a->s = (float *)scratch(1, sizeof(float) * (size_t)(a->tiles * a->subs * AMX_ACT_FLOATS));
     return a->b && a->s ? 0 : -1;
 }
 
 static void amx_quantize_tile(const float *x, int64_t m, int64_t k, amx_acts *a, int64_t tile) {
     int8_t *tb = a->b + tile * a->subs * 2 * AMX_SUB_BYTES;
-    float *ts = a->s + tile * a->subs * 32;
+    float *ts = a->s + tile * a->subs * AMX_ACT_FLOATS;
     memset(tb, 0, (size_t)(a->subs * 2 * AMX_SUB_BYTES));
-    memset(ts, 0, sizeof(float) * (size_t)(a->subs * 32));
+    memset(ts, 0, sizeof(float) * (size_t)(a->subs * AMX_ACT_FLOATS));
     const int64_t rows = m - 16 * tile < 16 ? m - 16 * tile : 16;
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t j = 0; j < a->subs; j++) {
@@ -81,8 +87,8 @@ static void amx_quantize_tile(const float *x, int64_t m, int64_t k, amx_acts *a,
                 memcpy(b + 64 * q + 4 * r, hi + 4 * q, 4);
                 memcpy(b + AMX_SUB_BYTES + 64 * q + 4 * r, lo + 4 * q, 4);
             }
-            ts[32 * j + r] = d;
-            ts[32 * j + 16 + r] = d * (float)(sums[0] + sums[1]);
+            float *rec = ts + AMX_ACT_FLOATS * j + r;
+            rec[0] = d, rec[16] = d * (float)(sums[0] + sums[1]), rec[32] = d * (float)sums[0], rec[48] = d * (float)sums[1];
         }
     }
 }
@@ -92,17 +98,23 @@ static void amx_quantize(const float *x, int64_t m, int64_t k, amx_acts *a, int 
     for (int64_t i = 0; i < a->tiles; i++) amx_quantize_tile(x, m, k, a, i);
 }
 
-/* 16 weight rows as A tiles: codes [sub][row][32], then scales s and offsets o [sub][row]. */
+/* 16 weight rows as A tiles: codes [unit][row][32 or 16], then scales s and offsets o [unit][row]. */
 typedef struct {
     uint8_t *codes;
     float *s, *o;
 } amx_panel;
 
-static int amx_panel_alloc(amx_panel *p, int64_t subs) {
-    uint8_t *buf = (uint8_t *)scratch(2, (size_t)subs * (AMX_SUB_BYTES + 2 * 16 * sizeof(float)));
+static int amx_panel_alloc(amx_panel *p, int64_t units, int shift) {
+    const size_t codes = (size_t)units * (AMX_SUB_BYTES >> shift);
+    uint8_t *buf = (uint8_t *)scratch(2, codes + (size_t)units * 2 * 16 * sizeof(float));
     if (!buf) return -1;
-    p->codes = buf, p->s = (float *)(buf + subs * AMX_SUB_BYTES), p->o = p->s + subs * 16;
+    p->codes = buf, p->s = (float *)(buf + codes), p->o = p->s + units * 16;
     return 0;
+}
+
+/* Q6_K's 16 scales of a block (d times the int8 scale of each 16 columns). */
+static inline __m512 q6_scales(const uint8_t *g) {
+    return _mm512_mul_ps(_mm512_set1_ps(f16(g + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(g + 192)))));
 }
 
 /* Weight rows [n0, n0 + nr) into p (rows past nr zero). group_codes gives a group's codes as
@@ -113,7 +125,7 @@ static inline __attribute__((always_inline)) void amx_unpack(
     const int64_t rb = k / BLOCK_ELEMS[t] * BLOCK_BYTES[t];
     if (nr < 16) {
         memset(p->codes, 0, (size_t)(subs * AMX_SUB_BYTES));
-        memset(p->s, 0, sizeof(float) * (size_t)(subs * 32));
+        memset(p->s, 0, sizeof(float) * (size_t)(subs * 32 << amx_shift(t)));
     }
     for (int i = 0; i < nr; i++) {
         const uint8_t *row = w + (n0 + i) * rb;
@@ -125,6 +137,15 @@ static inline __attribute__((always_inline)) void amx_unpack(
             uint64_t lanes[4][8];
             float so[16];
             for (int v = 0; v < 4; v++) _mm512_storeu_si512((void *)lanes[v], u[v]);
+            if (t == T_Q6_K) { /* unit 2*sub + h: columns 16h..16h+15, vectors 2h and 2h + 1 */
+                _mm512_storeu_ps(so, q6_scales(gp));
+                for (int q = 0; q < 16; q++) {
+                    const int64_t unit = 16 * g + q;
+                    for (int v = 0; v < 2; v++) memcpy(p->codes + unit * (AMX_SUB_BYTES / 2) + 16 * i + 8 * v, &lanes[2 * (q & 1) + v][q >> 1], 8);
+                    p->s[16 * unit + i] = p->o[16 * unit + i] = so[q];
+                }
+                continue;
+            }
             _mm512_storeu_ps(so, t == T_Q4_K || t == T_Q5_K ? kscales(gp) : block_scales_offsets(t, gp, nblk));
             for (int j = 0; j < nblk; j++) {
                 const int64_t sub = 8 * g + j;
@@ -135,12 +156,12 @@ static inline __attribute__((always_inline)) void amx_unpack(
     }
 }
 
-/* One sub-block's two tile products (hi, lo) into C tiles CH, CL, stored to HI, LO. */
-#define AMX_SUB(j, CH, CL, HI, LO)                                           \
-    do {                                                                     \
-        _tile_loadd(0, p->codes + (j) * AMX_SUB_BYTES, 32);                  \
-        _tile_loadd(1, b + (j) * 2 * AMX_SUB_BYTES, 64);                     \
-        _tile_loadd(2, b + (j) * 2 * AMX_SUB_BYTES + AMX_SUB_BYTES, 64);     \
+/* Unit u's two tile products (hi, lo) into C tiles CH, CL, stored to HI, LO. */
+#define AMX_SUB(u, CH, CL, HI, LO)                                                             \
+    do {                                                                                       \
+        _tile_loadd(0, p->codes + (u) * (AMX_SUB_BYTES >> shift), 32 >> shift);                \
+        _tile_loadd(1, b + ((u) >> shift) * 2 * AMX_SUB_BYTES + ((u) & shift) * 256, 64);      \
+        _tile_loadd(2, b + ((u) >> shift) * 2 * AMX_SUB_BYTES + ((u) & shift) * 256 + AMX_SUB_BYTES, 64); \
         _tile_zero(CH);                                                      \
         _tile_zero(CL);                                                      \
         _tile_dpbusd(CH, 0, 1);                                              \
@@ -149,11 +170,12 @@ static inline __attribute__((always_inline)) void amx_unpack(
         _tile_stored(CL, LO, 64);                                            \
     } while (0)
 
-/* Sub-block j's sums (hi, lo: [weight row][activation row]) scaled into acc and off. */
+/* Unit u's sums (hi, lo: [weight row][activation row]) scaled into acc and off. */
 static inline __attribute__((always_inline)) void amx_combine(
-    const int32_t (*hi)[16], const int32_t (*lo)[16], const amx_panel *p, const float *s, int64_t j, __m512 *acc, __m512 *off) {
-    const __m512 dx = _mm512_load_ps(s + 32 * j), dsum = _mm512_load_ps(s + 32 * j + 16);
-    const float *ws = p->s + 16 * j, *wo = p->o + 16 * j;
+    const int32_t (*hi)[16], const int32_t (*lo)[16], const amx_panel *p, const float *s, int64_t u, int shift, __m512 *acc, __m512 *off) {
+    const float *rec = s + AMX_ACT_FLOATS * (u >> shift);
+    const __m512 dx = _mm512_load_ps(rec), dsum = _mm512_load_ps(rec + (shift ? 32 + 16 * (u & 1) : 16));
+    const float *ws = p->s + 16 * u, *wo = p->o + 16 * u;
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
         __m512i q = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512((const void *)hi[i]), 8),
@@ -168,27 +190,27 @@ static inline __attribute__((always_inline)) void amx_combine(
  * next one's products are issued. Where the time goes (Intel Xeon with AMX, 2048x2048 Q8_0,
  * 256 rows, one thread: 10.6 ms against the VNNI kernel's 16.3): the tile products and stores
  * alone 5.8 ms, the scaling alone 4.1 ms, and they barely overlap. */
-static void amx_panel_tile(const amx_panel *p, const amx_acts *a, int64_t tile, int64_t m, float ofs,
+static void amx_panel_tile(const amx_panel *p, const amx_acts *a, int shift, int64_t tile, int64_t m, float ofs,
                            float *y, int64_t n, int64_t n0, int nr) {
     int32_t hi[2][16][16] __attribute__((aligned(64))), lo[2][16][16] __attribute__((aligned(64)));
     __m512 acc[16], off[16];
     for (int i = 0; i < 16; i++) acc[i] = off[i] = _mm512_setzero_ps();
     const int8_t *b = a->b + tile * a->subs * 2 * AMX_SUB_BYTES;
-    const float *s = a->s + tile * a->subs * 32;
-    const int64_t subs = a->subs;
+    const float *s = a->s + tile * a->subs * AMX_ACT_FLOATS;
+    const int64_t units = a->subs << shift;
     int64_t j = 0;
-    for (; j + 1 < subs; j += 2) {
+    for (; j + 1 < units; j += 2) {
         AMX_SUB(j, 3, 4, hi[0], lo[0]);
-        if (j) amx_combine(hi[1], lo[1], p, s, j - 1, acc, off);
+        if (j) amx_combine(hi[1], lo[1], p, s, j - 1, shift, acc, off);
         AMX_SUB(j + 1, 5, 6, hi[1], lo[1]);
-        amx_combine(hi[0], lo[0], p, s, j, acc, off);
+        amx_combine(hi[0], lo[0], p, s, j, shift, acc, off);
     }
-    if (j < subs) { /* an odd count: the last one, after the pending one */
+    if (j < units) { /* an odd count: the last one, after the pending one */
         AMX_SUB(j, 3, 4, hi[0], lo[0]);
-        if (j) amx_combine(hi[1], lo[1], p, s, j - 1, acc, off);
-        amx_combine(hi[0], lo[0], p, s, j, acc, off);
+        if (j) amx_combine(hi[1], lo[1], p, s, j - 1, shift, acc, off);
+        amx_combine(hi[0], lo[0], p, s, j, shift, acc, off);
     } else {
-        amx_combine(hi[1], lo[1], p, s, j - 1, acc, off);
+        amx_combine(hi[1], lo[1], p, s, j - 1, shift, acc, off);
     }
     const int64_t rows = m - 16 * tile < 16 ? m - 16 * tile : 16;
     for (int i = 0; i < nr; i++) {
@@ -211,11 +233,12 @@ typedef struct {
 static void amx_chunk(void *ctx, int64_t c0, int64_t c1) {
     amx_job *j = (amx_job *)ctx;
     amx_panel p;
-    if (amx_panel_alloc(&p, j->a->subs)) {
+    const int shift = amx_shift(j->t);
+    if (amx_panel_alloc(&p, j->a->subs << shift, shift)) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    amx_configure();
+    amx_configure(shift);
     for (int64_t c = c0; c < c1; c++) {
         const int nr = j->n - 16 * c < 16 ? (int)(j->n - 16 * c) : 16;
         switch (j->t) { /* a literal type per call, so group_codes' switch folds away */
@@ -224,17 +247,18 @@ static void amx_chunk(void *ctx, int64_t c0, int64_t c1) {
         case T_Q5_0: amx_unpack(T_Q5_0, j->w, 16 * c, nr, j->k, j->a->subs, &p); break;
         case T_Q8_0: amx_unpack(T_Q8_0, j->w, 16 * c, nr, j->k, j->a->subs, &p); break;
         case T_Q4_K: amx_unpack(T_Q4_K, j->w, 16 * c, nr, j->k, j->a->subs, &p); break;
-        default: amx_unpack(T_Q5_K, j->w, 16 * c, nr, j->k, j->a->subs, &p); break;
+        case T_Q5_K: amx_unpack(T_Q5_K, j->w, 16 * c, nr, j->k, j->a->subs, &p); break;
+        default: amx_unpack(T_Q6_K, j->w, 16 * c, nr, j->k, j->a->subs, &p); break;
         }
         for (int64_t tile = 0; tile < j->a->tiles; tile++)
-            amx_panel_tile(&p, j->a, tile, j->m, code_offset(j->t), j->y, j->n, 16 * c, nr);
+            amx_panel_tile(&p, j->a, shift, tile, j->m, code_offset(j->t), j->y, j->n, 16 * c, nr);
     }
     _tile_release();
 }
 
 /* 0 when done on the tiles, else the caller takes the VNNI kernel. */
 static int amx_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
-    if (t == T_Q6_K || m < AMX_MIN_ROWS || !amx_enabled()) return -1;
+    if (m < AMX_MIN_ROWS || !amx_enabled()) return -1;
     amx_acts a;
     if (amx_acts_alloc(&a, m, k)) return -1;
     amx_quantize(x, m, k, &a, nthreads);
