@@ -288,6 +288,24 @@ static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int n
 
 /* ---------------------------------------------------------------- matmul */
 
+/* fn over [0, units) on nthreads: pool.h's helpers in chunks of `chunk` for decode-sized
+ * matmuls (pool_for_rows(m)), else an even split over OpenMP's team. */
+static void run_chunks(int nthreads, int64_t m, int64_t units, int64_t chunk, chunk_fn fn, void *ctx) {
+    if (pool_for_rows(m)) {
+        pool_run(nthreads, units, chunk, fn, ctx);
+        return;
+    }
+#pragma omp parallel num_threads(nthreads)
+    {
+        int64_t th = 0, nth = 1;
+#ifdef _OPENMP
+        th = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        fn(ctx, units * th / nth, units * (th + 1) / nth);
+    }
+}
+
 #ifdef MLXR_VNNI
 
 /* A weight row is walked in groups of 256 columns: one K-quant block or eight 32-column
@@ -640,19 +658,7 @@ static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *
     matmul_job job = {RANGES[t], w, n, k, m, a, y};
     int64_t chunk = n / (16 * (int64_t)(nthreads > 0 ? nthreads : 1));
     chunk = chunk < COL_CHUNK ? COL_CHUNK : (chunk + COL_CHUNK - 1) / COL_CHUNK * COL_CHUNK;
-    if (pool_for_rows(m)) {
-        pool_run(nthreads, n, chunk, matmul_chunk, &job);
-        return;
-    }
-#pragma omp parallel num_threads(nthreads) /* prompts; MLXR_POOL=0: every matmul */
-    {
-        int64_t th = 0, nth = 1;
-#ifdef _OPENMP
-        th = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        matmul_chunk(&job, n * th / nth, n * (th + 1) / nth);
-    }
+    run_chunks(nthreads, m, n, chunk, matmul_chunk, &job);
 }
 
 int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {

@@ -263,20 +263,7 @@ static int amx_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const floa
     if (amx_acts_alloc(&a, m, k)) return -1;
     amx_quantize(x, m, k, &a, nthreads);
     amx_job job = {t, w, n, k, m, &a, y, 0};
-    const int64_t panels = (n + 15) / 16;
-    if (pool_for_rows(m)) {
-        int64_t chunk = panels / (8 * (int64_t)(nthreads > 0 ? nthreads : 1));
-        pool_run(nthreads, panels, chunk > 0 ? chunk : 1, amx_chunk, &job);
-    } else {
-#pragma omp parallel num_threads(nthreads)
-        {
-            int64_t th = 0, nth = 1;
-#ifdef _OPENMP
-            th = omp_get_thread_num();
-            nth = omp_get_num_threads();
-#endif
-            amx_chunk(&job, panels * th / nth, panels * (th + 1) / nth);
-        }
-    }
+    const int64_t panels = (n + 15) / 16, chunk = panels / (8 * (int64_t)(nthreads > 0 ? nthreads : 1));
+    run_chunks(nthreads, m, panels, chunk > 0 ? chunk : 1, amx_chunk, &job);
     return job.failed ? -1 : 0;
 }
