@@ -157,32 +157,35 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
         client, started, ended = _client(url), [], []
 
         def stream(i: int) -> str:
+            tokens, reason = 0, None
             try:
-                for _ in client.completions.create(model=MODEL, prompt=f"s{i}", max_tokens=200, temperature=0,
-                                                   stream=True, extra_body={"ignore_eos": True}):
+                for chunk in client.completions.create(model=MODEL, prompt=f"s{i}", max_tokens=200, temperature=0,
+                                                       stream=True, extra_body={"ignore_eos": True}):
                     started.append(i) if i not in started else None
-                return "finished"
+                    tokens += 1
+                    reason = chunk.choices[0].finish_reason or reason
+                return "complete" if reason == "length" else f"cut after {tokens} chunks"
             except openai.APIError as e:
                 return f"error: {e}"
             finally:
                 ended.append(time.monotonic())
 
-        with ThreadPoolExecutor(16) as pool:
+        with ThreadPoolExecutor(17) as pool:  # 16 streams and the /health poll
             results = [pool.submit(stream, i) for i in range(16)]
             deadline = time.monotonic() + 60
             while not started and time.monotonic() < deadline:
                 time.sleep(0.005)
             killed_at = time.monotonic()
             os.kill(core[0], signal.SIGKILL)
+            health = pool.submit(_health_until, url, 503, 20.0)  # polled from the kill on: a restart is quick
             outcomes = [r.result(30) for r in results]
-        # The two running sequences may have produced all their tokens (held by the API process)
-        # before the kill on a busy host, or have their stream cut mid-way (an error of the
-        # transport, not the core's message: seen once in a full suite on a loaded 2-core host);
-        # every other stream waits in the core and must fail with the core's error.
-        failed = [o for o in outcomes if o.startswith("error") and "engine core" in o]
-        assert len(failed) >= 14 and all(o == "finished" or o.startswith("error") for o in outcomes), outcomes
+            assert health.result(30), "/health never reported the dead core"
+        # On a loaded host the kill may land late, after some streams got all their tokens; every
+        # stream the kill reached must end in an error: the core's, or a retry-later 503 for one
+        # that reached an API process while the core was gone. None may end cut without one.
+        errors = [o for o in outcomes if o.startswith("error") and ("engine core" in o or "retry the request" in o)]
+        assert errors and all(o == "complete" or o in errors for o in outcomes), outcomes
         assert max(ended) - killed_at < 5.0
-        assert any(_health(url) == 503 for _ in range(16))  # reported (until each process attaches again)
         deadline = time.monotonic() + 60  # the supervisor restarts the core; both processes attach again
         while not all(_health(url) == 200 for _ in range(16)):
             assert time.monotonic() < deadline, "/health did not recover"
@@ -191,6 +194,19 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
         everyone = _descendants(server.pid)
         assert stop_server(server) == 0
     assert _all_gone(everyone + children, 15), [p for p in everyone + children if _alive(p)]
+
+
+def _health_until(url: str, status: int, seconds: float) -> bool:
+    """True once /health answers `status` (each API process answers for itself) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if _health(url) == status:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.01)
+    return False
 
 
 def _health(url: str) -> int:
