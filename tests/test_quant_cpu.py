@@ -242,26 +242,29 @@ def test_matmuls_from_several_threads_at_once_match_one_at_a_time():
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("env, pooled", [(None, [1, 1, 0, 0]), ("1", [1, 1, 1, 1]), ("0", [0, 0, 0, 0])])
-def test_decode_sized_matmuls_take_the_pool_and_prompts_openmp(env, pooled):
-    """By default matmuls of up to 8 rows (decode, small batches) run on pool.h's helpers and
-    prompts on OpenMP's team; MLXR_POOL=1 / 0 sends every matmul to one of them (read once a
-    process, so each case runs in its own)."""
+@pytest.mark.parametrize("env, policy, pooled", [(None, "PASSIVE", [1, 1, 0, 0]), (None, None, [0, 0, 0, 0]),
+                                                 ("1", None, [1, 1, 1, 1]), ("0", "PASSIVE", [0, 0, 0, 0])])
+def test_decode_sized_matmuls_take_the_pool_and_prompts_openmp(env, policy, pooled):
+    """Under OMP_WAIT_POLICY=PASSIVE (mlxr's setting) matmuls of up to 8 rows (decode, small
+    batches) run on pool.h's helpers and prompts on OpenMP's team; with OpenMP's threads spinning
+    (libgomp's default) all run on the team; MLXR_POOL=1 / 0 sends every matmul to one of them
+    (read once a process, so each case runs in its own)."""
     import os
     import subprocess
     import sys
 
     code = ("import ctypes; from mlxr.ops.quant import quant_cpu; lib = quant_cpu.library(); "
             "lib.mlxr_pool_rows.argtypes = [ctypes.c_int64]; print([lib.mlxr_pool_rows(m) for m in (1, 8, 9, 128)])")
-    environ = {k: v for k, v in os.environ.items() if k != "MLXR_POOL"} | ({"MLXR_POOL": env} if env else {})
+    environ = {k: v for k, v in os.environ.items() if k not in ("MLXR_POOL", "OMP_WAIT_POLICY")}
+    environ |= ({"MLXR_POOL": env} if env else {}) | ({"OMP_WAIT_POLICY": policy} if policy else {})
     done = subprocess.run([sys.executable, "-c", code], check=True, timeout=300, env=environ, capture_output=True, text=True)
     assert done.stdout.strip() == str(pooled)
 
 
 def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
-    """MLXR_POOL=0 (bench/threads.py's A/B of the pool) splits a decode's rows over OpenMP's
-    team instead of the pool; each output is computed by one thread either way, so the results
-    are identical."""
+    """MLXR_POOL=1 and 0 (bench/threads.py's A/B of the pool) split a decode's rows over the pool
+    or OpenMP's team; each output is computed by one thread either way, so the results are
+    identical."""
     import os
     import subprocess
     import sys
@@ -273,10 +276,12 @@ def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
     code = ("import numpy as np, torch, sys; from mlxr.ops.quant import quant_cpu; torch.set_num_threads(2); "
             "d = sys.argv[1]; y = quant_cpu.qmatmul_cpu(torch.from_numpy(np.load(d + '/x.npy')), "
             "torch.from_numpy(np.load(d + '/raw.npy')), 'Q4_K', 512); np.save(d + '/y.npy', y.numpy())")
-    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
-                   env={**os.environ, "MLXR_POOL": "0"})
-    ours = quant_cpu.qmatmul_cpu(torch.from_numpy(x), torch.from_numpy(raw), "Q4_K", 512).numpy()
-    assert np.array_equal(np.load(tmp_path / "y.npy"), ours)
+    outputs = []
+    for pool in ("1", "0"):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
+                       env={**os.environ, "MLXR_POOL": pool})
+        outputs.append(np.load(tmp_path / "y.npy"))
+    assert np.array_equal(*outputs)
 
 
 @pytest.mark.parametrize("vendor, hint", [("GenuineIntel", 2), ("AuthenticAMD", 0), ("", 0)])

@@ -23,20 +23,27 @@
 #define POOL_MAX_HELPERS 63
 #define POOL_SPIN_NS_DEFAULT 60000
 
-/* Which matmuls take the pool: MLXR_POOL=1 all, 0 none (OpenMP's team), unset those of up to
- * POOL_MAX_ROWS activation rows (decode and small batches), prompts OpenMP's team.
- * Under OMP_WAIT_POLICY=PASSIVE (what mlxr sets) OpenMP's sleeping threads are woken for every
- * matmul, ~150 a decode step: bench/threads.py, TinyLlama-shape Q4_K_M decode, 2 threads, pool
- * against OpenMP alone and beside a competing process: Intel Xeon with AMX 15.6 / 14.1 and 9.2 /
- * 9.1 tok/s (threads-20261127T222729Z); AMD EPYC 54.3 / 44.4 and 34.5 / 36.1 (2026-11-25).
- * (Before the PASSIVE policy, OpenMP's spinning threads beat it on a quiet EPYC, 123 / 91 tok/s
- * Gemma 3 decode; spinning collapses beside a competitor.) Prompts: even within the noise. */
+/* Which matmuls take the pool: MLXR_POOL=1 all, 0 none (OpenMP's team); unset, under
+ * OMP_WAIT_POLICY=PASSIVE (what `mlxr` sets) those of up to POOL_MAX_ROWS activation rows
+ * (decode and small batches), else none.
+ * PASSIVE OpenMP wakes its sleeping threads for each of a decode step's ~150 matmuls:
+ * bench/threads.py, TinyLlama-shape Q4_K_M decode, 2 threads, pool against OpenMP alone and beside
+ * a competing process: Intel Xeon with AMX 15.6 / 14.1 and 9.2 / 9.1 tok/s
+ * (threads-20261127T222729Z); AMD EPYC 54.3 / 44.4 and 34.5 / 36.1 (2026-11-25). Under libgomp's
+ * default policy (the Python API without `mlxr`'s setting) the team spins awake and beats the
+ * pool: Gemma 3 decode 35.6 / 34.2 against 31.0 / 33.6, batch 8 160.1 / 161.4 against 130.7 /
+ * 126.3 (quant_cpu-20261127T2357*.json, Intel Xeon with AMX). Prompts take OpenMP's team. */
 #define POOL_MAX_ROWS 8
+static int omp_passive(void) {
+    const char *env = getenv("OMP_WAIT_POLICY");
+    return env && (env[0] == 'P' || env[0] == 'p');
+}
+
 static int pool_for_rows(int64_t m) {
     static int mode = -2; /* -1: by rows */
     if (mode == -2) {
         const char *env = getenv("MLXR_POOL");
-        mode = env && env[0] == '1' ? 1 : env && env[0] == '0' ? 0 : -1;
+        mode = env && env[0] == '1' ? 1 : env && env[0] == '0' ? 0 : omp_passive() ? -1 : 0;
     }
     return mode < 0 ? m <= POOL_MAX_ROWS : mode;
 }
