@@ -3,6 +3,7 @@ and it stays responsive with 500 stored conversations and a 2,000-line log tail.
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -86,7 +87,8 @@ def test_a_2000_line_log_tail_stays_responsive(browser, server, capsys):  # noqa
     started = time.monotonic()
     context, page, errors = open_page(browser, server + "/ui/#/logs", {"mlxr.apiKey": KEY})
     count = page.get_by_test_id("log-count")
-    expect(count).to_contain_text("2000 / 2000 lines", timeout=15_000)
+    # 2,000 from the ring, plus any line logged live once the page is open (a suite run saw 2,001)
+    expect(count).to_contain_text(re.compile(r"\b20\d\d / 20\d\d lines"), timeout=15_000)
     loaded = time.monotonic() - started
     t = time.monotonic()
     page.get_by_test_id("log-search").fill("logprobs requested")
