@@ -22,8 +22,8 @@ as bitsandbytes rounds it).
   the other decode kernels are.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
-Speed is not measured on a GPU yet (bench/probes/extra_gemv.py sweeps the GEMV's launch at
-SmolLM2's shapes; bench/quant_extra.py --device cuda measures the types).
+bench/probes/extra_gemv.py sweeps the GEMV's launch at SmolLM2's shapes (the choice of
+_GEMV_BN and _GEMV_WARPS); bench/quant_extra.py --device cuda measures the types.
 """
 from __future__ import annotations
 
@@ -39,7 +39,11 @@ from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
 _BN, _BK = 16, 256  # the dequantize kernel's tile
-_GEMV_BN, _GEMV_WARPS = 8, 2
+# 16 channels over 4 warps (8 weights a thread): on an H200 SmolLM2's four GEMVs summed over a step
+# took 482 / 716 / 1,048 us at 1 / 5 / 9 rows of x, against 589 / 1,069 / 1,601 for 8 channels over
+# 2 warps, whose per-row reductions grew faster with the rows (bench/probes/extra_gemv.py,
+# extra_gemv-20261128T004320Z and -004532Z; the flattest, 8 over 1 warp, costs 665 at one row).
+_GEMV_BN, _GEMV_WARPS = 16, 4
 _PROGRAMS_PER_SM = 4  # split-K's aim (gemv_config)
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
@@ -290,8 +294,7 @@ def gemv_tile_k(k: int) -> int:
     """The GEMV's K tile: 64 columns where they divide K, else 32 (every type's K is a multiple of
     32). It depends on K alone, never on the rows of x (a row's sums must not change with the
     batch); and it stays small because each row of x keeps its own [BN, BK] accumulator in
-    registers (16 rows of [8, 64] over 2 warps: 128 of them a thread, 168 in all, no spills in
-    sm_90 code)."""
+    registers (16 rows of [16, 64] over 4 warps: 128 of them a thread)."""
     return 64 if k % 64 == 0 else 32
 
 
