@@ -107,5 +107,15 @@ def tiny_llama_server(tmp_home: Path, *extra_args: str, api_key: str | None = No
         yield url
 
 
+def scrape(base_url: str) -> dict[str, float]:
+    """Sample name with labels -> value, from the Prometheus text format of /metrics."""
+    out = {}
+    for line in httpx.get(base_url + "/metrics").text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
 def server_log(tmp_home: Path) -> str:
     return (tmp_home / "server.log").read_text(errors="replace")

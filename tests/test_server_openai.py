@@ -7,7 +7,7 @@ import subprocess
 import httpx
 import openai
 import pytest
-from server_harness import MLXR, running_server, tiny_llama_server
+from server_harness import MLXR, running_server, scrape, tiny_llama_server
 
 GREEDY = {"temperature": 0.0}
 
@@ -169,16 +169,6 @@ def test_bundled_model_smoke(tmp_path):
         assert "gemma3-270m:latest" in [m.id for m in c.models.list().data]
         r = chat(c, "gemma3-270m", text="What is the capital of France?", max_tokens=8, **GREEDY)
         assert r.choices[0].message.content.strip()
-
-
-def scrape(base_url: str) -> dict[str, float]:
-    """Sample name with labels -> value, from the Prometheus text format."""
-    out = {}
-    for line in httpx.get(base_url + "/metrics").text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
 
 
 def test_metrics_after_requests(client, model, base_url):

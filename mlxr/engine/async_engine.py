@@ -134,6 +134,10 @@ class AsyncEngine:
         with self._lock:
             return self.engine.stats()
 
+    def forget_counts(self) -> None:
+        with self._lock:
+            self.engine.forget_counts()
+
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len

@@ -9,6 +9,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
+import msgspec
 import torch
 
 from mlxr.config import EngineConfig, ModelArgs
@@ -16,11 +17,15 @@ from mlxr.engine.core_client import CoreClient, InprocClient
 from mlxr.engine.engine_core import CoreParts
 from mlxr.engine.output_processor import OutputProcessor, RequestState
 from mlxr.engine.processor import Limits, Processor
-from mlxr.engine.records import EngineCoreRequest
+from mlxr.engine.records import CoreStats, EngineCoreRequest
 from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
 from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
+
+# The core's cumulative counters (CoreStats fields) that forget_counts starts over.
+_CORE_COUNTERS = ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "num_preemptions", "spec_num_drafts",
+                  "spec_num_draft_tokens", "spec_num_accepted_tokens")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class LLMEngine:
         self._forks: dict[str, list[EngineCoreRequest]] = {}  # samples 1.. of n > 1, sent later
         self.num_aborted = 0
         self.prompt_tokens_total = 0
+        self._core_base: CoreStats | None = None  # the core's counters when they were last forgotten
 
     # --- requests -----------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
@@ -122,8 +128,29 @@ class LLMEngine:
         _, ids = self.processor.tokenize(prompt)
         return self.core.embed(ids), len(ids)
 
+    def forget_counts(self) -> None:
+        """Count requests and tokens from now on (after the server's own warm-up requests): this
+        side's counters start over, the core's are reported less what they were now."""
+        self.num_aborted = 0
+        self.prompt_tokens_total = 0
+        self.output.forget_counts()
+        self._core_base = self.core.stats()
+
+    def _core_counts(self) -> CoreStats:
+        """The core's stats with its counters since forget_counts (all of them after a restarted
+        core, whose counters began again below the base)."""
+        core, base = self.core.stats(), self._core_base
+        if base is None or core.prefix_cache_queried_tokens < base.prefix_cache_queried_tokens:
+            self._core_base = None
+            return core
+        since = {f: getattr(core, f) - getattr(base, f) for f in _CORE_COUNTERS}
+        per_pos = list(core.spec_accepted_per_position)
+        for j, n in enumerate(base.spec_accepted_per_position[:len(per_pos)]):
+            per_pos[j] -= n
+        return msgspec.structs.replace(core, spec_accepted_per_position=per_pos, **since)
+
     def stats(self) -> EngineStats:
-        core = self.core.stats()
+        core = self._core_counts()
         return EngineStats(
             num_requests_running=core.num_requests_running,
             num_requests_waiting=core.num_requests_waiting,

@@ -56,6 +56,10 @@ class OutputProcessor:
         self.generation_tokens_total = 0
         self.finished_by_reason: dict[str, int] = {}
 
+    def forget_counts(self) -> None:
+        self.generation_tokens_total = 0
+        self.finished_by_reason = {}
+
     def add(self, rs: RequestState, core_ids: list[str]) -> None:
         params = rs.params
         for index, core_id in enumerate(core_ids):

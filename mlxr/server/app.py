@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
 from mlxr.errors import MLXRError
-from mlxr.server import admin, log_tail, openai, tokenize_route, webui
+from mlxr.server import admin, log_tail, openai, tokenize_route, warm_requests, webui
 from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.logs import ThroughputLogger
@@ -112,8 +112,8 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
                  asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run())]
         tail.attach()
         _import_stream_backend()
-        for name in config.preload:
-            await models.acquire(name)
+        served = [await models.acquire(name) for name in config.preload]
+        await warm_requests.warm_up(app, served)
         try:
             yield
         finally:
@@ -131,6 +131,7 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
     app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers))
     app.state.default_model = config.preload[0] if config.preload else None
     app.state.api_server = {"index": api_server_index, "count": config.api_servers, "pid": os.getpid()}
+    warm_requests.install(app)
     install_error_handlers(app)
     install_guards(app, config)
     install_openapi(app, secured=bool(config.api_keys))

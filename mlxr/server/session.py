@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from mlxr.engine.async_engine import AsyncEngine
 from mlxr.errors import EngineError, MLXRError
 from mlxr.server.model_manager import ServedModel
+from mlxr.server import warm_requests
 from mlxr.server.trace import RequestTrace
 from mlxr.types import RequestOutput, SamplingParams
 
@@ -164,7 +165,8 @@ class Session:
     async def open(cls, request: Request, model: str | None, route: str, id_prefix: str) -> "Session":
         arrival = time.monotonic()
         request_id = f"{id_prefix}-{uuid.uuid4().hex}"
-        trace = RequestTrace(request_id, route, arrival, request.app.state.metrics)
+        quiet = warm_requests.is_warm_up(request)
+        trace = RequestTrace(request_id, route, arrival, None if quiet else request.app.state.metrics, quiet=quiet)
         try:
             served = await request.app.state.models.acquire(model or default_model(request))
         except BaseException as e:

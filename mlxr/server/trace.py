@@ -19,6 +19,7 @@ class RequestTrace:
     arrival: float  # time.monotonic() when the HTTP request reached the route
     metrics: ServerMetrics | None = None
     model: str = ""
+    quiet: bool = False  # the server's own warm-up (warm_requests.py): no request log line
     prompt_tokens: int = 0
     completion_tokens: int = 0
     first_token_at: float | None = None
@@ -79,4 +80,5 @@ class RequestTrace:
         }
         if error:
             fields["error"] = error
-        log.info("request", extra={"fields": fields})
+        if not self.quiet:
+            log.info("request", extra={"fields": fields})
