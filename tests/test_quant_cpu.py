@@ -322,10 +322,10 @@ needs_amx = pytest.mark.skipif(not quant_cpu.amx(), reason="no AMX-INT8 tiles on
 
 @needs_amx
 @pytest.mark.parametrize("qtype", AMX_TYPES)
-@pytest.mark.parametrize("m", [32, 33, 47, 128])
+@pytest.mark.parametrize("m", [32, 33, 47, 64, 128])
 @pytest.mark.parametrize("k", [256, 640, 1280, 2144])
 def test_amx_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtype, m, k):
-    """Prompts of 32+ rows on AMX tiles: exact up to fp32 summation order against the 16-bit
+    """Prompts of 32+ rows (Q6_K: 64+) on AMX tiles: exact up to fp32 summation order against the 16-bit
     activations the VNNI kernel sees, with weight rows that end mid panel (37 = 2 x 16 + 5),
     activation tiles that end mid tile, and 32-column types' rows that end inside a 256-column
     group (640, 2144); the VNNI kernel (MLXR_AMX=0) gives the same up to that order."""
@@ -343,7 +343,15 @@ def test_amx_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtyp
     monkeypatch.setenv("MLXR_AMX", "0")
     vnni = quant_cpu.qmatmul_cpu(*args).numpy()
     assert np.all(np.abs(ours - vnni) <= 2 * bound)
-    assert not np.array_equal(ours, vnni)  # a different summation order: the tiles ran
+    if m >= quant_cpu.amx_min_rows(qtype):
+        assert not np.array_equal(ours, vnni)  # a different summation order: the tiles ran
+    else:
+        assert np.array_equal(ours, vnni)  # below the type's minimum: the VNNI kernel ran
+
+
+@needs_amx
+def test_amx_minimum_rows_by_type():
+    assert {q: quant_cpu.amx_min_rows(q) for q in ("Q4_K", "Q8_0", "Q6_K")} == {"Q4_K": 32, "Q8_0": 32, "Q6_K": 64}
 
 
 @needs_amx

@@ -6,8 +6,9 @@ counts. Needs a build for a CPU with AMX-INT8 (quant_cpu.amx()); elsewhere it sa
 
 The shapes are prefill_matmul.py's (TinyLlama's and Gemma 3 270M's Q4_K_M linears). JSON to
 bench/results/<day>/amx_matmul-*.json: per shape and row count the medians of both, their ratio,
-and the largest difference between the two results relative to the output's scale (both use
-the same 16-bit activations; only the order of the integer sums' float scaling differs).
+and the largest difference between the two results relative to the output's scale (both see
+the same 16-bit activations). Below a type's minimum rows (quant_cpu.amx_min_rows) both calls
+run the VNNI kernel.
 """
 from __future__ import annotations
 

@@ -673,12 +673,22 @@ int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, 
     return 0;
 }
 
-/* 1 when prompts of AMX_MIN_ROWS+ rows run on AMX tiles (built for them, granted by the
+/* 1 when prompts of mlxr_amx_min_rows rows or more run on AMX tiles (built for them, granted by the
  * kernel, MLXR_AMX not 0), else 0. */
 int mlxr_amx(void) {
 #ifdef MLXR_AMX
     return amx_enabled();
 #else
+    return 0;
+#endif
+}
+
+/* The fewest activation rows that type t's matmuls take to AMX tiles; 0 in a build without them. */
+int mlxr_amx_min_rows(int t) {
+#ifdef MLXR_AMX
+    return amx_min_rows(t);
+#else
+    (void)t;
     return 0;
 #endif
 }

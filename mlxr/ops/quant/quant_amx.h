@@ -10,16 +10,20 @@
  * kernel's unpacking) and runs it against every 16-row tile of the prompt.
  *
  * Q6_K's scales are per 16 columns: its products take 16 columns a time (a "unit" below is a
- * sub-block of 32 columns, or half of one for Q6_K). Fewer than AMX_MIN_ROWS rows stay on the
- * VNNI kernel.
+ * sub-block of 32 columns, or half of one for Q6_K). Fewer than amx_min_rows(t) rows stay on
+ * the VNNI kernel.
  * Linux grants a process the tile state on request (arch_prctl ARCH_REQ_XCOMP_PERM); when it
  * refuses, or MLXR_AMX=0, every matmul takes the VNNI kernel. */
 #include <sys/syscall.h>
 #include <unistd.h>
 
 /* From 32 rows: at 16 the tiles and the VNNI kernel tie (2048x2048 Q8_0, one thread: 1.07 against
- * 1.06 ms), and 17-31 rows would run a second tile mostly empty. */
+ * 1.06 ms), and 17-31 rows would run a second tile mostly empty. Q6_K from 64: its 16-column units
+ * scale twice as often, and below 64 rows the tiles lost or tied (2048x5632, two threads: 3.7-4.0
+ * against 3.3-3.5 ms at 32 rows, 4.8-4.9 against 4.9-5.0 at 48, 6.1 against 6.8 at 64; 640x2048
+ * 0.52 against 0.50 at 40; bench/probes/amx_matmul.py). */
 #define AMX_MIN_ROWS 32
+#define AMX_MIN_ROWS_Q6_K 64
 #define AMX_ARCH_REQ_XCOMP_PERM 0x1023
 #define AMX_XFEATURE_XTILEDATA 18
 #define AMX_SUB_BYTES 512 /* one sub-block of a panel: 16 rows x 32 codes; of an activation tile: 8 x 64 */
@@ -42,6 +46,8 @@ typedef struct {
 
 /* 1 for Q6_K (units of 16 columns), else 0 (32). */
 static inline int amx_shift(int t) { return t == T_Q6_K; }
+
+static inline int amx_min_rows(int t) { return t == T_Q6_K ? AMX_MIN_ROWS_Q6_K : AMX_MIN_ROWS; }
 
 /* Tiles: 0 = A (16 weight rows x a unit's 32 or 16 codes), 1 and 2 = B (hi, lo: 8 or 4 rows of
  * 4 columns x 16 activation rows), 3 and 4, 5 and 6 = C (16 x 16 int32 for hi and lo, two units
@@ -258,7 +264,7 @@ static void amx_chunk(void *ctx, int64_t c0, int64_t c1) {
 
 /* 0 when done on the tiles, else the caller takes the VNNI kernel. */
 static int amx_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
-    if (m < AMX_MIN_ROWS || !amx_enabled()) return -1;
+    if (m < amx_min_rows(t) || !amx_enabled()) return -1;
     amx_acts a;
     if (amx_acts_alloc(&a, m, k)) return -1;
     amx_quantize(x, m, k, &a, nthreads);

@@ -72,10 +72,17 @@ def kernel_path() -> str:
 
 
 def amx() -> bool:
-    """True when prompt matmuls (quant.c's AMX_MIN_ROWS rows and more, not Q6_K) run on AMX tiles:
-    a build for a CPU with AMX-INT8, the tile state granted by the OS, MLXR_AMX not 0."""
+    """True when prompt matmuls (amx_min_rows rows and more) run on AMX tiles: a build for a CPU
+    with AMX-INT8, the tile state granted by the OS, MLXR_AMX not 0."""
     lib = library()
     return lib is not None and bool(lib.mlxr_amx())
+
+
+def amx_min_rows(qtype: str) -> int:
+    """The fewest activation rows of a matmul on `qtype` weights that take AMX tiles (where
+    amx() is True); 0 for a build without them."""
+    lib = library()
+    return 0 if lib is None else int(lib.mlxr_amx_min_rows(quant_type(qtype).code))
 
 
 def gemm_min_rows() -> int:
