@@ -279,10 +279,10 @@ def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
 
 
 def test_constrained_rows_beside_speculating_ones():
-    """A grammar request joins while rows speculate: while it is live (waiting or running) no
-    row drafts (its mask covers one position a row; a draft step sampled its first row without
-    the mask once), its JSON is valid and the same as without speculation, and every other row
-    keeps the tokens it gets without speculation; speculation comes back after."""
+    """A grammar request joins while rows speculate: the rows go on drafting beside it (its
+    masks cover each sampled position: tests/test_spec_structured.py), its JSON is valid and the
+    same as without speculation, and every other row keeps the tokens it gets without
+    speculation."""
     import json
 
     from mlxr.types import StructuredOutputsParams

@@ -210,7 +210,8 @@ class EngineCore:
         idle = not self.scheduler.has_unfinished and self._inflight is None and self._forwarded is None
         outputs = self.structured.admit(self.scheduler, idle)
         masked = self._take_forwarded()
-        if masked is not None and not self.structured.live:  # drafts may follow: sample first
+        if masked is not None and (self.speculator is not None or not self.structured.live):
+            # Drafts may follow (their proposer needs this step's tokens): sample first.
             outputs += self._launch_sampling(*masked)
             masked = None
         landed, draft_probs = self._speculate()
@@ -294,10 +295,13 @@ class EngineCore:
         """Called by the runner between a step's forward (queued) and its sampling: lands the
         previous step, whose tokens the matchers need, and returns the rows' bitmask (perhaps
         pending: the sampler waits for it)."""
-        def before_sample(request_ids: list[str]):
+        def before_sample(request_ids: list[str], drafts: dict[str, list[int]]):
             landed.extend(self._land(self._take_inflight()))
             requests = self.scheduler.requests
-            return self.structured.bitmask([requests.get(rid) for rid in request_ids])
+            rows = [requests.get(rid) for rid in request_ids]
+            if drafts:
+                return self.structured.position_bitmask(rows, [drafts.get(rid, []) for rid in request_ids])
+            return self.structured.bitmask(rows)
         return before_sample
 
     def _speculate(self) -> tuple[list[EngineCoreOutput], dict | None]:
@@ -308,10 +312,6 @@ class EngineCore:
             return [], None
         landed = []
         running = self.scheduler.running
-        if self.structured.live:  # running or about to be scheduled from the waiting queue
-            for req in running:  # grammar masks cover one position a row: no drafts this step
-                req.spec_token_ids = []
-            return [], None
         waiting = len(self.scheduler.waiting)
         if spec.needs_landed_tokens(running, self._inflight[0] if self._inflight else None, waiting):
             landed = self._land(self._take_inflight())

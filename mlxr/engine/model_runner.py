@@ -23,7 +23,9 @@ from mlxr.ops.backend import use_triton
 
 # (sampling request ids) -> a packed int32 bitmask [rows, ceil(vocab / 32)] on the host, a
 # callable that waits for one still being filled (structured output's PendingMask), or None
-BeforeSample = Callable[[list[str]], "torch.Tensor | Callable[[], torch.Tensor] | None"]
+# (sampling request ids, the step's drafts by request) -> the packed token bitmask: a row per
+# sampling row, or in a drafting step a row per sampled position (structured output), or None.
+BeforeSample = Callable[[list[str], dict], "torch.Tensor | Callable[[], torch.Tensor] | None"]
 
 
 @dataclass
@@ -111,18 +113,19 @@ class ModelRunner:
                 draft_probs: dict[str, torch.Tensor] | None = None) -> RunnerStep:
         """Queue one step (forward and sampling) on the device; returns before it has run
         (unless it verifies draft tokens: then its tokens are on the host on return).
-        before_sample(sampling ids), when given, runs once the forward is queued and may land
-        the previous step; it returns the rows' packed token bitmask (structured output) or None.
-        draft_probs: each drafted row's draft distributions (none for certain drafts). The core
-        drafts nothing in a step with a constrained row, so the two never meet here."""
+        before_sample(sampling ids, drafts), when given, runs once the forward is queued and may
+        land the previous step; it returns the rows' packed token bitmask (structured output; in
+        a drafting step a row per sampled position) or None. draft_probs: each drafted row's
+        draft distributions (none for certain drafts)."""
         fwd = self.forward(out)
         ids = fwd.request_ids
         if out.spec_token_ids and ids:
+            masks = before_sample(ids, out.spec_token_ids) if before_sample is not None else None
             output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, fwd.logits,
-                                        self._pending_for(ids, fwd.pending), draft_probs or {})
+                                        self._pending_for(ids, fwd.pending), draft_probs or {}, masks)
             self._last = step = RunnerStep(self.batch, ids, None, output)
             return step
-        bitmask = before_sample(ids) if before_sample is not None and ids else None
+        bitmask = before_sample(ids, {}) if before_sample is not None and ids else None
         return self.sample(fwd, bitmask)
 
     @torch.inference_mode()

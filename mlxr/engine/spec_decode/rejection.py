@@ -40,22 +40,22 @@ def _position_states(state: SamplingState, drafts: list[int]) -> list[SamplingSt
                           state.eos_token_ids, state.generator) for j in range(len(drafts) + 1)]
 
 
-def apply_position_grammar_masks(x: torch.Tensor, request_ids: list[str], drafts: list[list[int]]) -> None:
-    """Hook for structured output (wired by the grammar manager): mask x's row of each
-    (request, position) with the grammar state after that request's drafts[:j]. No-op here."""
-
-
 class RejectionSampler:
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
 
     def verify(self, logits: torch.Tensor, request_ids: list[str], states: list[SamplingState],
-               drafts: list[list[int]], draft_probs: list[torch.Tensor | None]) -> list[Verdict]:
-        """logits: [sum(1 + k_i), vocab] raw float32, row i's positions contiguous."""
+               drafts: list[list[int]], draft_probs: list[torch.Tensor | None],
+               masks: torch.Tensor | None = None) -> list[Verdict]:
+        """logits: [sum(1 + k_i), vocab] raw float32, row i's positions contiguous. masks
+        (structured output): the packed token bitmask of each of those positions (the grammar's
+        state after the row's drafts before it), applied to the raw logits as the plain sampler
+        applies a step's: a draft the grammar refuses has probability 0 and is rejected."""
         raw = ops.sanitize(logits)
+        if masks is not None:
+            ops.apply_token_bitmask_(raw, to_device(masks, torch.int32, raw.device))
         pos_states = [s for st, d in zip(states, drafts) for s in _position_states(st, d)]
         x = self.sampler._process(raw, pos_states, LastTokens.none(raw.device, len(pos_states)))
-        apply_position_grammar_masks(x, request_ids, drafts)
         offsets = [0]
         for d in drafts:
             offsets.append(offsets[-1] + len(d) + 1)

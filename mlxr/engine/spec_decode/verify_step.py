@@ -17,9 +17,10 @@ from mlxr.engine.staging import to_device
 
 def sample_with_drafts(batch: InputBatch, sampler: Sampler, rejection: RejectionSampler, out: SchedulerOutput,
                        ids: list[str], logits: torch.Tensor, pending: LastTokens | None,
-                       draft_probs: dict[str, torch.Tensor]) -> ModelRunnerOutput:
+                       draft_probs: dict[str, torch.Tensor], masks: torch.Tensor | None = None) -> ModelRunnerOutput:
     """ids: the rows that sample, in order; logits: 1 + k rows for a speculative row, 1 else.
-    The runner's request states take the tokens in."""
+    masks (structured output): a packed token bitmask row per logits row (the grammar manager's
+    position_bitmask). The runner's request states take the tokens in."""
     spec = out.spec_token_ids
     counts = [1 + len(spec.get(rid, ())) for rid in ids]
     starts = list(itertools.accumulate(counts, initial=0))
@@ -30,7 +31,8 @@ def sample_with_drafts(batch: InputBatch, sampler: Sampler, rejection: Rejection
     if plain:
         rows = to_device([starts[i] for i in plain], torch.long, logits.device)
         last = None if pending is None else LastTokens(pending.tokens, [pending.rows[i] for i in plain])
-        samples = sampler.launch(logits.index_select(0, rows), [states[i] for i in plain], last).result()
+        bitmask = None if masks is None else masks[[starts[i] for i in plain]]
+        samples = sampler.launch(logits.index_select(0, rows), [states[i] for i in plain], last, bitmask).result()
         for j, i in enumerate(plain):
             sampled[i] = [samples.token_ids[j]]
             if samples.stats is not None and states[i].params.logprobs is not None:
@@ -38,10 +40,12 @@ def sample_with_drafts(batch: InputBatch, sampler: Sampler, rejection: Rejection
                 logprobs[i] = [TokenLogprob(s.token_id, s.logprob, s.rank, s.top_logprobs)]
     drafted = [i for i, rid in enumerate(ids) if rid in spec]
     if drafted:
-        rows = to_device([p for i in drafted for p in range(starts[i], starts[i + 1])], torch.long, logits.device)
+        positions = [p for i in drafted for p in range(starts[i], starts[i + 1])]
+        rows = to_device(positions, torch.long, logits.device)
         verdicts = rejection.verify(logits.index_select(0, rows), [ids[i] for i in drafted],
                                     [states[i] for i in drafted], [spec[ids[i]] for i in drafted],
-                                    [draft_probs.get(ids[i]) for i in drafted])
+                                    [draft_probs.get(ids[i]) for i in drafted],
+                                    None if masks is None else masks[positions])
         for i, v in zip(drafted, verdicts):
             sampled[i], logprobs[i] = v.token_ids, v.logprobs
     for rid, tokens in zip(ids, sampled):

@@ -85,6 +85,19 @@ class MaskFiller:
             self.timing.on_step_thread += seconds
         self._chooser.learn(kind, len(matchers), seconds)
 
+    def fill_with_drafts(self, jobs: list[tuple[object, int, list[int]]], mask: torch.Tensor) -> None:
+        """For each (matcher, first row, drafts): mask[first + j] = the matcher's allowed tokens
+        after taking drafts[:j], for j up to the first draft it refuses; the matcher is left as
+        it was (llguidance takes the drafts and rolls them back). Rows past a refused draft are
+        left as they were."""
+        import llguidance.torch as llg_torch
+
+        start = time.perf_counter()
+        llg_torch.fill_next_token_bitmask_par_with_draft_tokens(self._serial_executor, jobs, mask)
+        seconds = time.perf_counter() - start
+        self.timing.add("serial", seconds, sum(1 + len(d) for _, _, d in jobs))
+        self.timing.on_step_thread += seconds
+
     @property
     def us_per_row(self) -> dict[str, float | None]:
         """Each kind's running time a row (None until tried)."""

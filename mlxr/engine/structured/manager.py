@@ -161,6 +161,32 @@ class StructuredOutputManager:
             mask.index_fill_(0, torch.tensor(free, dtype=torch.long), -1)
         return self._fill(matchers, mask)
 
+    def position_bitmask(self, rows: list[Request | None], drafts: list[list[int]]) -> torch.Tensor | None:
+        """A drafting step's packed bitmask on the host, a row per sampled position: each row's
+        1 + len(its drafts) positions in turn, a constrained row's position j holding what its
+        grammar allows after its first j drafts; every bit set for the other rows, and for the
+        positions past a draft the grammar refuses (verification rejects that draft, so nothing
+        is sampled there). None when no row is constrained. Filled on the step thread: a
+        drafting step has landed the step before it, so the matchers are up to date."""
+        drafting, plain, offset = [], [], 0
+        for r, d in zip(rows, drafts):
+            grammar = r.grammar if r is not None else None
+            if grammar is not None and not grammar.done:
+                if d:
+                    drafting.append((grammar.matcher, offset, list(d)))
+                else:
+                    plain.append((grammar.matcher, offset))
+            offset += 1 + len(d)
+        if not drafting and not plain:
+            return None
+        mask = self._buffers.take(offset)
+        mask.fill_(-1)
+        if drafting:
+            self.filler.fill_with_drafts(drafting, mask)
+        if plain:
+            self.filler.fill(plain, mask)
+        return mask
+
     def _fill(self, matchers: list[tuple[object, int]], mask: torch.Tensor):
         filler, where, n = self.filler, self._where, len(matchers)
         start = time.perf_counter()
