@@ -6,13 +6,17 @@ interleaved (the "off" runs are the same engine's requests with SamplingParams.s
 2. a draft model with controlled acceptance: the target is the draft plus Gaussian noise of a few
    scales on its weights; speedup against the measured acceptance rate.
 
-    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft] [--batches 1 64]
+3. with --json: n-gram at batch 1 on JSON edits under a JSON-object grammar (each drafted
+   position under its own mask): the same tasks' answers must be JSON either way.
+
+    python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft] [--batches 1 64] [--json]
 Writes bench/results/spec_decode-<stamp>.json. Beside llama.cpp's own speculation on the same
 file and tasks (the n-gram part at batch 1, all engines interleaved in one run):
 bench/llama_spec.py --mlxr cpu|cuda with --python and/or --server-bin."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -23,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import device_name, print_table, write_result  # noqa: E402
 from mlxr import LLM, SamplingParams  # noqa: E402
 from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
+from mlxr.types import StructuredOutputsParams  # noqa: E402
 
 CODE = '''def moving_average(values, window):
     """Return the moving averages of values over a window."""
@@ -49,6 +54,14 @@ TASKS = [
 ]
 
 
+DOC = ('{"name": "Ada Lovelace", "born": 1815, "city": "London", "languages": ["English", "French"], '
+       '"fields": ["mathematics", "computing"], "note": "wrote the first published algorithm"}')
+JSON_TASKS = [
+    f'Return this JSON object with "city" set to "Paris"; keep every other field as it is.\n\n{DOC}',
+    f'Return this JSON object with "born" renamed to "year"; keep everything else the same.\n\n{DOC}',
+]
+
+
 def chat_ids(tokenizer, task: str) -> list[int]:
     """The task as the instruct model's one user turn, ready for its answer (token ids: every
     engine, ours and the peer's, gets the same prompt)."""
@@ -56,8 +69,9 @@ def chat_ids(tokenizer, task: str) -> list[int]:
     return tokenizer.encode(prompt, add_special_tokens=False)
 
 
-def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool) -> tuple[float, int, list]:
-    params = SamplingParams(max_tokens=max_tokens, temperature=0, speculative=speculative)
+def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool,
+          structured: StructuredOutputsParams | None = None) -> tuple[float, int, list]:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, speculative=speculative, structured_outputs=structured)
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params)
     dt = time.perf_counter() - t0
@@ -65,14 +79,15 @@ def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool
     return dt, sum(len(t) for t in tokens), tokens
 
 
-def ab(llm: LLM, prompts: list[list[int]], max_tokens: int, rounds: int) -> dict:
+def ab(llm: LLM, prompts: list[list[int]], max_tokens: int, rounds: int,
+       structured: StructuredOutputsParams | None = None) -> dict:
     """Interleaved off/on rounds: tokens/s of each, acceptance, and whether outputs matched."""
     rates = {True: [], False: []}
     same = True
     before = llm.engine.stats()
     for _ in range(rounds):
         for spec in (False, True):
-            dt, n, toks = timed(llm, prompts, max_tokens, spec)
+            dt, n, toks = timed(llm, prompts, max_tokens, spec, structured)
             rates[spec].append(n / dt)
             if spec:
                 same &= toks == ref
@@ -110,6 +125,38 @@ def ngram_part(args, model: str) -> list[dict]:
         print_table([row], ["part", "batch", "off_tok_s", "on_tok_s", "speedup", "acceptance", "outputs_identical"])
     llm.shutdown()
     return rows
+
+
+def json_part(args, model: str) -> list[dict]:
+    """n-gram at batch 1 on JSON edits under a JSON-object grammar: the answer repeats the input."""
+    llm = LLM(model, device=args.device, speculative_method="ngram", num_speculative_tokens=args.k)
+    grammar = StructuredOutputsParams(json_object=True)
+    ids = [chat_ids(llm.tokenizer, t) for t in JSON_TASKS]
+    timed(llm, ids[:1], 8, True, grammar)  # warm (and the grammar compiled)
+    results = []
+    for p in ids:
+        r = ab(llm, [p], args.max_tokens, args.rounds, grammar)
+        _, _, toks = timed(llm, [p], args.max_tokens, True, grammar)
+        r["valid_json"] = _is_json(llm.tokenizer.decode(toks[0]))
+        results.append(r)
+    row = {"part": "ngram+json", "batch": 1, "k": args.k,
+           "off_tok_s": sum(r["off_tok_s"] for r in results) / len(results),
+           "on_tok_s": sum(r["on_tok_s"] for r in results) / len(results),
+           "acceptance": sum(r["acceptance"] for r in results) / len(results),
+           "outputs_identical": all(r["outputs_identical"] for r in results),
+           "valid_json": all(r["valid_json"] for r in results), "per_task": results}
+    row["speedup"] = row["on_tok_s"] / row["off_tok_s"]
+    print_table([row], ["part", "batch", "off_tok_s", "on_tok_s", "speedup", "acceptance", "outputs_identical",
+                        "valid_json"])
+    llm.shutdown()
+    return [row]
+
+
+def _is_json(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 @torch.inference_mode()
@@ -153,9 +200,12 @@ def main() -> None:
     ap.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.4, 0.8])
     ap.add_argument("--skip-draft", action="store_true")
     ap.add_argument("--skip-ngram", action="store_true")
+    ap.add_argument("--json", action="store_true", help="also n-gram under a JSON-object grammar (batch 1)")
     args = ap.parse_args()
     model = str(smollm2_135m_path())
     rows = [] if args.skip_ngram else ngram_part(args, model)
+    if args.json:
+        rows += json_part(args, model)
     if not args.skip_draft:
         rows += draft_part(args, model)
     path = write_result("spec_decode", {"device": device_name(args.device), "model": "smollm2:135m (Q4_1 GGUF)",
