@@ -103,3 +103,16 @@ def test_position_bitmask_rows_follow_the_drafts(manager):
 
 def _allows(row: torch.Tensor, token: int) -> bool:
     return bool((int(row[token // 32]) >> (token % 32)) & 1)
+
+
+@pytest.mark.gpu
+def test_cuda_constrained_rows_draft_under_position_masks():
+    """On CUDA (graphs, pinned mask buffers): the same identity as on the CPU."""
+    params = SamplingParams(max_tokens=40, temperature=0.0, structured_outputs=SO(regex=PATTERN))
+    prompts = [PROMPT, PROMPT + " def"]
+    plain = LLM(model_dir(), dtype="float32", device="cuda", engine_process=False)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
+    spec = LLM(model_dir(), dtype="float32", device="cuda", engine_process=False, speculative_method="ngram",
+               num_speculative_tokens=4)
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, params)] == want
+    assert spec.engine.stats().spec_num_drafts > 0
