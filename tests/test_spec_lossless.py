@@ -30,10 +30,12 @@ def looping_prompt(llm: LLM) -> list[int]:
     raise AssertionError("no looping prompt found")
 
 
-def exact_distribution(llm: LLM, prompt: list[int]) -> dict[tuple[int, ...], float]:
-    """P(t1, t2, t3) under top_k=4, temperature 1, from the plain engine's top-4 logprobs."""
+def exact_distribution(llm: LLM, prompt: list[int], structured=None) -> dict[tuple[int, ...], float]:
+    """P(t1, t2, t3) under top_k=4, temperature 1, from the plain engine's top-4 logprobs
+    (structured: each prefix's under a fresh grammar; the logprobs are the allowed tokens')."""
     def top(prefix: list[int]) -> dict[int, float]:
-        lp = llm.generate([prefix], SamplingParams(max_tokens=1, temperature=0, logprobs=TOP_K))[0]
+        params = SamplingParams(max_tokens=1, temperature=0, logprobs=TOP_K, structured_outputs=structured)
+        lp = llm.generate([prefix], params)[0]
         pos = lp.outputs[0].logprobs[0]
         z = sum(math.exp(v.logprob) for v in pos.values())
         return {t: math.exp(v.logprob) / z for t, v in pos.items()}
@@ -68,6 +70,37 @@ def test_speculative_sampling_distribution_equals_plain(method):
     spec = LLM(model, dtype="float32", speculative_method=method, num_speculative_tokens=3, max_num_seqs=512,
                speculative_max_batch=1024, max_num_batched_tokens=8192, **extra)
     params = SamplingParams(max_tokens=3, temperature=1.0, top_k=TOP_K, ignore_eos=True)
+    counts: Counter = Counter()
+    for _ in range(SAMPLES // 1000):
+        for o in spec.generate([prompt] * 1000, params):
+            counts[tuple(o.outputs[0].token_ids)] += 1
+    s = spec.engine.stats()
+    assert s.spec_num_accepted_tokens > 0.02 * SAMPLES and s.spec_num_draft_tokens > s.spec_num_accepted_tokens
+    assert chi_square_p(counts, probs, SAMPLES) > 0.01
+
+
+@pytest.mark.slow
+def test_speculative_sampling_under_a_grammar_equals_plain():
+    """With a grammar, each drafted position under its own mask: the first three tokens of
+    [ab]{30} are distributed as without drafts. Every token of only a's and b's is allowed at
+    each of those positions whatever came before (the language is closed under concatenation
+    there and no end is allowed yet), so a fresh grammar after a prefix gives the plain
+    engine's exact probabilities. The prompt's spaced words make the lookup also draft tokens
+    the grammar refuses."""
+    from mlxr.types import StructuredOutputsParams
+
+    model = str(fixture_model("tiny-llama").hf_dir)
+    plain = cached_llm(model)
+    grammar = StructuredOutputsParams(regex="[ab]{30}")
+    free = SamplingParams(max_tokens=12, temperature=1.0, top_k=TOP_K, seed=0, structured_outputs=grammar)
+    text = plain.generate([[1]], free)[0].outputs[0].text  # the model's own likely a/b tokens
+    prompt = plain.tokenizer.encode(f"{text} {text} ab ba {text}", add_special_tokens=False)
+    # The fixture's vocabulary holds three such tokens: a top-4 list's fourth is banned (p = 0).
+    probs = {k: p for k, p in exact_distribution(plain, prompt, grammar).items() if p > 0}
+    assert len(probs) >= 8
+    spec = LLM(model, dtype="float32", speculative_method="ngram", num_speculative_tokens=3, max_num_seqs=512,
+               speculative_max_batch=1024, max_num_batched_tokens=8192)
+    params = SamplingParams(max_tokens=3, temperature=1.0, top_k=TOP_K, structured_outputs=grammar)
     counts: Counter = Counter()
     for _ in range(SAMPLES // 1000):
         for o in spec.generate([prompt] * 1000, params):
