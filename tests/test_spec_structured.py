@@ -17,7 +17,7 @@ from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.loader.tokenizer import Tokenizer
 from mlxr.types import StructuredOutputsParams as SO
 
-PATTERN = "(abc def ){5}xyz"
+PATTERN = "(abc (def|ghi) ){5}xyz"  # "abc " forced, then a choice the lookup drafts
 PROMPT = "abc def qqq abc def qqq abc"  # lookups propose "qqq" after "abc def", which the grammar refuses
 
 
@@ -116,3 +116,56 @@ def test_cuda_constrained_rows_draft_under_position_masks():
                num_speculative_tokens=4)
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, params)] == want
     assert spec.engine.stats().spec_num_drafts > 0
+
+
+def test_a_grammars_forced_tokens_are_drafted():
+    """A schema's keys are text the grammar forces: a constrained row drafts them with no n-gram
+    match to find (a random prompt), and its output is the plain constrained engine's."""
+    schema = {"type": "object", "properties": {"temperature_celsius": {"type": "integer"},
+                                               "relative_humidity_percent": {"type": "boolean"}},
+              "required": ["temperature_celsius", "relative_humidity_percent"], "additionalProperties": False}
+    params = SamplingParams(max_tokens=60, temperature=0.0, structured_outputs=SO(json=schema))
+    prompt = [17, 230, 41, 99, 5]
+    plain = cached_llm(model_dir()).generate([prompt], params)[0].outputs[0]
+    llm = spec_llm()
+    out = llm.generate([prompt], params)[0].outputs[0]
+    assert out.token_ids == plain.token_ids and out.finish_reason == plain.finish_reason
+    stats = llm.engine.stats()
+    assert stats.spec_num_drafts > 0 and stats.spec_num_accepted_tokens >= 8  # the keys' tokens
+
+
+def test_forced_tokens_of_a_grammar_state(manager):
+    _, tok, compiler = manager
+    g = compiler.compile(SO(json={"type": "object", "properties": {"alpha_beta": {"type": "integer"}},
+                                  "required": ["alpha_beta"], "additionalProperties": False}))
+    assert tok.decode(g.forced_tokens()) == '{"alpha_beta":'
+    assert g.matcher.consume_token(g.forced_tokens()[0]) and g.forced_tokens()  # still forced after a token
+
+
+def test_the_speculator_drafts_forced_tokens_without_asking_its_proposer(manager):
+    from mlxr.engine.records import EngineCoreRequest
+    from mlxr.engine.request import Request
+    from mlxr.engine.spec_decode.proposer import Draft
+    from mlxr.engine.spec_decode.speculator import Speculator
+
+    _, _, compiler = manager
+    asked = []
+
+    class Recording:
+        def propose(self, requests):
+            asked.extend(r.request_id for r in requests)
+            return [Draft([]) for _ in requests]
+
+        def retain(self, request_ids):
+            pass
+
+    def request(rid: str, grammar) -> Request:
+        req = Request(EngineCoreRequest(rid, [5, 6, 7], SamplingParams(max_tokens=32, temperature=0.0), 32, [], 0.0))
+        req.num_computed_tokens, req.grammar = 2, grammar
+        return req
+
+    g = compiler.compile(SO(json={"type": "object", "properties": {"alpha_beta": {"type": "integer"}},
+                                  "required": ["alpha_beta"], "additionalProperties": False}))
+    constrained, free = request("c", g), request("f", None)
+    Speculator(Recording(), max_drafts=4, max_batch=8).propose([constrained, free])
+    assert constrained.spec_token_ids == g.forced_tokens()[:4] and asked == ["f"]

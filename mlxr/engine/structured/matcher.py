@@ -82,6 +82,11 @@ class GrammarState:
             self.matcher.rollback(num_tokens)
             self.num_tokens -= num_tokens
 
+    def forced_tokens(self) -> list[int]:
+        """The tokens the grammar forces next (llguidance's fast-forward: its fixed text, e.g. a
+        schema's next key, tokenized the canonical way); [] when the next token is a choice."""
+        return [] if self.done else list(self.matcher.compute_ff_tokens())
+
     @property
     def error(self) -> str:
         return self.matcher.get_error() if self.matcher.is_error() else ""
