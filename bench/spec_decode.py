@@ -6,8 +6,9 @@ interleaved (the "off" runs are the same engine's requests with SamplingParams.s
 2. a draft model with controlled acceptance: the target is the draft plus Gaussian noise of a few
    scales on its weights; speedup against the measured acceptance rate.
 
-3. with --json: n-gram at batch 1 on JSON edits under a JSON-object grammar (each drafted
-   position under its own mask): the same tasks' answers must be JSON either way.
+3. with --json: n-gram at batch 1 on JSON edits under a JSON-object grammar and under the
+   document's schema (each drafted position under its own mask; the schema's keys are drafted
+   as forced text): the answers must be the same and JSON either way.
 
     python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft] [--batches 1 64] [--json]
 Writes bench/results/spec_decode-<stamp>.json. Beside llama.cpp's own speculation on the same
@@ -127,19 +128,35 @@ def ngram_part(args, model: str) -> list[dict]:
     return rows
 
 
+DOC_SCHEMA = {"type": "object", "additionalProperties": False,
+              "required": ["name", "born", "city", "languages", "fields", "note"],
+              "properties": {"name": {"type": "string"}, "born": {"type": "integer"}, "city": {"type": "string"},
+                             "languages": {"type": "array", "items": {"type": "string"}},
+                             "fields": {"type": "array", "items": {"type": "string"}}, "note": {"type": "string"}}}
+
+
 def json_part(args, model: str) -> list[dict]:
-    """n-gram at batch 1 on JSON edits under a JSON-object grammar: the answer repeats the input."""
+    """n-gram at batch 1 on JSON edits under a JSON-object grammar (the answer repeats the input)
+    and under the document's schema (its keys are forced text, drafted as such)."""
     llm = LLM(model, device=args.device, speculative_method="ngram", num_speculative_tokens=args.k)
-    grammar = StructuredOutputsParams(json_object=True)
     ids = [chat_ids(llm.tokenizer, t) for t in JSON_TASKS]
-    timed(llm, ids[:1], 8, True, grammar)  # warm (and the grammar compiled)
+    rows = []
+    for name, grammar in (("json_object", StructuredOutputsParams(json_object=True)),
+                          ("schema", StructuredOutputsParams(json=DOC_SCHEMA))):
+        timed(llm, ids[:1], 8, True, grammar)  # warm (and the grammar compiled)
+        rows.append(_json_row(llm, ids, grammar, name, args))
+    llm.shutdown()
+    return rows
+
+
+def _json_row(llm: LLM, ids: list[list[int]], grammar: StructuredOutputsParams, name: str, args) -> dict:
     results = []
     for p in ids:
         r = ab(llm, [p], args.max_tokens, args.rounds, grammar)
         _, _, toks = timed(llm, [p], args.max_tokens, True, grammar)
         r["valid_json"] = _is_json(llm.tokenizer.decode(toks[0]))
         results.append(r)
-    row = {"part": "ngram+json", "batch": 1, "k": args.k,
+    row = {"part": f"ngram+{name}", "batch": 1, "k": args.k,
            "off_tok_s": sum(r["off_tok_s"] for r in results) / len(results),
            "on_tok_s": sum(r["on_tok_s"] for r in results) / len(results),
            "acceptance": sum(r["acceptance"] for r in results) / len(results),
@@ -148,8 +165,7 @@ def json_part(args, model: str) -> list[dict]:
     row["speedup"] = row["on_tok_s"] / row["off_tok_s"]
     print_table([row], ["part", "batch", "off_tok_s", "on_tok_s", "speedup", "acceptance", "outputs_identical",
                         "valid_json"])
-    llm.shutdown()
-    return [row]
+    return row
 
 
 def _is_json(text: str) -> bool:
