@@ -142,19 +142,18 @@ def test_forced_tokens_of_a_grammar_state(manager):
     assert g.matcher.consume_token(g.forced_tokens()[0]) and g.forced_tokens()  # still forced after a token
 
 
-def test_the_speculator_drafts_forced_tokens_without_asking_its_proposer(manager):
+def test_the_speculator_drafts_forced_tokens_where_they_outrun_its_proposer(manager):
     from mlxr.engine.records import EngineCoreRequest
     from mlxr.engine.request import Request
     from mlxr.engine.spec_decode.proposer import Draft
     from mlxr.engine.spec_decode.speculator import Speculator
 
     _, _, compiler = manager
-    asked = []
+    lengths = {"c": 0, "f": 0}
 
     class Recording:
         def propose(self, requests):
-            asked.extend(r.request_id for r in requests)
-            return [Draft([]) for _ in requests]
+            return [Draft(list(range(100, 100 + lengths[r.request_id]))) for r in requests]
 
         def retain(self, request_ids):
             pass
@@ -166,6 +165,12 @@ def test_the_speculator_drafts_forced_tokens_without_asking_its_proposer(manager
 
     g = compiler.compile(SO(json={"type": "object", "properties": {"alpha_beta": {"type": "integer"}},
                                   "required": ["alpha_beta"], "additionalProperties": False}))
+    forced = g.forced_tokens()
+    assert len(forced) > 2
     constrained, free = request("c", g), request("f", None)
-    Speculator(Recording(), max_drafts=4, max_batch=8).propose([constrained, free])
-    assert constrained.spec_token_ids == g.forced_tokens()[:4] and asked == ["f"]
+    spec = Speculator(Recording(), max_drafts=8, max_batch=8)
+    spec.propose([constrained, free])
+    assert constrained.spec_token_ids == forced[:8] and free.spec_token_ids == []
+    lengths["c"] = 8  # a proposer's draft as long as the forced text or longer is kept
+    spec.propose([constrained, free])
+    assert constrained.spec_token_ids == list(range(100, 108))
