@@ -60,6 +60,8 @@ DOC = ('{"name": "Ada Lovelace", "born": 1815, "city": "London", "languages": ["
 JSON_TASKS = [
     f'Return this JSON object with "city" set to "Paris"; keep every other field as it is.\n\n{DOC}',
     f'Return this JSON object with "born" renamed to "year"; keep everything else the same.\n\n{DOC}',
+    "Describe a fictional scientist as a JSON object with the fields name, born, city, languages, fields "
+    "and note.",  # nothing to copy: under the schema only its forced keys are drafted
 ]
 
 
@@ -154,17 +156,19 @@ def _json_row(llm: LLM, ids: list[list[int]], grammar: StructuredOutputsParams, 
     for p in ids:
         r = ab(llm, [p], args.max_tokens, args.rounds, grammar)
         _, _, toks = timed(llm, [p], args.max_tokens, True, grammar)
-        r["valid_json"] = _is_json(llm.tokenizer.decode(toks[0]))
+        r["finished"] = len(toks[0]) < args.max_tokens  # else cut by max_tokens: not whole JSON
+        r["valid_json"] = _is_json(llm.tokenizer.decode(toks[0])) if r["finished"] else None
         results.append(r)
     row = {"part": f"ngram+{name}", "batch": 1, "k": args.k,
            "off_tok_s": sum(r["off_tok_s"] for r in results) / len(results),
            "on_tok_s": sum(r["on_tok_s"] for r in results) / len(results),
            "acceptance": sum(r["acceptance"] for r in results) / len(results),
            "outputs_identical": all(r["outputs_identical"] for r in results),
-           "valid_json": all(r["valid_json"] for r in results), "per_task": results}
+           "valid_json": all(r["valid_json"] is not False for r in results),  # of the finished answers
+           "finished": sum(r["finished"] for r in results), "per_task": results}
     row["speedup"] = row["on_tok_s"] / row["off_tok_s"]
     print_table([row], ["part", "batch", "off_tok_s", "on_tok_s", "speedup", "acceptance", "outputs_identical",
-                        "valid_json"])
+                        "finished", "valid_json"])
     return row
 
 
