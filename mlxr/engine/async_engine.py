@@ -134,9 +134,9 @@ class AsyncEngine:
         with self._lock:
             return self.engine.stats()
 
-    def forget_counts(self) -> None:
+    def forget_counts(self, core: bool = True) -> None:
         with self._lock:
-            self.engine.forget_counts()
+            self.engine.forget_counts(core)
 
     @property
     def max_model_len(self) -> int:

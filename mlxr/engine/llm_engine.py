@@ -128,13 +128,14 @@ class LLMEngine:
         _, ids = self.processor.tokenize(prompt)
         return self.core.embed(ids), len(ids)
 
-    def forget_counts(self) -> None:
+    def forget_counts(self, core: bool = True) -> None:
         """Count requests and tokens from now on (after the server's own warm-up requests): this
-        side's counters start over, the core's are reported less what they were now."""
+        side's counters start over; with `core`, the core's are reported less what they were now."""
         self.num_aborted = 0
         self.prompt_tokens_total = 0
         self.output.forget_counts()
-        self._core_base = self.core.stats()
+        if core:
+            self._core_base = self.core.stats()
 
     def _core_counts(self) -> CoreStats:
         """The core's stats with its counters since forget_counts (all of them after a restarted

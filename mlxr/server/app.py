@@ -108,12 +108,14 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        tasks = [asyncio.create_task(models.run_reaper()),
-                 asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run())]
+        tasks = [asyncio.create_task(models.run_reaper())]
         tail.attach()
         _import_stream_backend()
         served = [await models.acquire(name) for name in config.preload]
         await warm_requests.warm_up(app, served)
+        # After the warm-up: its requests are not the users' throughput (and the counters it
+        # leaves behind start over).
+        tasks.append(asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run()))
         try:
             yield
         finally:

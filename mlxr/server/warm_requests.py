@@ -61,7 +61,13 @@ async def warm_up(app: FastAPI, served: list) -> None:
             for path, body in ROUTES:
                 await _send(client, path, {"model": model.name, "max_tokens": 2, "temperature": 0.0, **body})
             await asyncio.to_thread(_render_chat, model.tokenizer)
-            model.engine.forget_counts()
+            try:
+                # Under --api-servers N the core is shared and each API process warms up at its
+                # own time: a base taken by one would hide another's users, so there the core's
+                # counters keep the N warm-ups' few tokens.
+                model.engine.forget_counts(core=app.state.config.api_servers <= 1)
+            except Exception as e:  # noqa: BLE001 - the counts are worth a log line, never the start
+                log.warning("warm-up: counters not reset: %s: %s", type(e).__name__, e)
     if served:
         log.info("warm-up: %d requests through the API in %.0f ms", len(served) * len(ROUTES),
                  1e3 * (time.perf_counter() - t0))
@@ -76,7 +82,8 @@ def _render_chat(tokenizer) -> None:
 
 async def _send(client: httpx.AsyncClient, path: str, body: dict) -> None:
     try:
-        r = await client.post(path, json=body)
+        # ASGITransport applies no httpx timeout: a wedged engine must not hold the start.
+        r = await asyncio.wait_for(client.post(path, json=body), TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - a warm-up is worth a log line, never the start
         log.warning("warm-up request to %s failed: %s: %s", path, type(e).__name__, e)
         return
