@@ -104,7 +104,8 @@ class Speculator:
             return
         for (req, k), draft in zip(rows, drafts):
             tokens, probs = draft.token_ids[:k], draft.probs
-            forced = req.grammar.forced_tokens()[:k] if req.grammar is not None else []
+            # llguidance's fast-forward only where it could draft more than the proposer did
+            forced = req.grammar.forced_tokens()[:k] if req.grammar is not None and len(tokens) < k else []
             if len(forced) > len(tokens):  # the grammar's fixed text outruns the proposer's guess
                 tokens, probs = forced, None
             req.spec_token_ids = tokens
