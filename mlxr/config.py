@@ -157,6 +157,9 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     speculative_draft_model: str | None = None
     speculative_max_batch: int = 8
+    # Jump-forward: a structured-output row drafts the tokens its grammar forces next (a schema's
+    # keys and punctuation), verified like any draft, at any batch size. MLXR_JUMP_FORWARD=0: off.
+    jump_forward: bool = field(default_factory=lambda: _env_flag("MLXR_JUMP_FORWARD", True))
 
     def __post_init__(self) -> None:
         if self.speculative_method not in (None, "ngram", "draft"):

@@ -168,7 +168,7 @@ def test_the_speculator_drafts_forced_tokens_where_they_outrun_its_proposer(mana
     forced = g.forced_tokens()
     assert len(forced) > 2
     constrained, free = request("c", g), request("f", None)
-    spec = Speculator(Recording(), max_drafts=8, max_batch=8)
+    spec = Speculator(Recording(), max_drafts=8, max_batch=8, jump_forward=True)
     spec.propose([constrained, free])
     assert constrained.spec_token_ids == forced[:8] and free.spec_token_ids == []
     lengths["c"] = 8  # a proposer's draft as long as the forced text or longer is kept

@@ -50,6 +50,12 @@ GC_THRESHOLDS = (50_000, 50, 100)
 CUDA_CORE_TORCH_THREADS = 1
 
 
+def _draft_tokens(config: EngineConfig, parts) -> int:
+    """Draft tokens a row may carry in a step (speculative decoding, or jump-forward)."""
+    drafts = config.speculative_method is not None or (config.jump_forward and parts.make_runner is None)
+    return config.num_speculative_tokens if drafts else 0
+
+
 def tune_gc_once() -> None:
     """Once per process, after the first model loads: freeze the objects of loading (weights'
     Python wrappers, vocabularies), which live on and which every full collection walked
@@ -97,9 +103,11 @@ class EngineCore:
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
         max_blocks_per_seq = self.block_manager.blocks_for(self.max_model_len)
+        max_rows = None  # a step's decode rows at most (a draft token is a row): the largest graph
         if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
+            max_rows = min(config.max_num_seqs * (1 + _draft_tokens(config, parts)), config.cuda_graph_max_batch)
             self.runner.enable_cuda_graphs(
-                num_blocks, min(config.max_num_seqs, config.cuda_graph_max_batch), max_blocks_per_seq,
+                num_blocks, max_rows, max_blocks_per_seq,
                 min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,
             )
         # Overlap the host's work with the device's only where the device runs asynchronously.
@@ -111,7 +119,7 @@ class EngineCore:
         self._forwarded: tuple[SchedulerOutput, Forwarded, object] | None = None
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
                                                   pin_masks=parts.device.type == "cuda")
-        self.speculator = make_speculator(parts, config, num_blocks, max_blocks_per_seq)
+        self.speculator = make_speculator(parts, config, num_blocks, max_blocks_per_seq, max_rows)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)
@@ -310,10 +318,14 @@ class EngineCore:
         spec = self.speculator
         if spec is None:
             return [], None
+        inflight = self._inflight[0] if self._inflight else None
+        if spec.proposer is None and not self.structured.live:  # only grammars draft, and none is live
+            drafted = inflight is not None and bool(inflight.spec_token_ids)
+            return (self._land(self._take_inflight()) if drafted else []), None
         landed = []
         running = self.scheduler.running
         waiting = len(self.scheduler.waiting)
-        if spec.needs_landed_tokens(running, self._inflight[0] if self._inflight else None, waiting):
+        if spec.needs_landed_tokens(running, inflight, waiting):
             landed = self._land(self._take_inflight())
         spec.propose(running, waiting)
         return landed, spec.draft_probs

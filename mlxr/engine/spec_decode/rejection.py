@@ -98,18 +98,17 @@ class RejectionSampler:
             at += len(drafts[i]) + 1
         p_at, q_at = self._draft_probabilities(p, rows, local, drafts, draft_probs)
         uniforms = self._uniforms(rows, states, drafts, device)
-        finals, final_u = [], []
+        kept = []
         for i in rows:
             d, u = drafts[i], uniforms[i]
             a = 0
             while a < len(d) and u[a] * q_at[i][a] < p_at[i][a]:
                 a += 1
             tokens[i] = d[:a]
-            finals.append(self._final_distribution(p[local[i] + a], a, d, draft_probs[i]))
-            final_u.append(u[-1])
-        last = ops.inverse_cdf_sample(torch.stack(finals).log(), torch.tensor(final_u, dtype=torch.float64,
-                                                                             device=device)).tolist()
-        for i, t in zip(rows, last):
+            kept.append(a)
+        finals = self._final_distributions(p, rows, local, kept, drafts, draft_probs)
+        final_u = torch.tensor([uniforms[i][-1] for i in rows], dtype=torch.float64, device=device)
+        for i, t in zip(rows, ops.inverse_cdf_sample(finals.log(), final_u).tolist()):
             tokens[i].append(t)
 
     @staticmethod
@@ -133,30 +132,42 @@ class RejectionSampler:
         return p_at, q_at
 
     @staticmethod
-    def _final_distribution(p: torch.Tensor, a: int, d: list[int], q: torch.Tensor | None) -> torch.Tensor:
-        """The bonus position's p when every draft was kept, else the residual max(0, p - q)
-        at the first rejected one (p itself where rounding leaves no residual mass)."""
-        if a == len(d):
-            return p
-        if q is None:
-            residual = p.clone()
-            residual[d[a]] = 0.0
-        else:
-            residual = (p - q[a].to(p.device)).clamp_min_(0.0)
-        return torch.where(residual.sum() > 0, residual, p)
+    def _final_distributions(p: torch.Tensor, rows: list[int], local: dict[int, int], kept: list[int],
+                             drafts: list[list[int]], draft_probs: list[torch.Tensor | None]) -> torch.Tensor:
+        """Each row's distribution for its last token, [len(rows), vocab]: the bonus position's
+        p when every draft was kept, else the residual max(0, p - q) at the first rejected one
+        (p itself where rounding leaves no residual mass). Batched: a step may verify a row
+        of drafts for each of 64 requests (forced tokens of their grammars)."""
+        at = to_device([local[i] + a for i, a in zip(rows, kept)], torch.long, p.device)
+        base = p.index_select(0, at)
+        residual = base.clone()
+        certain = [(j, drafts[i][a]) for j, (i, a) in enumerate(zip(rows, kept))
+                   if a < len(drafts[i]) and draft_probs[i] is None]
+        if certain:  # a one-hot q: the rejected draft's probability goes
+            where = to_device([j for j, _ in certain] + [t for _, t in certain], torch.long, p.device)
+            residual.index_put_((where[: len(certain)], where[len(certain):]), torch.zeros((), device=p.device))
+        for j, (i, a) in enumerate(zip(rows, kept)):
+            q = draft_probs[i]
+            if a < len(drafts[i]) and q is not None:
+                residual[j] = (base[j] - q[a].to(p.device)).clamp_min_(0.0)
+        return torch.where(residual.sum(-1, keepdim=True) > 0, residual, base)
 
     @staticmethod
     def _uniforms(rows: list[int], states: list[SamplingState], drafts: list[list[int]],
                   device: torch.device) -> dict[int, list[float]]:
-        """k + 1 uniforms per row; a seeded row draws them from its own generator."""
-        out = {}
+        """k + 1 uniforms per row; a seeded row draws them from its own generator. One copy to
+        the host for all rows."""
+        draws = []
         for i in rows:
-            gen = states[i].generator
+            gen, n = states[i].generator, len(drafts[i]) + 1
+            draws.append(torch.rand(n, dtype=torch.float64, device=device) if gen is None
+                         else torch.empty(n, dtype=torch.float64, device=device).uniform_(generator=gen))
+        flat = torch.cat(draws).tolist()
+        out, at = {}, 0
+        for i in rows:
             n = len(drafts[i]) + 1
-            if gen is None:
-                out[i] = torch.rand(n, dtype=torch.float64, device=device).tolist()
-            else:
-                out[i] = torch.empty(n, dtype=torch.float64, device=device).uniform_(generator=gen).tolist()
+            out[i] = flat[at: at + n]
+            at += n
         return out
 
     @staticmethod

@@ -12,6 +12,8 @@ opt-out (SamplingParams.speculative=False), and for good for a request whose pro
 A structured-output row whose grammar forces more tokens next than its proposer drafted drafts
 those instead (llguidance's fast-forward tokens, as jump-forward decoding uses them): under
 the row's masks they pass verification unless the model writes the same text in other tokens.
+That is jump-forward (on by default, with or without a proposer): at any batch size, since
+a forced draft is kept almost always, so its row costs about what the step it saves would.
 A request whose proposer found nothing rests for as many steps as it has come back empty in a
 row (at most MAX_REST): at batch 1 a step that lands first only to draft nothing loses the
 overlap of host and device (SmolLM2 on an H100: 2.48 ms a step against 2.0), and lookups miss
@@ -25,7 +27,7 @@ import torch
 
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput
 from mlxr.engine.request import Request
-from mlxr.engine.spec_decode.proposer import DraftRequest, Proposer
+from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, Proposer
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,16 @@ class SpecStats:
 
 
 class Speculator:
-    def __init__(self, proposer: Proposer, max_drafts: int, max_batch: int) -> None:
+    def __init__(self, proposer: Proposer | None, max_drafts: int, max_batch: int, jump_forward: bool = False,
+                 max_rows: int | None = None, jump_max_batch: int | None = None) -> None:
+        """proposer: None drafts only what grammars force (jump_forward). jump_forward: a
+        structured-output row drafts its grammar's forced tokens, while at most jump_max_batch
+        requests run (None: at any batch size; a forced draft is all but certain to be kept, so
+        where the step is bound by the host, not by compute, its row costs less than the step
+        it saves); max_rows: a step's rows, drafts included, at most (the largest CUDA graph;
+        None: no bound here)."""
         self.proposer, self.max_drafts, self.max_batch = proposer, max_drafts, max_batch
+        self.jump_forward, self.max_rows, self.jump_max_batch = jump_forward, max_rows, jump_max_batch
         self.stats = SpecStats(0, 0, 0, [0] * max_drafts, [0] * max_drafts)
         self.draft_probs: dict[str, torch.Tensor] = {}  # this step's draft distributions, by request
         self._k: dict[str, int] = {}  # each request's current draft length (adapts to acceptance)
@@ -61,11 +71,20 @@ class Speculator:
         self._misses.clear()
         self._rest.clear()
         self.draft_probs = {}
-        self.proposer.retain(set())
+        if self.proposer is not None:
+            self.proposer.retain(set())
 
     def _speculates(self, req: Request) -> bool:
         return (req.params.speculative and req.request_id not in self._off
                 and req.num_computed_tokens == req.num_tokens - 1 and not req.has_all_outputs)
+
+    def _looks_up(self, req: Request) -> bool:
+        """Whether the proposer drafts for req this step (given the batch is small enough)."""
+        return self.proposer is not None and not self._rest.get(req.request_id)
+
+    def _jumps(self, req: Request) -> bool:
+        """Whether req's grammar may force tokens to draft."""
+        return self.jump_forward and req.grammar is not None and not req.grammar.done
 
     def needs_landed_tokens(self, running: list[Request], inflight: SchedulerOutput | None, waiting: int = 0) -> bool:
         """Whether the step in flight must land before this one is scheduled."""
@@ -73,8 +92,16 @@ class Speculator:
             return False
         if inflight.spec_token_ids:
             return True
-        return len(running) + waiting <= self.max_batch and any(
-            self._speculates(r) and not self._rest.get(r.request_id) for r in running)
+        small = self.proposer is not None and len(running) + waiting <= self.max_batch
+        jumps = self._jumping(len(running) + waiting)
+        if not small and not jumps:
+            return False
+        return any(((small and self._looks_up(r)) or (jumps and self._jumps(r))) and self._speculates(r)
+                   for r in running)
+
+    def _jumping(self, batch: int) -> bool:
+        """Whether grammars' forced tokens are drafted at this batch size."""
+        return self.jump_forward and (self.jump_max_batch is None or batch <= self.jump_max_batch)
 
     def propose(self, running: list[Request], waiting: int = 0) -> None:
         """Drafts for this step's decode rows (on req.spec_token_ids; none for the others).
@@ -85,33 +112,63 @@ class Speculator:
             req.spec_token_ids = []
         live = {r.request_id for r in running}
         self._k = {rid: k for rid, k in self._k.items() if rid in live}
-        self.proposer.retain(live)
-        if len(running) + waiting > self.max_batch:
+        if self.proposer is not None:
+            self.proposer.retain(live)
+        small = len(running) + waiting <= self.max_batch
+        jumping = self._jumping(len(running) + waiting)
+        if small:
+            self._count_down_rests(live)
+        elif not jumping:
             return
-        self._count_down_rests(live)
-        rows = [(r, self._num_drafts(r)) for r in running
-                if r.num_in_flight == 0 and self._speculates(r) and r.request_id not in self._rest]
-        rows = [(r, k) for r, k in rows if k > 0]
+        lookups, jumps = [], []
+        for r in running:
+            looks = small and self._looks_up(r)
+            if not (looks or (jumping and self._jumps(r))) or r.num_in_flight or not self._speculates(r):
+                continue
+            k = self._num_drafts(r)
+            if k > 0:
+                (lookups if looks else jumps).append((r, k))
+        if not lookups and not jumps:
+            return
+        room = float("inf") if self.max_rows is None else self.max_rows - len(running)
+        for (req, k), draft in zip(lookups, self._lookup(lookups, live)):
+            room -= self._place(req, k, draft, room, jumping and self._jumps(req))
+        for req, k in jumps:
+            room -= self._place(req, k, None, room, True)
+
+    def _lookup(self, rows: list[tuple[Request, int]], live: set[str]) -> list[Draft | None]:
+        """The proposer's drafts for rows (None for each when it failed: speculation goes off
+        for them from the next step)."""
         if not rows:
-            return
+            return []
         try:
-            drafts = self.proposer.propose([DraftRequest(r.request_id, r.token_ids, k, r.params) for r, k in rows])
+            return self.proposer.propose([DraftRequest(r.request_id, r.token_ids, k, r.params) for r, k in rows])
         except Exception as e:  # noqa: BLE001 - a failed proposer costs speculation, never the request
             log.warning("speculation off for %d request(s): the proposer failed: %s: %s",
                         len(rows), type(e).__name__, e)
             self._off |= {r.request_id for r, _ in rows}
             self.proposer.retain(live - self._off)
-            return
-        for (req, k), draft in zip(rows, drafts):
-            tokens, probs = draft.token_ids[:k], draft.probs
-            # llguidance's fast-forward only where it could draft more than the proposer did
-            forced = req.grammar.forced_tokens()[:k] if req.grammar is not None and len(tokens) < k else []
+            return [None] * len(rows)
+
+    def _place(self, req: Request, k: int, draft: Draft | None, room: float, jump: bool) -> int:
+        """Put a row's drafts on it, at most room of them, and return how many: the proposer's
+        draft (None: it was not asked, or failed), or, if jump, the grammar's forced tokens
+        where they are longer (llguidance's fast-forward only where it could draft more than
+        the proposer did)."""
+        tokens, probs = (draft.token_ids[:k], draft.probs) if draft is not None else ([], None)
+        if jump and len(tokens) < k:
+            forced = req.grammar.forced_tokens()[:k]
             if len(forced) > len(tokens):  # the grammar's fixed text outruns the proposer's guess
                 tokens, probs = forced, None
-            req.spec_token_ids = tokens
+        if len(tokens) > room:
+            tokens = tokens[: max(0, int(room))]
+            probs = None if probs is None else probs[: len(tokens)]
+        req.spec_token_ids = tokens
+        if draft is not None:
             self._note_lookup(req.request_id, bool(tokens))
-            if probs is not None and tokens:
-                self.draft_probs[req.request_id] = probs
+        if probs is not None and tokens:
+            self.draft_probs[req.request_id] = probs
+        return len(tokens)
 
     def _count_down_rests(self, live: set[str]) -> None:
         self._misses = {rid: m for rid, m in self._misses.items() if rid in live}

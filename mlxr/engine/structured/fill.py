@@ -75,15 +75,7 @@ class MaskFiller:
         off_step_thread: the fill runs off the step thread (its time is not the step thread's)."""
         import llguidance.torch as llg_torch
 
-        kind = self._chooser.choose(len(matchers))
-        start = time.perf_counter()
-        executor = self._executor if kind == "parallel" else self._serial_executor
-        llg_torch.fill_next_token_bitmask_par(executor, matchers, mask)
-        seconds = time.perf_counter() - start
-        self.timing.add(kind, seconds, len(matchers))
-        if not off_step_thread:
-            self.timing.on_step_thread += seconds
-        self._chooser.learn(kind, len(matchers), seconds)
+        self._run(llg_torch.fill_next_token_bitmask_par, matchers, mask, len(matchers), off_step_thread)
 
     def fill_with_drafts(self, jobs: list[tuple[object, int, list[int]]], mask: torch.Tensor) -> None:
         """For each (matcher, first row, drafts): mask[first + j] = the matcher's allowed tokens
@@ -92,11 +84,20 @@ class MaskFiller:
         left as they were."""
         import llguidance.torch as llg_torch
 
+        rows = sum(1 + len(d) for _, _, d in jobs)
+        self._run(llg_torch.fill_next_token_bitmask_par_with_draft_tokens, jobs, mask, rows, False)
+
+    def _run(self, fill, jobs: list, mask: torch.Tensor, rows: int, off_step_thread: bool) -> None:
+        """fill(executor, jobs, mask) on the executor of the kind this host runs faster for
+        rows mask rows, timed."""
+        kind = self._chooser.choose(rows)
         start = time.perf_counter()
-        llg_torch.fill_next_token_bitmask_par_with_draft_tokens(self._serial_executor, jobs, mask)
+        fill(self._executor if kind == "parallel" else self._serial_executor, jobs, mask)
         seconds = time.perf_counter() - start
-        self.timing.add("serial", seconds, sum(1 + len(d) for _, _, d in jobs))
-        self.timing.on_step_thread += seconds
+        self.timing.add(kind, seconds, rows)
+        if not off_step_thread:
+            self.timing.on_step_thread += seconds
+        self._chooser.learn(kind, rows, seconds)
 
     @property
     def us_per_row(self) -> dict[str, float | None]:

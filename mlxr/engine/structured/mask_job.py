@@ -33,7 +33,8 @@ class MaskBuffers:
         buf = self._buffers[self._turn]
         if buf is None or buf.shape[0] < rows:
             capacity = max(MIN_ROWS, 1 << (rows - 1).bit_length())
-            buf = torch.empty((capacity, self.words), dtype=torch.int32, pin_memory=self._pin)
+            with torch.inference_mode(False):  # a drafting step asks inside the runner's; a plain one outside
+                buf = torch.empty((capacity, self.words), dtype=torch.int32, pin_memory=self._pin)
             self._buffers[self._turn] = buf
         return buf[:rows]
 
