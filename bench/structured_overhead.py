@@ -10,10 +10,12 @@ arms generate exactly gen-len tokens per request (the plain arm ignores EOS).
   python bench/structured_overhead.py --device cpu --batches 1 --reps 5
   python bench/structured_overhead.py --device cpu --overlap --model .fixtures/tinyllama-vocab-f32-v2/hf --batches 64
   python bench/structured_overhead.py --device cuda --model gemma3-270m --batches 1 64 --reps 5
+  MLXR_JUMP_FORWARD=0 python bench/structured_overhead.py ...   # the masks' cost alone, no forced drafts
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import time
 
@@ -60,6 +62,12 @@ def run_arm(llm: LLM, batch: int, gen_len: int, constrained: bool) -> tuple[floa
     return tokens / elapsed, tokens
 
 
+def _draft_stats(llm: LLM) -> dict | None:
+    """What the rows drafted in the whole run (jump-forward's forced tokens; the plain arm drafts none)."""
+    spec = llm.engine.core.core.speculator
+    return None if spec is None else dataclasses.asdict(spec.stats)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2:135m")
@@ -97,7 +105,8 @@ def main() -> None:
                  for r in rows for arm in ("plain", "schema")], ["arm", "steps", "eager", "step", *PHASES, "rest"])
     path = write_result("structured_overhead", {
         "label": a.label, "model": a.model, "device": device_name(a.device), "cpu": cpu_model(), "gen_len": a.gen_len,
-        "overlap": llm.engine.core.core.overlap,
+        "overlap": llm.engine.core.core.overlap, "jump_forward": llm.engine.core.core.config.jump_forward,
+        "drafts": _draft_stats(llm),
         "reps": a.reps, "grammar_engine": "llguidance", "threads": torch.get_num_threads(), **host_facts(),
         "step_ms_note": "host ms per engine step; on CUDA, forward and sample are enqueue times and "
                         "wait is the host blocked on the device", "rows": rows})

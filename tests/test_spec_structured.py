@@ -29,9 +29,14 @@ def spec_llm() -> LLM:
     return LLM(model_dir(), dtype="float32", speculative_method="ngram", num_speculative_tokens=4)
 
 
+def plain_llm() -> LLM:
+    """The constrained engine without drafts of any kind (no proposer, no jump-forward)."""
+    return cached_llm(model_dir(), jump_forward=False)
+
+
 def test_a_constrained_row_drafts_and_matches_the_plain_constrained_engine():
     params = SamplingParams(max_tokens=40, temperature=0.0, structured_outputs=SO(regex=PATTERN))
-    plain = cached_llm(model_dir()).generate([PROMPT], params)[0].outputs[0]
+    plain = plain_llm().generate([PROMPT], params)[0].outputs[0]
     llm = spec_llm()
     out = llm.generate([PROMPT], params)[0].outputs[0]
     assert re.fullmatch(PATTERN, out.text) and out.finish_reason == "stop"
@@ -56,7 +61,7 @@ def test_a_batch_mixes_constrained_and_free_rows_with_drafts():
     free = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     constrained = SamplingParams(max_tokens=40, temperature=0.0, structured_outputs=SO(regex=PATTERN))
     prompts, params = [PROMPT, PROMPT + " def", PROMPT], [constrained, free, constrained]
-    want = [o.outputs[0].token_ids for o in cached_llm(model_dir()).generate(prompts, params)]
+    want = [o.outputs[0].token_ids for o in plain_llm().generate(prompts, params)]
     llm = spec_llm()
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
     assert llm.engine.stats().spec_num_drafts > 0
@@ -110,7 +115,7 @@ def test_cuda_constrained_rows_draft_under_position_masks():
     """On CUDA (graphs, pinned mask buffers): the same identity as on the CPU."""
     params = SamplingParams(max_tokens=40, temperature=0.0, structured_outputs=SO(regex=PATTERN))
     prompts = [PROMPT, PROMPT + " def"]
-    plain = LLM(model_dir(), dtype="float32", device="cuda", engine_process=False)
+    plain = LLM(model_dir(), dtype="float32", device="cuda", engine_process=False, jump_forward=False)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
     spec = LLM(model_dir(), dtype="float32", device="cuda", engine_process=False, speculative_method="ngram",
                num_speculative_tokens=4)
@@ -126,7 +131,7 @@ def test_a_grammars_forced_tokens_are_drafted():
               "required": ["temperature_celsius", "relative_humidity_percent"], "additionalProperties": False}
     params = SamplingParams(max_tokens=60, temperature=0.0, structured_outputs=SO(json=schema))
     prompt = [17, 230, 41, 99, 5]
-    plain = cached_llm(model_dir()).generate([prompt], params)[0].outputs[0]
+    plain = plain_llm().generate([prompt], params)[0].outputs[0]
     llm = spec_llm()
     out = llm.generate([prompt], params)[0].outputs[0]
     assert out.token_ids == plain.token_ids and out.finish_reason == plain.finish_reason
