@@ -158,7 +158,8 @@ class EngineConfig:
     speculative_draft_model: str | None = None
     speculative_max_batch: int = 8
     # Jump-forward: a structured-output row drafts the tokens its grammar forces next (a schema's
-    # keys and punctuation), verified like any draft, at any batch size. MLXR_JUMP_FORWARD=0: off.
+    # keys and punctuation), verified like any draft, while at most speculative_max_batch
+    # requests run, with or without a speculative_method. MLXR_JUMP_FORWARD=0: off.
     jump_forward: bool = field(default_factory=lambda: _env_flag("MLXR_JUMP_FORWARD", True))
 
     def __post_init__(self) -> None:

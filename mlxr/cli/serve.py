@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--jump-forward", action=argparse.BooleanOptionalAction,
                    default=os.environ.get("MLXR_JUMP_FORWARD", "1") != "0",
                    help="structured output: draft the tokens a grammar forces next (a schema's keys and "
-                        "punctuation) and verify them in the step, at any batch size (env MLXR_JUMP_FORWARD=0: off)")
+                        "punctuation) and verify them in the step, up to --speculative-max-batch requests (env "
+                        "MLXR_JUMP_FORWARD=0: off)")
     s.add_argument("--stream-interval", type=stream_interval, default=1,
                    help="tokens a streamed response gathers per write (the first token and the end "
                         "are never held); more per write costs the server less per token at many streams")

@@ -50,10 +50,11 @@ GC_THRESHOLDS = (50_000, 50, 100)
 CUDA_CORE_TORCH_THREADS = 1
 
 
-def _draft_tokens(config: EngineConfig, parts) -> int:
-    """Draft tokens a row may carry in a step (speculative decoding, or jump-forward)."""
+def _drafting_rows(config: EngineConfig, parts) -> int:
+    """A drafting step's decode rows at most (a draft token is a row): speculative decoding's
+    or jump-forward's, both within speculative_max_batch requests."""
     drafts = config.speculative_method is not None or (config.jump_forward and parts.make_runner is None)
-    return config.num_speculative_tokens if drafts else 0
+    return min(config.max_num_seqs, config.speculative_max_batch) * (1 + config.num_speculative_tokens) if drafts else 0
 
 
 def tune_gc_once() -> None:
@@ -105,7 +106,7 @@ class EngineCore:
         max_blocks_per_seq = self.block_manager.blocks_for(self.max_model_len)
         max_rows = None  # a step's decode rows at most (a draft token is a row): the largest graph
         if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
-            max_rows = min(config.max_num_seqs * (1 + _draft_tokens(config, parts)), config.cuda_graph_max_batch)
+            max_rows = min(max(config.max_num_seqs, _drafting_rows(config, parts)), config.cuda_graph_max_batch)
             self.runner.enable_cuda_graphs(
                 num_blocks, max_rows, max_blocks_per_seq,
                 min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,

@@ -21,11 +21,14 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per
     jump_forward = config.jump_forward and parts.make_runner is None  # (not under tensor parallelism)
     if proposer is None and not jump_forward:
         return None
-    # On a CPU a step's rows cost compute in proportion: forced drafts stay within the batch
-    # where speculation pays (batch 64, SmolLM2, 2 cores: 270 tok/s with them, 386 without).
-    jump_max_batch = None if parts.device.type == "cuda" else config.speculative_max_batch
+    # Forced drafts stay within the batch where speculation pays. Past it a drafting step's host
+    # work (its masks per position, verification, the forced tokens' lookup; no overlap with
+    # the device) costs more than the steps it saves: SmolLM2 at batch 64, a schema per request,
+    # 0.46 of unconstrained tok/s with them against 0.63 without on an H200, 0.53 against 0.79 on
+    # 2 CPU cores; at batch 1 1.23 against 0.79 on the H200, 1.45 against 0.96 on the CPU
+    # (bench/structured_overhead.py; README "Structured output").
     return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward,
-                      max_rows, jump_max_batch)
+                      max_rows, config.speculative_max_batch)
 
 
 def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: int) -> Proposer | None:

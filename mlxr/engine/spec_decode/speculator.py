@@ -12,8 +12,8 @@ opt-out (SamplingParams.speculative=False), and for good for a request whose pro
 A structured-output row whose grammar forces more tokens next than its proposer drafted drafts
 those instead (llguidance's fast-forward tokens, as jump-forward decoding uses them): under
 the row's masks they pass verification unless the model writes the same text in other tokens.
-That is jump-forward (on by default, with or without a proposer): at any batch size, since
-a forced draft is kept almost always, so its row costs about what the step it saves would.
+That is jump-forward (on by default, with or without a proposer, within max_batch requests
+like all speculation; factory.py says why not past it).
 A request whose proposer found nothing rests for as many steps as it has come back empty in a
 row (at most MAX_REST): at batch 1 a step that lands first only to draft nothing loses the
 overlap of host and device (SmolLM2 on an H100: 2.48 ms a step against 2.0), and lookups miss
