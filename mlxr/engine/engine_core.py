@@ -219,7 +219,7 @@ class EngineCore:
         idle = not self.scheduler.has_unfinished and self._inflight is None and self._forwarded is None
         outputs = self.structured.admit(self.scheduler, idle)
         masked = self._take_forwarded()
-        if masked is not None and (self.speculator is not None or not self.structured.live):
+        if masked is not None and (self._may_draft() or not self.structured.live):
             # Drafts may follow (their proposer needs this step's tokens): sample first.
             outputs += self._launch_sampling(*masked)
             masked = None
@@ -312,6 +312,10 @@ class EngineCore:
                 return self.structured.position_bitmask(rows, [drafts.get(rid, []) for rid in request_ids])
             return self.structured.bitmask(rows)
         return before_sample
+
+    def _may_draft(self) -> bool:
+        spec, scheduler = self.speculator, self.scheduler
+        return spec is not None and spec.may_draft(len(scheduler.running) + len(scheduler.waiting))
 
     def _speculate(self) -> tuple[list[EngineCoreOutput], dict | None]:
         """Drafts for this step's decode rows (landing the step in flight first when a proposer

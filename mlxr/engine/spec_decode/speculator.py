@@ -99,6 +99,10 @@ class Speculator:
         return any(((small and self._looks_up(r)) or (jumps and self._jumps(r))) and self._speculates(r)
                    for r in running)
 
+    def may_draft(self, batch: int) -> bool:
+        """Whether any row may draft while batch requests run (running and waiting)."""
+        return (self.proposer is not None and batch <= self.max_batch) or self._jumping(batch)
+
     def _jumping(self, batch: int) -> bool:
         """Whether grammars' forced tokens are drafted at this batch size."""
         return self.jump_forward and (self.jump_max_batch is None or batch <= self.jump_max_batch)
