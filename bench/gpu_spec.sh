@@ -7,7 +7,7 @@
 #   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|structured|all]
 # tests: the GEMV's and speculation's GPU tests; bench: bench/spec_decode.py n-gram at batch 1 and
 # 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times;
-# structured: bench/structured_overhead.py at batch 1 and 64, jump-forward on, then off (JSON to $OUT).
+# structured: bench/structured_overhead.py at batch 1, 8 and 64, jump-forward on, then off (JSON to $OUT).
 set -u
 R=$PWD; STASH=/root/smol-parts
 case "${1:-all}" in stash) rm -rf $STASH; mkdir -p $STASH/whl && cp .m1/* $STASH/ && cp .whl/* $STASH/whl/ && ls $STASH; exit 0 ;; esac
@@ -29,7 +29,7 @@ run_probes() {
 }
 run_structured() {
   for jf in 1 0; do
-    MLXR_JUMP_FORWARD=$jf timeout 240 python3 bench/structured_overhead.py --device cuda --batches 1 64 --reps 3 \
+    MLXR_JUMP_FORWARD=$jf timeout 240 python3 bench/structured_overhead.py --device cuda --batches 1 8 64 --reps 3 \
       --label jump_forward=$jf 2>&1 | grep -v "Loading weights" | tail -10
   done
 }
