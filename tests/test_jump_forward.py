@@ -136,3 +136,11 @@ def test_cuda_rows_draft_forced_tokens_under_graphs():
     assert llm.engine.core.core.runner.graphs.padded_size(8 * 5) is not None
     assert [o.outputs[0].token_ids for o in _run(llm, 6)] == want
     assert llm.engine.stats().spec_num_drafts >= 6 * 4
+
+
+def test_graph_sizes_reach_past_a_bound_between_sizes():
+    from mlxr.engine.cuda_graphs import graph_sizes
+
+    assert graph_sizes(40)[-2:] == [32, 48]  # 8 requests of 1 + 4 rows replay padded, not eagerly
+    assert graph_sizes(64)[-2:] == [48, 64] and graph_sizes(1) == [1]
+    assert graph_sizes(300)[-1] == 300

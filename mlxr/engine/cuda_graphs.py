@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 BATCH_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 
 
+def graph_sizes(max_batch: int) -> list[int]:
+    """The padded sizes captured for up to max_batch rows: BATCH_SIZES below it, and the first
+    at or past it (so a step of max_batch rows, e.g. 40 drafting rows, replays padded to 48
+    rather than running eagerly)."""
+    return [b for b in BATCH_SIZES if b < max_batch] + [next((b for b in BATCH_SIZES if b >= max_batch), max_batch)]
+
+
 class GraphInputs:
     """One graph's static inputs: positions, slots, context lengths and token sources in one
     int64 buffer, the block tables beside it (a step fills both with one copy each, the
@@ -80,7 +87,7 @@ class DecodeGraphs:
         self.model, self.kv = model, kv_cache
         self.scratch_block = scratch_block
         self.width = max_blocks_per_seq
-        self.sizes = [b for b in BATCH_SIZES if b <= max_batch]
+        self.sizes = graph_sizes(max_batch)
         self.device = kv_cache.layers[0][0].device
         self.inputs = {b: GraphInputs(b, self.width, self.device) for b in self.sizes}
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
