@@ -1,0 +1,30 @@
+#!/bin/bash
+# Single-stream decode and prefill of 512 (bench/gpu_sweep.py's mlxr_figures, TinyLlama shape bf16)
+# of this tree and an older one, interleaved in one lease of the GPU machine: is this tree slower?
+# This tree runs twice: its default (the engine core in its own process on CUDA) and
+# MLXR_ENGINE_PROCESS=0 (in this process, as the old tree ran before the split).
+# The old tree's mlxr/ and bench/ go in the ignored .old/ (git archive <commit> mlxr bench | tar -x -C .old);
+#   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> bash bench/gpu_old_vs_new.sh [rounds]
+set -u
+R=$PWD; FIX=/root/sbs/fix
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONUNBUFFERED=1
+[ -f $FIX/hf/config.json ] || PYTHONPATH=/tmp/site:$R python3 -m mlxr.testing write --config tinyllama-shape --out $FIX | tail -1
+for round in $(seq ${1:-3}); do
+  for arm in old new new-inprocess; do
+    tree=.; [ $arm = old ] && tree=.old
+    proc=; [ $arm = new-inprocess ] && proc=0
+    (cd $R/$tree/bench && env ${proc:+MLXR_ENGINE_PROCESS=$proc} PYTHONPATH=/tmp/site:$R/$tree timeout 150 python3 - $FIX/hf $arm <<'PY' 2>&1 | grep '^{'
+import json, sys
+import torch
+from gpu_sweep import mlxr_figures
+from mlxr import LLM
+llm = LLM(sys.argv[1], dtype=torch.bfloat16, device="cuda", max_num_seqs=256, max_num_batched_tokens=8192,
+          kv_cache_memory_gb=16)
+spread = {}
+out = mlxr_figures(llm, llm.args.vocab_size if hasattr(llm, "args") else llm.loaded.args.vocab_size, [1], spread, 3)
+print(json.dumps({"tree": sys.argv[2], **out}))
+PY
+    )
+  done
+done
