@@ -5,11 +5,19 @@
 # MLXR_ENGINE_PROCESS=0 (in this process, as the old tree ran before the split).
 # The old tree's mlxr/ and bench/ go in the ignored .old/ (git archive <commit> mlxr bench | tar -x -C .old);
 #   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> bash bench/gpu_old_vs_new.sh [rounds]
+#   or ... bash bench/gpu_old_vs_new.sh profile   (bench/probes/prefill_profile.py in each tree, in-process)
 set -u
 R=$PWD; FIX=/root/sbs/fix
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONUNBUFFERED=1
 [ -f $FIX/hf/config.json ] || PYTHONPATH=/tmp/site:$R python3 -m mlxr.testing write --config tinyllama-shape --out $FIX | tail -1
+if [ "${1:-}" = profile ]; then
+  for tree in .old .; do
+    MLXR_ENGINE_PROCESS=0 PYTHONPATH=/tmp/site:$R/$tree timeout 200 python3 $R/bench/probes/prefill_profile.py \
+      --model-dir $FIX/hf --label $tree 2>&1 | grep -v "Loading weights\|INFO"
+  done
+  exit 0
+fi
 for round in $(seq ${1:-3}); do
   for arm in old new new-inprocess; do
     tree=.; [ $arm = old ] && tree=.old

@@ -1,0 +1,77 @@
+"""Where a long prompt's time to first token goes on the GPU: the TTFT loop of bench/latency.py
+(add a request, step until its first token is on the host) under torch.profiler, the kernels
+by device time and the host's time in each engine call. It uses only LLM, engine.add_request,
+engine.step and engine.has_unfinished, so an older tree runs it too (bench/gpu_old_vs_new.sh
+profile): the 2026-11-28 H200 lease measured this tree's prefill of 512 ~15% slower than
+7f626b9's in both engine-process modes, cause not yet found.
+
+  python bench/probes/prefill_profile.py --model-dir DIR [--tokens 512] [--runs 5] [--label L]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from latency import prompt_ids  # noqa: E402
+
+from mlxr import LLM, SamplingParams  # noqa: E402
+
+
+def first_token_s(engine, rid: str, ids: list[int]) -> tuple[float, list[float]]:
+    """Seconds to the request's first token, and the host seconds of each engine.step() call
+    until then; the request is run to its end afterwards (two tokens)."""
+    engine.add_request(rid, ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), stream_deltas=True)
+    torch.cuda.synchronize()
+    t0, first, calls = time.perf_counter(), None, []
+    while engine.has_unfinished():
+        c0 = time.perf_counter()
+        outs = engine.step()
+        if first is None:
+            calls.append(time.perf_counter() - c0)
+            if any(o.outputs[0].token_ids for o in outs):
+                first = time.perf_counter() - t0
+    return first, calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    llm = LLM(a.model_dir, dtype=torch.bfloat16, device="cuda", max_num_seqs=256, max_num_batched_tokens=8192,
+              kv_cache_memory_gb=16)
+    engine = llm.engine
+    vocab = llm.args.vocab_size if hasattr(llm, "args") else llm.loaded.args.vocab_size
+    ids = prompt_ids(vocab, a.tokens)
+    for i in range(2):  # warm
+        first_token_s(engine, f"warm-{i}", ids[i:] + ids[:i])
+    ttft, calls = [], []
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+    with prof:
+        for i in range(2, 2 + a.runs):  # each a rotated prompt: nothing from the prefix cache
+            s, c = first_token_s(engine, f"run-{i}", ids[i:] + ids[:i])
+            ttft.append(s)
+            calls.append(c)
+    # self device time: a kernel's own, not again under the op that launched it
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    kernels = sorted(events, key=lambda e: -e.self_device_time_total)[:20]
+    top = [{"name": e.key[:90], "calls": e.count, "device_us_per_run": e.self_device_time_total / a.runs}
+           for e in kernels]
+    ttft.sort()
+    result = {"label": a.label, "tokens": a.tokens, "ttft_ms": [1e3 * t for t in ttft],
+              "median_ttft_ms": 1e3 * ttft[len(ttft) // 2], "prefill_tok_s": a.tokens / ttft[len(ttft) // 2],
+              "step_calls_host_ms": [[round(1e3 * x, 3) for x in c] for c in calls],
+              "device_us_per_run": sum(e.self_device_time_total for e in events) / a.runs, "top": top}
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
