@@ -23,11 +23,16 @@ from latency import prompt_ids  # noqa: E402
 from mlxr import LLM, SamplingParams  # noqa: E402
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def first_token_s(engine, rid: str, ids: list[int]) -> tuple[float, list[float]]:
     """Seconds to the request's first token, and the host seconds of each engine.step() call
     until then; the request is run to its end afterwards (two tokens)."""
     engine.add_request(rid, ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), stream_deltas=True)
-    torch.cuda.synchronize()
+    _sync()
     t0, first, calls = time.perf_counter(), None, []
     while engine.has_unfinished():
         c0 = time.perf_counter()
@@ -45,9 +50,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--label", default="")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of the probe itself")
     a = ap.parse_args()
-    llm = LLM(a.model_dir, dtype=torch.bfloat16, device="cuda", max_num_seqs=256, max_num_batched_tokens=8192,
-              kv_cache_memory_gb=16)
+    llm = LLM(a.model_dir, dtype=torch.bfloat16 if a.device == "cuda" else torch.float32, device=a.device,
+              max_num_seqs=256, max_num_batched_tokens=8192, kv_cache_memory_gb=16 if a.device == "cuda" else 1)
     engine = llm.engine
     vocab = llm.args.vocab_size if hasattr(llm, "args") else llm.loaded.args.vocab_size
     ids = prompt_ids(vocab, a.tokens)
