@@ -24,10 +24,10 @@ BATCH_SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192
 
 
 def graph_sizes(max_batch: int) -> list[int]:
-    """The padded sizes captured for up to max_batch rows: BATCH_SIZES below it, and the first
-    at or past it (so a step of max_batch rows, e.g. 40 drafting rows, replays padded to 48
-    rather than running eagerly)."""
-    return [b for b in BATCH_SIZES if b < max_batch] + [next((b for b in BATCH_SIZES if b >= max_batch), max_batch)]
+    """The padded sizes captured for up to max_batch rows: BATCH_SIZES below it, and max_batch
+    itself (so a step of max_batch rows, e.g. 40 drafting rows, replays rather than running
+    eagerly, and nothing past the bound is captured)."""
+    return [b for b in BATCH_SIZES if b < max_batch] + [max_batch]
 
 
 class GraphInputs:

@@ -64,6 +64,8 @@ class Speculator:
         self._off: set[str] = set()  # requests whose proposer failed
         self._misses: dict[str, int] = {}  # empty proposals in a row, by request
         self._rest: dict[str, int] = {}  # steps left before a request drafts again
+        self._drafted = False  # whether the last proposal put drafts on any row
+        self._forced: set[str] = set()  # rows whose drafts this step are their grammar's forced tokens
 
     def reset(self) -> None:
         self._k.clear()
@@ -75,12 +77,13 @@ class Speculator:
             self.proposer.retain(set())
 
     def _speculates(self, req: Request) -> bool:
-        return (req.params.speculative and req.request_id not in self._off
-                and req.num_computed_tokens == req.num_tokens - 1 and not req.has_all_outputs)
+        return req.params.speculative and req.num_computed_tokens == req.num_tokens - 1 and not req.has_all_outputs
 
     def _looks_up(self, req: Request) -> bool:
-        """Whether the proposer drafts for req this step (given the batch is small enough)."""
-        return self.proposer is not None and not self._rest.get(req.request_id)
+        """Whether the proposer drafts for req this step (given the batch is small enough). A
+        request whose proposer failed keeps jump-forward: its grammar's forced tokens need none."""
+        rid = req.request_id
+        return self.proposer is not None and rid not in self._off and not self._rest.get(rid)
 
     def _jumps(self, req: Request) -> bool:
         """Whether req's grammar may force tokens to draft."""
@@ -92,6 +95,8 @@ class Speculator:
             return False
         if inflight.spec_token_ids:
             return True
+        if self.max_rows is not None and len(running) >= self.max_rows:
+            return False  # no row left for a draft: landing first would only lose the overlap
         small = self.proposer is not None and len(running) + waiting <= self.max_batch
         jumps = self._jumping(len(running) + waiting)
         if not small and not jumps:
@@ -112,14 +117,18 @@ class Speculator:
         waiting: requests queued for admission; they count towards max_batch, so a batch
         that is still filling up is not slowed by steps that land before the next starts."""
         self.draft_probs = {}
+        batch = len(running) + waiting
+        if self.proposer is None and not self._drafted and not self._jumping(batch):
+            return  # nothing drafted last step, nothing to draft now: no row to clear
+        self._drafted, self._forced = False, set()
         for req in running:
             req.spec_token_ids = []
         live = {r.request_id for r in running}
         self._k = {rid: k for rid, k in self._k.items() if rid in live}
         if self.proposer is not None:
             self.proposer.retain(live)
-        small = len(running) + waiting <= self.max_batch
-        jumping = self._jumping(len(running) + waiting)
+        small = batch <= self.max_batch
+        jumping = self._jumping(batch)
         if small:
             self._count_down_rests(live)
         elif not jumping:
@@ -164,12 +173,14 @@ class Speculator:
             forced = req.grammar.forced_tokens()[:k]
             if len(forced) > len(tokens):  # the grammar's fixed text outruns the proposer's guess
                 tokens, probs = forced, None
+                self._forced.add(req.request_id)
+        if draft is not None:  # (before the row budget trims it: a trimmed draft was no miss)
+            self._note_lookup(req.request_id, bool(tokens))
         if len(tokens) > room:
             tokens = tokens[: max(0, int(room))]
             probs = None if probs is None else probs[: len(tokens)]
         req.spec_token_ids = tokens
-        if draft is not None:
-            self._note_lookup(req.request_id, bool(tokens))
+        self._drafted |= bool(tokens)
         if probs is not None and tokens:
             self.draft_probs[req.request_id] = probs
         return len(tokens)
@@ -191,7 +202,7 @@ class Speculator:
 
     def observe(self, out: SchedulerOutput, result: ModelRunnerOutput) -> None:
         """Count a landed step's verified drafts and adapt each row's draft length: one more
-        after a fully kept draft, else one past what was kept."""
+        after a fully kept draft (never fewer after a kept forced run), else one past what was kept."""
         stats = self.stats
         for rid, sampled in zip(result.request_ids, result.sampled_token_ids):
             drafts = out.spec_token_ids.get(rid)
@@ -205,4 +216,7 @@ class Speculator:
                 stats.drafted_per_position[j] += 1
                 stats.accepted_per_position[j] += j < accepted
             full = accepted == len(drafts)
-            self._k[rid] = min(self.max_drafts, len(drafts) + 1 if full else accepted + 1)
+            if full and rid in self._forced:  # a forced run's length is the grammar's: no reason to draft less
+                self._k[rid] = min(self.max_drafts, max(self._k.get(rid, self.max_drafts), len(drafts) + 1))
+            else:
+                self._k[rid] = min(self.max_drafts, len(drafts) + 1 if full else accepted + 1)
