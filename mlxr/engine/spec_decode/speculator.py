@@ -72,7 +72,8 @@ class Speculator:
         self._off.clear()
         self._misses.clear()
         self._rest.clear()
-        self.draft_probs = {}
+        self._forced.clear()
+        self.draft_probs, self._drafted = {}, False
         if self.proposer is not None:
             self.proposer.retain(set())
 
