@@ -107,14 +107,14 @@ def _request(rid: str, grammar) -> Request:
 
 def test_forced_drafts_keep_to_the_step_rows_and_the_batch_bound():
     rows = [_request(f"r{i}", _Grammar([40, 41, 42, 43])) for i in range(4)] + [_request("free", None)]
-    spec = Speculator(None, max_drafts=4, max_batch=2, jump_forward=True, max_rows=11)
+    spec = Speculator(None, max_drafts=4, max_batch=8, jump_forward=True, max_rows=11)
     spec.propose(rows)
     # 5 rows leave 6 draft rows: the first row takes 4, the second 2, the rest none
     assert [r.spec_token_ids for r in rows] == [[40, 41, 42, 43], [40, 41], [], [], []]
     assert spec.needs_landed_tokens(rows, _inflight())
     for r in rows:
         r.spec_token_ids = []  # (the scheduler took them)
-    bounded = Speculator(None, max_drafts=4, max_batch=2, jump_forward=True, jump_max_batch=4)
+    bounded = Speculator(None, max_drafts=4, max_batch=4, jump_forward=True)
     bounded.propose(rows)  # 5 running: past the bound, nothing is drafted
     assert all(r.spec_token_ids == [] for r in rows) and not bounded.needs_landed_tokens(rows, _inflight())
     bounded.propose(rows[:4])
@@ -186,7 +186,7 @@ def test_no_landing_without_room_and_a_failed_proposer_keeps_forced_drafts():
 
 def test_drafts_left_from_a_small_batch_are_cleared_past_the_bound():
     rows = [_request(f"r{i}", _Grammar([40, 41])) for i in range(3)]
-    spec = Speculator(None, max_drafts=4, max_batch=2, jump_forward=True, jump_max_batch=2)
+    spec = Speculator(None, max_drafts=4, max_batch=2, jump_forward=True)
     spec.propose(rows[:2])
     assert rows[0].spec_token_ids == [40, 41]
     spec.propose(rows)  # the batch grew past the bound before the scheduler took them

@@ -27,8 +27,7 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per
     # 0.46 of unconstrained tok/s with them against 0.63 without on an H200, 0.53 against 0.79 on
     # 2 CPU cores; at batch 1 1.23 against 0.79 on the H200, 1.45 against 0.96 on the CPU
     # (bench/structured_overhead.py; README "Structured output").
-    return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward,
-                      max_rows, config.speculative_max_batch)
+    return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward, max_rows)
 
 
 def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: int) -> Proposer | None:

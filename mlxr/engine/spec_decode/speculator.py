@@ -49,15 +49,13 @@ class SpecStats:
 
 class Speculator:
     def __init__(self, proposer: Proposer | None, max_drafts: int, max_batch: int, jump_forward: bool = False,
-                 max_rows: int | None = None, jump_max_batch: int | None = None) -> None:
+                 max_rows: int | None = None) -> None:
         """proposer: None drafts only what grammars force (jump_forward). jump_forward: a
-        structured-output row drafts its grammar's forced tokens, while at most jump_max_batch
-        requests run (None: at any batch size; a forced draft is all but certain to be kept, so
-        where the step is bound by the host, not by compute, its row costs less than the step
-        it saves); max_rows: a step's rows, drafts included, at most (the largest CUDA graph;
-        None: no bound here)."""
+        structured-output row drafts its grammar's forced tokens (within max_batch requests,
+        as the proposer's drafts; factory.py says why). max_rows: a step's rows, drafts
+        included, at most (the largest CUDA graph; None: no bound here)."""
         self.proposer, self.max_drafts, self.max_batch = proposer, max_drafts, max_batch
-        self.jump_forward, self.max_rows, self.jump_max_batch = jump_forward, max_rows, jump_max_batch
+        self.jump_forward, self.max_rows = jump_forward, max_rows
         self.stats = SpecStats(0, 0, 0, [0] * max_drafts, [0] * max_drafts)
         self.draft_probs: dict[str, torch.Tensor] = {}  # this step's draft distributions, by request
         self._k: dict[str, int] = {}  # each request's current draft length (adapts to acceptance)
@@ -98,28 +96,21 @@ class Speculator:
             return True
         if self.max_rows is not None and len(running) >= self.max_rows:
             return False  # no row left for a draft: landing first would only lose the overlap
-        small = self.proposer is not None and len(running) + waiting <= self.max_batch
-        jumps = self._jumping(len(running) + waiting)
-        if not small and not jumps:
+        if not self.may_draft(len(running) + waiting):
             return False
-        return any(((small and self._looks_up(r)) or (jumps and self._jumps(r))) and self._speculates(r)
-                   for r in running)
+        return any((self._looks_up(r) or self._jumps(r)) and self._speculates(r) for r in running)
 
     def may_draft(self, batch: int) -> bool:
         """Whether any row may draft while batch requests run (running and waiting)."""
-        return (self.proposer is not None and batch <= self.max_batch) or self._jumping(batch)
-
-    def _jumping(self, batch: int) -> bool:
-        """Whether grammars' forced tokens are drafted at this batch size."""
-        return self.jump_forward and (self.jump_max_batch is None or batch <= self.jump_max_batch)
+        return (self.proposer is not None or self.jump_forward) and batch <= self.max_batch
 
     def propose(self, running: list[Request], waiting: int = 0) -> None:
         """Drafts for this step's decode rows (on req.spec_token_ids; none for the others).
         waiting: requests queued for admission; they count towards max_batch, so a batch
         that is still filling up is not slowed by steps that land before the next starts."""
         self.draft_probs = {}
-        batch = len(running) + waiting
-        if self.proposer is None and not self._drafted and not self._jumping(batch):
+        small = len(running) + waiting <= self.max_batch
+        if self.proposer is None and not self._drafted and not (small and self.jump_forward):
             return  # nothing drafted last step, nothing to draft now: no row to clear
         self._drafted, self._forced = False, set()
         for req in running:
@@ -128,16 +119,13 @@ class Speculator:
         self._k = {rid: k for rid, k in self._k.items() if rid in live}
         if self.proposer is not None:
             self.proposer.retain(live)
-        small = batch <= self.max_batch
-        jumping = self._jumping(batch)
-        if small:
-            self._count_down_rests(live)
-        elif not jumping:
+        if not small:
             return
+        self._count_down_rests(live)
         lookups, jumps = [], []
         for r in running:
-            looks = small and self._looks_up(r)
-            if not (looks or (jumping and self._jumps(r))) or r.num_in_flight or not self._speculates(r):
+            looks = self._looks_up(r)
+            if not (looks or self._jumps(r)) or r.num_in_flight or not self._speculates(r):
                 continue
             k = self._num_drafts(r)
             if k > 0:
@@ -146,7 +134,7 @@ class Speculator:
             return
         room = float("inf") if self.max_rows is None else self.max_rows - len(running)
         for (req, k), draft in zip(lookups, self._lookup(lookups, live)):
-            room -= self._place(req, k, draft, room, jumping and self._jumps(req))
+            room -= self._place(req, k, draft, room, self._jumps(req))
         for req, k in jumps:
             room -= self._place(req, k, None, room, True)
 
