@@ -54,8 +54,7 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    "(registry name or path; same vocabulary as the served models)")
     s.add_argument("--speculative-max-batch", type=int, default=8,
                    help="no drafts while more requests than this run")
-    s.add_argument("--jump-forward", action=argparse.BooleanOptionalAction,
-                   default=os.environ.get("MLXR_JUMP_FORWARD", "1") != "0",
+    s.add_argument("--jump-forward", action=argparse.BooleanOptionalAction, default=None,
                    help="structured output: draft the tokens a grammar forces next (a schema's keys and "
                         "punctuation) and verify them in the step, up to --speculative-max-batch requests (env "
                         "MLXR_JUMP_FORWARD=0: off)")
@@ -116,7 +115,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         kv_cache_disk_gb=ns.kv_cache_disk_gb, kv_cache_preload=ns.kv_cache_preload, parallel=parallel_from(ns),
         speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
         speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
-        jump_forward=ns.jump_forward,
+        **({} if ns.jump_forward is None else {"jump_forward": ns.jump_forward}),  # unset: EngineConfig reads the env
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,

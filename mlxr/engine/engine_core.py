@@ -27,7 +27,7 @@ from mlxr.engine.model_runner import Forwarded, ModelRunner, RunnerStep
 from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
-from mlxr.engine.spec_decode.factory import make_speculator
+from mlxr.engine.spec_decode.factory import jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.warm_up import warm_up
 from mlxr.errors import ContextLengthError, OverloadedError
@@ -53,7 +53,7 @@ CUDA_CORE_TORCH_THREADS = 1
 def _drafting_rows(config: EngineConfig, parts) -> int:
     """A drafting step's decode rows at most (a draft token is a row): speculative decoding's
     or jump-forward's, both within speculative_max_batch requests."""
-    drafts = config.speculative_method is not None or (config.jump_forward and parts.make_runner is None)
+    drafts = config.speculative_method is not None or jumps_forward(config, parts)
     return min(config.max_num_seqs, config.speculative_max_batch) * (1 + config.num_speculative_tokens) if drafts else 0
 
 

@@ -18,7 +18,7 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per
     """parts: the engine's CoreParts (parts.draft holds the draft model's); max_rows: a step's
     rows at most, drafts included (the largest CUDA graph), or None."""
     proposer = _proposer(parts, config, num_blocks, max_blocks_per_seq)
-    jump_forward = config.jump_forward and parts.make_runner is None  # (not under tensor parallelism)
+    jump_forward = jumps_forward(config, parts)
     if proposer is None and not jump_forward:
         return None
     # Forced drafts stay within the batch where speculation pays. Past it a drafting step's host
@@ -28,6 +28,11 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per
     # 2 CPU cores; at batch 1 1.23 against 0.79 on the H200, 1.45 against 0.96 on the CPU
     # (bench/structured_overhead.py; README "Structured output").
     return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward, max_rows)
+
+
+def jumps_forward(config: EngineConfig, parts) -> bool:
+    """Whether grammars' forced tokens draft (not under tensor parallelism: parts.make_runner)."""
+    return config.jump_forward and parts.make_runner is None
 
 
 def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: int) -> Proposer | None:
