@@ -28,20 +28,64 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def first_token_s(engine, rid: str, ids: list[int]) -> tuple[float, list[float]]:
+def first_token_s(engine, rid: str, ids: list[int], max_tokens: int = 2) -> tuple[float, list[float]]:
     """Seconds to the request's first token, and the host seconds of each engine.step() call
-    until then; the request is run to its end afterwards (two tokens)."""
-    engine.add_request(rid, ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True), stream_deltas=True)
+    until then; the request is run to its end afterwards (max_tokens tokens)."""
+    engine.add_request(rid, ids, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
+                       stream_deltas=True)
     _sync()
     t0, first, calls = time.perf_counter(), None, []
     while engine.has_unfinished():
         c0 = time.perf_counter()
-        outs = engine.step()
+        with torch.profiler.record_function("engine.step"):
+            outs = engine.step()
         if first is None:
             calls.append(time.perf_counter() - c0)
             if any(o.outputs[0].token_ids for o in outs):
                 first = time.perf_counter() - t0
     return first, calls
+
+
+def timeline(prof, t_first_token_us: float | None = None) -> list[str]:
+    """The last run as segments: each engine.step call on the host, and the device's busy spans
+    (kernels less than 20 us apart merged), in microseconds from the first step call."""
+    events = prof.events()
+    steps = [e for e in events if e.name == "engine.step" and e.device_type == torch.autograd.DeviceType.CPU]
+    kernels = sorted((e.time_range.start, e.time_range.end) for e in events
+                     if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    last_steps = steps[-8:]
+    t0 = last_steps[0].time_range.start
+    spans: list[list[float]] = []
+    for a, b in kernels:
+        if a < t0 - 5000:
+            continue
+        if spans and a - spans[-1][1] < 20:
+            spans[-1][1] = max(spans[-1][1], b)
+        else:
+            spans.append([a, b])
+    rows = [f"host step {e.time_range.start - t0:8.0f} .. {e.time_range.end - t0:8.0f}" for e in last_steps]
+    rows += [f"device busy {a - t0:8.0f} .. {b - t0:8.0f}" for a, b in spans]
+    return sorted(rows, key=lambda r: float(r.split()[2]))
+
+
+def host_calls(prof, min_us: float = 25.0) -> list[str]:
+    """The last run's first engine.step on the host: its CUDA runtime calls and the ops taking
+    min_us or more, by start (microseconds from the call's start), to see what comes before
+    the device's first kernel."""
+    events = prof.events()
+    cpu = torch.autograd.DeviceType.CPU
+    steps = [e for e in events if e.name == "engine.step" and e.device_type == cpu]
+    first = steps[-3] if len(steps) >= 3 else steps[0]  # the last run: prefill, decode, final
+    a, b = first.time_range.start, first.time_range.end
+    rows = []
+    for e in events:
+        if e.device_type != cpu or not (a <= e.time_range.start <= b) or e.name == "engine.step":
+            continue
+        dur = e.time_range.end - e.time_range.start
+        if dur >= min_us or e.name.startswith(("cudaGraphLaunch", "cudaStreamSynchronize", "cudaEventSynchronize",
+                                                  "cudaMemcpy", "cudaDeviceSynchronize")):
+            rows.append((e.time_range.start - a, dur, e.name[:60]))
+    return [f"{t:7.0f} +{d:6.0f} {n}" for t, d, n in sorted(rows)][:80]
 
 
 def main() -> None:
@@ -59,6 +103,8 @@ def main() -> None:
     ids = prompt_ids(vocab, a.tokens)
     for i in range(2):  # warm
         first_token_s(engine, f"warm-{i}", ids[i:] + ids[:i])
+    one = sorted(first_token_s(engine, f"one-{i}", ids[i:] + ids[:i], max_tokens=1)[0]
+                 for i in range(50, 50 + a.runs))  # rotations of their own: no prefix-cache hits
     ttft, calls = [], []
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
     with prof:
@@ -73,6 +119,8 @@ def main() -> None:
            for e in kernels]
     ttft.sort()
     result = {"label": a.label, "tokens": a.tokens, "ttft_ms": [1e3 * t for t in ttft],
+              "median_ttft_ms_max_tokens_1": 1e3 * one[len(one) // 2], "timeline_last_run": timeline(prof),
+              "host_calls_prefill_step": host_calls(prof),
               "median_ttft_ms": 1e3 * ttft[len(ttft) // 2], "prefill_tok_s": a.tokens / ttft[len(ttft) // 2],
               "step_calls_host_ms": [[round(1e3 * x, 3) for x in c] for c in calls],
               "device_us_per_run": sum(e.self_device_time_total for e in events) / a.runs, "top": top}

@@ -6,21 +6,35 @@ the GPU is idle, and no host work overlaps the GPU. These helpers copy through p
 (PyTorch's caching host allocator keeps a pinned block alive until its copy has run)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+# torch.tensor(list) converts ~4x slower than numpy does (a 512-token prefill's inputs took
+# ~0.4 ms of its step on the host): lists of these types go through numpy.
+_NUMPY = {torch.long: np.int64, torch.int32: np.int32, torch.float32: np.float32}
 
-def to_device(values: list | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A tensor of values (a list or a CPU tensor) on device, queued on the current stream
-    without a host wait."""
-    host = values.to(dtype) if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+
+def host_tensor(values: list | np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """values as a CPU tensor of dtype."""
+    if isinstance(values, torch.Tensor):
+        return values.to(dtype)
+    if isinstance(values, np.ndarray) or dtype in _NUMPY:
+        return torch.from_numpy(np.asarray(values, dtype=_NUMPY.get(dtype)))
+    return torch.tensor(values, dtype=dtype)
+
+
+def to_device(values: list | np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor of values (a list, an array or a CPU tensor) on device, queued on the current
+    stream without a host wait."""
+    host = host_tensor(values, dtype)
     if device.type != "cuda":
         return host if device.type == "cpu" else host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def copy_into(dst: torch.Tensor, values: list) -> None:
+def copy_into(dst: torch.Tensor, values: list | np.ndarray) -> None:
     """dst[:len(values)] = values, queued without a host wait (dst on a CUDA device)."""
-    host = torch.tensor(values, dtype=dst.dtype)
+    host = host_tensor(values, dst.dtype)
     dst[: len(values)].copy_(host.pin_memory() if dst.is_cuda else host, non_blocking=True)
 
 
