@@ -4,7 +4,8 @@
 # This tree runs twice: its default (the engine core in its own process on CUDA) and
 # MLXR_ENGINE_PROCESS=0 (in this process, as the old tree ran before the split).
 # The old tree's mlxr/ and bench/ go in the ignored .old/ (git archive <commit> mlxr bench | tar -x -C .old);
-#   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> bash bench/gpu_old_vs_new.sh [rounds]
+#   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> OLD_COMMIT=<sha> bash bench/gpu_old_vs_new.sh [rounds]
+#   (JSON: gpu_old_vs_new-*.json under $OUT, or bench/results without $OUT)
 #   or ... bash bench/gpu_old_vs_new.sh profile   (bench/probes/prefill_profile.py in each tree, in-process)
 set -u
 R=$PWD; FIX=/root/sbs/fix
@@ -18,6 +19,7 @@ if [ "${1:-}" = profile ]; then
   done
   exit 0
 fi
+ROUNDS=/tmp/old_vs_new_rounds.jsonl; : > $ROUNDS
 for round in $(seq ${1:-3}); do
   for arm in old new new-inprocess; do
     tree=.; [ $arm = old ] && tree=.old
@@ -33,6 +35,21 @@ spread = {}
 out = mlxr_figures(llm, llm.args.vocab_size if hasattr(llm, "args") else llm.loaded.args.vocab_size, [1], spread, 3)
 print(json.dumps({"tree": sys.argv[2], **out}))
 PY
-    )
+    ) | tee -a $ROUNDS
   done
 done
+[ -s $ROUNDS ] && PYTHONPATH=/tmp/site:$R MLXR_BENCH_RESULTS=${OUT:-} python3 - $ROUNDS <<'PY'
+import json, statistics, sys
+sys.path.insert(0, "bench")
+import os, torch
+from common import write_result
+if not os.environ.get("MLXR_BENCH_RESULTS"):
+    del os.environ["MLXR_BENCH_RESULTS"]
+rows = [json.loads(line) for line in open(sys.argv[1])]
+arms = sorted({r["tree"] for r in rows})
+medians = {a: {k: statistics.median(r[k] for r in rows if r["tree"] == a) for k in ("decode_1", "prefill_512", "batch_1")}
+           for a in arms}
+print(write_result("gpu_old_vs_new", {"device": torch.cuda.get_device_name(), "old_commit": os.environ.get("OLD_COMMIT", "?"),
+      "model": "TinyLlama shape bf16 (random weights)", "rounds": rows, "medians": medians}))
+print(json.dumps(medians))
+PY
