@@ -218,11 +218,17 @@ static void amx_panel_tile(const amx_panel *p, const amx_acts *a, int shift, int
     } else {
         amx_combine(hi[1], lo[1], p, s, j - 1, shift, acc, off);
     }
+    /* acc[i] holds weight row i for the 16 activation rows: transposed here, so each output row
+     * gets one store of nr floats. Stored a float at a time, the 16 rows' lines (n floats apart)
+     * fell in one L1 set when n is a power of two and every write missed: Gemma 3's 4096 x 640
+     * gate/up ran at 237 GFLOP/s against 345 for 1536 x 640 (2 threads, 128 rows). */
+    float v[16][16] __attribute__((aligned(64)));
+    for (int i = 0; i < 16; i++) _mm512_store_ps(v[i], _mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[i], acc[i]));
     const int64_t rows = m - 16 * tile < 16 ? m - 16 * tile : 16;
-    for (int i = 0; i < nr; i++) {
-        float v[16];
-        _mm512_storeu_ps(v, _mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[i], acc[i]));
-        for (int64_t r = 0; r < rows; r++) y[(16 * tile + r) * n + n0 + i] = v[r];
+    for (int64_t r = 0; r < rows; r++) {
+        float out[16];
+        for (int i = 0; i < 16; i++) out[i] = v[i][r];
+        memcpy(y + (16 * tile + r) * n + n0, out, sizeof(float) * (size_t)nr);
     }
 }
 
