@@ -14,18 +14,30 @@ from mlxr.engine.staging import copy_into, host_tensor, to_device
 
 @pytest.mark.parametrize("dtype,values", [
     (torch.long, [3, -1, 2**40, 0]), (torch.int32, [7, -2, 0]), (torch.float32, [0.5, -1e30, 3.0]),
-    (torch.long, []), (torch.bool, [True, False]),
+    (torch.long, []), (torch.bool, [True, False]), (torch.long, [1.7, -1.7]), (torch.long, [[1, 2], [3, 4]]),
+    (torch.float32, [np.float32(2.5), 1]),
 ])
 def test_host_tensor_equals_torch_tensor(dtype, values):
     got = host_tensor(values, dtype)
-    assert got.dtype == dtype
+    assert got.dtype == dtype and got.shape == torch.tensor(values, dtype=dtype).shape
     assert torch.equal(got, torch.tensor(values, dtype=dtype))
 
 
-def test_host_tensor_takes_arrays_and_tensors():
-    assert torch.equal(host_tensor(np.arange(4), torch.long), torch.arange(4))
+def test_host_tensor_refuses_what_does_not_fit():
+    with pytest.raises((OverflowError, RuntimeError)):
+        host_tensor([2**40], torch.int32)
+
+
+def test_host_tensor_takes_arrays_and_tensors_and_copies_arrays():
+    arr = np.arange(4)
+    got = host_tensor(arr, torch.long)
+    arr[0] = 9  # a copy, as torch.tensor makes
+    assert got.dtype == torch.long and got.tolist() == [0, 1, 2, 3]
+    assert host_tensor(np.array([1, 0]), torch.bool).dtype == torch.bool
+    assert host_tensor(np.array([0.5]), torch.float16).dtype == torch.float16
     assert host_tensor(torch.arange(3, dtype=torch.int32), torch.long).dtype == torch.long
-    assert torch.equal(to_device([1, 2], torch.long, torch.device("cpu")), torch.tensor([1, 2]))
+    on_cpu = to_device([1, 2], torch.long, torch.device("cpu"))
+    assert on_cpu.dtype == torch.long and on_cpu.tolist() == [1, 2]
 
 
 def test_copy_into_writes_a_prefix():
@@ -42,7 +54,7 @@ def _graphs(m: int, width: int, block_size: int, scratch: int) -> PrefillGraphs:
     return g
 
 
-@pytest.mark.parametrize("n,start", [(1, 0), (5, 0), (16, 0), (7, 9), (64, 32)])
+@pytest.mark.parametrize("n,start", [(1, 0), (5, 0), (16, 0), (7, 9), (64, 32), (64, 56)])  # the last: a full table
 def test_prefill_graph_inputs_layout(n, start):
     bs, m, width, scratch = 4, 64, 30, 99
     g = _graphs(m, width, bs, scratch)

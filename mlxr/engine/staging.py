@@ -15,11 +15,13 @@ _NUMPY = {torch.long: np.int64, torch.int32: np.int32, torch.float32: np.float32
 
 
 def host_tensor(values: list | np.ndarray | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """values as a CPU tensor of dtype."""
+    """values as a new CPU tensor of dtype (an array is copied, as torch.tensor would)."""
     if isinstance(values, torch.Tensor):
         return values.to(dtype)
-    if isinstance(values, np.ndarray) or dtype in _NUMPY:
-        return torch.from_numpy(np.asarray(values, dtype=_NUMPY.get(dtype)))
+    if dtype in _NUMPY:
+        return torch.from_numpy(np.array(values, dtype=_NUMPY[dtype]))
+    if isinstance(values, np.ndarray):
+        return torch.from_numpy(values.copy()).to(dtype)
     return torch.tensor(values, dtype=dtype)
 
 
