@@ -57,9 +57,12 @@ class StructuredOutputsParams:
                                             f"reasoning markers must be 1 to {MAX_MARKER_CHARS} characters")
 
 
+GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (SamplingParams.greedy)
+
+
 @dataclass
 class SamplingParams:
-    """How to sample one request (vLLM-shaped). temperature 0 means greedy."""
+    """How to sample one request (vLLM-shaped). temperature 0 (below 1e-5) means greedy."""
 
     n: int = 1
     max_tokens: int | None = 16
@@ -120,7 +123,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # As vLLM: below 1e-5 is greedy. A smaller temperature would reach the device as 0 in
+        # float32 (1e-300: every logit NaN, and token 0 drawn every step).
+        return self.temperature < GREEDY_BELOW
 
 
 @dataclass
@@ -197,6 +202,11 @@ class EngineStats:
     spec_num_draft_tokens: int = 0  # drafts offered
     spec_num_accepted_tokens: int = 0  # drafts kept
     spec_accepted_per_position: tuple[int, ...] = ()  # drafts kept at position j (0-based)
+    # Of the spec_* counts, jump-forward's: structured-output rows whose drafts were the
+    # grammar's forced tokens (a proposer's are the rest).
+    jump_forward_drafts: int = 0
+    jump_forward_draft_tokens: int = 0
+    jump_forward_accepted_tokens: int = 0
 
     @property
     def spec_acceptance_rate(self) -> float:

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
+from conftest import cached_llm, fixture_model
 from mlxr.engine.sampler import SampledToken, Sampler, SamplingState, make_generator
 from mlxr.ops.sampling import inverse_cdf_sample
 from mlxr.types import SamplingParams
@@ -341,3 +342,27 @@ def test_cuda_seeded_and_extreme() -> None:
     out = Sampler()(logits, states)
     assert all(math.isfinite(t.logprob) and t.token_id >= 100 for t in out)
     assert out[2].token_id == int(logits[2].float().argmax())
+
+
+# --- parameters under float32's range (found by the schemathesis suite: top_p 3.2e-71) ---
+
+def test_a_top_p_that_underflows_keeps_the_most_likely_token() -> None:
+    logits = torch.tensor([[0.1, 2.0, -1.0, 1.5]])
+    out = Sampler()(logits, [state(temperature=1.0, top_p=3.2e-71, seed=0)])
+    assert out[0].token_id == 1  # float32(3.2e-71) == 0: no token may be dropped past the first
+
+
+def test_a_temperature_under_1e_minus_5_is_greedy() -> None:
+    assert SamplingParams(temperature=1e-300).greedy and SamplingParams(temperature=9e-6).greedy
+    assert not SamplingParams(temperature=1e-5).greedy
+    logits = torch.tensor([[0.1, 2.0, -1.0, 1.5], [3.0, 0.0, 0.0, 2.9]])
+    out = Sampler()(logits, [state(temperature=1e-300, seed=0), state(temperature=1e-40, seed=1)])
+    assert [t.token_id for t in out] == [1, 0]  # float32 would make these temperatures 0: NaN logits
+
+
+def test_tiny_temperature_and_top_p_generate_the_greedy_text() -> None:
+    llm = cached_llm(str(fixture_model("tiny-llama").hf_dir))
+    greedy = llm.generate(["a b c"], SamplingParams(max_tokens=6, temperature=0.0))[0].outputs[0].token_ids
+    for kw in ({"temperature": 1e-300}, {"top_p": 3.2e-71, "seed": 3}):
+        out = llm.generate(["a b c"], SamplingParams(max_tokens=6, **kw))[0].outputs[0].token_ids
+        assert out == greedy, kw

@@ -115,9 +115,10 @@ def apply_top_k_top_p(
     sorted_logits = sorted_logits.masked_fill(pos >= k.unsqueeze(-1), NEG_INF)
     probs = sorted_logits.softmax(dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs
-    # The first token has mass_before == 0 < p, so one always survives; p == 1 is off
-    # (rounding could otherwise push the tail's mass_before to 1.0 and drop it).
-    drop = (mass_before >= top_p.unsqueeze(-1)) & (top_p < 1.0).unsqueeze(-1)
+    # The most likely token always survives (a top_p under float32's range arrives as 0, and
+    # 0 >= 0 would drop it: every token gone, token 0 drawn); p == 1 is off (rounding could
+    # otherwise push the tail's mass_before to 1.0 and drop it).
+    drop = (mass_before >= top_p.unsqueeze(-1)) & (top_p < 1.0).unsqueeze(-1) & (pos > 0)
     sorted_logits = sorted_logits.masked_fill(drop, NEG_INF)
     return torch.full_like(logits, NEG_INF).scatter_(-1, order, sorted_logits)
 
