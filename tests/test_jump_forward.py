@@ -47,6 +47,9 @@ def test_forced_tokens_are_drafted_and_the_greedy_output_is_unchanged(batch, mon
     stats = llm.engine.stats()
     # the keys' tokens ("temperature_celsius", "items", "label", "ok" and their quotes) were drafted
     assert stats.spec_num_drafts >= batch * 4 and stats.spec_num_accepted_tokens >= batch * 10
+    # no proposer: every draft was a grammar's forced tokens, and counted as jump-forward's
+    assert (stats.jump_forward_drafts, stats.jump_forward_draft_tokens, stats.jump_forward_accepted_tokens) == (
+        stats.spec_num_drafts, stats.spec_num_draft_tokens, stats.spec_num_accepted_tokens)
 
 
 def test_sampled_rows_with_forced_drafts_stay_valid_and_follow_their_seeds():
@@ -63,7 +66,7 @@ def test_unconstrained_requests_never_draft():
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     want = [o.outputs[0].token_ids for o in cached_llm(model_dir(), jump_forward=False).generate(["a b c"] * 2, params)]
     assert [o.outputs[0].token_ids for o in llm.generate(["a b c"] * 2, params)] == want
-    assert llm.engine.stats().spec_num_drafts == 0
+    assert llm.engine.stats().spec_num_drafts == llm.engine.stats().jump_forward_drafts == 0
 
 
 def test_off_leaves_no_speculator_and_the_environment_turns_it_off(monkeypatch):

@@ -183,6 +183,7 @@ def test_metrics_after_requests(client, model, base_url):
     assert m[f"vllm:generation_tokens_total{{{label}}}"] > 0
     assert m[f"vllm:prompt_tokens_total{{{label}}}"] > 0
     assert m[f"vllm:spec_decode_num_drafts_total{{{label}}}"] == 0
+    assert m[f"mlxr:jump_forward_num_draft_tokens_total{{{label}}}"] == 0
     assert m[f"vllm:num_requests_running{{{label}}}"] == 0
     assert 0 <= m[f"vllm:kv_cache_usage_perc{{{label}}}"] <= 1
     stats = httpx.get(base_url + "/admin/stats").json()["models"][model]

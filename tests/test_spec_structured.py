@@ -137,6 +137,9 @@ def test_a_grammars_forced_tokens_are_drafted():
     assert out.token_ids == plain.token_ids and out.finish_reason == plain.finish_reason
     stats = llm.engine.stats()
     assert stats.spec_num_drafts > 0 and stats.spec_num_accepted_tokens >= 8  # the keys' tokens
+    # the keys came as jump-forward's drafts, a part of all drafts (the n-gram proposer drafts too)
+    assert 0 < stats.jump_forward_draft_tokens <= stats.spec_num_draft_tokens
+    assert 0 < stats.jump_forward_accepted_tokens <= stats.spec_num_accepted_tokens
 
 
 def test_forced_tokens_of_a_grammar_state(manager):

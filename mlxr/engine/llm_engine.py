@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 # The core's cumulative counters (CoreStats fields) that forget_counts starts over.
 _CORE_COUNTERS = ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "num_preemptions", "spec_num_drafts",
-                  "spec_num_draft_tokens", "spec_num_accepted_tokens")
+                  "spec_num_draft_tokens", "spec_num_accepted_tokens", "jump_forward_drafts",
+                  "jump_forward_draft_tokens", "jump_forward_accepted_tokens")
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,9 @@ class LLMEngine:
             spec_num_draft_tokens=core.spec_num_draft_tokens,
             spec_num_accepted_tokens=core.spec_num_accepted_tokens,
             spec_accepted_per_position=tuple(core.spec_accepted_per_position),
+            jump_forward_drafts=core.jump_forward_drafts,
+            jump_forward_draft_tokens=core.jump_forward_draft_tokens,
+            jump_forward_accepted_tokens=core.jump_forward_accepted_tokens,
         )
 
     @property

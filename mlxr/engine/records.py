@@ -120,6 +120,10 @@ class CoreStats(msgspec.Struct, array_like=True, frozen=True):
     spec_num_draft_tokens: int = 0
     spec_num_accepted_tokens: int = 0
     spec_accepted_per_position: list[int] = []  # drafts kept at position j (0-based)
+    # Of the spec_* counts, jump-forward's (a grammar's forced tokens drafted and verified).
+    jump_forward_drafts: int = 0
+    jump_forward_draft_tokens: int = 0
+    jump_forward_accepted_tokens: int = 0
 
 
 # --- the core process's messages (core_proc.py) ------------------------------------------------

@@ -23,6 +23,15 @@ SPEC_DECODE_COUNTERS = (
     ("spec_decode_num_draft_tokens", "Draft tokens proposed", lambda s: s.spec_num_draft_tokens),
     ("spec_decode_num_accepted_tokens", "Draft tokens accepted", lambda s: s.spec_num_accepted_tokens),
 )
+# Jump-forward's share of the counters above (a grammar's forced tokens, drafted and verified).
+JUMP_FORWARD_COUNTERS = (
+    ("jump_forward_num_drafts", "Of vllm:spec_decode_num_drafts, rows that drafted their grammar's forced tokens",
+     lambda s: s.jump_forward_drafts),
+    ("jump_forward_num_draft_tokens", "Of vllm:spec_decode_num_draft_tokens, a grammar's forced tokens",
+     lambda s: s.jump_forward_draft_tokens),
+    ("jump_forward_num_accepted_tokens", "Of vllm:spec_decode_num_accepted_tokens, a grammar's forced tokens",
+     lambda s: s.jump_forward_accepted_tokens),
+)
 
 
 def one_two_five_buckets(limit: int) -> tuple[float, ...]:
@@ -79,6 +88,7 @@ def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
          lambda s: s.runtime_compiles),
     ]
     specs += [(f"vllm:{n}", doc, value) for n, doc, value in SPEC_DECODE_COUNTERS]
+    specs += [(f"mlxr:{n}", doc, value) for n, doc, value in JUMP_FORWARD_COUNTERS]
     for name, doc, value in specs:
         c = CounterMetricFamily(name, doc, labels=["model_name"])
         for model, s in stats.items():

@@ -45,6 +45,10 @@ class SpecStats:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)  # drafts kept at position j
     drafted_per_position: list[int] = field(default_factory=list)  # drafts offered at position j
+    # Of the above, jump-forward's: rows whose drafts were their grammar's forced tokens.
+    forced_drafts: int = 0
+    forced_draft_tokens: int = 0
+    forced_accepted_tokens: int = 0
 
 
 class Speculator:
@@ -204,6 +208,10 @@ class Speculator:
             for j in range(len(drafts)):
                 stats.drafted_per_position[j] += 1
                 stats.accepted_per_position[j] += j < accepted
+            if rid in self._forced:
+                stats.forced_drafts += 1
+                stats.forced_draft_tokens += len(drafts)
+                stats.forced_accepted_tokens += accepted
             full = accepted == len(drafts)
             if full and rid in self._forced:  # a forced run's length is the grammar's: no reason to draft less
                 self._k[rid] = min(self.max_drafts, max(self._k.get(rid, self.max_drafts), len(drafts) + 1))
