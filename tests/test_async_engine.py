@@ -8,7 +8,7 @@ import pytest
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine.async_engine import AsyncEngine
-from mlxr.errors import ContextLengthError
+from mlxr.errors import ContextLengthError, EngineDeadError
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
 
@@ -183,3 +183,45 @@ def test_a_reader_that_falls_behind_gets_merged_deltas_adding_up_to_the_same_res
     assert len(outs) < len(want.token_ids)  # without merging: one output per step
     assert outs[-1].finished and outs[-1].outputs[0].finish_reason == "length"
     assert not any(o.finished for o in outs[:-1])
+
+
+def test_an_abort_that_fails_while_failing_requests_leaves_no_stream_waiting(engine):
+    """A step that raises fails every request; an abort that raises on the way (a core that
+    died between two calls did) must not leave the other streams waiting for ever."""
+    llm, ae = engine
+    engine_ = llm.engine
+    real_abort = engine_.abort
+
+    def step():
+        raise RuntimeError("injected fault")
+
+    def abort(rid):
+        if rid == "a":
+            raise RuntimeError("the core is gone")
+        return real_abort(rid)
+
+    async def main():
+        streams = [asyncio.ensure_future(collect(ae, rid, "Once upon")) for rid in ("a", "b", "c")]
+        return await asyncio.gather(*streams, return_exceptions=True)
+
+    engine_.step, engine_.abort = step, abort
+    results = asyncio.run(asyncio.wait_for(main(), 30))
+    assert [str(r) for r in results] == ["injected fault"] * 3, results
+    assert ae.is_alive  # the streams closing sent aborts that raised too: logged, the thread goes on
+
+
+def test_requests_left_when_the_core_is_found_dead_get_the_core_error(engine):
+    """The core died between a step and the check after it: the requests the frontend had not
+    failed yet end with the dead core's error (a 503 naming the core), not a bare shutdown."""
+    llm, ae = engine
+    llm.engine.core.alive = lambda: False  # the next check finds the core gone
+
+    async def main():
+        try:
+            await collect(ae, "a", "Once upon")
+        except EngineDeadError as e:
+            return e
+        return None
+
+    error = asyncio.run(asyncio.wait_for(main(), 30))
+    assert isinstance(error, EngineDeadError) and "engine core" in str(error) and error.status == 503

@@ -164,3 +164,24 @@ def test_snapshots_to_a_client_that_does_not_read_are_dropped_not_waited_for(tmp
             push.close(linger=0)
             pull.close(linger=0)
         ctx.term()
+
+
+def test_an_abort_on_a_core_that_just_died_does_not_raise(tmp_path):
+    """The core died since the client last looked: the abort learns it and returns (nothing is
+    left to abort); the next call that needs the core raises as before."""
+    from mlxr.engine.core_client import ZmqClient
+    from mlxr.errors import EngineDeadError
+
+    class JustDied(ZmqClient):
+        def _exit_status(self):
+            return "the engine core process 1 exited with status -9"
+
+    client = JustDied(f"ipc://{tmp_path}/requests", f"ipc://{tmp_path}/outputs")
+    try:
+        assert client.dead is None
+        client.abort_requests(["a"])
+        assert client.dead is not None and not client.alive()
+        with pytest.raises(EngineDeadError):
+            client.add_requests([])
+    finally:
+        client.close()

@@ -15,7 +15,7 @@ from mlxr.engine.core_client import InprocClient
 from mlxr.engine.llm_engine import LLMEngine
 from mlxr.engine.output_collector import OutputCollector
 from mlxr.engine.structured.grammar import check_off_loop
-from mlxr.errors import OverloadedError
+from mlxr.errors import EngineDeadError, OverloadedError
 from mlxr.types import EngineStats, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,10 @@ class AsyncEngine:
         for item in [*(a.accepted for a in adds), *(c.result for c in calls)]:
             if item.set_running_or_notify_cancel():
                 item.set_exception(error)
-        self._fail_all(RuntimeError("the engine shut down"))
+        # A core that died between a step and the check after it leaves requests the frontend
+        # has not failed yet: they get the same error as those it has (a 503 that names the core).
+        self._fail_all(RuntimeError("the engine shut down") if self.engine.core_alive
+                       else EngineDeadError("the engine core stopped; the model loads again on the next request"))
 
     def _apply(self, adds: list[_Add], aborts: list[str]) -> list[RequestOutput]:
         for add in adds:
@@ -217,8 +220,17 @@ class AsyncEngine:
                 continue
             self._sinks[add.request_id] = add.sink
             add.accepted.set_result(True)
-        aborted = [self.engine.abort(rid) for rid in aborts]
+        aborted = [self._abort(rid) for rid in aborts]
         return [out for out in aborted if out is not None]
+
+    def _abort(self, request_id: str) -> RequestOutput | None:
+        """engine.abort, never raising: a failed abort (its core gone between two calls) must not
+        stop the engine thread, which still has every other request to finish or fail."""
+        try:
+            return self.engine.abort(request_id)
+        except Exception:  # noqa: BLE001 - logged; the request is over for its caller either way
+            log.exception("aborting %s failed", request_id)
+            return None
 
     @staticmethod
     def _run_calls(calls: list[_Call]) -> None:
@@ -260,5 +272,5 @@ class AsyncEngine:
 
     def _fail_all(self, error: BaseException) -> None:
         for rid in list(self._sinks):
-            self.engine.abort(rid)
+            self._abort(rid)
             self._sinks.pop(rid).put(error)

@@ -130,8 +130,11 @@ class ZmqClient:
         self._send(AddRequests(requests))
 
     def abort_requests(self, request_ids: list[str]) -> None:
+        # A core that died since the last call has nothing left to abort: finding that out here
+        # must not raise (a frontend failing its requests one abort at a time would stop at the first).
         if self.dead is None:
-            self._send(AbortRequests(request_ids))
+            with contextlib.suppress(EngineDeadError):
+                self._send(AbortRequests(request_ids))
 
     def step(self) -> list[EngineCoreOutput]:
         if not self._buffer:
