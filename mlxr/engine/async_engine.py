@@ -205,7 +205,8 @@ class AsyncEngine:
             if item.set_running_or_notify_cancel():
                 item.set_exception(error)
         # A core that died between a step and the check after it leaves requests the frontend
-        # has not failed yet: they get the same error as those it has (a 503 that names the core).
+        # has not failed yet: they get an error that names the core (EngineDeadError, a 503; the
+        # ones the frontend failed itself end as error outputs, which the server answers as 500s).
         self._fail_all(RuntimeError("the engine shut down") if self.engine.core_alive
                        else EngineDeadError("the engine core stopped; the model loads again on the next request"))
 
