@@ -34,7 +34,7 @@ def to_device(values: list | np.ndarray | torch.Tensor, dtype: torch.dtype, devi
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def copy_into(dst: torch.Tensor, values: list | np.ndarray) -> None:
+def copy_into(dst: torch.Tensor, values: list | np.ndarray | torch.Tensor) -> None:
     """dst[:len(values)] = values, queued without a host wait (dst on a CUDA device)."""
     host = host_tensor(values, dst.dtype)
     dst[: len(values)].copy_(host.pin_memory() if dst.is_cuda else host, non_blocking=True)

@@ -208,12 +208,13 @@ class Speculator:
             for j in range(len(drafts)):
                 stats.drafted_per_position[j] += 1
                 stats.accepted_per_position[j] += j < accepted
-            if rid in self._forced:
+            forced = rid in self._forced
+            if forced:
                 stats.forced_drafts += 1
                 stats.forced_draft_tokens += len(drafts)
                 stats.forced_accepted_tokens += accepted
             full = accepted == len(drafts)
-            if full and rid in self._forced:  # a forced run's length is the grammar's: no reason to draft less
+            if full and forced:  # a forced run's length is the grammar's: no reason to draft less
                 self._k[rid] = min(self.max_drafts, max(self._k.get(rid, self.max_drafts), len(drafts) + 1))
             else:
                 self._k[rid] = min(self.max_drafts, len(drafts) + 1 if full else accepted + 1)
