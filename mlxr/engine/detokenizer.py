@@ -140,6 +140,7 @@ class StopStringMatcher:
         if any(not isinstance(s, str) or not s for s in stops):
             raise InvalidParameterError("stop", "each stop string must be a non-empty string")
         self._stops = tuple(dict.fromkeys(stops))
+        self._firsts = tuple({s[0] for s in self._stops})  # text without any of them holds no stop, whole or begun
         self._held = ""
         self.matched: str | None = None
 
@@ -159,6 +160,9 @@ class StopStringMatcher:
         if not self._stops:
             return delta, False
         text = self._held + delta
+        if not any(c in text for c in self._firsts):  # most deltas: a scan, not the search below
+            self._held = ""
+            return text, False
         found = self._first_completed(text)
         if found is not None:
             start, self.matched = found

@@ -45,12 +45,18 @@ class RequestState:
 
     @property
     def finished(self) -> bool:
-        return self.error is not None or all(s.finish_reason is not None for s in self.samples)
+        if self.error is not None:
+            return True
+        for s in self.samples:  # a loop, not all(genexpr): read for every request every step
+            if s.finish_reason is None:
+                return False
+        return True
 
 
 class OutputProcessor:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
+        self._stop_ids = tokenizer.stop_token_ids
         self.requests: dict[str, RequestState] = {}
         self._by_core_id: dict[str, tuple[RequestState, SampleState]] = {}
         self.generation_tokens_total = 0
@@ -115,7 +121,7 @@ class OutputProcessor:
         if sample.logprobs is not None and out.new_logprobs:
             sample.logprobs += [self._logprobs(lp) for lp in out.new_logprobs]
         # A stop token or EOS ends the sample without its text (a grammar's last token has text).
-        ends_on_stop_token = out.stop_reason is not None or tokens[-1] in self.tokenizer.stop_token_ids
+        ends_on_stop_token = out.stop_reason is not None or tokens[-1] in self._stop_ids
         shown = tokens[:-1] if out.finish_reason == "stop" and ends_on_stop_token else tokens
         for token in shown:
             if self._add_text(sample, sample.detok.add(token)):
