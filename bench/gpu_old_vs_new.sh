@@ -6,6 +6,7 @@
 # The old tree's mlxr/ and bench/ go in the ignored .old/ (git archive <commit> mlxr bench | tar -x -C .old);
 #   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> OLD_COMMIT=<sha> bash bench/gpu_old_vs_new.sh [rounds]
 #   (JSON: gpu_old_vs_new-*.json under $OUT, or bench/results without $OUT)
+#   ARMS="old new" BATCHES="1 256 64" ...: which arms run, which offline batches are timed (default: all three arms, 1)
 #   or ... bash bench/gpu_old_vs_new.sh profile   (bench/probes/prefill_profile.py in each tree, in-process)
 set -u
 R=$PWD; FIX=/root/sbs/fix
@@ -21,10 +22,10 @@ if [ "${1:-}" = profile ]; then
 fi
 ROUNDS=/tmp/old_vs_new_rounds.jsonl; : > $ROUNDS
 for round in $(seq ${1:-3}); do
-  for arm in old new new-inprocess; do
+  for arm in ${ARMS:-old new new-inprocess}; do
     tree=.; [ $arm = old ] && tree=.old
     proc=; [ $arm = new-inprocess ] && proc=0
-    (cd $R/$tree/bench && env ${proc:+MLXR_ENGINE_PROCESS=$proc} PYTHONPATH=/tmp/site:$R/$tree timeout 150 python3 - $FIX/hf $arm <<'PY' 2>&1 | grep '^{'
+    (cd $R/$tree/bench && env ${proc:+MLXR_ENGINE_PROCESS=$proc} PYTHONPATH=/tmp/site:$R/$tree timeout 150 python3 - $FIX/hf $arm ${BATCHES:-1} <<'PY' 2>&1 | grep '^{'
 import json, sys
 import torch
 from gpu_sweep import mlxr_figures
@@ -32,7 +33,8 @@ from mlxr import LLM
 llm = LLM(sys.argv[1], dtype=torch.bfloat16, device="cuda", max_num_seqs=256, max_num_batched_tokens=8192,
           kv_cache_memory_gb=16)
 spread = {}
-out = mlxr_figures(llm, llm.args.vocab_size if hasattr(llm, "args") else llm.loaded.args.vocab_size, [1], spread, 3)
+out = mlxr_figures(llm, llm.args.vocab_size if hasattr(llm, "args") else llm.loaded.args.vocab_size,
+                   [int(b) for b in sys.argv[3:]], spread, 3)
 print(json.dumps({"tree": sys.argv[2], **out}))
 PY
     ) | tee -a $ROUNDS
@@ -47,8 +49,8 @@ if not os.environ.get("MLXR_BENCH_RESULTS"):
     del os.environ["MLXR_BENCH_RESULTS"]
 rows = [json.loads(line) for line in open(sys.argv[1])]
 arms = sorted({r["tree"] for r in rows})
-medians = {a: {k: statistics.median(r[k] for r in rows if r["tree"] == a) for k in ("decode_1", "prefill_512", "batch_1")}
-           for a in arms}
+keys = [k for k in rows[0] if k != "tree"]
+medians = {a: {k: statistics.median(r[k] for r in rows if r["tree"] == a) for k in keys} for a in arms}
 print(write_result("gpu_old_vs_new", {"device": torch.cuda.get_device_name(), "old_commit": os.environ.get("OLD_COMMIT", "?"),
       "model": "TinyLlama shape bf16 (random weights)", "rounds": rows, "medians": medians}))
 print(json.dumps(medians))
