@@ -214,3 +214,35 @@ def test_drafts_never_go_past_max_tokens():
     a.spec_token_ids = [50, 51, 52, 53]
     out = sch.schedule()
     assert out.spec_token_ids == {"r0": [50]}  # 1 output + 1 draft + the verifier's token = 3
+
+
+def test_a_request_swapped_out_while_its_step_is_in_flight_lands_and_resumes():
+    """With overlap the next step is scheduled before the last one lands, so a request can be
+    swapped out while its prompt chunk is still running: landing that step must not touch the
+    blocks it no longer holds (an IndexError from commit_full_blocks before), and once swapped
+    back in it finishes with all its tokens. (Found by a review's random scheduler test.)"""
+    bm = BlockManager(4, 4, True)
+    sch = Scheduler(SchedulerConfig(8, 12, 16), bm, SwapSpace(16))  # max_model_len: the cache's 16 tokens
+    a, b = req(5, 0, start=1, max_tokens=3), req(12, 1, start=100, max_tokens=3)
+    sch.add(a)
+    sch.add(b)
+    s1 = sch.schedule()
+    in_flight = (s1, _samplers(sch, s1))
+    s2 = sch.schedule()  # step 1 still in flight
+    assert s2.preempted_request_ids == ["r1"] and b.block_table == [] and 4 <= b.num_computed_tokens < 12  # a full block computed
+    out = s2
+    for _ in range(40):  # overlapped: schedule the next step, then land the one before
+        nxt = (out, _samplers(sch, out))
+        sch.update_from_output(in_flight[0], ModelRunnerOutput(in_flight[1], [[7]] * len(in_flight[1])))
+        in_flight = nxt
+        if not sch.has_unfinished:
+            break
+        out = sch.schedule()
+    assert a.num_output_tokens == 3 and b.num_output_tokens == 3
+    assert bm.usage().used == 0 and sch.swap.used == 0
+
+
+def _samplers(sch: Scheduler, out: SchedulerOutput) -> list[str]:
+    """The rows of a just-scheduled step that sample (its last position reaches past the landed tokens)."""
+    return [rid for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens)
+            if start + n >= len(sch.requests[rid].token_ids)]

@@ -221,8 +221,11 @@ class BlockManager:
         """Publish the hashes of blocks that seq has completely computed."""
         if not self.enable_prefix_caching:
             return
-        # Only tokens known on the host can be hashed (a computed one may still be in flight).
+        # Only tokens known on the host can be hashed (a computed one may still be in flight), and
+        # only blocks seq holds: one swapped out while its step was in flight holds none until
+        # it is swapped back in (its later commits pick up from its hashes so far).
         full = min(seq.num_computed_tokens, len(seq.token_ids)) // self.block_size
+        full = min(full, len(seq.block_table))
         while len(seq.block_hashes) < full:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
