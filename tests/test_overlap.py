@@ -62,11 +62,13 @@ def test_staggered_batches_match_the_synchronous_engine(model_dir):
     assert overlapped.engine.stats().kv_blocks_used == 0
 
 
-@pytest.mark.parametrize("swap", [0.0, 0.001])
-def test_preemption_under_a_tiny_cache_matches(model_dir, swap):
+# With prefix caching, a request swapped out while its prompt chunk is in flight once crashed
+# that step's landing (its full blocks hashed from a block table it no longer held).
+@pytest.mark.parametrize("swap,prefix", [(0.0, False), (0.001, False), (0.001, True)])
+def test_preemption_under_a_tiny_cache_matches(model_dir, swap, prefix):
     reqs = random_requests(64)[:16]
     kw = dict(num_kv_blocks=12, block_size=4, max_num_batched_tokens=64, max_num_seqs=16,
-              swap_space_gb=swap, enable_prefix_caching=False)
+              swap_space_gb=swap, enable_prefix_caching=prefix)
     sync, overlapped = engines(model_dir, **kw)
     want, _ = staggered(sync, reqs, per_step=8)
     got, _ = staggered(overlapped, reqs, per_step=8)
