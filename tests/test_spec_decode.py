@@ -93,13 +93,13 @@ def test_ngram_greedy_is_token_identical_batched(name):
     assert s.spec_num_accepted_tokens == sum(s.spec_accepted_per_position)
 
 
-@pytest.mark.parametrize("swap", [0.0, 0.001])
-def test_ngram_under_preemption_and_overlap_is_token_identical(swap):
+@pytest.mark.parametrize("swap,prefix", [(0.0, False), (0.001, False), (0.001, True)])
+def test_ngram_under_preemption_and_overlap_is_token_identical(swap, prefix):
     model = str(fixture_model("tiny-llama").hf_dir)
     reqs = looping_requests(16, seed=3)
     want = generate(cached_llm(model), reqs)
     spec = LLM(model, dtype="float32", speculative_method="ngram", num_kv_blocks=24, block_size=4,
-               max_num_batched_tokens=64, max_num_seqs=16, swap_space_gb=swap, enable_prefix_caching=False,
+               max_num_batched_tokens=64, max_num_seqs=16, swap_space_gb=swap, enable_prefix_caching=prefix,
                overlap_steps=True, speculative_max_batch=16)
     assert staggered(spec, reqs, per_step=4)[0] == want
     s = spec.engine.stats()
