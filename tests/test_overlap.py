@@ -309,3 +309,35 @@ def test_steady_decode_rebuilds_when_a_row_token_is_not_the_one_in_flight():
     steady = SteadyDecode(block_size=16)
     steady.remember(_decode_step(["r"], [3]), [7], 1)
     assert steady.advance(_decode_step(["r"], [4]), states, {"r": 0}) is None  # position 3 not landed
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_step_whose_landing_raises_fails_its_requests_and_the_engine_goes_on(model_dir, overlap):
+    """A bug while the scheduler takes in a step's tokens (as the swap-out race of acf7233 was)
+    fails that step's requests with the error; it does not end the engine core, and the next
+    request runs as if nothing happened."""
+    llm = LLM(model_dir, dtype="float32", overlap_steps=overlap)
+    engine = llm.engine
+    scheduler = engine.core.core.scheduler
+    real = scheduler.update_from_output
+    calls = {"n": 0}
+
+    def update(out, result):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected landing fault")
+        return real(out, result)
+
+    scheduler.update_from_output = update
+    params = SamplingParams(max_tokens=8, **GREEDY)
+    for rid in ("a", "b"):
+        engine.add_request(rid, [5, 6, 7], params)
+    finals = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            if o.finished:
+                finals[o.request_id] = o
+    assert all("injected landing fault" in (finals[r].error or "") for r in ("a", "b"))
+    assert engine.stats().kv_blocks_used == 0
+    again = llm.generate([[5, 6, 7]], params)[0]
+    assert again.error is None and len(again.outputs[0].token_ids) == 8

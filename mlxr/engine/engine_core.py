@@ -348,9 +348,13 @@ class EngineCore:
         except Exception as e:  # noqa: BLE001 - as a failed launch
             log.exception("model step failed")
             return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        if out.spec_token_ids and self.speculator is not None:
-            self.speculator.observe(out, result)
-        return self.scheduler.update_from_output(out, result)
+        try:
+            if out.spec_token_ids and self.speculator is not None:
+                self.speculator.observe(out, result)
+            return self.scheduler.update_from_output(out, result)
+        except Exception as e:  # noqa: BLE001 - a bug taking in a step fails that step's requests, not the core
+            log.exception("landing a step failed")
+            return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
 
     # --- between steps -------------------------------------------------------------------------
     def embed(self, token_ids: list[int]) -> list[float]:
