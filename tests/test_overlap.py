@@ -341,3 +341,34 @@ def test_a_step_whose_landing_raises_fails_its_requests_and_the_engine_goes_on(m
     assert engine.stats().kv_blocks_used == 0
     again = llm.generate([[5, 6, 7]], params)[0]
     assert again.error is None and len(again.outputs[0].token_ids) == 8
+
+
+def test_a_swap_out_in_a_step_with_no_rows_still_runs(model_dir):
+    """Overlapped, a step can schedule nothing but a swap-out: request A's last token is in
+    flight (not scheduled again) and B is preempted to make room for A's landing. That step
+    used to be dropped as empty, so B's KV never reached the host and came back as whatever
+    the host blocks held: B's tokens after its swap-in must equal an unpreempted run's.
+    (Found by a review's scheduler fuzzer, /tmp repro of 2026-11-28.)"""
+    params_a, params_b = SamplingParams(max_tokens=1, **GREEDY), SamplingParams(max_tokens=4, **GREEDY)
+    a, b = list(range(10, 17)), list(range(20, 28))
+    roomy = LLM(model_dir, dtype="float32", overlap_steps=True)
+    want = [texts(roomy, [a], params_a)[0], texts(roomy, [b], params_b)[0]]
+    tight = LLM(model_dir, dtype="float32", overlap_steps=True, num_kv_blocks=4, block_size=4, max_model_len=16,
+                swap_space_gb=0.001)
+    runner = tight.engine.core.core.runner
+    swapped = []
+    real_swap_out = runner.kv_cache.swap_out
+    runner.kv_cache.swap_out = lambda pairs: (swapped.extend(pairs), real_swap_out(pairs))[1]
+    engine = tight.engine
+    engine.add_request("a", a, params_a)
+    engine.add_request("b", b, params_b)
+    finals = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            if o.finished:
+                finals[o.request_id] = o
+    got = [(finals[r].outputs[0].token_ids, finals[r].outputs[0].text, finals[r].outputs[0].finish_reason)
+           for r in ("a", "b")]
+    assert tight.engine.stats().num_preemptions > 0 and swapped  # the case happened, and its copy ran
+    assert got == want
+    assert tight.engine.stats().kv_blocks_used == 0

@@ -154,6 +154,10 @@ class TPRunner(ModelRunner):
             self.executor.check_failure(e)
             raise
 
+    def housekeeping(self, out) -> None:
+        self.executor.send(msg.Step(out, [], []))  # a worker applies it and forwards nothing
+        super().housekeeping(out)
+
     def hidden_states(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         self.executor.send(msg.Embed(list(token_ids), list(block_table)))
         try:

@@ -229,6 +229,7 @@ class EngineCore:
         if masked is not None:
             outputs += self._launch_sampling(*masked)
         if out.is_empty:
+            outputs += self._housekeeping(out)
             if self._inflight is None and not outputs:
                 self.structured.wait_for_compile()
             return outputs + self._land_and_flush(self._take_inflight())
@@ -252,6 +253,22 @@ class EngineCore:
         if not self.overlap:
             outputs += self._land_and_flush(self._take_inflight())
         return outputs
+
+    def _housekeeping(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
+        """A step without rows still carries its swap-outs, copies and forgotten requests to the
+        runner (dropped, a preempted request's KV never reached the host)."""
+        if not (out.blocks_to_swap_out or out.blocks_to_swap_in or out.blocks_to_copy
+                or out.finished_request_ids or out.preempted_request_ids):
+            return []
+        try:
+            if self.tiers is not None:
+                self.tiers.flush()
+            self.runner.housekeeping(out)
+        except Exception as e:  # noqa: BLE001 - as a failed step: its preempted requests fail
+            log.exception("model step failed")
+            self.scheduler.recompute_swapped(out.preempted_request_ids)
+            return self.scheduler.fail(out.preempted_request_ids, f"{type(e).__name__}: {e}")
+        return []
 
     def _land_and_flush(self, inflight: tuple[SchedulerOutput, RunnerStep] | None) -> list[EngineCoreOutput]:
         outputs = self._land(inflight)

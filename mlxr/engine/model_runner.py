@@ -157,11 +157,21 @@ class ModelRunner:
         ids, logits, _ = self._forward_step(out)
         return ids, logits
 
-    def _forward_step(self, out: SchedulerOutput) -> tuple[list[str], torch.Tensor | None, PendingTokens | None]:
+    def housekeeping(self, out: SchedulerOutput) -> None:
+        """A step with no rows (overlapped, one can hold only a swap-out: the requests left
+        running have their last token in flight): its request changes and block copies, queued
+        after the step in flight, with no forward; that step stays the one whose tokens the
+        next step reads."""
+        self._apply(out)
+
+    def _apply(self, out: SchedulerOutput) -> None:
         self.batch.update(out)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
+
+    def _forward_step(self, out: SchedulerOutput) -> tuple[list[str], torch.Tensor | None, PendingTokens | None]:
+        self._apply(out)
         last = self._last
         pending = None
         if last is not None and last.in_flight:
@@ -180,6 +190,8 @@ class ModelRunner:
     def _forward(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
         """The request ids that sample and their float32 logits [S, vocab]. After a CUDA graph
         replay the logits may be a view of the graph's static output, valid until the next step."""
+        if not out.request_ids:  # housekeeping alone (a tensor-parallel worker's copy of one)
+            return [], None
         if self._prefill_graph_fits(out):
             rid, start, n = out.request_ids[0], out.num_computed_tokens[0], out.num_scheduled_tokens[0]
             state = self.batch.states[rid]
