@@ -25,6 +25,16 @@ def texts(llm: LLM, prompts, params) -> list[tuple]:
     return [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
 
 
+def run_to_end(engine) -> dict:
+    """Step the engine until nothing is left: each request's final output by id."""
+    finals = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            if o.finished:
+                finals[o.request_id] = o
+    return finals
+
+
 def trace(llm: LLM) -> list[str]:
     """Record, in order, each step's launch ("execute") and each wait for its tokens ("result")."""
     events = []
@@ -181,11 +191,7 @@ def test_an_error_taking_in_one_token_fails_only_its_request(model_dir, overlap)
     params = SamplingParams(max_tokens=8, **GREEDY)
     for rid in ("a", "bad", "c"):
         engine.add_request(rid, [5, 6, 7], params)
-    finals = {}
-    while engine.has_unfinished():
-        for o in engine.step():
-            if o.finished:
-                finals[o.request_id] = o
+    finals = run_to_end(engine)
     assert "injected" in finals["bad"].error
     assert finals["a"].error is None and finals["c"].error is None
     assert len(finals["a"].outputs[0].token_ids) == len(finals["c"].outputs[0].token_ids) == 8
@@ -332,11 +338,7 @@ def test_a_step_whose_landing_raises_fails_its_requests_and_the_engine_goes_on(m
     params = SamplingParams(max_tokens=8, **GREEDY)
     for rid in ("a", "b"):
         engine.add_request(rid, [5, 6, 7], params)
-    finals = {}
-    while engine.has_unfinished():
-        for o in engine.step():
-            if o.finished:
-                finals[o.request_id] = o
+    finals = run_to_end(engine)
     assert all("injected landing fault" in (finals[r].error or "") for r in ("a", "b"))
     assert engine.stats().kv_blocks_used == 0
     again = llm.generate([[5, 6, 7]], params)[0]
@@ -362,11 +364,7 @@ def test_a_swap_out_in_a_step_with_no_rows_still_runs(model_dir):
     engine = tight.engine
     engine.add_request("a", a, params_a)
     engine.add_request("b", b, params_b)
-    finals = {}
-    while engine.has_unfinished():
-        for o in engine.step():
-            if o.finished:
-                finals[o.request_id] = o
+    finals = run_to_end(engine)
     got = [(finals[r].outputs[0].token_ids, finals[r].outputs[0].text, finals[r].outputs[0].finish_reason)
            for r in ("a", "b")]
     assert tight.engine.stats().num_preemptions > 0 and swapped  # the case happened, and its copy ran
