@@ -370,3 +370,29 @@ def test_a_swap_out_in_a_step_with_no_rows_still_runs(model_dir):
     assert tight.engine.stats().num_preemptions > 0 and swapped  # the case happened, and its copy ran
     assert got == want
     assert tight.engine.stats().kv_blocks_used == 0
+
+
+def test_a_failed_step_publishes_no_block_it_was_to_fill(model_dir):
+    """Overlapped, scheduling a step advances its rows' computed counts before it runs; when
+    its launch fails, the step before it lands and used to publish, by those counts, the blocks
+    the failed step was to fill (never written) to the prefix cache, so a retry of the same
+    prompt read them. (Found by a review's scheduler fuzzer.)"""
+    prompt = list(range(40, 64))  # 24 tokens: three chunks of 8
+    params = SamplingParams(max_tokens=6, **GREEDY)
+    kw = dict(block_size=4, max_num_batched_tokens=8, num_kv_blocks=64)
+    want = texts(LLM(model_dir, dtype="float32", overlap_steps=True, **kw), [prompt], params)
+    llm = LLM(model_dir, dtype="float32", overlap_steps=True, **kw)
+    runner = llm.engine.core.core.runner
+    real, calls = runner.execute, {"n": 0}
+
+    def execute(out, *rest):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the prompt's second chunk
+            raise RuntimeError("injected launch fault")
+        return real(out, *rest)
+
+    runner.execute = execute
+    failed = llm.generate([prompt], params)[0]
+    assert "injected launch fault" in (failed.error or "")
+    assert texts(llm, [prompt], params) == want  # the retry: cached blocks hold what they claim
+    assert llm.engine.stats().kv_blocks_used == 0

@@ -245,6 +245,7 @@ class EngineCore:
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
             self.structured.settle()
+            self.scheduler.unrun(out)
             outputs += landed + self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
@@ -289,6 +290,7 @@ class EngineCore:
             fwd = self.runner.forward(out)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
             log.exception("model step failed")
+            self.scheduler.unrun(out)
             outputs = self._land(self._take_inflight())
             self.scheduler.recompute_swapped(out.preempted_request_ids)
             return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")

@@ -206,6 +206,15 @@ class Scheduler:
             scheduled.append((req, n))
             budget -= n
 
+    def unrun(self, out: SchedulerOutput) -> None:
+        """A step that failed before it ran: its rows' computed counts step back (scheduling
+        advanced them), so the step in flight, landing after, publishes to the prefix cache only
+        blocks that it wrote, not blocks this one was to fill."""
+        for rid, n in zip(out.request_ids, out.num_scheduled_tokens):
+            req = self.requests.get(rid)
+            if req is not None:
+                req.num_computed_tokens -= n
+
     def recompute_swapped(self, request_ids: list[str]) -> None:
         """Send swapped-out requests back to recompute (a failed step's swap-out may not have run)."""
         for rid in request_ids:
