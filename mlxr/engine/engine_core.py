@@ -243,17 +243,22 @@ class EngineCore:
                 self.tiers.flush()  # blocks evicted or loaded while scheduling move before the forward
             launched = self.runner.execute(out, hook, draft_probs)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            log.exception("model step failed")
             self.structured.settle()
-            self.scheduler.unrun(out)
-            outputs += landed + self._land(self._take_inflight())
-            self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
-            return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+            return outputs + landed + self._failed_launch(out, e)
         outputs += landed + self._land_and_flush(self._take_inflight())
         self._inflight = (out, launched)
         if not self.overlap:
             outputs += self._land_and_flush(self._take_inflight())
         return outputs
+
+    def _failed_launch(self, out: SchedulerOutput, e: Exception) -> list[EngineCoreOutput]:
+        """A step whose launch raised (called in its except block): the step in flight lands
+        (counting only what it computed), then this step's requests fail."""
+        log.exception("model step failed")
+        self.scheduler.unrun(out)
+        outputs = self._land(self._take_inflight())
+        self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
+        return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
 
     def _housekeeping(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
         """A step without rows still carries its swap-outs, copies and forgotten requests to the
@@ -289,11 +294,7 @@ class EngineCore:
                 self.tiers.flush()
             fwd = self.runner.forward(out)
         except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            log.exception("model step failed")
-            self.scheduler.unrun(out)
-            outputs = self._land(self._take_inflight())
-            self.scheduler.recompute_swapped(out.preempted_request_ids)
-            return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+            return self._failed_launch(out, e)
         landed = self._land_and_flush(self._take_inflight())
         requests = self.scheduler.requests
         try:
