@@ -246,3 +246,24 @@ def _samplers(sch: Scheduler, out: SchedulerOutput) -> list[str]:
     """The rows of a just-scheduled step that sample (its last position reaches past the landed tokens)."""
     return [rid for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens)
             if start + n >= len(sch.requests[rid].token_ids)]
+
+
+def test_a_preempted_request_drops_its_drafts():
+    """Drafts are proposed for one step: a request preempted in it (here B, to make room for A)
+    drops them, so after it resumes they never ride a row they were not made for (one whose
+    token is still in flight, which the runner refuses). (Found by a review's scheduler fuzzer.)"""
+    bm = BlockManager(4, 4, False)
+    sch = Scheduler(SchedulerConfig(8, 64, 16), bm)
+    a, b = req(8, 0, start=10), req(7, 1, start=30)
+    sch.add(a)
+    sch.add(b)
+    s1 = sch.schedule()
+    sch.update_from_output(s1, ModelRunnerOutput(["r0", "r1"], [[40], [41]]))  # every block in use
+    a.spec_token_ids, b.spec_token_ids = [50], [60, 61]
+    s2 = sch.schedule()  # A needs a third block: B, the latest, is preempted
+    assert s2.preempted_request_ids == ["r1"] and s2.spec_token_ids == {"r0": [50]}
+    assert b.spec_token_ids == []
+    sch.update_from_output(s2, ModelRunnerOutput(["r0"], [[EOS]]))  # A ends: room for B again
+    sch.schedule()
+    s4 = sch.schedule()  # overlapped: B's token from the step before is still in flight
+    assert "r1" in s4.request_ids and s4.spec_token_ids == {}

@@ -99,19 +99,28 @@ ENGINES = {
 }
 
 
+# record_like with an integer score: a number's fraction has no bound, and a sampled one once ran
+# past max_tokens inside it. Each schema below bounds its text (no free whitespace, strings of at
+# most 6 characters, integer ranges, enums): 104 bytes at most (many_fields), so fewer tokens
+# than max_tokens whatever the sampled path, and every output must stop, not only be a prefix.
+BOUNDED_RECORD = {**RECORD, "properties": {**RECORD["properties"], "score": {"type": "integer", "minimum": 0,
+                                                                             "maximum": 5}}}
+
+
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
     """With overlap, a constrained step lands the previous one between its forward and its
     sampling; a tiny KV cache preempts and recomputes: the matchers must stay in step."""
     kw = ENGINES[engine]
     llm = LLM(model_dir, dtype="float32", **kw)
-    names = ["nested_mixed", "record_like", "array_of_objects", "many_fields"]
-    params = [SamplingParams(max_tokens=120, temperature=1.0, seed=i, structured_outputs=SO(json=SCHEMAS[n]))
-              for i, n in enumerate(names)]
+    schemas = [SCHEMAS["nested_mixed"], BOUNDED_RECORD, SCHEMAS["array_of_objects"], SCHEMAS["many_fields"]]
+    params = [SamplingParams(max_tokens=120, temperature=1.0, seed=i, structured_outputs=SO(json=schema))
+              for i, schema in enumerate(schemas)]
     params += [SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)] * 4
     outs = llm.generate([f"prompt number {i}" for i in range(8)], params)
-    for name, out in zip(names, outs):
-        valid(out.outputs[0].text, SCHEMAS[name])
+    for schema, out in zip(schemas, outs):
+        assert out.outputs[0].finish_reason == "stop", out.outputs[0].text
+        valid(out.outputs[0].text, schema)
     assert all(len(o.outputs[0].token_ids) == 40 for o in outs[4:])
     if engine.startswith("preempt"):
         assert llm.engine.stats().num_preemptions > 0

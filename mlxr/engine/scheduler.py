@@ -155,6 +155,10 @@ class Scheduler:
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
         out.preempted_request_ids.append(req.request_id)
+        # Drafts are for this step's row, which it no longer has: after it resumes they would
+        # ride a row they were not made for (its proposer drafts again then).
+        req.spec_token_ids = []
+        out.spec_token_ids.pop(req.request_id, None)
         req.runner_knows = False
         self.counters.num_preemptions += 1
         if self.swap is not None and self.swap.can_swap_out(req):
