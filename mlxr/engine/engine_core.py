@@ -18,6 +18,7 @@ import torch
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.compile_watch import WATCH
+from mlxr.engine.constrained_step import forward_ahead, launch_sampling, mask_hook
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv_block_file import Layout
 from mlxr.engine.kv_disk import DiskStore
@@ -115,8 +116,9 @@ class EngineCore:
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self.overlap = self.overlap and parts.make_runner is None
         self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
-        # A constrained step queued up to its sampling: its forward, and its rows' mask (perhaps
-        # still filling on the structured manager's worker), once the step before it landed.
+        # A constrained step queued up to its sampling (constrained_step.forward_ahead): its
+        # forward, and its rows' mask (perhaps still filling on the structured manager's
+        # worker), once the step before it landed.
         self._forwarded: tuple[SchedulerOutput, Forwarded, object] | None = None
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
                                                   pin_masks=parts.device.type == "cuda")
@@ -165,7 +167,7 @@ class EngineCore:
     def reset(self) -> None:
         """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
         if self._forwarded is not None:
-            self._launch_sampling(*self._take_forwarded())
+            launch_sampling(self, *self._take_forwarded())
         self._land(self._take_inflight())
         self._new_scheduler()
         self.runner.reset()
@@ -221,13 +223,13 @@ class EngineCore:
         masked = self._take_forwarded()
         if masked is not None and (self._may_draft() or not self.structured.live):
             # Drafts may follow (their proposer needs this step's tokens): sample first.
-            outputs += self._launch_sampling(*masked)
+            outputs += launch_sampling(self, *masked)
             masked = None
         landed, draft_probs = self._speculate()
         outputs += landed
         out = self.scheduler.schedule()
         if masked is not None:
-            outputs += self._launch_sampling(*masked)
+            outputs += launch_sampling(self, *masked)
         if out.is_empty:
             outputs += self._housekeeping(out)
             if self._inflight is None and not outputs:
@@ -235,9 +237,9 @@ class EngineCore:
             return outputs + self._land_and_flush(self._take_inflight())
         constrained = self.structured.constrains(out.request_ids)
         if constrained and self.overlap and not out.spec_token_ids:
-            return outputs + self._forward_ahead(out)
+            return outputs + forward_ahead(self, out)
         landed: list[EngineCoreOutput] = []
-        hook = self._mask_hook(landed) if constrained else None
+        hook = mask_hook(self, landed) if constrained else None
         try:
             if self.tiers is not None:
                 self.tiers.flush()  # blocks evicted or loaded while scheduling move before the forward
@@ -282,56 +284,9 @@ class EngineCore:
             self.tiers.flush()  # blocks the step completed go to disk now, not at the next step
         return outputs
 
-    def _forward_ahead(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
-        """A constrained step under overlap: its forward is queued, then the step in flight
-        lands (its sampling ran before this forward on the device) and this step's masks start
-        filling; the next call schedules, samples under them and queues the next forward at
-        once. So the device runs a forward while the host lands, and the masks fill (on the
-        manager's worker, for a large batch) while the host hands the outputs on, takes new
-        requests and schedules, rather than the device idling from sampling to the next forward."""
-        try:
-            if self.tiers is not None:
-                self.tiers.flush()
-            fwd = self.runner.forward(out)
-        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            return self._failed_launch(out, e)
-        landed = self._land_and_flush(self._take_inflight())
-        requests = self.scheduler.requests
-        try:
-            self._forwarded = (out, fwd, self.structured.bitmask([requests.get(rid) for rid in fwd.request_ids]))
-        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            log.exception("model step failed")
-            return landed + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        return landed
-
-    def _take_forwarded(self):
+    def _take_forwarded(self) -> tuple[SchedulerOutput, Forwarded, object] | None:
         forwarded, self._forwarded = self._forwarded, None
         return forwarded
-
-    def _launch_sampling(self, out: SchedulerOutput, fwd: Forwarded, bitmask) -> list[EngineCoreOutput]:
-        """Queue a forwarded step's sampling. Scheduling the next step may come first (it only
-        decides; the runner's batch changes at the next forward), so the host schedules while
-        the device still runs this step's forward."""
-        try:
-            self._inflight = (out, self.runner.sample(fwd, bitmask))
-        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            log.exception("model step failed")
-            self.structured.settle()
-            return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
-        return []
-
-    def _mask_hook(self, landed: list[EngineCoreOutput]):
-        """Called by the runner between a step's forward (queued) and its sampling: lands the
-        previous step, whose tokens the matchers need, and returns the rows' bitmask (perhaps
-        pending: the sampler waits for it)."""
-        def before_sample(request_ids: list[str], drafts: dict[str, list[int]]):
-            landed.extend(self._land(self._take_inflight()))
-            requests = self.scheduler.requests
-            rows = [requests.get(rid) for rid in request_ids]
-            if drafts:
-                return self.structured.position_bitmask(rows, [drafts.get(rid, []) for rid in request_ids])
-            return self.structured.bitmask(rows)
-        return before_sample
 
     def _may_draft(self) -> bool:
         spec, scheduler = self.speculator, self.scheduler
