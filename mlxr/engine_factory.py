@@ -15,6 +15,7 @@ from mlxr.config import EngineConfig
 from mlxr.engine.core_attach import AttachedClient
 from mlxr.engine.core_client import MPClient
 from mlxr.engine.engine_core import CoreParts
+from mlxr.engine.gc_tuning import tune_gc_once
 from mlxr.engine.llm_engine import EngineParts, LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
 
@@ -108,7 +109,9 @@ def _frontend_engine(spec: ModelSpec, config: EngineConfig, connect: Callable[[]
     """The tokenizer first: a model that cannot load leaves no core process behind."""
     _, args, tokenizer = load_frontend(spec.ref)
     parts = EngineParts(None, args, tokenizer, None, None)
-    return Built(LLMEngine(parts, config, core=connect()), None, args, tokenizer)
+    built = Built(LLMEngine(parts, config, core=connect()), None, args, tokenizer)
+    tune_gc_once()  # this process builds the outputs of every step: the core's collector settings
+    return built
 
 
 def build_engine(spec: ModelSpec, config: EngineConfig,

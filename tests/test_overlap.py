@@ -235,7 +235,7 @@ def test_an_engine_raises_the_collectors_thresholds(model_dir):
     (bench/probes/gc_ab.py)."""
     import gc
 
-    from mlxr.engine.engine_core import GC_THRESHOLDS
+    from mlxr.engine.gc_tuning import GC_THRESHOLDS
 
     LLM(model_dir, dtype="float32")
     assert all(now >= want for now, want in zip(gc.get_threshold(), GC_THRESHOLDS))

@@ -7,8 +7,6 @@ On CUDA the previous step lands while the device runs this one (overlap); elsewh
 lands at once."""
 from __future__ import annotations
 
-import atexit
-import gc
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ import torch
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.compile_watch import WATCH
+from mlxr.engine.gc_tuning import tune_gc_once
 from mlxr.engine.constrained_step import forward_ahead, launch_sampling, mask_hook
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv_block_file import Layout
@@ -35,15 +34,6 @@ from mlxr.errors import ContextLengthError, OverloadedError
 
 log = logging.getLogger(__name__)
 
-_GC_TUNED = False
-# The cyclic collector's thresholds while an engine lives: (young objects, young collections
-# a middle one, middle collections a full one). A decode step at batch 256 leaves over a
-# thousand tracked objects (outputs, deltas) that reference counting frees soon after, so
-# Python's default (700, 10, 10) ran about two young collections a step (counted with
-# gc.callbacks on bench/probes/host_phases.py's fixture), and full ones often, for nothing: the engine
-# breaks its own cycles. Interleaved runs on one H200 host: batch 256 decode median 98.8k
-# tok/s with the defaults, 102.7k with these (bench/probes/gc_ab.py, gc_ab-20261124T123005Z.json).
-GC_THRESHOLDS = (50_000, 50, 100)
 # PyTorch's CPU threads in a core that computes on CUDA: its host work is Python and small ops,
 # and idle OpenMP workers spin on every core, starving the threads that fill grammar masks
 # (H100, 16 cores: llguidance's parallel fill took 114 us a row beside 16 torch threads,
@@ -56,20 +46,6 @@ def _drafting_rows(config: EngineConfig, parts) -> int:
     or jump-forward's, both within speculative_max_batch requests."""
     drafts = config.speculative_method is not None or jumps_forward(config, parts)
     return min(config.max_num_seqs, config.speculative_max_batch) * (1 + config.num_speculative_tokens) if drafts else 0
-
-
-def tune_gc_once() -> None:
-    """Once per process, after the first model loads: freeze the objects of loading (weights'
-    Python wrappers, vocabularies), which live on and which every full collection walked
-    (~100 ms pauses of a busy decode loop), and raise the collector's thresholds (never
-    lowering one the application set). Later loads stay collectable."""
-    global _GC_TUNED
-    if not _GC_TUNED:
-        _GC_TUNED = True
-        gc.collect()
-        gc.freeze()
-        atexit.register(gc.unfreeze)  # frozen objects are never freed at exit; bindings complain
-        gc.set_threshold(*(max(now, want) for now, want in zip(gc.get_threshold(), GC_THRESHOLDS)))
 
 
 @dataclass(frozen=True)
