@@ -98,3 +98,21 @@ def test_the_prefix_hit_wave_extends_its_prompt():
     llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype=torch.bfloat16, device="cuda", engine_process=False)
     first, second = prefix_hit_prompts(llm.engine.core.core, random.Random(0))
     assert second[: len(first)] == first and len(second) == len(first) + 29 and len(first) >= 64
+
+
+def test_a_wave_prefills_a_batch_of_rows_off_the_multiples_of_16(model_dir):
+    """On CUDA the logits rows of a prefill of 33..63 requests take the Triton batch product,
+    whose kernel Triton specialises on the row count being a multiple of 16; a prefill wave of
+    such a count compiles that variant before serving (without it the H200 sweep's batch-256
+    prefill compiled it while serving)."""
+    from types import SimpleNamespace
+
+    from mlxr.engine.warm_up import waves
+    from mlxr.ops.gemm_rows_triton import MAX_ROWS, MIN_ROWS
+
+    llm = LLM(model_dir, dtype="float32")
+    core = llm.engine.core.core
+    as_cuda = SimpleNamespace(max_model_len=core.max_model_len, config=core.config,
+                              parts=SimpleNamespace(device=torch.device("cuda")))
+    sizes = {len(w) for w in waves(as_cuda)}
+    assert any(MIN_ROWS <= n <= MAX_ROWS and n % 16 for n in sizes), sizes

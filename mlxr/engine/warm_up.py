@@ -33,10 +33,14 @@ def waves(core) -> list[list[tuple[int, SamplingParams]]]:
     # Triton specialises integer arguments on being 1 or a multiple of 16: prefill batches of
     # several requests (run eagerly) with token and request counts on either side of that.
     mixed = [[(min(n, room), GREEDY)] * k for n, k in ((16, seqs), (128, 8), (33, 3), (2, seqs - 1))]
+    # A prefill of 33..63 requests at once: the vocabulary projection's logits rows take the
+    # Triton batch product (ops/gemm_rows_triton.py) with a row count off the multiples of 16.
+    many = min(core.config.max_num_seqs, 33)
     return [
         *[[(n, GREEDY)] for n in singles],
         *mixed,
         [(2, GREEDY)] * (seqs - 1) + [(3, GREEDY)],
+        [(3, GREEDY)] * many,
         [(min(20 + i, room), GREEDY if i % 4 else SAMPLED) for i in range(batch)],  # decode batches, mixed steps
         [(min(n, room), GREEDY) for n in (5, 900, 7, 333, 1)],
     ]
