@@ -37,6 +37,8 @@ def run(ref: str, device: str, dtype, max_tokens: int, knobs: dict) -> list[list
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                   help="activations (default: float32 on the CPU, bfloat16 on CUDA)")
     p.add_argument("--out", required=True)
     p.add_argument("--compare", default=None)
     p.add_argument("--max-tokens", type=int, default=24)
@@ -47,7 +49,7 @@ def main() -> None:
     knobs = {} if a.engine_process is None else {"engine_process": a.engine_process == "on"}
     from mlxr.testing.fixtures import fixture_paths
 
-    dtype = torch.float32 if a.device == "cpu" else torch.bfloat16
+    dtype = getattr(torch, a.dtype) if a.dtype else torch.float32 if a.device == "cpu" else torch.bfloat16
     got = {}
     for name in FIXTURES:
         paths = fixture_paths(name, Path(".fixtures"))
