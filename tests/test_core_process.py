@@ -147,11 +147,12 @@ def test_a_frontend_process_tunes_its_collector_too(model_dir):
     process, building the engine freezes what loading made and raises the thresholds (with
     Python's defaults its full collections paused batch-256 decode for 70-94 ms a run)."""
     script = (f"import gc; from mlxr import LLM; llm = LLM({model_dir!r}, engine_process=True); "
-              "print(*gc.get_threshold(), gc.get_freeze_count(), flush=True); llm.shutdown()")
+              "print('GC', *gc.get_threshold(), gc.get_freeze_count(), flush=True); llm.shutdown()")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr[-2000:]
-    *thresholds, frozen = map(int, done.stdout.split()[-4:])
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("GC "))
+    *thresholds, frozen = map(int, line.split()[1:])
     from mlxr.engine.gc_tuning import GC_THRESHOLDS
 
     assert all(now >= want for now, want in zip(thresholds, GC_THRESHOLDS))

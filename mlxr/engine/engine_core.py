@@ -16,8 +16,8 @@ import torch
 from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.compile_watch import WATCH
-from mlxr.engine.gc_tuning import tune_gc_once
 from mlxr.engine.constrained_step import forward_ahead, launch_sampling, mask_hook
+from mlxr.engine.gc_tuning import tune_gc_once
 from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv_block_file import Layout
 from mlxr.engine.kv_disk import DiskStore

@@ -40,7 +40,7 @@ def waves(core) -> list[list[tuple[int, SamplingParams]]]:
         *[[(n, GREEDY)] for n in singles],
         *mixed,
         [(2, GREEDY)] * (seqs - 1) + [(3, GREEDY)],
-        [(3, GREEDY)] * many,
+        [(1, GREEDY)] * many,
         [(min(20 + i, room), GREEDY if i % 4 else SAMPLED) for i in range(batch)],  # decode batches, mixed steps
         [(min(n, room), GREEDY) for n in (5, 900, 7, 333, 1)],
     ]

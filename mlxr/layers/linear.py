@@ -24,6 +24,14 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
+class VocabProjection(Linear):
+    """The lm_head: told apart from other wide matrices (a merged gate/up of a large model has
+    as many rows as a vocabulary), which the dispatcher routes differently."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, vocab=True)
+
+
 # Up to about this many rows fp16 beats upcasting to fp32 on CPU (bench/probes/linear.py).
 GEMV_MAX_ROWS = 32
 

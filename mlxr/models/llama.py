@@ -7,7 +7,7 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.fused_linear import merge_linears
-from mlxr.layers.linear import Linear
+from mlxr.layers.linear import Linear, VocabProjection
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
@@ -145,7 +145,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.args = args
         self.model = self.backbone_class(args)
-        self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.lm_head = VocabProjection(args.hidden_size, args.vocab_size, bias=False)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 

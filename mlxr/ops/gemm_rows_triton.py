@@ -18,18 +18,18 @@ from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 # not compared; more would read each weight band twice).
 MIN_ROWS, MAX_ROWS = 33, 64
 SMALL_MATRIX = 8 << 20  # weights of at most this many elements: cuBLAS is ramp-up bound there
-VOCAB_ROWS = 16384  # an output projection over a vocabulary
 
 
-def rows_config(m: int, n: int, k: int) -> dict | None:
-    """Launch knobs for an [m, k] x [n, k]^T product, or None where cuBLAS stays. From
+def rows_config(m: int, n: int, k: int, vocab: bool = False) -> dict | None:
+    """Launch knobs for an [m, k] x [n, k]^T product (`vocab`: the lm_head's), or None where
+    cuBLAS stays. From
     bench/probes/gemm_rows_sweep.py on an H200 at 64 rows, the TinyLlama shape (us a call, cuBLAS
     -> this): q/k/v 6.2 -> 6.1, o 6.2 -> 5.4, lm_head 37.7 -> 34.9; gate/up 14.5 -> 14.9 and down
     10.5 -> 11.1 (large matrices: cuBLAS stays). In the decode step, with its neighbours chained,
     batch-64 decode went 46.8-46.9k -> 48.1-48.4k tok/s (.probe A/B, 2026-11-28)."""
     if not MIN_ROWS <= m <= MAX_ROWS:
         return None
-    if n >= VOCAB_ROWS:
+    if vocab:
         return dict(block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3)
     if n * k > SMALL_MATRIX:
         return None

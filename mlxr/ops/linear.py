@@ -11,10 +11,10 @@ from mlxr.ops.backend import use_triton
 _GEMV_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, vocab: bool = False) -> torch.Tensor:
     """16-bit CUDA weights: the Triton GEMV for a single row of x (decode at batch 1, where it
     beats cuBLAS: bench/probes/gemv.py), the Triton batch kernel where `rows_config` measured it
-    ahead on Hopper; torch otherwise."""
+    ahead on Hopper; torch otherwise. `vocab`: the product is the lm_head's."""
     if weight.dtype in _GEMV_DTYPES and x.dtype == weight.dtype and use_triton(x, weight):
         rows = x.numel() // x.shape[-1]
         if rows == 1:
@@ -22,7 +22,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
             y = gemv_triton(x, weight)
             return y if bias is None else y + bias
-        cfg = _rows_config(rows, weight) if x.is_contiguous() else None
+        cfg = _rows_config(rows, weight, vocab) if x.is_contiguous() else None
         if cfg is not None:
             from mlxr.ops.gemm_rows_triton import gemm_rows_triton
 
@@ -31,14 +31,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
-def _rows_config(rows: int, weight: torch.Tensor) -> dict | None:
+def _rows_config(rows: int, weight: torch.Tensor, vocab: bool) -> dict | None:
     from mlxr.ops.gemm_rows_triton import rows_config
 
-    cfg = rows_config(rows, *weight.shape)
+    cfg = rows_config(rows, *weight.shape, vocab=vocab)
     return cfg if cfg is not None and weight.stride(1) == 1 and _hopper(weight.device) else None
 
 
 @functools.cache
 def _hopper(device: torch.device) -> bool:
-    """Where the batch kernel was measured (H100/H200); other GPUs keep cuBLAS."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    """Where the batch kernel was measured (H100/H200); other GPUs keep cuBLAS (Blackwell's
+    consumer parts also have too little shared memory a block for its pipelines)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
