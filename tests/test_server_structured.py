@@ -162,11 +162,20 @@ def test_ollama_format_schema(base_url, model):
     ({"structured_outputs": {"grammar": "start: nowhere"}}, "nowhere"),
     ({"structured_outputs": {"choice": ["a"]}, "guided_regex": "b"}, "one constraint"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "schema"),
+    # Both bounds at the 64-bit minimum crashed the server process inside llguidance 1.9.1;
+    # bounds past 64 bits were clamped (a 200 whose number broke the schema).
+    ({"guided_json": {"type": "integer", "minimum": -9223372036854775807, "maximum": -9223372036854775807}},
+     "out of range"),
+    ({"guided_json": {"type": "integer", "minimum": 10 ** 30, "maximum": 10 ** 30 + 5}}, "out of range"),
+    ({"structured_outputs": {"grammar": 'start: %json {"type": "integer", "minimum": -9223372036854775807, '
+                                        '"maximum": -9223372036854775807}'}}, "+-2^53"),
 ])
 def test_bad_specs_are_400_naming_the_problem(base_url, model, body, words):
     r = httpx.post(base_url + "/v1/completions", json={"model": model, "prompt": "x", **body}, timeout=60)
     assert r.status_code == 400, r.text
     assert words in r.json()["error"]["message"]
+    ok = httpx.post(base_url + "/v1/completions", json={"model": model, "prompt": "x", "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200, ok.text  # and the server still serves
 
 
 def _deep(n: int) -> dict:

@@ -153,6 +153,8 @@ def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir, device)
     (SO(regex="(("), "regex"),
     (SO(grammar="start: undefined_rule"), "undefined_rule"),
     (SO(choice=[]), "choice"),
+    (SO(json={"type": "integer", "minimum": -(2 ** 63) + 1, "maximum": -(2 ** 63) + 1}), "out of range"),
+    (SO(json={"type": "number", "exclusiveMaximum": 1e300}), "exclusiveMaximum"),
 ])
 def test_invalid_specs_are_refused_naming_the_problem(llm, spec, words):
     with pytest.raises(InvalidParameterError, match=re.escape(words)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 
@@ -51,7 +52,7 @@ def grammar_text(spec: StructuredOutputsParams) -> str:
     grammar = _bounded("grammar", spec.grammar)
     for regex in lark_regexes(grammar):
         _regexes_bounded("a regex of the grammar", regex)
-    return llguidance.LLMatcher.grammar_from_lark(grammar)
+    return llguidance.LLMatcher.grammar_from_lark(_lark_bounded(grammar))
 
 
 def _regexes_bounded(what: str, regex: str) -> str:
@@ -83,6 +84,39 @@ def _schema_text(schema: dict | str) -> str:
         raise InvalidParameterError(PARAM, f"json schema nests deeper than {MAX_JSON_DEPTH} levels")
     for pattern in schema_patterns(doc):
         _regexes_bounded(f"json schema pattern {pattern[:40]!r}", pattern)
+    _numbers_bounded(doc)
+    return text
+
+
+# llguidance keeps numeric bounds as 64-bit integers: beyond them it clamps (a 200 whose number
+# breaks the schema) or, with both bounds at the 64-bit minimum, crashes the process (1.9.1).
+# Bounds are refused past JSON's exact-integer range.
+MAX_BOUND = 2 ** 53
+BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def _numbers_bounded(doc: object) -> None:
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in BOUND_KEYS:
+                value = node.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) < MAX_BOUND:
+                    raise InvalidParameterError(PARAM, f"json schema {key} {value!r} is out of range: bounds must lie within +-2^53")
+            stack += list(node.values())
+        elif isinstance(node, list):
+            stack += node
+
+
+_BIG_NUMBER = re.compile(r"\d{16,}|\d[eE]\+?(1[6-9]|[2-9]\d|\d{3,})")
+
+
+def _lark_bounded(text: str) -> str:
+    """A Lark grammar's inline %json schemas get the same numeric bound, conservatively: no
+    16-digit number (or exponent of 16 or more) anywhere in a grammar that holds one."""
+    if "%json" in text and _BIG_NUMBER.search(text):
+        raise InvalidParameterError(PARAM, "grammar: a %json schema's numbers must lie within +-2^53")
     return text
 
 
