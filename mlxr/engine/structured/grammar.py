@@ -12,7 +12,7 @@ from collections import OrderedDict
 import llguidance
 
 from mlxr.engine.structured.reasoning_grammar import after_reasoning
-from mlxr.engine.structured.regex_bounds import check_regex, lark_regexes, schema_patterns
+from mlxr.engine.structured.regex_bounds import check_regex, lark_regexes, schema_objects, schema_patterns
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
 
@@ -96,17 +96,11 @@ BOUND_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "mul
 
 
 def _numbers_bounded(doc: object) -> None:
-    stack = [doc]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            for key in BOUND_KEYS:
-                value = node.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) < MAX_BOUND:
-                    raise InvalidParameterError(PARAM, f"json schema {key} {value!r} is out of range: bounds must lie within +-2^53")
-            stack += list(node.values())
-        elif isinstance(node, list):
-            stack += node
+    for node in schema_objects(doc):
+        for key in BOUND_KEYS:
+            value = node.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) < MAX_BOUND:
+                raise InvalidParameterError(PARAM, f"json schema {key} {value!r} is out of range: bounds must lie within +-2^53")
 
 
 _BIG_NUMBER = re.compile(r"\d{16,}|\d[eE]\+?(1[6-9]|[2-9]\d|\d{3,})")

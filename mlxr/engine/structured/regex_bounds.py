@@ -9,6 +9,7 @@ fuel (~1 s) on the first mask before failing. A repetition count of its own is c
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 MAX_REPEAT_PRODUCT = 10_000  # (a{100}){100}: ~10 ms a mask at worst on a 49k vocabulary
 _COUNT = re.compile(r"\{(\d{1,9})(?:,(\d{0,9}))?\}")
@@ -90,17 +91,24 @@ def lark_regexes(grammar: str) -> list[str]:
     return [m.group(1) for m in LARK_REGEX.finditer(grammar)]
 
 
-def schema_patterns(doc: object) -> list[str]:
-    """Every "pattern" and "patternProperties" regex in a parsed JSON schema, without recursion."""
-    found, stack = [], [doc]
+def schema_objects(doc: object) -> Iterator[dict]:
+    """Every JSON object in a parsed JSON document, without recursion."""
+    stack = [doc]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                found.append(node["pattern"])
-            if isinstance(node.get("patternProperties"), dict):
-                found.extend(node["patternProperties"])
+            yield node
             stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
         elif isinstance(node, list):
             stack.extend(v for v in node if isinstance(v, (dict, list)))
+
+
+def schema_patterns(doc: object) -> list[str]:
+    """Every "pattern" and "patternProperties" regex in a parsed JSON schema."""
+    found = []
+    for node in schema_objects(doc):
+        if isinstance(node.get("pattern"), str):
+            found.append(node["pattern"])
+        if isinstance(node.get("patternProperties"), dict):
+            found.extend(node["patternProperties"])
     return found
