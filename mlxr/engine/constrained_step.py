@@ -6,12 +6,8 @@ launch_sampling samples it in the next. Plain functions of the core, which owns 
 its state: the step in flight (core._inflight) and the forwarded one (core._forwarded)."""
 from __future__ import annotations
 
-import logging
-
 from mlxr.engine.model_runner import BeforeSample, Forwarded
 from mlxr.engine.records import EngineCoreOutput, SchedulerOutput
-
-log = logging.getLogger(__name__)
 
 
 def forward_ahead(core, out: SchedulerOutput) -> list[EngineCoreOutput]:
@@ -32,8 +28,7 @@ def forward_ahead(core, out: SchedulerOutput) -> list[EngineCoreOutput]:
     try:
         core._forwarded = (out, fwd, core.structured.bitmask([requests.get(rid) for rid in fwd.request_ids]))
     except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-        log.exception("model step failed")
-        return landed + core.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return landed + core.fail_step(out.request_ids, e)
     return landed
 
 
@@ -44,9 +39,8 @@ def launch_sampling(core, out: SchedulerOutput, fwd: Forwarded, bitmask) -> list
     try:
         core._inflight = (out, core.runner.sample(fwd, bitmask))
     except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-        log.exception("model step failed")
         core.structured.settle()
-        return core.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return core.fail_step(out.request_ids, e)
     return []
 
 

@@ -232,11 +232,15 @@ class EngineCore:
     def _failed_launch(self, out: SchedulerOutput, e: Exception) -> list[EngineCoreOutput]:
         """A step whose launch raised (called in its except block): the step in flight lands
         (counting only what it computed), then this step's requests fail."""
-        log.exception("model step failed")
         self.scheduler.unrun(out)
         outputs = self._land(self._take_inflight())
         self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
-        return outputs + self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+        return outputs + self.fail_step(out.request_ids, e)
+
+    def fail_step(self, request_ids: list[str], e: Exception, what: str = "model step failed") -> list[EngineCoreOutput]:
+        """Called in the except block of a step's failure: logs it, fails the requests with it."""
+        log.exception(what)
+        return self.scheduler.fail(request_ids, f"{type(e).__name__}: {e}")
 
     def _housekeeping(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
         """A step without rows still carries its swap-outs, copies and forgotten requests to the
@@ -249,9 +253,8 @@ class EngineCore:
                 self.tiers.flush()
             self.runner.housekeeping(out)
         except Exception as e:  # noqa: BLE001 - as a failed step: its preempted requests fail
-            log.exception("model step failed")
             self.scheduler.recompute_swapped(out.preempted_request_ids)
-            return self.scheduler.fail(out.preempted_request_ids, f"{type(e).__name__}: {e}")
+            return self.fail_step(out.preempted_request_ids, e)
         return []
 
     def _land_and_flush(self, inflight: tuple[SchedulerOutput, RunnerStep] | None) -> list[EngineCoreOutput]:
@@ -297,15 +300,13 @@ class EngineCore:
         try:
             result = launched.result()
         except Exception as e:  # noqa: BLE001 - as a failed launch
-            log.exception("model step failed")
-            return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+            return self.fail_step(out.request_ids, e)
         try:
             if out.spec_token_ids and self.speculator is not None:
                 self.speculator.observe(out, result)
             return self.scheduler.update_from_output(out, result)
         except Exception as e:  # noqa: BLE001 - a bug taking in a step fails that step's requests, not the core
-            log.exception("landing a step failed")
-            return self.scheduler.fail(out.request_ids, f"{type(e).__name__}: {e}")
+            return self.fail_step(out.request_ids, e, "landing a step failed")
 
     # --- between steps -------------------------------------------------------------------------
     def embed(self, token_ids: list[int]) -> list[float]:
