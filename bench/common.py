@@ -50,10 +50,14 @@ def results_dir(now: dt.datetime) -> Path:
     return Path(override) if override else RESULTS / now.strftime("%Y-%m-%d")
 
 
+_NOT_KNOBS = ("MLXR_BENCH_RESULTS", "MLXR_COMMIT")  # where results go, which tree: not behaviour
+
+
 def write_result(name: str, payload: dict) -> Path:
     now = dt.datetime.now(dt.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    payload = {"date": stamp, "commit": git_commit(), "torch": torch.__version__, **payload}
+    knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLXR_") and k not in _NOT_KNOBS}
+    payload = {"date": stamp, "commit": git_commit(), "torch": torch.__version__, "env": knobs, **payload}
     folder = results_dir(now)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{stamp}.json"
