@@ -56,7 +56,7 @@ def parse_variant(text: str) -> dict:
     cfg = {}
     for part in text.split(","):
         key, value = part.split("=")
-        assert key in ("bn", "bk", "warps", "split", "mma"), key
+        assert key in ("bn", "bk", "warps", "split"), key
         cfg[key] = int(value)
     return cfg
 

@@ -27,8 +27,6 @@ _GEMV_BN and _GEMV_WARPS); bench/quant_extra.py --device cuda measures the types
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -46,7 +44,6 @@ _BN, _BK = 16, 256  # the dequantize kernel's tile
 # 2 warps, whose per-row reductions grew faster with the rows (bench/probes/extra_gemv.py,
 # extra_gemv-20261128T004320Z and -004532Z; the flattest, 8 over 1 warp, costs 665 at one row).
 _GEMV_BN, _GEMV_WARPS = 16, 4
-_GEMV_MMA = os.environ.get("MLXR_GEMV_MMA", "0") == "1"
 _PROGRAMS_PER_SM = 4  # split-K's aim (gemv_config)
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
@@ -222,37 +219,10 @@ def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl
 
 
 @triton.jit
-def _gemv_mma(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters, iters_per_split, n_split,
-              stride_x, stride_o, rows, rb, pid_n, pid_k,
-              QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MP: tl.constexpr, SPLIT: tl.constexpr,
-              PRECISION: tl.constexpr):
-    """The GEMV on tensor cores: x's rows padded to MP (16, whatever M is) times each dequantized
-    [BN, BK] tile in one tl.dot. A matrix instruction's output row depends on its own row of x
-    alone, and the code (MP, the tiles, the K order) is the same for every M, so a row is
-    bit-identical alone or in a batch; its cost hardly grows with the rows, where the per-row
-    accumulators of the other path each pay a reduction."""
-    rm = tl.arange(0, MP)[:, None]
-    acc = tl.zeros([MP, BN], dtype=tl.float32)
-    it0 = pid_k * iters_per_split
-    for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
-        if QT == 6:
-            w4, c4 = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
-            w, cols = tl.reshape(w4, [BN, BK]), tl.reshape(c4, [1, BK])
-        else:
-            cols = (it * BK + tl.arange(0, BK))[None, :]
-            w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
-        x = tl.load(x_ptr + rm * stride_x + cols, mask=rm < M, other=0.0).to(tl.float32)
-        acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
-    n2 = rows[None, :]
-    _finish(acc, out_ptr + rm * stride_o + n2, (rm < M) & (n2 < N), part_ptr, cnt_ptr, pid_n,
-            tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
-
-
-@triton.jit
-def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters, iters_per_split,
-                 n_split, stride_x, stride_w, stride_o,
+def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
+                 stride_x, stride_w, stride_o,
                  QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
-                 SPLIT: tl.constexpr, MMA: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+                 SPLIT: tl.constexpr, PDL: tl.constexpr):
     """out[r, n] for the MB rows of x and BN output channels over this program's share of K's
     tiles: each weight tile is dequantized once and multiplied into every row's own accumulator
     of the tile's shape, each reduced alone at the end. No tensor of the sums has a rows dimension, so
@@ -265,37 +235,27 @@ def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr,
     pid_k = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    if MMA:
-        _gemv_mma(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters, iters_per_split,
-                  n_split, stride_x, stride_o, rows, rb, pid_n, pid_k, QT, BN, BK, MP, SPLIT, PRECISION)
+    if QT == 6:
+        accs = _row_copies(tl.zeros([BN, BK // 32, 4, 8], dtype=tl.float32), MB)
     else:
+        accs = _row_copies(tl.zeros([BN, BK], dtype=tl.float32), MB)
+    it0 = pid_k * iters_per_split
+    for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
         if QT == 6:
-            accs = _row_copies(tl.zeros([BN, BK // 32, 4, 8], dtype=tl.float32), MB)
+            w, cols = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
         else:
-            accs = _row_copies(tl.zeros([BN, BK], dtype=tl.float32), MB)
-        it0 = pid_k * iters_per_split
-        for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
-            if QT == 6:
-                w, cols = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
-            else:
-                cols = (it * BK + tl.arange(0, BK))[None, :]
-                w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
-            accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
-        if SPLIT:
-            r2 = tl.arange(0, MP)[:, None]
-            n2 = rows[None, :]
-            _finish(_row_sums(accs, QT, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr,
-                    cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
-        else:
-            for r in tl.static_range(MB):
-                out = _channel_sums(accs[r], QT)
-                tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
-
-
-def _mma_precision(dtype: torch.dtype) -> str:
-    """tf32 products for 16-bit activations (exact in tf32; the weights keep 10 bits of
-    significand, as fp16 would), full fp32 for fp32 activations."""
-    return "ieee" if dtype == torch.float32 else "tf32"
+            cols = (it * BK + tl.arange(0, BK))[None, :]
+            w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
+        accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
+    if SPLIT:
+        r2 = tl.arange(0, MP)[:, None]
+        n2 = rows[None, :]
+        _finish(_row_sums(accs, QT, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr,
+                cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
+    else:
+        for r in tl.static_range(MB):
+            out = _channel_sums(accs[r], QT)
+            tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
 def _kvalues(device: torch.device) -> torch.Tensor:
@@ -373,14 +333,10 @@ def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int,
         return out.reshape(*x.shape[:-1], n)
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     bn, bk, warps, split, per = gemv_config(n, k, x.device, config)
-    mma = bool((config or {}).get("mma", _GEMV_MMA))
-    # The tensor-core path compiles once for every M (rows padded to 16); the other once per M.
-    mb, mp = (GEMV_MAX_M, GEMV_MAX_M) if mma else (m, triton.next_power_of_2(m))
-    n_tiles = triton.cdiv(n, bn)
+    n_tiles, mp = triton.cdiv(n, bn), triton.next_power_of_2(m)
     part = torch.empty(split * n_tiles * mp * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
     _gemv_kernel[(n_tiles, split)](rows, raw, *_word_views(raw, qtype), _kvalues(raw.device), out, part,
-                                   ticket_counters(x.device, n_tiles), m, n, k // bk, per, split, rows.stride(0),
-                                   raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=mb, MP=mp,
-                                   SPLIT=split > 1, MMA=mma, PRECISION=_mma_precision(x.dtype),
-                                   num_warps=warps, **pdl_launch(x.device))
+                                   ticket_counters(x.device, n_tiles), n, k // bk, per, split, rows.stride(0),
+                                   raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m, MP=mp,
+                                   SPLIT=split > 1, num_warps=warps, **pdl_launch(x.device))
     return out.reshape(*x.shape[:-1], n)
