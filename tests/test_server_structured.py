@@ -233,3 +233,55 @@ def test_hostile_grammars_are_answered_in_bounded_time_while_another_streams(bas
     during = [t for t in arrivals if spans[0][0] <= t <= spans[-1][1]]
     gaps = [b - a for a, b in zip([spans[0][0]] + during, during + [spans[-1][1]])]
     assert len(during) > len(HOSTILE) and max(gaps) < 1.0, ("the stream stalled", len(during), max(gaps))
+
+
+def _alternation(n: int, prefix: str = "w") -> str:
+    return "start: " + " | ".join(f'"{prefix}{i}"' for i in range(n))
+
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+FAILS_ON_FIRST_TOKENS = [  # (route, body, words): each was a 500 with llguidance's message
+    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#"}}}},
+     "matches nothing"),
+    (COMPLETIONS, {"structured_outputs": {"regex": r"[^\s\S]"}}, "matches nothing"),
+    (COMPLETIONS, {"guided_regex": r"ab[^\s\S]"}, "matches nothing"),
+    (COMPLETIONS, {"guided_json": {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}},
+     "forces text without end"),
+    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
+        "type": "object", "properties": {"next": {"$ref": "#"}, "v": {"type": "integer"}}}}}}, "forces text without end"),
+    (COMPLETIONS, {"structured_outputs": {"grammar": 'start: "a" start'}}, "forces text without end"),
+    (COMPLETIONS, {"structured_outputs": {"grammar": 'start: x\nx: "(" x ")"'}}, "forces text without end"),
+    (COMPLETIONS, {"structured_outputs": {"grammar": _alternation(2500)}}, "2501 alternatives"),
+    (COMPLETIONS, {"guided_grammar": _alternation(2200, prefix="")}, "alternatives at one point after '1'"),
+    (COMPLETIONS, {"guided_grammar": 'start: "x" | "y" big\nbig: ' + _alternation(2100)[len("start: "):]},
+     "alternatives at one point after 'y'"),
+]
+
+
+@pytest.mark.parametrize("route, body, words", FAILS_ON_FIRST_TOKENS, ids=range(len(FAILS_ON_FIRST_TOKENS)))
+def test_grammars_that_fail_on_their_first_tokens_are_400s_in_bounded_time(base_url, model, route, body, words):
+    """Grammars that match nothing, force text without end or offer more alternatives at one
+    point than the parser follows: a 400 naming the problem (the frontend tries the grammar's
+    first steps), not a 500 from the engine core once the request ran; the server serves on."""
+    prompt = {"messages": [{"role": "user", "content": "x"}]} if route == CHAT else {"prompt": "x"}
+    start = time.monotonic()
+    r = httpx.post(base_url + route, json={"model": model, "max_tokens": 8, **prompt, **body}, timeout=60)
+    assert time.monotonic() - start < HOSTILE_S
+    assert r.status_code == 400, r.text[:500]
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "structured_outputs", error
+    assert words in error["message"], error["message"]
+    ok = httpx.post(base_url + route, json={"model": model, "max_tokens": 2, **prompt}, timeout=60)
+    assert ok.status_code == 200, ok.text
+
+
+def test_ollama_format_that_matches_nothing_is_a_400(base_url, model):
+    client = ollama.Client(host=base_url, timeout=60)
+    with pytest.raises(ollama.ResponseError, match="matches nothing") as e:
+        client.generate(model=model, prompt="JSON", format={"$ref": "#"}, options={"num_predict": 8})
+    assert e.value.status_code == 400
+    with pytest.raises(ollama.ResponseError, match="forces text without end") as e:
+        client.chat(model=model, messages=[{"role": "user", "content": "x"}], options={"num_predict": 8},
+                    format={"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})
+    assert e.value.status_code == 400
+    assert client.generate(model=model, prompt="x", options={"num_predict": 2}).done

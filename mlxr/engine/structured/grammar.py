@@ -13,6 +13,7 @@ import llguidance
 
 from mlxr.engine.structured.reasoning_grammar import after_reasoning
 from mlxr.engine.structured.regex_bounds import check_regex, lark_regexes, schema_objects, schema_patterns
+from mlxr.engine.structured.trial import trial_error
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
 
@@ -168,11 +169,11 @@ _CHECKED = _Checked()
 
 def check(spec: StructuredOutputsParams) -> str:
     """The grammar text of spec if llguidance accepts it; else InvalidParameterError naming
-    the problem (an invalid or unsatisfiable schema, a bad regex or grammar). Bounded time:
-    the text is bounded and llguidance's limits bound the compile."""
-    text = grammar_text(spec)
-    if spec.reasoning is not None:
-        text = after_reasoning(text, *spec.reasoning)
+    the problem (an invalid or unsatisfiable schema, a bad regex or grammar, one that fails on
+    its first tokens: trial.py). Bounded time: the text is bounded and llguidance's limits
+    bound the compile and each step."""
+    grammar = grammar_text(spec)
+    text = grammar if spec.reasoning is None else after_reasoning(grammar, *spec.reasoning)
     key = spec_key(spec)
     if key in _CHECKED:
         return text
@@ -182,6 +183,9 @@ def check(spec: StructuredOutputsParams) -> str:
         error = str(e)
     if error:
         raise InvalidParameterError(PARAM, _first_line(error))
+    problem = trial_error(grammar, parser_limits())  # the grammar itself, not the reasoning before it
+    if problem:
+        raise InvalidParameterError(PARAM, problem)
     _CHECKED.add(key)
     return text
 
