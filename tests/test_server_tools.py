@@ -10,6 +10,7 @@ import jsonschema
 import ollama
 import openai
 import pytest
+from pydantic import BaseModel, Field
 from conftest import fixture_model
 from server_harness import running_server
 
@@ -42,8 +43,9 @@ CONVERSATION = [
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
-    gguf = str(fixture_model("tiny-llama3").gguf_path)  # 512 positions: room for a tool's schema
-    with running_server(tmp_path_factory.mktemp("home"), "--model", gguf) as url:
+    # 512 positions, served at 1024 (random weights do not mind): room for a pydantic tool's schema
+    gguf = str(fixture_model("tiny-llama3").gguf_path)
+    with running_server(tmp_path_factory.mktemp("home"), "--model", gguf, "--max-model-len", "1024") as url:
         yield url
 
 
@@ -173,3 +175,49 @@ def test_strict_function_tool_requires_every_parameter_and_nothing_else(client, 
     strict = {**LOOSE_TOOL, "function": {**LOOSE_TOOL["function"], "strict": True}}
     assert all(strict_calls(client, model, strict, range(5)))
     assert not all(strict_calls(client, model, LOOSE_TOOL, range(5)))  # without strict: optional, open
+
+
+class Place(BaseModel):
+    city: str = Field(max_length=8)
+    zip: int = Field(ge=0, le=99)
+
+
+class Trip(BaseModel):
+    to: Place
+    stops: list[Place] = Field(max_length=2)
+
+
+# What the official client makes of nested models: the parameters $ref "#/$defs/Place".
+NESTED = openai.pydantic_function_tool(Trip)
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "Trip"}}])
+def test_forced_call_with_nested_pydantic_models_follows_their_defs(client, model, choice):
+    """The parameters' $refs resolve against the parameters, not the call schema around them
+    (a 400 "Pointer '/$defs/Place' does not exist" before); the random model's call is valid
+    because the grammar made it so."""
+    assert "$defs" in NESTED["function"]["parameters"]
+    for seed in range(3):
+        r = client.chat.completions.create(model=model, messages=ASK, tools=[NESTED], tool_choice=choice,
+                                           seed=seed, temperature=1.0, max_tokens=200)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, c
+        call = c.message.tool_calls[0].function
+        assert call.name == "Trip"
+        jsonschema.validate(json.loads(call.arguments), NESTED["function"]["parameters"])
+        Trip.model_validate_json(call.arguments)
+
+
+def test_forced_call_whose_parameters_never_finish_is_a_400_naming_the_tool(client, model):
+    tools = [TOOLS[3], {"type": "function", "function": {"name": "loop", "parameters": {"$ref": "#"}}},
+             {"type": "function", "function": {"name": "knot", "parameters": {
+                 "type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}}}]
+    for choice, index in (("required", 1), ({"type": "function", "function": {"name": "loop"}}, 1),
+                          ({"type": "function", "function": {"name": "knot"}}, 2)):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model, messages=ASK, tools=tools, tool_choice=choice, max_tokens=8)
+        assert e.value.body["param"] == f"tools[{index}].function.parameters", e.value.body
+        assert "grammar" in e.value.body["message"]
+    r = client.chat.completions.create(model=model, messages=ASK, tools=tools[:1], tool_choice="required",
+                                       seed=1, **GREEDY)  # and the server still serves
+    assert r.choices[0].finish_reason == "tool_calls"

@@ -11,6 +11,7 @@ from structured_schemas import SCHEMAS
 from mlxr.engine.structured.grammar import check, grammar_text, parser_limits
 from mlxr.engine.structured.trial import trial_error
 from mlxr.errors import InvalidParameterError
+from mlxr.tools.generic import GENERIC
 from mlxr.types import StructuredOutputsParams as SO
 
 THINK = ("<think>", "</think>")
@@ -28,6 +29,7 @@ THINK = ("<think>", "</think>")
     (SO(grammar="start: " + " | ".join(f'"w{i}"' for i in range(2001))), "2002 alternatives at one point"),
     (SO(grammar='start: "q" x\nx: ' + " | ".join(f'"{i}"' for i in range(3000))), "3001 alternatives"),
     (SO(grammar='start: "q" | "r" x\nx: ' + " | ".join(f'"{i}"' for i in range(3000))), "3001 alternatives at one point after 'r'"),
+    (SO(json=GENERIC.call_schema("f", {"$ref": "#"})), "matches nothing"),
 ])
 def test_grammars_that_fail_on_their_first_tokens_are_refused(spec, words):
     with pytest.raises(InvalidParameterError, match="structured_outputs: ") as e:
@@ -44,6 +46,8 @@ def test_grammars_that_fail_on_their_first_tokens_are_refused(spec, words):
     SO(regex="a{0}"), SO(grammar='start: ""'), SO(json={"type": "string", "maxLength": 0}),  # only the empty text
     SO(choice=[f"c{i}" for i in range(1024)]),
     SO(json={"type": "integer"}, reasoning=THINK),
+    SO(json=GENERIC.call_schema("f", {"$defs": {"D": {"type": "integer"}}, "type": "object",
+                                      "properties": {"v": {"$ref": "#/$defs/D"}}, "required": ["v"]})),
 ], ids=lambda spec: str(spec)[:60])
 def test_grammars_a_request_can_follow_pass(spec):
     check(spec)

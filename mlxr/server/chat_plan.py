@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mlxr.engine.structured.grammar import check
 from mlxr.errors import InvalidParameterError
 from mlxr.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
 from mlxr.tools import ToolFormat, format_for_template, template_messages
@@ -78,6 +79,34 @@ def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, na
     return StructuredOutputsParams(json={"type": "array", "minItems": 1, "items": {"anyOf": list(schemas.values())}})
 
 
+def _checked(spec: StructuredOutputsParams, fmt: ToolFormat, tools: list[dict[str, Any]],
+             names: list[str]) -> StructuredOutputsParams:
+    """spec if a reply can follow its grammar; else a 400 naming the tool whose parameters it
+    cannot follow (a schema that matches nothing or never finishes), or `tools` when only their
+    union fails. The engine's own check of spec then finds it checked already."""
+    try:
+        return _check(spec)
+    except InvalidParameterError as e:
+        problem = _reason(e)
+    for i, f in enumerate(_tool_function(t) for t in tools):
+        if f.get("name") in names:
+            try:
+                _check(StructuredOutputsParams(json=fmt.call_schema(f["name"], f.get("parameters"))))
+            except InvalidParameterError as e:
+                raise InvalidParameterError(f"tools[{i}].function.parameters",
+                                            f"as a forced call's schema: {_reason(e)}") from None
+    raise InvalidParameterError("tools", f"as the forced calls' schema: {problem}")
+
+
+def _check(spec: StructuredOutputsParams) -> StructuredOutputsParams:
+    check(spec)
+    return spec
+
+
+def _reason(e: InvalidParameterError) -> str:
+    return e.message.removeprefix(f"{e.param}: ")
+
+
 def _template_kwargs(extra: dict[str, Any] | None, thinking: bool | None, toggles: bool) -> dict[str, Any]:
     kwargs = dict(extra or {})
     if len(kwargs) > MAX_TEMPLATE_KWARGS:
@@ -104,7 +133,9 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
     if mode in ("required", "named"):
         if other_constraint:
             raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with response_format")
-        plan.forced, plan.constraint = True, _call_constraint(fmt, tools or [], mode, name, parallel)
+        constraint = _call_constraint(fmt, tools or [], mode, name, parallel)
+        forced = [name] if mode == "named" else plan.tool_names
+        plan.forced, plan.constraint = True, _checked(constraint, fmt, tools or [], forced)
     shown, shown_tools = template_messages(messages, fmt, tools if mode != "none" else None)
     kwargs = _template_kwargs(template_kwargs, thinking, template_toggles_thinking(source))
     plan.prompt_text = tokenizer.apply_chat_template(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from urllib.parse import quote
 
 from mlxr.tools.calls import ToolCall, calls_from_json
 
@@ -28,9 +29,23 @@ class ToolFormat:
 
     def call_schema(self, name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
         """A JSON schema for one call of `name` in this family's key names."""
-        params = parameters if parameters else {"type": "object"}
+        params = own_resource(name, parameters) if parameters else {"type": "object"}
         return {"type": "object", "properties": {"name": {"const": name}, self.args_key: params},
                 "required": ["name", self.args_key], "additionalProperties": False}
+
+
+def own_resource(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameters as a JSON-schema resource of their own (an `$id`), so the `$ref`s in
+    them (`#`, `#/$defs/...`: openai.pydantic_function_tool's nested models) resolve against the
+    parameters, not against the call schema they are placed in. A root `$ref` moves into
+    `allOf` (the same schema since draft 2019-09), because drafts up to 7 ignore its siblings,
+    the `$id` among them. Parameters that carry an `$id` of their own are left as they are."""
+    if not isinstance(parameters, dict) or "$id" in parameters:
+        return parameters
+    scoped = {**parameters, "$id": "urn:mlxr:tool:" + quote(name, safe="")}
+    if "$ref" in scoped and isinstance(scoped.get("allOf", []), list):
+        scoped["allOf"] = [*scoped.get("allOf", []), {"$ref": scoped.pop("$ref")}]
+    return scoped
 
 
 _REGISTRY: list[ToolFormat] = []
