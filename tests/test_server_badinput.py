@@ -114,6 +114,18 @@ def test_unsupported_content_part(http, model):
     expect_error(http.post("/v1/chat/completions", json=chat_body(model, messages=msg)), 400, "image_url")
 
 
+def test_text_part_without_its_text_names_what_is_missing(http, model):
+    for part in ({"type": "text"}, {"type": "text", "text": None}):
+        msg = [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]
+        r = http.post("/v1/chat/completions", json=chat_body(model, messages=msg))
+        expect_error(r, 400, "messages[0].content[1].text: is missing")
+    for part in ({"type": "input_text"}, {"type": "input_text", "text": 5}):
+        r = http.post("/v1/responses", json={"model": model, "max_output_tokens": 2, "store": False,
+                                             "input": [{"role": "user", "content": [part]}]})
+        expect_error(r, 400, "input[0].content[0].text: is missing")
+    still_serving(http, model)
+
+
 def test_oversized_body_is_413(http, model):
     big = b'{"model": "x", "prompt": "' + b"a" * (9 << 20) + b'"}'
     expect_error(http.post("/v1/completions", content=big, headers={"Content-Type": "application/json"}), 413, "body")

@@ -92,10 +92,12 @@ def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
     d = m.model_dump(exclude_none=True)
     if isinstance(m.content, list):
         texts = []
-        for part in m.content:
-            if part.type != "text" or part.text is None:
+        for j, part in enumerate(m.content):
+            if part.type != "text":
                 raise InvalidParameterError(
                     f"messages[{i}].content", f"content parts of type {part.type!r} are not supported")
+            if part.text is None:
+                raise InvalidParameterError(f"messages[{i}].content[{j}].text", "is missing: a part of type 'text' needs its text")
             texts.append(part.text)
         d["content"] = "".join(texts)
     elif m.content is None:

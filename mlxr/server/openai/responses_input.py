@@ -62,10 +62,12 @@ def _text(content: Any, where: str) -> str:
     if not isinstance(content, list):
         raise InvalidParameterError(where, "content must be a string or a list of parts")
     texts = []
-    for part in content:
+    for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in ("input_text", "output_text", "text") or not isinstance(part.get("text"), str):
+        if kind not in ("input_text", "output_text", "text"):
             raise InvalidParameterError(where, f"content parts of type {kind!r} are not supported")
+        if not isinstance(part.get("text"), str):
+            raise InvalidParameterError(f"{where}.content[{j}].text", f"is missing or not a string: a part of type {kind!r} needs its text")
         texts.append(part["text"])
     return "".join(texts)
 
