@@ -126,6 +126,38 @@ def test_text_part_without_its_text_names_what_is_missing(http, model):
     still_serving(http, model)
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("field, value", [
+    ("best_of", 3), ("best_of", 2), ("use_beam_search", True), ("prompt_logprobs", 0), ("prompt_logprobs", 5),
+])
+def test_vllm_fields_for_what_is_not_done_are_400s_naming_them(http, model, route, field, value):
+    """As vLLM refuses what it does not support (best_of past n, beam search, prompt logprobs),
+    rather than ignoring them."""
+    body = chat_body(model) if "chat" in route else {"model": model, "prompt": "hi", "max_tokens": 2}
+    expect_error(http.post(route, json={**body, field: value}), 400, f"{field}: ")
+
+
+def test_a_chat_template_in_the_request_is_refused(http, model):
+    """vLLM refuses one unless started with --trust-request-chat-template."""
+    r = http.post("/v1/chat/completions", json=chat_body(model, chat_template="{{ 'x' }}"))
+    expect_error(r, 400, "chat_template: ")
+    r = http.post("/v1/chat/completions", json=chat_body(model, chat_template_kwargs={"chat_template": "{{ 'x' }}"}))
+    expect_error(r, 400, "chat_template_kwargs: ", "chat_template")
+
+
+def test_the_no_op_values_of_those_fields_pass(http, model):
+    """Clients send them (vLLM's own benchmark sends best_of: 1): n, false, null."""
+    fields = {"use_beam_search": False, "prompt_logprobs": None}
+    for n in (1, 2):
+        for best_of in (None, n):
+            chat = http.post("/v1/chat/completions", json=chat_body(model, n=n, best_of=best_of, chat_template=None,
+                                                                    **fields))
+            assert chat.status_code == 200 and len(chat.json()["choices"]) == n, chat.text
+            completion = http.post("/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 2, "n": n,
+                                                            "best_of": best_of, **fields})
+            assert completion.status_code == 200 and len(completion.json()["choices"]) == n, completion.text
+
+
 def test_oversized_body_is_413(http, model):
     big = b'{"model": "x", "prompt": "' + b"a" * (9 << 20) + b'"}'
     expect_error(http.post("/v1/completions", content=big, headers={"Content-Type": "application/json"}), 413, "body")

@@ -13,7 +13,8 @@ from mlxr.reasoning import ThinkMarkers, markers_for_template, template_toggles_
 from mlxr.tools import ToolFormat, format_for_template, template_messages
 from mlxr.types import StructuredOutputsParams
 
-_RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+# chat_template: a template sent in the request is refused, as vLLM does (the model's own renders).
+_RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "chat_template"})
 MAX_TEMPLATE_KWARGS = 32
 
 

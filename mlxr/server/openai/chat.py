@@ -10,7 +10,7 @@ from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.choices import Choice, Choices, chat_logprobs
 from mlxr.server.openai.replies import StreamedReply, finish_reason, message
-from mlxr.server.openai.prompts import check_fits, render_chat, sampling_params
+from mlxr.server.openai.prompts import check_fits, check_unsupported, render_chat, sampling_params
 from mlxr.server.openai.schemas import ChatCompletionRequest
 from mlxr.server.openai.sse import events, stream_response
 from mlxr.server.session import Session
@@ -37,6 +37,7 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 
 
 async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
+    check_unsupported(body)
     served = session.served
     ids, plan = await render_chat(served.tokenizer, body, served.context_length)
     max_tokens = body.max_completion_tokens or body.max_tokens

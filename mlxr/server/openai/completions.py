@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.openai.choices import Choice, Choices, completion_logprobs
-from mlxr.server.openai.prompts import check_fits, encode_inputs, sampling_params
+from mlxr.server.openai.prompts import check_fits, check_unsupported, encode_inputs, sampling_params
 from mlxr.server.openai.schemas import CompletionRequest
 from mlxr.server.openai.sse import events, stream_response
 from mlxr.server.prompt_work import off_loop
@@ -30,8 +30,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 def _check_unsupported(body: CompletionRequest) -> None:
     if body.suffix:
         raise InvalidParameterError("suffix", "is not supported")
-    if body.best_of is not None and body.best_of != body.n:
-        raise InvalidParameterError("best_of", "only best_of equal to n is supported")
+    check_unsupported(body)
     if body.echo and body.logprobs is not None:
         raise InvalidParameterError("echo", "echo with logprobs (prompt logprobs) is not supported")
 

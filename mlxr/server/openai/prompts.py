@@ -40,6 +40,20 @@ def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int 
     )
 
 
+def check_unsupported(body: SamplingFields) -> None:
+    """vLLM's fields for what this server does not do are a 400 naming the field, as vLLM
+    refuses what it does not support; their no-op values (which clients send) pass."""
+    if body.best_of is not None and body.best_of != body.n:
+        raise InvalidParameterError("best_of", "only best_of equal to n is supported")
+    if body.use_beam_search:
+        raise InvalidParameterError("use_beam_search", "beam search is not supported")
+    if body.prompt_logprobs is not None:
+        raise InvalidParameterError("prompt_logprobs", "prompt logprobs are not supported")
+    if getattr(body, "chat_template", None) is not None:
+        raise InvalidParameterError("chat_template", "a chat template in the request is not supported: the "
+                                    "model's own renders (vLLM refuses one unless --trust-request-chat-template)")
+
+
 def parse_logit_bias(raw: dict[str, float] | None) -> dict[int, float] | None:
     if not raw:
         return None

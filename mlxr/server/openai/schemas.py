@@ -64,6 +64,11 @@ class SamplingFields(_Body):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    # vLLM's fields for what this server does not do: only their no-op values are taken
+    # (prompts.check_unsupported), so a client that asks for more is told rather than ignored.
+    best_of: int | None = Field(None, ge=1, le=MAX_N)
+    use_beam_search: bool = False
+    prompt_logprobs: int | None = None
 
 
 class ContentPart(_Body):
@@ -104,6 +109,7 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: bool = True
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's extra: variables for the template
+    chat_template: str | None = None  # vLLM's extra, refused: the model's own template renders
 
 
 Prompt = (
@@ -120,7 +126,6 @@ class CompletionRequest(SamplingFields):
     logprobs: Annotated[int, Strict()] | None = Field(None, ge=0, le=MAX_LOGPROBS)  # false is not 0
     echo: bool = False
     suffix: str | None = None
-    best_of: int | None = Field(None, ge=1, le=MAX_N)
 
 
 class EmbeddingRequest(_Body):
