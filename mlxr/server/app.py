@@ -19,6 +19,7 @@ from mlxr.errors import MLXRError
 from mlxr.server import admin, log_tail, openai, tokenize_route, warm_requests, webui
 from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
+from mlxr.server.internal_errors import InternalErrors
 from mlxr.server.logs import ThroughputLogger
 from mlxr.server.metrics import ServerMetrics
 from mlxr.server.model_manager import ModelManager
@@ -78,10 +79,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _gone(request: Request, exc: ClientDisconnected) -> JSONResponse:
         return error_response(request.url.path, CLIENT_CLOSED, "client disconnected", "client_closed")
 
-    @app.exception_handler(Exception)
-    async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return error_response(request.url.path, 500, "internal error", "internal_error")
+    # Added first, so innermost of the middleware: the guards and CORS still see its 500s.
+    app.add_middleware(InternalErrors, respond=error_response)
 
 
 def install_guards(app: FastAPI, config: ServerConfig) -> None:
