@@ -13,7 +13,7 @@ import ollama
 import pytest
 from conftest import fixture_model
 from fake_hub import COMMIT, FakeHub, FakeRepo
-from server_harness import running_server
+from server_harness import free_port, running_server
 
 from mlxr.registry import Registry
 
@@ -114,3 +114,20 @@ def test_ollama_pull_streams_progress_and_serves_the_model(tmp_path: Path, monke
             with pytest.raises(ollama.ResponseError) as missing:
                 client.pull("hf.co/test-org/absent")
             assert missing.value.status_code == 404
+
+
+def test_ollama_pull_without_a_hub_is_an_error_not_a_cut_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listens at HF_ENDPOINT (a machine offline): streaming, the pull ends with an error
+    line (it was cut off after "pulling manifest", an incomplete chunked read for the client);
+    not streaming, a 502 naming the hub (it was a 500), and the connection serves on."""
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    with running_server(tmp_path / "srv", "--model", str(fixture_model("tiny-llama").gguf_path)) as url:
+        client = ollama.Client(host=url)
+        with pytest.raises(ollama.ResponseError) as streamed:
+            list(client.pull("hf.co/test-org/absent", stream=True))
+        assert "cannot reach the hub" in str(streamed.value)
+        with pytest.raises(ollama.ResponseError) as whole:
+            client.pull("hf.co/test-org/absent")
+        assert whole.value.status_code == 502 and "cannot reach the hub" in str(whole.value)
+        assert client.list().models  # the same client's next request

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import httpx2
 from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError
 
@@ -51,6 +52,8 @@ def plan(ref: HubRef) -> Plan:
         if status in (401, 404):
             raise ModelNotFoundError(f"hf.co/{ref.repo_id} not found on the hub") from None
         raise DownloadError(f"the hub did not list hf.co/{ref.repo_id}: {e}") from None
+    except httpx2.TransportError as e:  # no connection, a timeout: download() retries these, one listing does not
+        raise DownloadError(f"cannot reach the hub for hf.co/{ref.repo_id}: {e}") from None
     if not isinstance(info.sha, str) or not _COMMIT.fullmatch(info.sha):
         raise DownloadError(f"the hub gave no commit for hf.co/{ref.repo_id}")
     siblings = [s for s in (info.siblings or []) if _safe_path(s.rfilename)][:10_000]
