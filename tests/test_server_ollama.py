@@ -89,6 +89,17 @@ def test_ndjson_wire_format(base_url: str, name: str) -> None:
     assert "response" in lines[0] and "model" in lines[0]
 
 
+def test_integer_options_sent_as_whole_floats_are_taken(base_url: str, name: str) -> None:
+    """JSON has one number type: Ollama takes 3.0 for an integer option (JavaScript and curl
+    callers send computed values so); a fraction is a 400 naming the option."""
+    body = {"model": name, "prompt": "hi", "stream": False,
+            "options": {"num_predict": 3.0, "num_ctx": 256.0, "seed": 5.0}}
+    r = httpx.post(base_url + "/api/generate", json=body)
+    assert r.status_code == 200 and r.json()["eval_count"] == 3
+    r = httpx.post(base_url + "/api/generate", json={**body, "options": {"num_predict": 2.5}})
+    assert r.status_code == 400 and "num_predict" in r.json()["error"]
+
+
 def test_chat_whole_and_streaming(client: ollama.Client, name: str) -> None:
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     r = client.chat(model=name, messages=messages, options={"num_predict": 5})

@@ -59,6 +59,9 @@ def test_options_are_strictly_typed_and_open() -> None:
         Options.model_validate({"temperature": "hot"})
     with pytest.raises(ValueError):
         Options.model_validate({"num_predict": 1.5})
+    with pytest.raises(ValueError):
+        Options.model_validate({"num_ctx": True})
+    assert Options.model_validate({"num_predict": 4.0, "seed": -1.0}).num_predict == 4
     o = Options.model_validate({"temperature": 1, "mystery": 3})
     assert o.temperature == 1.0 and o.model_extra == {"mystery": 3}
 

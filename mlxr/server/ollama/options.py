@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import ConfigDict
+from typing import Annotated
+
+from pydantic import BeforeValidator, ConfigDict
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.server.text_fields import CheckedText
@@ -29,32 +31,42 @@ _IGNORED = ("num_batch", "num_gpu", "main_gpu", "numa", "low_vram", "f16_kv",
             "typical_p", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline")
 
 
+def _whole_number(value: object) -> object:
+    """2048.0 -> 2048: JSON has one number type, and Ollama takes any number for an integer
+    option (Python clients send computed values as floats); a fraction stays a 400."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(_whole_number)]
+
+
 class Options(CheckedText):
-    """Ollama's runtime options. Types are strict (a string temperature is a 400); keys
-    outside this list are ignored with a log line."""
+    """Ollama's runtime options. Types are strict (a string temperature is a 400; an integer
+    option takes a whole number written as a float); keys outside this list are ignored with a
+    log line."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
-    num_ctx: int | None = None
-    num_predict: int | None = None
-    seed: int | None = None
+    num_ctx: Int | None = None
+    num_predict: Int | None = None
+    seed: Int | None = None
     temperature: float | None = None
-    top_k: int | None = None
+    top_k: Int | None = None
     top_p: float | None = None
     min_p: float | None = None
     repeat_penalty: float | None = None
-    repeat_last_n: int | None = None
+    repeat_last_n: Int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     stop: list[str] | str | None = None
-    num_batch: int | None = None
-    num_thread: int | None = None
-    num_gpu: int | None = None
-    main_gpu: int | None = None
-    num_keep: int | None = None
+    num_batch: Int | None = None
+    num_thread: Int | None = None
+    num_gpu: Int | None = None
+    main_gpu: Int | None = None
+    num_keep: Int | None = None
     typical_p: float | None = None
     tfs_z: float | None = None
-    mirostat: int | None = None
+    mirostat: Int | None = None
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
     penalize_newline: bool | None = None
