@@ -51,7 +51,7 @@ def test_huge_prompt_is_refused_fast_and_health_keeps_answering(base_url, name):
     huge = "hello world, " * 600_000  # 7.8 MB: tokenizing it took 25 s on this machine
     calls = [("/v1/completions", {"model": name, "prompt": huge, "max_tokens": 1}, "prompt"),
              ("/v1/embeddings", {"model": name, "input": huge}, "input"),
-             ("/api/embed", {"model": name, "input": [huge]}, "input.0"),
+             ("/api/embed", {"model": name, "input": [huge], "truncate": False}, "input.0"),
              ("/api/embeddings", {"model": name, "prompt": huge}, "prompt")]
     # Encoded up front so this process's threads do not hold the GIL while /health is timed.
     bodies = [json.dumps(body).encode() for _, body, _ in calls]

@@ -172,6 +172,16 @@ def test_embed(client: ollama.Client, name: str, base_url: str) -> None:
     assert legacy["embedding"] == pytest.approx(r.embeddings[0], abs=1e-4)
 
 
+def test_embed_cuts_a_long_input_unless_truncate_is_false(client: ollama.Client, name: str) -> None:
+    """Ollama's /api/embed truncates by default (the official client sends no truncate)."""
+    long_text = "word " * 400  # past the fixture's 256-token context
+    r = client.embed(model=name, input=long_text)
+    assert len(r.embeddings) == 1 and r.prompt_eval_count == 256
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.embed(model=name, input=long_text, truncate=False)
+    assert refused.value.status_code == 400 and "256" in str(refused.value)
+
+
 def test_copy_and_delete(client: ollama.Client, name: str) -> None:
     assert client.copy(name, "copied:v1").status == "success"
     assert "copied:v1" in [m.model for m in client.list().models]

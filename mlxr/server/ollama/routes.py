@@ -154,7 +154,8 @@ def _check_extras(fmt: Any, think: Any, options: Options | None) -> None:
 
 @router.post("/api/embed")
 async def embed(body: EmbedRequest, request: Request) -> JSONResponse:
-    """Default: an input longer than the context is a 400; truncate=true cuts it (logged)."""
+    """An input longer than the context is cut to fit (logged), as Ollama does by default;
+    truncate=false makes it a 400."""
     arrival = time.perf_counter()
     log_ignored(body.options)
     inputs = [body.input] if isinstance(body.input, str) else body.input
@@ -163,7 +164,7 @@ async def embed(body: EmbedRequest, request: Request) -> JSONResponse:
     vectors, count = [], 0
     try:
         for i, text in enumerate(inputs):
-            vector, n = await _embed_one(held, text, body.truncate is True, f"input.{i}")
+            vector, n = await _embed_one(held, text, body.truncate is not False, f"input.{i}")
             vectors.append(_shorten(vector, body.dimensions))
             count += n
     except BaseException as e:
