@@ -207,7 +207,9 @@ class AsyncEngine:
         # A core that died between a step and the check after it leaves requests the frontend
         # has not failed yet: they get an error that names the core (EngineDeadError, a 503; the
         # ones the frontend failed itself end as error outputs, which the server answers as 500s).
-        self._fail_all(RuntimeError("the engine shut down") if self.engine.core_alive
+        # An engine shut down under its requests (the server stopping) fails them as a 503.
+        self._fail_all(OverloadedError("the model was unloaded while this request ran; retry the request")
+                       if self.engine.core_alive
                        else EngineDeadError("the engine core stopped; the model loads again on the next request"))
 
     def _apply(self, adds: list[_Add], aborts: list[str]) -> list[RequestOutput]:

@@ -3,7 +3,12 @@ unloaded after keep_alive or when room is needed for another.
 
 Under `mlxr serve --api-servers N` (N > 1) the models are pinned instead: each API process
 attaches to the engine cores its supervisor started (`attached`: model name -> channel), serves
-those models only, never unloads them, and attaches again when a core was restarted."""
+those models only, never unloads them, and attaches again when a core was restarted.
+
+A model is never unloaded from under the requests that hold it (`active`, counted under the
+model's lock): an unload finds it busy and leaves it, and a name re-pointed at another model
+(/api/create, /api/copy) loads the new one on its next request while the old engine finishes
+the requests it has and shuts down after the last one."""
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +32,7 @@ def model_spec(config: ServerConfig, path) -> ModelSpec:
     return ModelSpec(str(path), dtype=dtype, device=config.device, quantization=config.quantization)
 
 
-@dataclass
+@dataclass(eq=False)  # by identity: a name's engine is replaced by another on re-point
 class ServedModel:
     name: str  # registry name, "name:tag"
     record: object  # mlxr.registry.ModelRecord
@@ -38,6 +43,7 @@ class ServedModel:
     load_duration_s: float
     expires_at: float | None  # time.time(); None = never
     active: int = field(default=0)  # requests in flight
+    retired: bool = field(default=False)  # replaced under its name: shuts down after its last request
 
     @property
     def context_length(self) -> int:
@@ -54,13 +60,19 @@ class ModelManager:
         self._loading = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
         self._used_at: dict[str, float] = {}  # time.monotonic() of the last registry.touch
+        self._retired: set[ServedModel] = set()  # replaced engines still running requests
+        self._retiring: set[asyncio.Task] = set()  # their shutdowns under way
 
     def canonical(self, name: str) -> str:
         return self.registry.resolve(name).name
 
-    async def acquire(self, name: str, keep_alive_s: float | None = None) -> ServedModel:
+    async def acquire(self, name: str, keep_alive_s: float | None = None, hold: bool = False) -> ServedModel:
         """The served model, loading it first if needed; resets its keep-alive timer.
-        Raises ModelNotFoundError for names the registry does not know."""
+        hold: count a request on it (`active`), under the model's lock so that no unload can
+        come between; end it with release(). A name that now resolves to other model files
+        than the loaded ones (re-pointed by create or copy) loads those; the old engine shuts
+        down once its requests end. Raises ModelNotFoundError for names the registry does not
+        know."""
         record = self.registry.resolve(name)  # raises ModelNotFoundError
         if self.attached is not None and record.name not in self.attached:
             raise ModelNotFoundError(
@@ -74,15 +86,50 @@ class ModelManager:
                 self.served.pop(record.name)
                 await asyncio.to_thread(served.engine.shutdown)
                 served = None
-            if served is None:
+            if served is not None and not same_model(served.record, record):
+                log.info("model %s now names %s; loading it", record.name, record.path)
+                self.served.pop(record.name)
+                await self._retire(served)
+                served = None
+            if served is not None:
+                served.record = record  # settings (system, parameters) may have changed; the files did not
+            else:
                 async with self._loading:  # one load at a time, so the limit holds
                     if self.attached is None:
                         await self._make_room()
                     served = await asyncio.to_thread(self._load, record)
                     self.served[record.name] = served
+            if hold:
+                served.active += 1
         self.touch(served, keep_alive_s)
         self._record_use(record.name)
         return served
+
+    def release(self, served: ServedModel) -> None:
+        """A request that acquire(hold=True) counted has ended."""
+        served.active -= 1
+        if served.retired and served.active <= 0 and served in self._retired:
+            self._retired.discard(served)
+            task = asyncio.ensure_future(self._shut_down(served))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, served: ServedModel) -> None:
+        """Shut down an engine no longer served under its name: now when idle, else after the
+        last of its requests (release)."""
+        if served.active <= 0:
+            await self._shut_down(served)
+        else:
+            served.retired = True
+            self._retired.add(served)
+
+    async def _shut_down(self, served: ServedModel) -> None:
+        try:
+            await asyncio.to_thread(served.engine.shutdown)
+        except Exception:  # noqa: BLE001 - an engine that fails to stop must not fail a request
+            log.exception("shutting down the engine of %s failed", served.name)
+        else:
+            log.info("unloaded model %s (%s)", served.name, served.record.path)
 
     def _record_use(self, name: str) -> None:
         """The registry's last-used time, written at most once a second per model as the
@@ -114,26 +161,41 @@ class ModelManager:
         """Unload idle models until one more fits; a busy model is never pulled from under
         its requests (the caller gets a 503 and retries)."""
         while len(self.served) >= self.config.max_loaded_models:
-            idle = [m for m in self.served.values() if m.active == 0]
+            # A model whose lock is held is being acquired (maybe loading again, waiting for the
+            # load lock this caller holds): busy too.
+            idle = [m for m in self.served.values()
+                    if m.active == 0 and not self._locks.setdefault(m.name, asyncio.Lock()).locked()]
             if not idle:
                 raise OverloadedError(
                     f"all {len(self.served)} loaded models are busy (max_loaded_models); retry later"
                 )
             victim = min(idle, key=lambda m: m.expires_at or float("inf"))
-            await self.unload(victim.name)
+            await self._unload(victim.name, victim, expire_when_busy=False)
 
-    async def unload(self, name: str) -> bool:
+    async def unload(self, name: str, expected: ServedModel | None = None) -> bool:
+        """Unload `name` (only if it is still `expected`, when given) unless requests hold it:
+        then it expires now instead, so the reaper unloads it after them unless a request sets
+        another keep_alive. True when it was unloaded."""
         if self.attached is not None:
             return False  # pinned: the supervisor's cores hold these models until it stops
-        return await self._unload(name)
+        return await self._unload(name, expected)
 
-    async def _unload(self, name: str) -> bool:
+    async def _unload(self, name: str, expected: ServedModel | None = None, *, expire_when_busy: bool = True,
+                      expired_at: float | None = None, force: bool = False) -> bool:
         # Under the model's lock, so an acquire of the same name waits instead of loading a
-        # second copy while this one shuts down.
+        # second copy while this one shuts down, and cannot count a request on it between the
+        # checks below and the shutdown (the caller's own checks ran before it waited here).
         async with self._locks.setdefault(name, asyncio.Lock()):
-            served = self.served.pop(name, None)
-            if served is None:
+            served = self.served.get(name)
+            if served is None or (expected is not None and served is not expected):
                 return False
+            if expired_at is not None and (served.expires_at is None or served.expires_at > expired_at):
+                return False  # a request since set another keep_alive
+            if served.active > 0 and not force:
+                if expire_when_busy:
+                    served.expires_at = time.time()
+                return False
+            self.served.pop(name)
             await asyncio.to_thread(served.engine.shutdown)
         log.info("unloaded model %s", name)
         return True
@@ -142,7 +204,7 @@ class ModelManager:
         now = time.time()
         for m in list(self.served.values()):
             if m.expires_at is not None and m.expires_at <= now and m.active == 0:
-                await self.unload(m.name)
+                await self._unload(m.name, m, expire_when_busy=False, expired_at=now)
 
     async def run_reaper(self, every_s: float = 1.0) -> None:
         while True:
@@ -171,10 +233,21 @@ class ModelManager:
 
     async def shutdown(self) -> None:
         for name in list(self.served):
-            await self._unload(name)
+            await self._unload(name, force=True)
+        retired, self._retired = list(self._retired), set()
+        for served in retired:
+            await self._shut_down(served)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
 
     def get_loaded(self, name: str) -> ServedModel | None:
         try:
             return self.served.get(self.canonical(name))
         except ModelNotFoundError:
             return None
+
+
+def same_model(loaded, resolved) -> bool:
+    """Whether a registry record still names the files a model was loaded from (its settings
+    may differ: those apply per request)."""
+    return str(loaded.path) == str(resolved.path) and loaded.digest == resolved.digest

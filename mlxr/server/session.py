@@ -168,11 +168,11 @@ class Session:
         quiet = warm_requests.is_warm_up(request)
         trace = RequestTrace(request_id, route, arrival, None if quiet else request.app.state.metrics, quiet=quiet)
         try:
-            served = await request.app.state.models.acquire(model or default_model(request))
+            # hold: counted as active under the model's lock, so no unload comes in between
+            served = await request.app.state.models.acquire(model or default_model(request), hold=True)
         except BaseException as e:
             trace.finish(status_of(e), str(e))
             raise
-        served.active += 1
         trace.model = served.name
         return cls(request, served, trace, request_id)
 
@@ -219,7 +219,7 @@ class Session:
             if self._stream is not None:
                 await self._stream.aclose()
         finally:  # a failed close must not pin the model (keep_alive would never expire)
-            self.served.active -= 1
+            self.request.app.state.models.release(self.served)
             self.trace.finish(status, error)
 
     async def fail(self, error: BaseException) -> None:

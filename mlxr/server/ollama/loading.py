@@ -35,9 +35,10 @@ class Hold:
 
     async def unload_if_asked(self) -> None:
         """keep_alive 0: unload now, unless another request still uses the model (the reaper
-        then unloads it when that one ends)."""
-        if self.keep_alive_s == 0 and self.served.active == 0:
-            await self.request.app.state.models.unload(self.served.name)
+        then unloads it when that one ends, unless it sets another keep_alive). The manager
+        checks that under the model's lock, and unloads only the engine this request used."""
+        if self.keep_alive_s == 0:
+            await self.request.app.state.models.unload(self.served.name, self.served)
 
 
 async def resolve(request: Request, name: str, field: str = "model") -> Any:
