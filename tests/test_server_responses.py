@@ -33,7 +33,7 @@ def model(client) -> str:
 
 def test_text_input_streamed_and_not(client, model):
     r = client.responses.create(model=model, input="hello", max_output_tokens=8, temperature=0)
-    assert r.object == "response" and r.id.startswith("resp")
+    assert r.object == "response" and r.id.startswith("resp_")
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     assert r.output[0].type == "message" and r.usage.output_tokens == 8
     events = list(client.responses.create(model=model, input="hello", max_output_tokens=8, temperature=0, stream=True))

@@ -164,7 +164,7 @@ class Session:
     @classmethod
     async def open(cls, request: Request, model: str | None, route: str, id_prefix: str) -> "Session":
         arrival = time.monotonic()
-        request_id = f"{id_prefix}-{uuid.uuid4().hex}"
+        request_id = f"{id_prefix}{uuid.uuid4().hex}"
         quiet = warm_requests.is_warm_up(request)
         trace = RequestTrace(request_id, route, arrival, None if quiet else request.app.state.metrics, quiet=quiet)
         try:

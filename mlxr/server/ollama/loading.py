@@ -55,7 +55,7 @@ async def hold(request: Request, name: str, route: str, keep_alive_s: float | No
     """Load `name` if needed and hold it; end with `finish()` or `session.fail()`."""
     await resolve(request, name)
     started, wall = time.perf_counter(), time.time()
-    session = await Session.open(request, name, route, "ollama")
+    session = await Session.open(request, name, route, "ollama-")
     ready = time.perf_counter()
     request.app.state.models.touch(session.served, keep_alive_s)
     load_s = ready - started if session.served.loaded_at >= wall else 0.0

@@ -22,7 +22,7 @@ ROUTE = "/v1/chat/completions"
 
 @router.post(ROUTE)
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    session = await Session.open(request, body.model, ROUTE, "chatcmpl")
+    session = await Session.open(request, body.model, ROUTE, "chatcmpl-")
     try:
         return await _chat(session, body)
     except BaseException as e:

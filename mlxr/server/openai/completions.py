@@ -19,7 +19,7 @@ ROUTE = "/v1/completions"
 
 @router.post(ROUTE)
 async def completions(body: CompletionRequest, request: Request) -> Response:
-    session = await Session.open(request, body.model, ROUTE, "cmpl")
+    session = await Session.open(request, body.model, ROUTE, "cmpl-")
     try:
         return await _complete(session, body)
     except BaseException as e:

@@ -49,7 +49,7 @@ async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
 
 @router.post("/v1/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
-    session = await Session.open(request, body.model, "/v1/embeddings", "embd")
+    session = await Session.open(request, body.model, "/v1/embeddings", "embd-")
     try:
         data, tokens = await _embed_all(session, body)
     except BaseException as e:

@@ -27,7 +27,7 @@ ROUTE = "/v1/responses"
 
 @router.post(ROUTE)
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
-    session = await Session.open(request, body.model, ROUTE, "resp")
+    session = await Session.open(request, body.model, ROUTE, "resp_")  # OpenAI's form
     try:
         return await _respond(session, body)
     except BaseException as e:
