@@ -162,6 +162,21 @@ def test_embeddings(client, model):
     assert many.usage.prompt_tokens > one.usage.prompt_tokens
 
 
+def test_embeddings_take_openais_batch_of_2048_inputs(client, model):
+    """LangChain's OpenAIEmbeddings sends 1,000 inputs a request (64 were the limit before);
+    OpenAI takes 2,048."""
+    texts = [f"text {i}" for i in range(300)]
+    r = client.embeddings.create(model=model, input=texts)
+    assert [d.index for d in r.data] == list(range(300))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=model, input=["x"] * 2049)
+    assert "input" in str(e.value)
+    # The tokens together are bounded as OpenAI bounds them (300,000), before any is embedded.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.with_options(timeout=60).embeddings.create(model=model, input=[[7] * 200] * 2000)
+    assert "400000 tokens" in str(e.value)
+
+
 def test_bundled_model_smoke(tmp_path):
     """No --model: the bundled Gemma 3 270M is registered, preloaded and answers."""
     with running_server(tmp_path / "home", timeout_s=180) as url:

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.server.openai.prompts import encode_inputs
-from mlxr.server.openai.schemas import EmbeddingRequest
+from mlxr.server.openai.schemas import MAX_EMBEDDING_TOKENS, EmbeddingRequest
 from mlxr.server.prompt_work import off_loop
 from mlxr.server.session import Session
 
@@ -67,6 +67,9 @@ async def _embed_all(session: Session, body: EmbeddingRequest) -> tuple[list[dic
         if len(ids) > served.context_length:
             raise ContextLengthError(len(ids), served.context_length, param="input")
     session.trace.prompt_tokens = sum(len(i) for i in inputs)
+    if session.trace.prompt_tokens > MAX_EMBEDDING_TOKENS:
+        raise InvalidParameterError("input", f"{session.trace.prompt_tokens} tokens in one request; at most "
+                                             f"{MAX_EMBEDDING_TOKENS} (split the inputs over several requests)")
     data, total = [], 0
     for index, ids in enumerate(inputs):
         vector, count = await served.engine.embed(ids)

@@ -12,6 +12,8 @@ from mlxr.types import MAX_LOGPROBS, MAX_TOKENS_LIMIT
 
 MAX_N = 16  # choices per prompt; huge n is a memory attack [vLLM]
 MAX_PROMPTS = 64  # prompts in one /v1/completions batch
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit; LangChain's OpenAIEmbeddings sends 1,000 a request
+MAX_EMBEDDING_TOKENS = 300_000  # OpenAI's limit on the inputs' tokens together
 MAX_STOP = 16
 MAX_LOGIT_BIAS = 1024
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
@@ -112,12 +114,18 @@ class ChatCompletionRequest(SamplingFields):
     chat_template: str | None = None  # vLLM's extra, refused: the model's own template renders
 
 
-Prompt = (
-    str
-    | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
-    | TokenIds
-    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
-)
+def _prompts(most: int):
+    """One text, a list of texts, token ids, or lists of token ids: at most `most` prompts."""
+    return (
+        str
+        | Annotated[list[str], Field(min_length=1, max_length=most)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=most)]
+    )
+
+
+Prompt = _prompts(MAX_PROMPTS)
+EmbeddingInput = _prompts(MAX_EMBEDDING_INPUTS)
 
 
 class CompletionRequest(SamplingFields):
@@ -130,7 +138,7 @@ class CompletionRequest(SamplingFields):
 
 class EmbeddingRequest(_Body):
     model: str | None = Field(None, max_length=512)
-    input: Prompt
+    input: EmbeddingInput
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
