@@ -59,11 +59,7 @@ async def delete(body: DeleteRequest, request: Request) -> Response:
     models = request.app.state.models
     if models.attached is not None and record.name in models.attached:
         raise InvalidParameterError("model", f"{record.name} is pinned by --api-servers: stop the server to delete it")
-    served = models.served.get(record.name)
-    if served is not None and served.active:
-        models.touch(served, 0)  # the reaper unloads it once its requests end
-    else:
-        await models.unload(record.name)
+    await models.unload(record.name)  # if requests hold it, it expires and the reaper unloads it after them
     await asyncio.to_thread(request.app.state.registry.remove, record.name)
     return Response(status_code=200)
 
