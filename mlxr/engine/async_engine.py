@@ -204,10 +204,10 @@ class AsyncEngine:
         for item in [*(a.accepted for a in adds), *(c.result for c in calls)]:
             if item.set_running_or_notify_cancel():
                 item.set_exception(error)
-        # A core that died between a step and the check after it leaves requests the frontend
-        # has not failed yet: they get an error that names the core (EngineDeadError, a 503; the
-        # ones the frontend failed itself end as error outputs, which the server answers as 500s).
-        # An engine shut down under its requests (the server stopping) fails them as a 503.
+        # Requests still running fail with a 503 that says why: the model was unloaded (the
+        # server stopping; the manager unloads no model its requests hold), or the core died
+        # between a step and the check after it (EngineDeadError; the requests the frontend failed
+        # itself end as error outputs, which the server answers as 500s).
         self._fail_all(OverloadedError("the model was unloaded while this request ran; retry the request")
                        if self.engine.core_alive
                        else EngineDeadError("the engine core stopped; the model loads again on the next request"))
