@@ -7,7 +7,8 @@
 #   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|structured|all]
 # tests: the GEMV's and speculation's GPU tests; bench: bench/spec_decode.py n-gram at batch 1 and
 # 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times;
-# structured: bench/structured_overhead.py at batch 1, 8 and 64, jump-forward on, then off (JSON to $OUT).
+# structured: bench/structured_overhead.py at batch 1, 8 and 64, jump-forward on, then off (JSON to $OUT);
+# maskcalls: bench/probes/mask_calls.py at batch 64, then the overhead bench at batch 64 alone.
 set -u
 R=$PWD; STASH=/root/smol-parts
 case "${1:-all}" in stash) rm -rf $STASH; mkdir -p $STASH/whl && cp .m1/* $STASH/ && cp .whl/* $STASH/whl/ && ls $STASH; exit 0 ;; esac
@@ -33,11 +34,16 @@ run_structured() {
       --label jump_forward=$jf 2>&1 | grep -v "Loading weights" | tail -10
   done
 }
+run_mask_calls() {
+  timeout 300 python3 bench/probes/mask_calls.py --device cuda --batch 64 --reps 3 --label "${LABEL:-}" 2>&1 | grep -v "Loading weights" | tail -16
+  timeout 240 python3 bench/structured_overhead.py --device cuda --batches 64 --reps 3 --label "${LABEL:-}" 2>&1 | grep -v "Loading weights" | tail -6
+}
 case "${1:-all}" in
   tests) run_tests ;;
+  maskcalls) run_mask_calls ;;
   structured) run_structured ;;
   bench) run_bench ;;
   probes) run_probes ;;
   all) run_tests; run_bench; run_probes ;;
-  *) echo "usage: bash bench/gpu_spec.sh stash|tests|bench|probes|structured|all" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_spec.sh stash|tests|bench|probes|structured|maskcalls|all" >&2; exit 2 ;;
 esac

@@ -1,0 +1,98 @@
+"""Where a constrained batch's host time goes, call by call: bench/structured_overhead.py's schema
+arm (batch 1, 8, then --batch, as the bench orders them, so the choosers' trials fall where they
+do there), with the structured manager's pieces wrapped and each call's time kept: the bitmask
+(its scan, buffer, fill hand-off), where the fill ran, the worker's start, the sampler's wait for
+it, the matchers' landed tokens, and sampling. Percentiles per piece, so a piece that is slow
+once in a while (a trial fill on the step thread) shows apart from one slow every step. JSON to
+bench/results/<day>/mask_calls-*.json.
+
+  python bench/probes/mask_calls.py --device cuda --batch 64 --reps 3
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import bench_path  # noqa: F401,I001  (bench/ on sys.path)
+from common import device_name, print_table, write_result
+from structured_overhead import cpu_model, run_arm
+from mlxr import LLM
+
+
+def percentiles(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    if not xs:
+        return {"calls": 0}
+    at = lambda q: 1e3 * xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+    return {"calls": len(xs), "total_ms": 1e3 * sum(xs), "p10": at(0.1), "p50": at(0.5), "p90": at(0.9),
+            "p99": at(0.99), "max": 1e3 * xs[-1]}
+
+
+def wrap(obj, name: str, key: str, times: dict, on: list) -> None:
+    fn = getattr(obj, name)
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if on[0]:
+                times[key].append(time.perf_counter() - t0)
+    setattr(obj, name, timed)
+
+
+def instrument(llm, times: dict, picks: dict, on: list) -> None:
+    from mlxr.engine.structured import mask_job, matcher
+
+    core = llm.engine.core.core
+    manager = core.structured
+    wrap(manager, "bitmask", "bitmask", times, on)
+    wrap(manager, "_fill", "fill_call", times, on)
+    wrap(manager._worker, "start", "worker_start", times, on)
+    wrap(manager._buffers, "take", "buffers_take", times, on)
+    wrap(core.scheduler, "update_from_output", "update", times, on)
+    wrap(matcher, "advance_all", "advance_all", times, on)
+    wrap(core.runner.sampler, "launch", "sample", times, on)
+    wrap(mask_job.PendingMask, "__call__", "pending_wait", times, on)
+    wrap(llm.engine, "step", "step", times, on)
+    choose = manager._where.choose
+
+    def counted(rows: int) -> str:
+        kind = choose(rows)
+        if on[0]:
+            picks[f"{kind}@{rows}"] += 1
+        return kind
+    manager._where.choose = counted
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2:135m")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--gen-len", type=int, default=96)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=max(64, a.batch))
+    for batch in (1, 8, a.batch):  # the bench's order: the choosers' trials happen on the way
+        run_arm(llm, batch, a.gen_len, False), run_arm(llm, batch, a.gen_len, True)
+    times, picks, on = defaultdict(list), defaultdict(int), [False]
+    instrument(llm, times, picks, on)
+    runs = []
+    on[0] = True
+    for _ in range(a.reps):
+        runs.append(run_arm(llm, a.batch, a.gen_len, True)[0])
+    on[0] = False
+    steps = max(1, len(times["step"]))
+    rows = [{"piece": k, **percentiles(v), "ms_per_step": 1e3 * sum(v) / steps} for k, v in sorted(times.items())]
+    print_table(rows, ["piece", "calls", "ms_per_step", "p10", "p50", "p90", "p99", "max"])
+    print("where the fills ran:", dict(picks), "tok/s:", [round(r) for r in runs])
+    print(write_result("mask_calls", {"label": a.label, "model": a.model, "device": device_name(a.device),
+                                      "cpu": cpu_model(), "batch": a.batch, "gen_len": a.gen_len, "reps": a.reps,
+                                      "tok_s": runs, "picks": dict(picks), "pieces_ms": rows}))
+
+
+if __name__ == "__main__":
+    main()
