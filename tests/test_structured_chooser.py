@@ -47,3 +47,18 @@ def test_the_backoff_is_bounded_so_a_change_of_load_is_noticed():
     # The step thread became the faster way: after its next trial it is used.
     chosen = run(chooser, {"step_thread": 1.0, "worker": 5.0}, MAX_BACKOFF * RETRY + 20)
     assert chosen[-10:] == ["step_thread"] * 10
+
+
+def test_one_stalled_batch_does_not_hand_the_work_to_the_slower_kind():
+    chooser = KindChooser(("step_thread", "worker"), run=2)
+    run(chooser, {"step_thread": 40.0, "worker": 5.0}, 2 * TRIALS + 4)
+    chooser.learn("worker", ROWS, 700.0 * ROWS / 1e6)  # one batch waited 140 times as long
+    chosen = run(chooser, {"step_thread": 40.0, "worker": 5.0}, 20)
+    assert chosen == ["worker"] * 20
+
+
+def test_a_lasting_slowdown_still_moves_the_choice_within_a_few_batches():
+    chooser = KindChooser(("step_thread", "worker"), run=2)
+    run(chooser, {"step_thread": 40.0, "worker": 5.0}, 2 * TRIALS + 4)
+    chosen = run(chooser, {"step_thread": 40.0, "worker": 700.0}, 12)
+    assert chosen[-4:] == ["step_thread"] * 4

@@ -25,3 +25,19 @@ def test_matches_llguidance(device, rows, vocab, words):
     ours = logits.to(device)
     apply_token_bitmask_triton(ours, mask.to(device))
     assert np.array_equal(ours.cpu().numpy(), ref)
+
+
+@pytest.mark.gpu
+def test_one_compiled_variant_serves_every_shape_and_alignment():
+    """Row counts, vocabularies, mask widths and views at odd offsets: one compile in all, so a
+    constrained step never compiles while serving (the warm-up compiles it)."""
+    from mlxr.ops.bitmask_triton import _bitmask_kernel
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    before = sum(len(c[0]) for c in _bitmask_kernel.device_caches.values())
+    for rows, vocab, words, offset in [(1, 49152, 1536, 0), (64, 49152, 1536, 0), (3, 1500, 47, 1), (7, 97, 5, 3)]:
+        logits = torch.randn(rows * vocab + offset, device="cuda")[offset:].view(rows, vocab)
+        mask = torch.full((rows * words + offset,), -1, dtype=torch.int32, device="cuda")[offset:].view(rows, words)
+        apply_token_bitmask_triton(logits, mask)
+    assert sum(len(c[0]) for c in _bitmask_kernel.device_caches.values()) - before <= 1

@@ -42,10 +42,22 @@ def wrap(obj, name: str, key: str, times: dict, on: list) -> None:
     setattr(obj, name, timed)
 
 
+def manager_of(core):
+    return core.structured
+
+
 def instrument(llm, times: dict, picks: dict, on: list) -> None:
+    from mlxr.engine import engine_core
     from mlxr.engine.structured import mask_job, matcher
 
     core = llm.engine.core.core
+    wrap(engine_core, "forward_ahead", "forward_ahead", times, on)
+    wrap(engine_core, "launch_sampling", "launch_sampling", times, on)
+    wrap(core, "step", "core_step", times, on)
+    wrap(core, "_land", "land", times, on)
+    wrap(core.scheduler, "schedule", "schedule", times, on)
+    wrap(manager_of(core), "admit", "admit", times, on)
+    wrap(llm.engine.output, "process", "detokenize", times, on)
     manager = core.structured
     wrap(manager, "bitmask", "bitmask", times, on)
     wrap(manager, "_fill", "fill_call", times, on)

@@ -67,6 +67,20 @@ def run_to_end(core) -> int:
     return steps
 
 
+def warm_structured_mask(core) -> None:
+    """Structured output's mask kernel, compiled once here rather than on the first constrained
+    step (one variant serves every shape: ops/bitmask_triton.py). No grammar is needed for it."""
+    if core.parts.device.type != "cuda":
+        return
+    import torch
+
+    from mlxr.ops.sampling import apply_token_bitmask_
+
+    vocab = core.parts.args.vocab_size
+    logits = torch.zeros(1, vocab, dtype=torch.float32, device=core.parts.device)
+    apply_token_bitmask_(logits, torch.full((1, (vocab + 31) // 32), -1, dtype=torch.int32, device=logits.device))
+
+
 def warm_up(core) -> None:
     WATCH.install()
     WATCH.warming()
@@ -88,6 +102,7 @@ def warm_up(core) -> None:
         core.add_request(EngineCoreRequest(f"warm-up-{requests}", ids, GREEDY, GREEDY.max_tokens, [], time.monotonic()))
         requests += 1
         steps += run_to_end(core)
+    warm_structured_mask(core)
     core.reset()
     WATCH.mark_warm()
     log.info("warm-up: %d requests, %d steps in %.1fs; %d kernels compiled", requests, steps,

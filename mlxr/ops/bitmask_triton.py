@@ -7,9 +7,15 @@ import triton
 import triton.language as tl
 
 BLOCK = 1024
+# One compiled variant for every call: Triton would otherwise compile one per set of integer
+# arguments that are 1 or multiples of 16 and per pointer alignment, and a variant the warm-up
+# did not meet compiled while serving (~40 ms of a batch-64 step on an H200;
+# mask_calls-20261128T193025Z). The kernel is a memory-bound pass: specialising buys nothing.
+_ANY_INT = ["vocab", "words", "stride_l", "stride_m"]
+_ANY_ALIGNMENT = ["logits_ptr", "mask_ptr"]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_ANY_INT, do_not_specialize_on_alignment=_ANY_ALIGNMENT)
 def _bitmask_kernel(logits_ptr, mask_ptr, vocab, words, stride_l, stride_m, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)

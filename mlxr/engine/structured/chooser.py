@@ -18,6 +18,14 @@ TRIALS = 4  # large batches of each kind before choosing
 RETRY = 64  # a large batch of the kind not in use every RETRY batches, so a change of load is noticed
 MAX_BACKOFF = 16  # ... times how many times slower it was, up to this many times
 SMOOTHING = 0.25  # weight of the newest time in a kind's running figure
+# A batch's time enters a kind's running figure at most OUTLIER times that figure. One batch may
+# stall for reasons of its own (a kernel compiled on first use, a collection, a fill whose rows all
+# sat inside length-bounded strings): on an H200 host one 44 ms wait for the worker's fill made the
+# worker look 100 times slower than it was, and the step thread then filled 77 of 288 batch-64
+# masks at ~2.5 ms each against ~0.3 ms of its time with the worker
+# (bench/probes/mask_calls.py, mask_calls-20261128T193025Z). A real change of load still shows
+# within a few batches: each may raise the figure by up to (1 - SMOOTHING) + SMOOTHING * OUTLIER.
+OUTLIER = 4.0
 
 
 class KindChooser:
@@ -55,6 +63,8 @@ class KindChooser:
         us_per_row, old = 1e6 * seconds / rows, self._us_per_row[kind]
         if kind == self._retrying:
             self._retrying, old = None, None
+        if old is not None:
+            us_per_row = min(us_per_row, OUTLIER * old)
         self._us_per_row[kind] = us_per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * us_per_row
 
     @property
