@@ -35,8 +35,8 @@ run_structured() {
   done
 }
 run_mask_calls() {
-  timeout 300 python3 bench/probes/mask_calls.py --device cuda --batch 64 --reps 3 --label "${LABEL:-}" 2>&1 | grep -v "Loading weights" | tail -16
-  timeout 240 python3 bench/structured_overhead.py --device cuda --batches 64 --reps 3 --label "${LABEL:-}" 2>&1 | grep -v "Loading weights" | tail -6
+  timeout 300 python3 bench/probes/mask_calls.py --device cuda --batch 64 --reps 3 --profile 30 --label "${LABEL:-}" 2>&1 | grep -v "Loading weights" | tail -56
+  timeout 240 python3 bench/structured_overhead.py --device cuda --batches 1 8 64 --reps 3 --label "${LABEL:-}" 2>&1 | grep -v "Loading weights" | tail -12
 }
 case "${1:-all}" in
   tests) run_tests ;;

@@ -78,6 +78,33 @@ def instrument(llm, times: dict, picks: dict, on: list) -> None:
     manager._where.choose = counted
 
 
+def own_ms(stats, steps: int) -> dict[str, float]:
+    return {f"{f[0].rsplit('/', 2)[-1]}:{f[1]}:{f[2]}": 1e3 * v[2] / steps for f, v in stats.stats.items()}
+
+
+def profile_arms(llm, batch: int, gen_len: int, top: int) -> list[dict]:
+    """One rep of each arm under cProfile (the step thread: this one): own time a step of the
+    functions that differ most, schema minus plain."""
+    import cProfile
+    import pstats
+
+    own = {}
+    for constrained in (False, True):
+        prof = cProfile.Profile()
+        prof.enable()
+        run_arm(llm, batch, gen_len, constrained)
+        prof.disable()
+        own[constrained] = own_ms(pstats.Stats(prof), gen_len)
+    keys = set(own[False]) | set(own[True])
+    rows = [{"fn": k, "plain": own[False].get(k, 0.0), "schema": own[True].get(k, 0.0)} for k in keys]
+    for r in rows:
+        r["diff"] = r["schema"] - r["plain"]
+    rows.sort(key=lambda r: -abs(r["diff"]))
+    print_table(rows[:top], ["fn", "plain", "schema", "diff"])
+    print("total own ms a step: plain %.2f schema %.2f" % (sum(own[False].values()), sum(own[True].values())))
+    return rows[:top]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2:135m")
@@ -86,6 +113,8 @@ def main() -> None:
     ap.add_argument("--gen-len", type=int, default=96)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--label", default="")
+    ap.add_argument("--profile", type=int, default=0, help="then one rep of each arm under cProfile: the N functions "
+                    "whose own time differs most between them, ms a step")
     a = ap.parse_args()
     llm = LLM(a.model, device=a.device, engine_process=False, max_num_seqs=max(64, a.batch))
     for batch in (1, 8, a.batch):  # the bench's order: the choosers' trials happen on the way
@@ -101,7 +130,8 @@ def main() -> None:
     rows = [{"piece": k, **percentiles(v), "ms_per_step": 1e3 * sum(v) / steps} for k, v in sorted(times.items())]
     print_table(rows, ["piece", "calls", "ms_per_step", "p10", "p50", "p90", "p99", "max"])
     print("where the fills ran:", dict(picks), "tok/s:", [round(r) for r in runs])
-    print(write_result("mask_calls", {"label": a.label, "model": a.model, "device": device_name(a.device),
+    diff = profile_arms(llm, a.batch, a.gen_len, a.profile) if a.profile else []
+    print(write_result("mask_calls", {"profile_ms_per_step": diff, "label": a.label, "model": a.model, "device": device_name(a.device),
                                       "cpu": cpu_model(), "batch": a.batch, "gen_len": a.gen_len, "reps": a.reps,
                                       "tok_s": runs, "picks": dict(picks), "pieces_ms": rows}))
 
