@@ -78,6 +78,38 @@ def instrument(llm, times: dict, picks: dict, on: list) -> None:
     manager._where.choose = counted
 
 
+WAYS = [("worker", "parallel", "parallel"), ("worker", "parallel", "serial"), ("worker", "serial", "serial"),
+        ("step_thread", "parallel", "serial"), ("step_thread", "serial", "serial"),
+        ("step_thread", "parallel", "parallel")]
+
+
+def compare_ways(llm, batch: int, gen_len: int, reps: int) -> list[dict]:
+    """tok/s of each fixed (where the fill runs, fill kind, token-update kind), the choosers
+    bypassed, beside the plain arm run just before each schema run."""
+    from mlxr.engine.structured import matcher
+
+    manager = llm.engine.core.core.structured
+    choosers = (manager._where, manager.filler._chooser, matcher._shared["chooser"])
+    saved = [c.choose for c in choosers]
+    rows = []
+    try:
+        for way in WAYS:
+            for chooser, kind in zip(choosers, way):
+                chooser.choose = lambda rows, _k=kind: _k
+            plain, schema = [], []
+            for _ in range(reps):
+                plain.append(run_arm(llm, batch, gen_len, False)[0])
+                schema.append(run_arm(llm, batch, gen_len, True)[0])
+            rows.append({"where": way[0], "fill": way[1], "consume": way[2], "plain": sorted(plain)[len(plain) // 2],
+                         "schema": sorted(schema)[len(schema) // 2]})
+            rows[-1]["ratio"] = rows[-1]["schema"] / rows[-1]["plain"]
+    finally:
+        for chooser, choose in zip(choosers, saved):
+            chooser.choose = choose
+    print_table(rows, ["where", "fill", "consume", "plain", "schema", "ratio"])
+    return rows
+
+
 def own_ms(stats, steps: int) -> dict[str, float]:
     return {f"{f[0].rsplit('/', 2)[-1]}:{f[1]}:{f[2]}": 1e3 * v[2] / steps for f, v in stats.stats.items()}
 
@@ -113,6 +145,9 @@ def main() -> None:
     ap.add_argument("--gen-len", type=int, default=96)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--label", default="")
+    ap.add_argument("--ways", action="store_true", help="then each fixed way of running the grammar work "
+                    "(where the fill runs, serial or parallel fills and token updates), plain and schema arms "
+                    "interleaved, instead of the choosers")
     ap.add_argument("--profile", type=int, default=0, help="then one rep of each arm under cProfile: the N functions "
                     "whose own time differs most between them, ms a step")
     a = ap.parse_args()
@@ -130,8 +165,9 @@ def main() -> None:
     rows = [{"piece": k, **percentiles(v), "ms_per_step": 1e3 * sum(v) / steps} for k, v in sorted(times.items())]
     print_table(rows, ["piece", "calls", "ms_per_step", "p10", "p50", "p90", "p99", "max"])
     print("where the fills ran:", dict(picks), "tok/s:", [round(r) for r in runs])
+    ways = compare_ways(llm, a.batch, a.gen_len, a.reps) if a.ways else []
     diff = profile_arms(llm, a.batch, a.gen_len, a.profile) if a.profile else []
-    print(write_result("mask_calls", {"profile_ms_per_step": diff, "label": a.label, "model": a.model, "device": device_name(a.device),
+    print(write_result("mask_calls", {"profile_ms_per_step": diff, "ways": ways, "label": a.label, "model": a.model, "device": device_name(a.device),
                                       "cpu": cpu_model(), "batch": a.batch, "gen_len": a.gen_len, "reps": a.reps,
                                       "tok_s": runs, "picks": dict(picks), "pieces_ms": rows}))
 
