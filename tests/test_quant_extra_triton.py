@@ -166,7 +166,8 @@ def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("config", [{"bn": 4, "warps": 1}, {"bn": 32, "bk": 32, "warps": 4}, {"bn": 16, "split": 3}])
+@pytest.mark.parametrize("config", [{"bn": 4, "warps": 1}, {"bn": 32, "bk": 32, "warps": 4}, {"bn": 16, "split": 3},
+                                    {"halves": True}, {"halves": True, "split": 1}, {"halves": True, "bk": 32}])
 def test_gemv_launch_variants_of_the_probe_agree_with_gguf_py(config: dict, device: str) -> None:
     """bench/probes/extra_gemv.py sweeps these knobs; each must still compute the product."""
     qtype, n, k = "Q4_1", 40, 576
@@ -176,3 +177,20 @@ def test_gemv_launch_variants_of_the_probe_agree_with_gguf_py(config: dict, devi
     ref = x.double() @ w64.T
     out = qmatmul_extra_triton(x.to(device), torch.from_numpy(raw).to(device), qtype, k, config=config).cpu().double()
     assert (out - ref).norm() / ref.norm() < 1e-5, config
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("split", [None, 1])
+def test_q4_1_halves_row_is_bit_identical_whatever_the_batch(split, device: str) -> None:
+    """The Q4_1 tile read in two halves (16-byte loads of x) keeps a row's sums independent of
+    the batch, as the one-tile order does."""
+    qtype, k = "Q4_1", 576
+    n = 12 if device == "cpu" else 1000
+    t = torch.from_numpy(random_blocks(qtype, n, k, seed=5)).to(device)
+    config = {"halves": True, **({"split": split} if split else {})}
+    row = torch.randn(1, k, generator=torch.Generator().manual_seed(0)).to(device)
+    alone = qmatmul_extra_triton(row, t, qtype, k, config=config)
+    for m, at in ((2, 1), (9, 4)):
+        batch = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(device)
+        batch[at] = row[0]
+        assert torch.equal(qmatmul_extra_triton(batch, t, qtype, k, config=config)[at:at + 1], alone), (m, at)

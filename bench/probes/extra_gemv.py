@@ -50,13 +50,13 @@ L2_MISS_BYTES = 128 << 20  # H100: 50 MB of L2
 
 
 def parse_variant(text: str) -> dict:
-    """'bn=8,bk=64,warps=2,split=1' -> {'bn': 8, 'bk': 64, 'warps': 2, 'split': 1}; 'default' -> {}."""
+    """'bn=8,bk=64,warps=2,split=1' -> {'bn': 8, 'bk': 64, 'warps': 2, 'split': 1}; 'default' -> {}; halves=1: Q4_1's two-half tile."""
     if text == "default":
         return {}
     cfg = {}
     for part in text.split(","):
         key, value = part.split("=")
-        assert key in ("bn", "bk", "warps", "split"), key
+        assert key in ("bn", "bk", "warps", "split", "halves"), key
         cfg[key] = int(value)
     return cfg
 

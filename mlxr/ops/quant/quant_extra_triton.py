@@ -27,6 +27,8 @@ _GEMV_BN and _GEMV_WARPS); bench/quant_extra.py --device cuda measures the types
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -45,6 +47,8 @@ _BN, _BK = 16, 256  # the dequantize kernel's tile
 # extra_gemv-20261128T004320Z and -004532Z; the flattest, 8 over 1 warp, costs 665 at one row).
 _GEMV_BN, _GEMV_WARPS = 16, 4
 _PROGRAMS_PER_SM = 4  # split-K's aim (gemv_config)
+# Q4_1's tile in two halves read with 16-byte loads of x (_q4_1_halves); config "halves" overrides.
+Q4_1_HALVES = os.environ.get("MLXR_Q4_1_HALVES", "0") == "1"
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
 
@@ -169,6 +173,39 @@ def _q4_1_tile(v_ptr, rb, blk0, NB: tl.constexpr):
 
 
 @triton.jit
+def _q4_1_halves(v_ptr, rb, blk0, NB: tl.constexpr):
+    """Q4_1's GEMV tile as two halves [BN, NB, 4, 4] (block, quant word q, its byte i): the low
+    nibbles, columns 32b + 4q + i, and the high ones, those + 16; and the low half's columns
+    [1, NB, 4, 4]. Each half's columns run contiguously in the last two dimensions, so a row of
+    x is read for it in 16-byte loads rather than one float at a time (_q4_1_tile's order)."""
+    b = blk0 + tl.arange(0, NB)[None, :]
+    word0 = (rb + b * 20) // 4
+    dm = tl.load(v_ptr + word0)
+    d, m = _half(dm)[:, :, None], _half(dm >> 16)[:, :, None]
+    q = tl.arange(0, 4)[None, None, :]
+    qw = tl.load(v_ptr + word0[:, :, None] + 1 + q)
+    # join(join(byte 0, byte 2), join(byte 1, byte 3)) flattens to bytes 0, 1, 2, 3
+    lo = tl.join(tl.join(_q4_1_value(d, m, qw, 0), _q4_1_value(d, m, qw, 16)),
+                 tl.join(_q4_1_value(d, m, qw, 8), _q4_1_value(d, m, qw, 24)))
+    hi = tl.join(tl.join(_q4_1_value(d, m, qw, 4), _q4_1_value(d, m, qw, 20)),
+                 tl.join(_q4_1_value(d, m, qw, 12), _q4_1_value(d, m, qw, 28)))
+    shape = [rb.shape[0], NB, 4, 4]
+    cols = b[:, :, None, None] * 32 + 4 * q[:, :, :, None] + tl.arange(0, 4)[None, None, None, :]
+    return tl.reshape(lo, shape), tl.reshape(hi, shape), cols
+
+
+@triton.jit
+def _accumulate_halves(accs, lo, hi, x_ptrs, stride_x, MB: tl.constexpr):
+    """Row r's two accumulators (accs[2r], accs[2r + 1]) += the halves times row r's x."""
+    out = ()
+    for r in tl.static_range(MB):
+        xr = x_ptrs + r * stride_x
+        out = out + (accs[2 * r] + lo * tl.load(xr).to(tl.float32),
+                     accs[2 * r + 1] + hi * tl.load(xr + 16).to(tl.float32))
+    return out
+
+
+@triton.jit
 def _dequant_kernel(w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, N, K, stride_w, stride_o,
                     QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -209,12 +246,23 @@ def _channel_sums(acc, QT: tl.constexpr):
 
 
 @triton.jit
-def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr):
-    """[MP, BN]: row r holds accs[r]'s channel sums (selected, not added: exact)."""
+def _row_total(accs, r: tl.constexpr, QT: tl.constexpr, HALVES: tl.constexpr):
+    """[BN]: row r's channel sums (HALVES: its two accumulators', low half first)."""
+    if HALVES:
+        total = (tl.sum(tl.sum(tl.sum(accs[2 * r], axis=3), axis=2), axis=1)
+                 + tl.sum(tl.sum(tl.sum(accs[2 * r + 1], axis=3), axis=2), axis=1))
+    else:
+        total = _channel_sums(accs[r], QT)
+    return total
+
+
+@triton.jit
+def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr):
+    """[MP, BN]: row r holds its channel sums (selected, not added: exact)."""
     r2 = tl.arange(0, MP)[:, None]
     res = tl.zeros([MP, BN], dtype=tl.float32)
     for r in tl.static_range(MB):
-        res = tl.where(r2 == r, _channel_sums(accs[r], QT)[None, :], res)
+        res = tl.where(r2 == r, _row_total(accs, r, QT, HALVES)[None, :], res)
     return res
 
 
@@ -222,7 +270,7 @@ def _row_sums(accs, QT: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr, BN: tl
 def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr, N, n_iters, iters_per_split, n_split,
                  stride_x, stride_w, stride_o,
                  QT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MB: tl.constexpr, MP: tl.constexpr,
-                 SPLIT: tl.constexpr, PDL: tl.constexpr):
+                 SPLIT: tl.constexpr, PDL: tl.constexpr, HALVES: tl.constexpr):
     """out[r, n] for the MB rows of x and BN output channels over this program's share of K's
     tiles: each weight tile is dequantized once and multiplied into every row's own accumulator
     of the tile's shape, each reduced alone at the end. No tensor of the sums has a rows dimension, so
@@ -235,26 +283,32 @@ def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr,
     pid_k = tl.program_id(1)
     rows = pid_n * BN + tl.arange(0, BN)
     rb = (tl.minimum(rows, N - 1).to(tl.int64) * stride_w)[:, None]
-    if QT == 6:
+    if HALVES:
+        accs = _row_copies(tl.zeros([BN, BK // 32, 4, 4], dtype=tl.float32), 2 * MB)
+    elif QT == 6:
         accs = _row_copies(tl.zeros([BN, BK // 32, 4, 8], dtype=tl.float32), MB)
     else:
         accs = _row_copies(tl.zeros([BN, BK], dtype=tl.float32), MB)
     it0 = pid_k * iters_per_split
     for it in range(it0, tl.minimum(it0 + iters_per_split, n_iters)):
-        if QT == 6:
-            w, cols = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
+        if HALVES:
+            lo, hi, cols = _q4_1_halves(v_ptr, rb, it * (BK // 32), BK // 32)
+            accs = _accumulate_halves(accs, lo, hi, x_ptr + cols, stride_x, MB)
         else:
-            cols = (it * BK + tl.arange(0, BK))[None, :]
-            w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
-        accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
+            if QT == 6:
+                w, cols = _q4_1_tile(v_ptr, rb, it * (BK // 32), BK // 32)
+            else:
+                cols = (it * BK + tl.arange(0, BK))[None, :]
+                w = _weights(w_ptr, h_ptr, v_ptr, kv_ptr, rb, cols, QT)
+            accs = _accumulate_rows(accs, w, x_ptr + cols, stride_x, MB)
     if SPLIT:
         r2 = tl.arange(0, MP)[:, None]
         n2 = rows[None, :]
-        _finish(_row_sums(accs, QT, MB, MP, BN), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr,
+        _finish(_row_sums(accs, QT, MB, MP, BN, HALVES), out_ptr + r2 * stride_o + n2, (r2 < MB) & (n2 < N), part_ptr,
                 cnt_ptr, pid_n, tl.num_programs(0), pid_k, n_split, MP, BN, SPLIT)
     else:
         for r in tl.static_range(MB):
-            out = _channel_sums(accs[r], QT)
+            out = _row_total(accs, r, QT, HALVES)
             tl.store(out_ptr + r * stride_o + rows, out.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -338,5 +392,6 @@ def qmatmul_extra_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int,
     _gemv_kernel[(n_tiles, split)](rows, raw, *_word_views(raw, qtype), _kvalues(raw.device), out, part,
                                    ticket_counters(x.device, n_tiles), n, k // bk, per, split, rows.stride(0),
                                    raw.stride(0), out.stride(0), QT=code, BN=bn, BK=bk, MB=m, MP=mp,
-                                   SPLIT=split > 1, num_warps=warps, **pdl_launch(x.device))
+                                   SPLIT=split > 1, HALVES=code == 6 and (config or {}).get("halves", Q4_1_HALVES),
+                                   num_warps=warps, **pdl_launch(x.device))
     return out.reshape(*x.shape[:-1], n)
