@@ -115,6 +115,7 @@ from mlxr.ops.quant import quant_extra_triton as qet
 from mlxr.ops.quant.quant_types import EXTRA_TYPES
 
 qtype, k, split, aligned_args = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+halves = len(sys.argv) > 6 and sys.argv[6] == "1"
 mbs = [int(v) for v in sys.argv[5].split(",")]
 kernel = qet._gemv_kernel
 ptrs = {"x_ptr": "*bf16", "out_ptr": "*bf16", "w_ptr": "*u8", "h_ptr": "*i16", "v_ptr": "*i32", "kv_ptr": "*fp32",
@@ -123,7 +124,7 @@ bn, bk, warps = qet._GEMV_BN, qet.gemv_tile_k(k), qet._GEMV_WARPS
 found = {}
 for mb in mbs:
     consts = {"QT": EXTRA_TYPES[qtype].code, "BN": bn, "BK": bk, "MB": mb, "MP": triton.next_power_of_2(mb),
-              "SPLIT": split, "PDL": True}
+              "SPLIT": split, "PDL": True, "HALVES": halves}
     sig = {p.name: "constexpr" if p.name in consts else ptrs.get(p.name, "i32") for p in kernel.params}
     # As launches specialize them: 16-byte aligned tensors, and SmolLM2's N and strides of x and out.
     aligned = [i for i, p in enumerate(kernel.params) if p.name in (*ptrs, "N", "stride_x", "stride_o")]
@@ -142,11 +143,12 @@ print(json.dumps(found))
 """
 
 
-@pytest.mark.parametrize("qtype,k,split,aligned", [("Q4_1", 576, True, True), ("Q4_1", 576, False, True),
-                                                   ("Q4_1", 576, True, False), ("Q4_1", 1536, True, True),
-                                                   ("Q5_1", 576, True, True), ("Q3_K", 512, True, True)])
+@pytest.mark.parametrize("qtype,k,split,aligned,halves", [
+    ("Q4_1", 576, True, True, False), ("Q4_1", 576, False, True, False), ("Q4_1", 576, True, False, False),
+    ("Q4_1", 1536, True, True, False), ("Q5_1", 576, True, True, False), ("Q3_K", 512, True, True, False),
+    ("Q4_1", 576, True, True, True), ("Q4_1", 576, False, True, True)])
 def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype: str, k: int, split: bool,
-                                                                          aligned: bool) -> None:
+                                                                          aligned: bool, halves: bool) -> None:
     """The interpreter cannot show the GPU's summation order; the compiled code can. Every row's
     accumulator is reduced from the same tensor layouts at 1, 9 and 16 rows: the compiler did not
     lay a row's sums out differently because the batch grew."""
@@ -154,7 +156,7 @@ def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype:
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     root = str(Path(__file__).resolve().parents[1])  # this tree's mlxr
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    args = [qtype, str(k), str(int(split)), str(int(aligned)), "1,9,16"]
+    args = [qtype, str(k), str(int(split)), str(int(aligned)), "1,9,16", str(int(halves))]
     proc = subprocess.run([sys.executable, "-c", _REDUCE_LAYOUTS, *args],
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode == 3:

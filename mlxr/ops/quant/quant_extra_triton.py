@@ -189,9 +189,8 @@ def _q4_1_halves(v_ptr, rb, blk0, NB: tl.constexpr):
                  tl.join(_q4_1_value(d, m, qw, 8), _q4_1_value(d, m, qw, 24)))
     hi = tl.join(tl.join(_q4_1_value(d, m, qw, 4), _q4_1_value(d, m, qw, 20)),
                  tl.join(_q4_1_value(d, m, qw, 12), _q4_1_value(d, m, qw, 28)))
-    shape = [rb.shape[0], NB, 4, 4]
     cols = b[:, :, None, None] * 32 + 4 * q[:, :, :, None] + tl.arange(0, 4)[None, None, None, :]
-    return tl.reshape(lo, shape), tl.reshape(hi, shape), cols
+    return tl.reshape(lo, [rb.shape[0], NB, 4, 4]), tl.reshape(hi, [rb.shape[0], NB, 4, 4]), cols
 
 
 @triton.jit
