@@ -18,7 +18,9 @@ as bitsandbytes rounds it).
   its tile from 32-bit quant words (`_q4_1_tile`: 8 weights a load and a thread, its scales once
   a block; the compiler then moves the tile through shared memory into the accumulators'
   layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row where the
-  per-weight gathers take 180. Launched with programmatic dependent launch (pdl_triton.py), as
+  per-weight gathers take 180. By default the same words are split into their low and high
+  nibbles (`_q4_1_halves`), two accumulators a row, so each half's columns are contiguous and x
+  is read in vector loads (a verify row of 9: 2 loads a row and tile instead of 8). Launched with programmatic dependent launch (pdl_triton.py), as
   the other decode kernels are.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
@@ -47,8 +49,12 @@ _BN, _BK = 16, 256  # the dequantize kernel's tile
 # extra_gemv-20261128T004320Z and -004532Z; the flattest, 8 over 1 warp, costs 665 at one row).
 _GEMV_BN, _GEMV_WARPS = 16, 4
 _PROGRAMS_PER_SM = 4  # split-K's aim (gemv_config)
-# Q4_1's tile in two halves read with 16-byte loads of x (_q4_1_halves); config "halves" overrides.
-Q4_1_HALVES = os.environ.get("MLXR_Q4_1_HALVES", "0") == "1"
+# Q4_1's tile in two halves, each row of x read in 16-byte loads (_q4_1_halves) rather than a
+# float at a time: SmolLM2's four GEMVs summed over a step on an H200 took 494 / 706 / 969 us at
+# 1 / 5 / 9 rows against 494 / 726 / 1,055 with the one-tile order (bench/probes/extra_gemv.py,
+# extra_gemv-20261128T200213Z; bf16 x, weights cycled past L2). MLXR_Q4_1_HALVES=0 or config
+# "halves" picks the one-tile order.
+Q4_1_HALVES = os.environ.get("MLXR_Q4_1_HALVES", "1") != "0"
 _KVALUES: dict[torch.device, torch.Tensor] = {}
 
 
