@@ -2,28 +2,17 @@
 with capture-pane."""
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
 import subprocess
 import time
 import uuid
 
-import pytest
+from debian_tools import ensure_commands
 
 
 def ensure_tmux() -> str:
     """tmux's path; installs it with apt-get when missing, skips only when that fails."""
-    found = shutil.which("tmux")
-    if found:
-        return found
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        subprocess.run(["apt-get", "install", "-y", "-q", "tmux"], capture_output=True, timeout=300)
-    found = shutil.which("tmux")
-    if not found:
-        pytest.skip("tmux is not installed and `apt-get install tmux` failed (not root or no apt): "
-                    "install tmux to run the terminal tests")
-    return found
+    return ensure_commands(["tmux"], ["tmux"])[0]
 
 
 class Terminal:
