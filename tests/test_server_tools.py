@@ -208,6 +208,26 @@ def test_forced_call_with_nested_pydantic_models_follows_their_defs(client, mode
         Trip.model_validate_json(call.arguments)
 
 
+# Parameters written for draft 4 (older generators' output): their resource name is `id`.
+DRAFT4 = {"type": "function", "function": {"name": "set_alarm", "parameters": {
+    "$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+    "definitions": {"hour": {"type": "integer", "minimum": 0, "maximum": 23}},
+    "properties": {"at": {"$ref": "#/definitions/hour"}, "label": {"type": "string", "maxLength": 8}},
+    "required": ["at", "label"], "additionalProperties": False}}}
+
+
+def test_forced_call_with_draft4_parameters_follows_their_definitions(client, model):
+    """A draft-4 schema's $refs resolve against the parameters too (a 400 "Pointer
+    '/definitions/hour' does not exist" before: draft 4 names a resource by `id`, not `$id`)."""
+    for seed in range(3):
+        r = client.chat.completions.create(model=model, messages=ASK, tools=[DRAFT4], tool_choice="required",
+                                           seed=seed, temperature=1.0, max_tokens=100)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, c
+        jsonschema.Draft4Validator(DRAFT4["function"]["parameters"]).validate(
+            json.loads(c.message.tool_calls[0].function.arguments))
+
+
 def test_forced_call_whose_parameters_never_finish_is_a_400_naming_the_tool(client, model):
     tools = [TOOLS[3], {"type": "function", "function": {"name": "loop", "parameters": {"$ref": "#"}}},
              {"type": "function", "function": {"name": "knot", "parameters": {

@@ -39,13 +39,23 @@ def own_resource(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     them (`#`, `#/$defs/...`: openai.pydantic_function_tool's nested models) resolve against the
     parameters, not against the call schema they are placed in. A root `$ref` moves into
     `allOf` (the same schema since draft 2019-09), because drafts up to 7 ignore its siblings,
-    the `$id` among them. Parameters that carry an `$id` of their own are left as they are."""
+    the `$id` among them. Parameters that carry an `$id` of their own are left as they are.
+    Parameters that declare draft 4 (or 3), whose resources are named by `id`, get an `id` too."""
     if not isinstance(parameters, dict) or "$id" in parameters:
         return parameters
-    scoped = {**parameters, "$id": "urn:mlxr:tool:" + quote(name, safe="")}
+    uri = "urn:mlxr:tool:" + quote(name, safe="")
+    scoped = {**parameters, "$id": uri}
+    if _names_resources_by_id(parameters):
+        scoped.setdefault("id", uri)
     if "$ref" in scoped and isinstance(scoped.get("allOf", []), list):
         scoped["allOf"] = [*scoped.get("allOf", []), {"$ref": scoped.pop("$ref")}]
     return scoped
+
+
+def _names_resources_by_id(schema: dict[str, Any]) -> bool:
+    """Whether the schema declares a draft (3 or 4) whose resource identifier is `id`."""
+    declared = schema.get("$schema")
+    return isinstance(declared, str) and ("draft-04" in declared or "draft-03" in declared)
 
 
 _REGISTRY: list[ToolFormat] = []
