@@ -169,7 +169,7 @@ def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("config", [{"bn": 4, "warps": 1}, {"bn": 32, "bk": 32, "warps": 4}, {"bn": 16, "split": 3},
-                                    {"halves": True}, {"halves": True, "split": 1}, {"halves": True, "bk": 32}])
+                                    {"halves": False}, {"halves": False, "split": 1}, {"halves": False, "bk": 32}])
 def test_gemv_launch_variants_of_the_probe_agree_with_gguf_py(config: dict, device: str) -> None:
     """bench/probes/extra_gemv.py sweeps these knobs; each must still compute the product."""
     qtype, n, k = "Q4_1", 40, 576
@@ -183,13 +183,13 @@ def test_gemv_launch_variants_of_the_probe_agree_with_gguf_py(config: dict, devi
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("split", [None, 1])
-def test_q4_1_halves_row_is_bit_identical_whatever_the_batch(split, device: str) -> None:
-    """The Q4_1 tile read in two halves (16-byte loads of x) keeps a row's sums independent of
-    the batch, as the one-tile order does."""
+def test_q4_1_one_tile_row_is_bit_identical_whatever_the_batch(split, device: str) -> None:
+    """The one-tile Q4_1 order (MLXR_Q4_1_HALVES=0; the default tile is two halves, which the
+    tests above cover) keeps a row's sums independent of the batch too."""
     qtype, k = "Q4_1", 576
     n = 12 if device == "cpu" else 1000
     t = torch.from_numpy(random_blocks(qtype, n, k, seed=5)).to(device)
-    config = {"halves": True, **({"split": split} if split else {})}
+    config = {"halves": False, **({"split": split} if split else {})}
     row = torch.randn(1, k, generator=torch.Generator().manual_seed(0)).to(device)
     alone = qmatmul_extra_triton(row, t, qtype, k, config=config)
     for m, at in ((2, 1), (9, 4)):

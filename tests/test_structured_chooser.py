@@ -62,3 +62,21 @@ def test_a_lasting_slowdown_still_moves_the_choice_within_a_few_batches():
     run(chooser, {"step_thread": 40.0, "worker": 5.0}, 2 * TRIALS + 4)
     chosen = run(chooser, {"step_thread": 40.0, "worker": 700.0}, 12)
     assert chosen[-4:] == ["step_thread"] * 4
+
+
+def test_a_stall_on_a_kinds_first_trial_is_dropped():
+    chooser = KindChooser(("step_thread", "worker"), run=2)
+    chosen = []
+    for i in range(2 * TRIALS + 20):
+        kind = chooser.choose(ROWS)
+        slow = kind == "worker" and "worker" not in chosen  # the worker's first batch compiles a kernel
+        chooser.learn(kind, ROWS, (700.0 if slow else {"step_thread": 40.0, "worker": 5.0}[kind]) * ROWS / 1e6)
+        chosen.append(kind)
+    assert chosen[-20:] == ["worker"] * 20
+
+
+def test_a_zero_figure_still_learns_a_slowdown():
+    chooser = KindChooser(("step_thread", "worker"), run=2)
+    run(chooser, {"step_thread": 40.0, "worker": 0.0}, 2 * TRIALS + 4)
+    chosen = run(chooser, {"step_thread": 40.0, "worker": 700.0}, 12)
+    assert chosen[-4:] == ["step_thread"] * 4

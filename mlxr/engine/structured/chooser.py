@@ -6,7 +6,8 @@ loaded one (or one where PyTorch's OpenMP workers still spin after a CPU op), wh
 thread is already running. So both are timed: each is tried in turn for the first few large
 batches and again every RETRY batches times how many times slower it was (at most MAX_BACKOFF
 times; that trial's time replaces the stale one), and the one with the lower recent time a row
-is used in between. The backoff: on the H100 host a batch-64 mask filled on the step thread took
+is used in between; a kind's trials count by their best, and after them a batch enters its running
+figure at most OUTLIER times that figure (one stalled batch must not flip the choice). The backoff: on the H100 host a batch-64 mask filled on the step thread took
 ~7 ms against ~0.35 ms of the step thread's time with the worker, and a serial fill ~3.5 times a
 parallel one; a retry of the slower way every 64 steps cost ~0.1 ms a step on average
 (bench/results/2026-11-25/structured_overhead-20261125T084616Z.json). No torch here: the
@@ -36,6 +37,7 @@ class KindChooser:
         self._small, self._other = kinds
         self._run = run
         self._us_per_row: dict[str, float | None] = {kind: None for kind in kinds}
+        self._samples: dict[str, int] = {kind: 0 for kind in kinds}
         self._large = 0
         self._since_retry = 0
         self._retrying: str | None = None  # the slower kind, tried again: its new time replaces the stale one
@@ -61,11 +63,17 @@ class KindChooser:
         if rows < PARALLEL_ROWS:
             return
         us_per_row, old = 1e6 * seconds / rows, self._us_per_row[kind]
+        self._samples[kind] += 1
         if kind == self._retrying:
             self._retrying, old = None, None
-        if old is not None:
-            us_per_row = min(us_per_row, OUTLIER * old)
-        self._us_per_row[kind] = us_per_row if old is None else (1 - SMOOTHING) * old + SMOOTHING * us_per_row
+        if old is None:
+            self._us_per_row[kind] = us_per_row
+        elif self._samples[kind] <= TRIALS:  # a trial: the best of them, so a first-use stall is dropped
+            self._us_per_row[kind] = min(old, us_per_row)
+        else:
+            if old > 0:  # (a figure of 0 would clip every later batch to 0)
+                us_per_row = min(us_per_row, OUTLIER * old)
+            self._us_per_row[kind] = (1 - SMOOTHING) * old + SMOOTHING * us_per_row
 
     @property
     def us_per_row(self) -> dict[str, float | None]:
