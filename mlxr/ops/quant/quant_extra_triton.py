@@ -253,9 +253,8 @@ def _channel_sums(acc, QT: tl.constexpr):
 @triton.jit
 def _row_total(accs, r: tl.constexpr, QT: tl.constexpr, HALVES: tl.constexpr):
     """[BN]: row r's channel sums (HALVES: its two accumulators', low half first)."""
-    if HALVES:
-        total = (tl.sum(tl.sum(tl.sum(accs[2 * r], axis=3), axis=2), axis=1)
-                 + tl.sum(tl.sum(tl.sum(accs[2 * r + 1], axis=3), axis=2), axis=1))
+    if HALVES:  # each half is 4-D like Q4_1's one tile, summed the same way
+        total = _channel_sums(accs[2 * r], QT) + _channel_sums(accs[2 * r + 1], QT)
     else:
         total = _channel_sums(accs[r], QT)
     return total
