@@ -119,6 +119,12 @@ def _raw(w_ptr, h_ptr, rb, unit, j, QT: tl.constexpr):
 
 
 @triton.jit
+def _half(bits):
+    """The fp16 in the low 16 bits of an integer, as float32."""
+    return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
 def _f16(bits):
     return bits.to(tl.float16, bitcast=True).to(tl.float32)
 
