@@ -15,13 +15,13 @@ as bitsandbytes rounds it).
   rows: a row's output is bit-identical alone or inside any batch of up to 16 (speculative
   decoding's verify rows must match a plain decode row; the tests check it, and that the sm_90
   code reduces a row from the same layouts at 1, 9 and 16 rows). Q4_1 (SmolLM2's type) takes
-  its tile from 32-bit quant words (`_q4_1_tile`: 8 weights a load and a thread, its scales once
-  a block; the compiler then moves the tile through shared memory into the accumulators'
-  layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row where the
-  per-weight gathers take 180. By default the same words are split into their low and high
-  nibbles (`_q4_1_halves`), two accumulators a row, so each half's columns are contiguous and x
-  is read in vector loads (a verify row of 9: 2 loads a row and tile instead of 8). Launched with programmatic dependent launch (pdl_triton.py), as
-  the other decode kernels are.
+  its tile from 32-bit quant words (quant_q4_1_triton.py; `_q4_1_tile`: 8 weights a load and a
+  thread, its scales once a block; the compiler then moves the tile through shared memory into
+  the accumulators' layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row
+  where the per-weight gathers take 180. By default the same words are split into their low and
+  high nibbles (`_q4_1_halves`), two accumulators a row, so each half's columns are contiguous
+  and x is read in vector loads (a verify row of 9: 2 loads a row and tile instead of 8).
+  Launched with programmatic dependent launch (pdl_triton.py), as the other decode kernels are.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
 bench/probes/extra_gemv.py sweeps the GEMV's launch at SmolLM2's shapes (the choice of
