@@ -29,8 +29,12 @@ def percentiles(xs: list[float]) -> dict:
             "p99": at(0.99), "max": 1e3 * xs[-1]}
 
 
-def wrap(obj, name: str, key: str, times: dict, on: list) -> None:
+def wrap(obj, name: str, key: str, times: dict, on: list, undo: list) -> None:
+    """obj.name timed into times[key] while on[0]; undo gets what puts it back (as
+    step_phases.time_phases does: an attribute of obj's own is set back, a looked-up one removed)."""
     fn = getattr(obj, name)
+    own = name in getattr(obj, "__dict__", {})
+    saved = obj.__dict__.get(name) if own else None
 
     def timed(*args, **kwargs):
         t0 = time.perf_counter()
@@ -40,34 +44,27 @@ def wrap(obj, name: str, key: str, times: dict, on: list) -> None:
             if on[0]:
                 times[key].append(time.perf_counter() - t0)
     setattr(obj, name, timed)
+    undo.append(lambda: setattr(obj, name, saved) if own else delattr(obj, name))
 
 
-def manager_of(core):
-    return core.structured
-
-
-def instrument(llm, times: dict, picks: dict, on: list) -> None:
+def instrument(llm, times: dict, picks: dict, on: list) -> list:
+    """Wraps the step's pieces; returns the undo list (call its items in reverse to unwrap)."""
     from mlxr.engine import engine_core
     from mlxr.engine.structured import mask_job, matcher
 
     core = llm.engine.core.core
-    wrap(engine_core, "forward_ahead", "forward_ahead", times, on)
-    wrap(engine_core, "launch_sampling", "launch_sampling", times, on)
-    wrap(core, "step", "core_step", times, on)
-    wrap(core, "_land", "land", times, on)
-    wrap(core.scheduler, "schedule", "schedule", times, on)
-    wrap(manager_of(core), "admit", "admit", times, on)
-    wrap(llm.engine.output, "process", "detokenize", times, on)
     manager = core.structured
-    wrap(manager, "bitmask", "bitmask", times, on)
-    wrap(manager, "_fill", "fill_call", times, on)
-    wrap(manager._worker, "start", "worker_start", times, on)
-    wrap(manager._buffers, "take", "buffers_take", times, on)
-    wrap(core.scheduler, "update_from_output", "update", times, on)
-    wrap(matcher, "advance_all", "advance_all", times, on)
-    wrap(core.runner.sampler, "launch", "sample", times, on)
-    wrap(mask_job.PendingMask, "__call__", "pending_wait", times, on)
-    wrap(llm.engine, "step", "step", times, on)
+    undo: list = []
+    for obj, name, key in [(engine_core, "forward_ahead", "forward_ahead"),
+                           (engine_core, "launch_sampling", "launch_sampling"), (core, "step", "core_step"),
+                           (core, "_land", "land"), (core.scheduler, "schedule", "schedule"),
+                           (manager, "admit", "admit"), (llm.engine.output, "process", "detokenize"),
+                           (manager, "bitmask", "bitmask"), (manager, "_fill", "fill_call"),
+                           (manager._worker, "start", "worker_start"), (manager._buffers, "take", "buffers_take"),
+                           (core.scheduler, "update_from_output", "update"), (matcher, "advance_all", "advance_all"),
+                           (core.runner.sampler, "launch", "sample"), (mask_job.PendingMask, "__call__", "pending_wait"),
+                           (llm.engine, "step", "step")]:
+        wrap(obj, name, key, times, on, undo)
     choose = manager._where.choose
 
     def counted(rows: int) -> str:
@@ -76,6 +73,8 @@ def instrument(llm, times: dict, picks: dict, on: list) -> None:
             picks[f"{kind}@{rows}"] += 1
         return kind
     manager._where.choose = counted
+    undo.append(lambda: delattr(manager._where, "choose"))
+    return undo
 
 
 WAYS = [("worker", "parallel", "parallel"), ("worker", "parallel", "serial"), ("worker", "serial", "serial"),
@@ -155,7 +154,7 @@ def main() -> None:
     for batch in (1, 8, a.batch):  # the bench's order: the choosers' trials happen on the way
         run_arm(llm, batch, a.gen_len, False), run_arm(llm, batch, a.gen_len, True)
     times, picks, on = defaultdict(list), defaultdict(int), [False]
-    instrument(llm, times, picks, on)
+    undo = instrument(llm, times, picks, on)
     runs = []
     on[0] = True
     for _ in range(a.reps):
@@ -165,10 +164,12 @@ def main() -> None:
     rows = [{"piece": k, **percentiles(v), "ms_per_step": 1e3 * sum(v) / steps} for k, v in sorted(times.items())]
     print_table(rows, ["piece", "calls", "ms_per_step", "p10", "p50", "p90", "p99", "max"])
     print("where the fills ran:", dict(picks), "tok/s:", [round(r) for r in runs])
+    for put_back in reversed(undo):  # the runs below time themselves, without the wrappers
+        put_back()
     ways = compare_ways(llm, a.batch, a.gen_len, a.reps) if a.ways else []
     diff = profile_arms(llm, a.batch, a.gen_len, a.profile) if a.profile else []
-    print(write_result("mask_calls", {"profile_ms_per_step": diff, "ways": ways, "label": a.label, "model": a.model, "device": device_name(a.device),
-                                      "cpu": cpu_model(), "batch": a.batch, "gen_len": a.gen_len, "reps": a.reps,
+    print(write_result("mask_calls", {"profile_ms_per_step": diff, "ways": ways, "label": a.label, "model": a.model,
+                                      "device": device_name(a.device), "cpu": cpu_model(), "batch": a.batch, "gen_len": a.gen_len, "reps": a.reps,
                                       "tok_s": runs, "picks": dict(picks), "pieces_ms": rows}))
 
 
