@@ -78,13 +78,16 @@ def test_decode_unsplit_and_softcap_interpreted(softcap, window):
 
 
 @cpu_only
-def test_decode_many_partitions_interpreted():
-    # 19 partitions for the long sequence (merged by the last to finish), one for the short.
-    check_decode([300, 2], (4, 1), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
+@pytest.mark.parametrize("programs", [None, 1, 4])
+def test_decode_many_partitions_interpreted(programs):
+    # 19 partitions for the long sequence (merged by the second kernel), one for the short;
+    # taken by 19, 1 or 4 programs a sequence.
+    check_decode([300, 2], (4, 1), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16,
+                 programs=programs)
 
 
 @cpu_only
-@pytest.mark.parametrize("part_tokens", [16, 64])  # 19 partitions (reduce kernel), 5 (inline merge)
+@pytest.mark.parametrize("part_tokens", [16, 64])  # 19 partitions, 5
 def test_decode_row_with_no_context_is_written_as_zeros(part_tokens):
     """A zero-length row (no caller sends one today) gets zeros, not the buffer's garbage."""
     q, kc, vc, meta = make([1, 1], [300, 300], (8, 2), 64, 16, torch.float32, "cpu")
@@ -97,15 +100,31 @@ def test_decode_row_with_no_context_is_written_as_zeros(part_tokens):
     assert rel_err(out[1:], ref[1:]) < TOL[torch.float32]
 
 
-@cpu_only
-def test_decode_leaves_its_merge_tickets_at_zero_for_the_next_launch():
-    """The last partition of a (sequence, KV head) merges and resets the group's counter: a
-    second launch (a replayed graph) merges again, and the counters end at zero."""
-    from mlxr.ops.backend import ticket_counters
+def _decode_rows(q, kc, vc, meta, rows=slice(None), **knobs):
+    return paged_decode_triton(q[rows], kc, vc, meta.block_tables[rows], meta.seq_lens[rows], 0.3, block_n=16, **knobs)
 
-    for _ in range(2):
-        check_decode([70, 33, 5], (8, 2), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
-    assert not ticket_counters(torch.device("cpu"), 6).any()
+
+@cpu_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_row_is_the_same_alone_or_in_any_batch(dtype):
+    """A row's output does not depend on the rows beside it or on how many programs share its
+    partitions (speculative rows must decode exactly as the plain row would): bit-identical."""
+    lens = [300, 70, 5, 129, 300, 1, 256, 257, 40]
+    q, kc, vc, meta = make([1] * len(lens), lens, (4, 2), 64, 16, dtype, "cpu")
+    together = [_decode_rows(q, kc, vc, meta, part_tokens=32, programs=p) for p in (None, 1, 3)]
+    for r in range(len(lens)):
+        alone = _decode_rows(q, kc, vc, meta, slice(r, r + 1), part_tokens=32)
+        for out in together:
+            assert torch.equal(out[r:r + 1], alone), (r, lens[r])
+
+
+def test_partitions_do_not_follow_the_batch():
+    """plan_partitions sizes partitions by the span alone; the batch sets only the programs."""
+    for span in (128, 300, 8192, 16384, 131072):
+        plans = {plan_partitions(span, items, 132, 128)[:2] for items in (1, 3, 27, 192, 768)}
+        assert len(plans) == 1, (span, plans)
+    assert plan_partitions(8192, 3, 132, 128) == (256, 32, 32)
+    assert plan_partitions(8192, 768, 132, 128) == (256, 32, 1)
 
 
 @cpu_only
@@ -123,8 +142,8 @@ def test_prefill_interpreted(heads, block_size, window):
 def test_partition_plan_covers_the_span():
     for span in (1, 63, 64, 1000, 32768):
         for items in (1, 8, 1024):
-            part, n = plan_partitions(span, items, 132, 64)
-            assert part % 64 == 0 and n * part >= span and (n - 1) * part < span
+            part, n, programs = plan_partitions(span, items, 132, 64)
+            assert part % 64 == 0 and n * part >= span and (n - 1) * part < span and 1 <= programs <= n
 
 
 def test_cpu_dispatch_is_the_reference():
@@ -142,12 +161,25 @@ def test_decode_gpu(heads, dim, block_size, window):
     dtype = DTYPES[(dim // 64 + block_size) % 3]
     lens = [1, 17, 300, 1500, 4100]
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda")  # split-K (planned)
-    # Up to 9 partitions merged by the last to finish; 33, by the reduce kernel.
-    for part_tokens in (512, 128):
-        check_decode(lens, heads, dim, block_size, window, dtype, "cuda", part_tokens=part_tokens)
+    # Up to 9 partitions, and 33; each also taken by 2 programs a sequence.
+    for part_tokens, programs in ((512, None), (128, None), (128, 2)):
+        check_decode(lens, heads, dim, block_size, window, dtype, "cuda", part_tokens=part_tokens, programs=programs)
     # Unsplit, soft-capped; block_n = block_size takes the one-block-per-tile path.
     blocks = {"block_n": block_size} if block_size >= 16 else {}
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda", 30.0, part_tokens=8192, **blocks)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [9, 16, 64])
+def test_decode_row_is_the_same_alone_or_in_a_batch_gpu(batch):
+    """With the planned partitions (the engine's path), a row decoded among `batch` rows is
+    bit-identical to the row decoded alone: speculative verify rows against plain decode."""
+    lens = [(37 * i + 300) % 1500 + 1 for i in range(batch)]
+    q, kc, vc, meta = make([1] * batch, lens, (9, 3), 64, 16, torch.bfloat16, "cuda")
+    together = paged_decode_triton(q, kc, vc, meta.block_tables, meta.seq_lens, 0.3)
+    for r in range(batch):
+        alone = paged_decode_triton(q[r:r + 1], kc, vc, meta.block_tables[r:r + 1], meta.seq_lens[r:r + 1], 0.3)
+        assert torch.equal(together[r:r + 1], alone), (r, lens[r])
 
 
 @pytest.mark.gpu

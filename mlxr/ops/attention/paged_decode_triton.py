@@ -1,14 +1,16 @@
 """Paged decode attention in Triton: one query token per sequence, split-K over the context.
 
-Grid (sequence, KV head, partition). A program takes every query head of one KV head (GQA:
-each K/V tile is read once for the group) over one partition of the visible context. The grid
-covers the longest context the block table holds; partitions past a sequence's context exit
-at once. With one partition holding context the program writes the normalised output itself;
-with several, each stores its running max / sum / output, merged by:
-- a grid of at most INLINE_MERGE_PARTS partitions: the last of them to finish (a ticket
-  counter), so no second kernel runs (at batch 1 that launch cost as much as the merge);
-- a larger grid: a second kernel, one program per head, which reads the partials in chunks
-  (the inline merge walks them one at a time: 2-4x slower at 32k tokens on one sequence).
+Grid (sequence, KV head, program). A program takes every query head of one KV head (GQA: each
+K/V tile is read once for the group) over partitions p, p + P, p + 2P, ... of the visible
+context (P programs a sequence). The partitions are fixed in size (plan_partitions: by the
+block table's span only, never by the batch), so a row's arithmetic does not depend on the
+rows beside it or on P: a token verified among speculative rows gets the very output it gets
+decoded alone, and greedy output with speculation stays identical to that without (with
+partitions sized by the batch, a 9-row step and a 1-row one split a 300-token context
+differently and a near-tied token came out different on an H200). A row whose context fits
+one partition writes its normalised output itself; otherwise every partition stores its
+running max / sum / output and a second kernel, one program per head, merges them in chunks,
+always the same code for the same number of partitions.
 """
 from __future__ import annotations
 
@@ -24,75 +26,76 @@ from mlxr.ops.attention.attention_tiles_triton import (
     online_softmax_step,
     scaled_scores,
 )
-from mlxr.ops.backend import sm_count, ticket_counters
+from mlxr.ops.backend import sm_count
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
-MIN_PART_TOKENS = 128  # below this a partition's fixed cost outweighs the parallelism (one bf16 tile)
-MAX_PARTS = 512
-INLINE_MERGE_PARTS = 16
-PROGRAMS_PER_SM = 2  # split until the grid holds about this many programs per multiprocessor
+PART_TOKENS = 256  # a partition's tokens while the span allows (two bf16 tiles)
+MAX_PARTS = 64  # longer spans get longer partitions (the merge reads every partition's partials)
+PROGRAMS_PER_SM = 2  # programs a sequence: until the grid holds about this many a multiprocessor
 
 
 # Neither the block tables' width nor the partition count (both change with the batch) is
 # specialised on: each new case compiled another kernel, ~1 s, mid-serving.
 @triton.jit(do_not_specialize=["num_parts", "stride_ts"])
 def _decode_partition_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr, cnt_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr,
     scale, softcap, window, part_tokens, num_parts,
     stride_qs, stride_qh, stride_b, stride_t, stride_h, stride_ts, stride_os, stride_oh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, INLINE_MERGE: tl.constexpr, PDL: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
-    part = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     first, aligned, n_valid = _context_partitions(seq_len, window, part_tokens, USE_WINDOW, BLOCK_N)
-    if part < n_valid:
-        start = aligned + part * part_tokens
-        end = tl.minimum(start + part_tokens, seq_len)
-        offs_g = tl.arange(0, G_PAD)
-        offs_d = tl.arange(0, HEAD_DIM)
-        offs_n = tl.arange(0, BLOCK_N)
-        heads = kvh * GROUP + offs_g
-        head_ok = offs_g < GROUP
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    heads = kvh * GROUP + offs_g
+    head_ok = offs_g < GROUP
+    if tl.program_id(2) < n_valid:
         q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
                     mask=head_ok[:, None], other=0.0)
-        table_row = table_ptr + seq * stride_ts
-        m = tl.full([G_PAD], float("-inf"), tl.float32)
-        l = tl.zeros([G_PAD], tl.float32)
-        acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
-        for t0 in range(start, end, BLOCK_N):
-            t = t0 + offs_n
-            valid = (t < end) & (t >= first)
-            rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
-            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-            s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
-            s = tl.where(valid[None, :], s, float("-inf"))
-            m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
-
         o_ptrs = out_ptr + seq * stride_os + heads[:, None] * stride_oh + offs_d[None, :]
-        if n_valid == 1:
-            out = acc / tl.where(l > 0, l, 1.0)[:, None]
-            tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-        else:
-            # Unnormalised partials, merged by the last partition to finish or the reduce kernel.
-            base = (seq * tl.num_programs(1) * GROUP + heads) * num_parts
-            tl.store(part_m_ptr + base + part, m, mask=head_ok)
-            tl.store(part_l_ptr + base + part, l, mask=head_ok)
-            tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=head_ok[:, None])
-            if INLINE_MERGE:
-                tl.debug_barrier()  # every thread's partial is written before the release below
-                counter = cnt_ptr + seq * tl.num_programs(1) + kvh
-                if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == n_valid - 1:
-                    out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
-                                            G_PAD, HEAD_DIM)
-                    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-                    tl.atomic_xchg(counter, 0)  # ready for the next launch
+        base = (seq * tl.num_programs(1) * GROUP + heads) * num_parts
+        for part in range(tl.program_id(2), n_valid, tl.num_programs(2)):
+            start = aligned + part * part_tokens
+            m, l, acc = _attend(q, k_ptr, v_ptr, table_ptr + seq * stride_ts, start,
+                                tl.minimum(start + part_tokens, seq_len), first, kvh, scale, softcap,
+                                stride_b, stride_t, stride_h, G_PAD, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                                USE_SOFTCAP, PREC, UPCAST)
+            if n_valid == 1:
+                out = acc / tl.where(l > 0, l, 1.0)[:, None]
+                tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+            else:  # unnormalised partials, for the merge kernel
+                tl.store(part_m_ptr + base + part, m, mask=head_ok)
+                tl.store(part_l_ptr + base + part, l, mask=head_ok)
+                tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc,
+                         mask=head_ok[:, None])
+
+
+@triton.jit
+def _attend(q, k_ptr, v_ptr, table_row, start, end, first, kvh, scale, softcap, stride_b, stride_t, stride_h,
+            G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+            USE_SOFTCAP: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """Running max, sum and unnormalised output of q's heads over context tokens [start, end)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    m = tl.full([G_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+    for t0 in range(start, end, BLOCK_N):
+        t = t0 + offs_n
+        valid = (t < end) & (t >= first)
+        rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
+        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
+    return m, l, acc
 
 
 @triton.jit
@@ -137,33 +140,17 @@ def _decode_reduce_kernel(
         tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, (acc / den).to(out_ptr.dtype.element_ty))
 
 
-@triton.jit
-def _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
-                      G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """The normalised output of a group's heads from its n_valid partitions' partials
-    (loaded past L1: other multiprocessors wrote them)."""
-    m_max = tl.load(part_m_ptr + base, mask=head_ok, other=0.0, cache_modifier=".cg")
-    for p in range(1, n_valid):
-        m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg"))
-    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
-    den = tl.zeros([G_PAD], tl.float32)
-    for p in range(0, n_valid):
-        w = tl.exp2(tl.load(part_m_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg") - m_max)
-        den += w * tl.load(part_l_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg")
-        o = tl.load(part_o_ptr + (base + p)[:, None] * HEAD_DIM + offs_d[None, :], mask=head_ok[:, None],
-                    other=0.0, cache_modifier=".cg")
-        acc += w[:, None] * o
-    return acc / tl.where(den > 0, den, 1.0)[:, None]
-
-
-def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int]:
-    """(tokens per partition, number of partitions) to cover `span` context tokens.
-
-    Split only as far as needed to give every multiprocessor PROGRAMS_PER_SM programs."""
-    want = min(MAX_PARTS, max(1, -(-PROGRAMS_PER_SM * n_sms // work_items)))
-    parts = max(1, min(want, -(-span // MIN_PART_TOKENS)))
-    part_tokens = -(-(-(-span // parts)) // block_n) * block_n
-    return part_tokens, -(-span // part_tokens)
+def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int, int]:
+    """(tokens per partition, partitions, programs a sequence) to cover `span` context tokens
+    for work_items (sequence, KV head) pairs. The partitions depend on the span alone (fixed
+    PART_TOKENS up to MAX_PARTS of them), so a row is split the same way in any batch; only
+    how many programs share them follows the batch: enough to give every multiprocessor
+    PROGRAMS_PER_SM programs."""
+    part_tokens = max(PART_TOKENS, -(-span // MAX_PARTS))
+    part_tokens = -(-part_tokens // block_n) * block_n
+    parts = -(-span // part_tokens)
+    want = max(1, -(-PROGRAMS_PER_SM * n_sms // work_items))
+    return part_tokens, parts, min(parts, want)
 
 
 def default_block_n(head_dim: int, dtype: torch.dtype) -> int:
@@ -185,12 +172,14 @@ def paged_decode_triton(
     part_tokens: int | None = None,
     block_n: int | None = None,
     out: torch.Tensor | None = None,
+    programs: int | None = None,
     num_warps: int = 4,
     num_stages: int = 2,
 ) -> torch.Tensor:
     """Launcher. Grid sizes come from tensor shapes only (no host copy of the lengths), so a
     CUDA graph captured once replays for any lengths that fit the block table. part_tokens,
-    block_n and the launch knobs override the defaults (tests, tuning)."""
+    block_n, programs (a sequence's, each taking every programs-th partition) and the launch
+    knobs override the defaults (tests, tuning)."""
     check_cache(k_cache, v_cache, q)
     n_seqs, n_heads, dim = q.shape
     _, block_size, n_kv, _ = k_cache.shape
@@ -201,10 +190,11 @@ def paged_decode_triton(
     if sliding_window is not None:
         span = min(span, sliding_window + block_n)  # + alignment of the window's first tile
     if part_tokens is None:
-        part_tokens, parts = plan_partitions(span, n_seqs * n_kv, sm_count(q.device), block_n)
+        part_tokens, parts, planned = plan_partitions(span, n_seqs * n_kv, sm_count(q.device), block_n)
     else:
         assert part_tokens % block_n == 0
-        parts = -(-span // part_tokens)
+        parts = planned = -(-span // part_tokens)
+    programs = min(parts, programs or planned)
     out = torch.empty_like(q) if out is None else out
     assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1
     if n_seqs == 0:
@@ -215,20 +205,19 @@ def paged_decode_triton(
     part_m = torch.empty((n_seqs, n_heads, parts) if split else (1,), **f32)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((n_seqs, n_heads, parts, dim) if split else (1,), **f32)
-    counters = ticket_counters(q.device, n_seqs * n_kv)
     prec, upcast = dot_flags(q.dtype)
-    _decode_partition_kernel[(n_seqs, n_kv, parts)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o, counters,
+    _decode_partition_kernel[(n_seqs, n_kv, programs)](
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o,
         scale, softcap or 0.0, sliding_window or 0, part_tokens, parts,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast, INLINE_MERGE=parts <= INLINE_MERGE_PARTS,
+        PREC=prec, UPCAST=upcast,
         num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
-    if parts > INLINE_MERGE_PARTS:
+    if split:
         _decode_reduce_kernel[(n_seqs, n_heads)](
             part_m, part_l, part_o, out, seq_lens, sliding_window or 0, part_tokens, parts,
             out.stride(0), out.stride(1), HEAD_DIM=dim, P_PAD=triton.next_power_of_2(parts), P_CHUNK=16,
