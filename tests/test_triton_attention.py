@@ -123,8 +123,9 @@ def test_partitions_do_not_follow_the_batch():
     for span in (128, 300, 8192, 16384, 131072):
         plans = {plan_partitions(span, items, 132, 128)[:2] for items in (1, 3, 27, 192, 768)}
         assert len(plans) == 1, (span, plans)
-    assert plan_partitions(8192, 3, 132, 128) == (256, 32, 32)
-    assert plan_partitions(8192, 768, 132, 128) == (256, 32, 1)
+    assert plan_partitions(8192, 3, 132, 128) == (128, 64, 64)
+    assert plan_partitions(8192, 768, 132, 128) == (128, 64, 1)
+    assert plan_partitions(131072, 3, 132, 128) == (2048, 64, 64)
 
 
 @cpu_only
