@@ -213,17 +213,19 @@ def _compiled_variants(kernel) -> int:
 
 @pytest.mark.gpu
 def test_batch_shapes_reuse_one_compiled_kernel():
-    """Block-table widths of 1, 19 and 32 and partition counts of 1, 3 and 16 (what changes
-    from batch to batch while serving) run on one compiled kernel each: no mid-serving compile."""
+    """Block-table widths of 19 and 32 and partition counts of 5 to 16 (what changes from batch
+    to batch while serving) run on one compiled kernel each, the merge too: no mid-serving
+    compile."""
     from mlxr.ops.attention import paged_decode_triton as decode, paged_prefill_triton as prefill
 
     heads, dim, bs, dtype = (8, 2), 64, 16, torch.bfloat16
     check_prefill([5], [5], heads, dim, bs, None, dtype, "cuda")
-    check_decode([5], heads, dim, bs, None, dtype, "cuda", part_tokens=64, block_n=32)
-    before = [_compiled_variants(k) for k in (prefill._prefill_kernel, decode._decode_partition_kernel)]
+    check_decode([300], heads, dim, bs, None, dtype, "cuda", part_tokens=64, block_n=32)  # split: both kernels
+    kernels = (prefill._prefill_kernel, decode._decode_partition_kernel, decode._decode_reduce_kernel)
+    before = [_compiled_variants(k) for k in kernels]
     for q_lens, seq_lens in (([5, 5], [70, 300]), ([3], [512])):
         check_prefill(q_lens, seq_lens, heads, dim, bs, None, dtype, "cuda")
         check_decode(seq_lens, heads, dim, bs, None, dtype, "cuda", part_tokens=64, block_n=32)  # 5, 8 parts
         check_decode(seq_lens * 4, heads, dim, bs, None, dtype, "cuda", part_tokens=32, block_n=32)  # 10, 16
-    after = [_compiled_variants(k) for k in (prefill._prefill_kernel, decode._decode_partition_kernel)]
+    after = [_compiled_variants(k) for k in kernels]
     assert after == before

@@ -32,7 +32,11 @@ from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 # A partition's tokens while the span allows (one bf16 tile). At batch 1 on an H200 (SmolLM2, a
 # ~280-token context) 256 made plain decode 1,134 -> 1,092 tok/s: fewer programs share the context.
 PART_TOKENS = 128
-MAX_PARTS = 64  # longer spans get longer partitions (the merge reads every partition's partials)
+# Longer spans get longer partitions (the merge reads every partition's partials). Also the
+# merge's one padded width for the planned partitions: a width per partition count compiled a
+# kernel mid-serving for every block-table width an eager step brought (~1 s, which shifted the
+# steps of a 64-request run so its greedy tokens differed from the run before it).
+MAX_PARTS = 64
 PROGRAMS_PER_SM = 2  # programs a sequence: until the grid holds about this many a multiprocessor
 
 
@@ -222,7 +226,7 @@ def paged_decode_triton(
     if split:
         _decode_reduce_kernel[(n_seqs, n_heads)](
             part_m, part_l, part_o, out, seq_lens, sliding_window or 0, part_tokens, parts,
-            out.stride(0), out.stride(1), HEAD_DIM=dim, P_PAD=triton.next_power_of_2(parts), P_CHUNK=16,
+            out.stride(0), out.stride(1), HEAD_DIM=dim, P_PAD=max(MAX_PARTS, triton.next_power_of_2(parts)), P_CHUNK=16,
             USE_WINDOW=sliding_window is not None,
             BLOCK_N=block_n, num_warps=4, **pdl_launch(q.device),
         )
