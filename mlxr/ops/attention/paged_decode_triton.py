@@ -2,9 +2,9 @@
 
 Grid (sequence, KV head, program). A program takes every query head of one KV head (GQA: each
 K/V tile is read once for the group) over partitions p, p + P, p + 2P, ... of the visible
-context (P programs a sequence). The partitions are fixed in size (plan_partitions: by the
-block table's span only, never by the batch), so a row's arithmetic does not depend on the
-rows beside it or on P: a token verified among speculative rows gets the very output it gets
+context (P programs a sequence). Up to a batch that fills the device the partitions are
+fixed in size (plan_partitions: by the block table's span only, never by the batch), so a
+row's arithmetic does not depend on the rows beside it or on P: a token verified among speculative rows gets the very output it gets
 decoded alone, and greedy output with speculation stays identical to that without (with
 partitions sized by the batch, a 9-row step and a 1-row one split a 300-token context
 differently and a near-tied token came out different on an H200). A row whose context fits
@@ -148,10 +148,16 @@ def _decode_reduce_kernel(
 
 def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int, int]:
     """(tokens per partition, partitions, programs a sequence) to cover `span` context tokens
-    for work_items (sequence, KV head) pairs. The partitions depend on the span alone (fixed
-    PART_TOKENS up to MAX_PARTS of them), so a row is split the same way in any batch; only
-    how many programs share them follows the batch: enough to give every multiprocessor
-    PROGRAMS_PER_SM programs."""
+    for work_items (sequence, KV head) pairs. While the pairs alone leave multiprocessors idle
+    (every step that speculates: a few sequences of 1 + k rows), the partitions depend on the
+    span alone (PART_TOKENS, up to MAX_PARTS of them), so a row is split the same way whatever
+    rows are beside it; only how many programs share them follows the batch, enough to give
+    every multiprocessor PROGRAMS_PER_SM. Once the pairs fill the device, one partition a
+    sequence: nothing to merge (a merge there cost 2-4% of batch-64 decode on an H200), and
+    rows past that count are not batch-invariant anyway (nor are the products of more than 16
+    rows, see quant_extra_triton)."""
+    if work_items >= n_sms:
+        return -(-span // block_n) * block_n, 1, 1
     part_tokens = max(PART_TOKENS, -(-span // MAX_PARTS))
     part_tokens = -(-part_tokens // block_n) * block_n
     parts = -(-span // part_tokens)
