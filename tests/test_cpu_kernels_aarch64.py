@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from debian_tools import ensure_commands
-from quant_blocks import random_blocks, reference_dequantize
+from quant_blocks import F16_FIELDS, random_blocks, reference_dequantize
 
 from mlxr.ops import cpu_build
 from mlxr.ops.cpu_build import FLAGS, TARGETS, march_flags
@@ -89,6 +89,26 @@ def test_aarch64_builds_match_gguf_py_and_each_other(harnesses: dict[str, Path],
     for name in ("neon", "dotprod"):
         for m, y, want in zip(ROWS, products[name], products["portable"]):
             assert np.array_equal(y, want), (qtype, name, m, float(np.abs(y - want).max()))
+
+
+@pytest.mark.parametrize("qtype", CORE)
+def test_neon_sums_at_their_widest_equal_the_portable_ones(harnesses: dict[str, Path], qtype: str) -> None:
+    """Codes at their extremes (every code byte 0xFF, 0x7F or 0x80: Q8_0's 127, 255 and 0 as
+    u, -1, 127 and -128 signed) against activations whose parts are both near 127 in magnitude
+    (|xq| close to its bound 32639): no int32 lane saturates or wraps on any path."""
+    n, k = 6, 512
+    raw = random_blocks(qtype, n, k, seed=7).reshape(n, k // 256 if qtype.endswith("_K") else k // 32, -1)
+    codes = np.ones(raw.shape[-1], dtype=bool)
+    codes[[at + i for at in F16_FIELDS[qtype] for i in (0, 1)]] = False
+    for row, byte in enumerate((0xFF, 0x7F, 0x80) * 2):
+        raw[row, :, codes] = byte
+    raw = raw.reshape(n, -1)
+    signs = np.where(np.random.default_rng(1).random((2, k)) < 0.5, -1.0, 1.0)
+    x = signs * np.array([126.5 / 127, 1.0])[:, None]  # hi 126, lo clamped at 127 (and hi 127, lo 0)
+    x[:, ::32] = 1.0  # each block's absmax
+    xs = [x.astype(np.float32)]
+    products = {name: run(harnesses[name], cpu, CORE[qtype], False, raw, xs, k)[2][0] for name, (cpu, _) in BUILDS.items()}
+    assert np.array_equal(products["neon"], products["portable"]) and np.array_equal(products["dotprod"], products["portable"])
 
 
 def test_only_the_dotprod_build_has_dot_product_instructions(harnesses: dict[str, Path]) -> None:
