@@ -107,8 +107,8 @@ def test_neon_sums_at_their_widest_equal_the_portable_ones(harnesses: dict[str, 
     x = signs * np.array([126.5 / 127, 1.0])[:, None]  # hi 126, lo clamped at 127 (and hi 127, lo 0)
     x[:, ::32] = 1.0  # each block's absmax
     xs = [x.astype(np.float32)]
-    products = {name: run(harnesses[name], cpu, CORE[qtype], False, raw, xs, k)[2][0] for name, (cpu, _) in BUILDS.items()}
-    assert np.array_equal(products["neon"], products["portable"]) and np.array_equal(products["dotprod"], products["portable"])
+    y = {name: run(harnesses[name], cpu, CORE[qtype], False, raw, xs, k)[2][0] for name, (cpu, _) in BUILDS.items()}
+    assert np.array_equal(y["neon"], y["portable"]) and np.array_equal(y["dotprod"], y["portable"])
 
 
 def test_only_the_dotprod_build_has_dot_product_instructions(harnesses: dict[str, Path]) -> None:
