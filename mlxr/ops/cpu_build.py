@@ -2,16 +2,19 @@
 per source and CPU, and load them with ctypes.
 
 The library is built with the machine's C compiler (`CC`, default `cc`) for the host CPU
-(-march=native) and cached under
+(x86: -march=native; aarch64: see below) and cached under
 $MLXR_CACHE_DIR/kernels (default ~/.cache/mlxr/kernels) by a hash of the source, the flags and
 the CPU's feature flags. Without a compiler the callers fall back to torch code.
 OpenMP: torch is imported first, so the library binds to the libgomp torch already loaded and
 shares its thread pool instead of starting a second one that would spin against it.
 
 Dispatch by CPU: the sources pick their kernels from what the build targets (quant.c: AVX-512
-VNNI + GFNI, else AVX2, else portable C), and the build targets the CPU at hand, so the choice
-is made on the machine that runs it. MLXR_CPU_KERNELS=avx2|portable builds an older target
-instead (tests use it to run every path this CPU can; a user, to rule a kernel out).
+VNNI + GFNI, else AVX2, else NEON with sdot, else NEON, else portable C), and the build targets
+the CPU at hand, so the choice is made on the machine that runs it. On aarch64 the target is one
+of two named ones, by /proc/cpuinfo's Features (asimddp: armv8.2-a+dotprod, else armv8-a), not
+native: those two are the builds tests/test_cpu_kernels_aarch64.py runs under qemu.
+MLXR_CPU_KERNELS=avx2|portable (x86), dotprod|neon|portable (aarch64) or native builds that
+target instead (tests use it to run every path this CPU can; a user, to rule a kernel out).
 """
 from __future__ import annotations
 
@@ -36,16 +39,25 @@ def cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
-def _cpuinfo_field(name: str) -> str:
+def _machine() -> str:
+    return os.uname().machine
+
+
+def _read_cpuinfo() -> str:
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
-    return next((line for line in text.splitlines() if line.startswith(name)), "")
+
+
+def _cpuinfo_field(name: str) -> str:
+    """The first line of /proc/cpuinfo that starts with `name` (x86: flags, vendor_id; aarch64:
+    Features), or ""."""
+    return next((line for line in _read_cpuinfo().splitlines() if line.startswith(name)), "")
 
 
 def _cpu_signature() -> str:
-    return os.uname().machine + _cpuinfo_field("flags")
+    return _machine() + _cpuinfo_field("flags") + _cpuinfo_field("Features")
 
 
 # Weight prefetch hint of quant.c by CPU vendor (__builtin_prefetch's locality): AMD EPYC read
@@ -60,30 +72,48 @@ def vendor_defines() -> list[str]:
     return [f"-DMLXR_PREFETCH_HINT={PREFETCH_HINTS.get(vendor, 0)}"]
 
 
+def march_flags(march: str) -> list[str]:
+    """The compiler's target flags for a TARGETS value (a -march, or a VARIANTS name)."""
+    return VARIANTS.get(march, [f"-march={march}"])
+
+
 def build_flags(march: str) -> list[str]:
-    return [f"-march={march}", *FLAGS, *vendor_defines()]
+    return [*march_flags(march), *FLAGS, *vendor_defines()]
 
 
 # Library name -> its source, relative to mlxr/ops; a source #includes headers of its own folder.
 LIBRARIES = {"attention": "attention/attention.c", "norm": "norm/norm.c", "quant": "quant/quant.c",
              "quant_extra": "quant/quant_extra.c", "half_linear": "half_linear/half_linear.c"}
-# MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU.
+# MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU. Every aarch64
+# CPU has NEON, so its portable C is armv8-a with quant.c's NEON kernels left out (VARIANTS): the
+# compiler still vectorizes the plain C, as x86-64's SSE2 does.
 TARGETS = {"x86_64": {"avx2": "x86-64-v3", "portable": "x86-64"},
-           "aarch64": {"portable": "armv8-a"}}
+           "aarch64": {"dotprod": "armv8.2-a+dotprod", "neon": "armv8-a", "portable": "armv8-a-portable"}}
+VARIANTS = {"armv8-a-portable": ["-march=armv8-a", "-DMLXR_PORTABLE"]}
+
+
+def auto_march() -> str:
+    """The target of MLXR_CPU_KERNELS=auto: native, except on aarch64, where it is armv8.2-a+dotprod
+    when the CPU has the dot product instructions (Features: asimddp; Graviton2+, Apple M, Ampere,
+    Cortex-A76+), else armv8-a: targets whose kernels are tested (under qemu), where native
+    would build for whatever the compiler makes of this core."""
+    if _machine() != "aarch64":
+        return "native"
+    features = _cpuinfo_field("Features").partition(":")[2].split()
+    return TARGETS["aarch64"]["dotprod" if "asimddp" in features else "neon"]
 
 
 @functools.cache
 def selected_march() -> str:
-    """The -march of MLXR_CPU_KERNELS (auto or unset: native; read once, it is on the hot path)."""
+    """The -march of MLXR_CPU_KERNELS (auto or unset: auto_march(); read once, it is on the hot path)."""
     wanted = os.environ.get("MLXR_CPU_KERNELS", "auto").strip().lower()
-    targets = TARGETS.get(os.uname().machine, {})
-    if wanted in ("", "auto", "native"):
+    targets = TARGETS.get(_machine(), {})
+    if wanted == "native":
         return "native"
-    if wanted not in targets:
-        log.error("MLXR_CPU_KERNELS=%r is not one of auto, native%s on this %s CPU: using native", wanted,
-                  "".join(f", {t}" for t in targets), os.uname().machine)
-        return "native"
-    return targets[wanted]
+    if wanted not in ("", "auto", *targets):
+        log.error("MLXR_CPU_KERNELS=%r is not one of auto, native%s on this %s CPU: using auto", wanted,
+                  "".join(f", {t}" for t in targets), _machine())
+    return targets.get(wanted) or auto_march()
 
 
 def _source(name: str) -> Path:
@@ -107,8 +137,8 @@ def unbuilt_libraries(march: str | None = None) -> list[str]:
 
 def load_library(name: str, march: str | None = None) -> ctypes.CDLL | None:
     """The compiled source of library `name` (LIBRARIES), or None (logged once) when it cannot be built.
-    march: None for MLXR_CPU_KERNELS's choice (native by default); tests name older targets to
-    run the AVX2 and portable paths."""
+    march: None for MLXR_CPU_KERNELS's choice (auto_march() by default); tests name older targets
+    to run the AVX2 and portable paths."""
     return _load(name, march or selected_march())
 
 

@@ -74,7 +74,7 @@ static struct {
     void *ctx;
     int64_t n, chunk, nchunks;
     int helpers; /* how many helpers may take part */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static int64_t now_ns(void) {
     struct timespec ts;

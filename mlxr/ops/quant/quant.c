@@ -29,12 +29,19 @@
 #include <omp.h>
 #endif
 #include "pool.h"
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__GFNI__)
+#if defined(MLXR_PORTABLE) /* portable C where the target has SIMD (cpu_build's aarch64 "portable") */
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__) && defined(__GFNI__)
 #include <immintrin.h>
 #define MLXR_VNNI 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define MLXR_AVX2 1 /* quant_generic.h's AVX2 kernel */
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#define MLXR_NEON 1 /* quant_generic.h's sums in NEON (quant_neon.h) */
+#ifdef __ARM_FEATURE_DOTPROD
+#define MLXR_NEON_DOT 1
+#endif
 #endif
 
 /* Q4_1 (6) follows the quant_extra.c numbering (quant_types.py): its codes are Q4_0's, with a
@@ -696,12 +703,16 @@ int mlxr_amx_min_rows(int t) {
 /* 1 when a matmul of m activation rows runs on pool.h's helpers, 0 on OpenMP's team. */
 int mlxr_pool_rows(int64_t m) { return pool_for_rows(m); }
 
-/* 2: AVX-512 VNNI + GFNI, 1: AVX2, 0: portable C. */
+/* 2: AVX-512 VNNI + GFNI, 1: AVX2, 3: NEON, 4: NEON with sdot, 0: portable C. */
 int mlxr_simd_level(void) {
 #if defined(MLXR_VNNI)
     return 2;
 #elif defined(MLXR_AVX2)
     return 1;
+#elif defined(MLXR_NEON_DOT)
+    return 4;
+#elif defined(MLXR_NEON)
+    return 3;
 #else
     return 0;
 #endif

@@ -22,10 +22,11 @@ _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 # can fail to allocate scratch, quant_extra.c's needs none.
 ENTRY_POINTS = {"quant": ("mlxr_", True), "quant_extra": ("mlxr_extra_", False)}
 
-SIMD_LEVELS = {2: "avx512-vnni", 1: "avx2", 0: "portable"}  # quant.c's mlxr_simd_level
+SIMD_LEVELS = {2: "avx512-vnni", 1: "avx2", 4: "neon-dotprod", 3: "neon", 0: "portable"}  # mlxr_simd_level
 # Rows from which dequantize + torch's fp32 GEMM beats the integer kernel, by SIMD level (VNNI:
 # never). AVX2 at 5632x2048 (Q4_K, Q8_0, Q6_K, Q5_0; one thread, a shared EPYC): 6-8 ms at 16
-# rows and 24-30 at 64, where dequantize + GEMM took 25-28 and 36-59.
+# rows and 24-30 at 64, where dequantize + GEMM took 25-28 and 36-59. NEON: not measured (no ARM
+# machine), so the portable build's 16.
 GEMM_MIN_ROWS = {1: 96, 0: 16}
 
 
@@ -64,7 +65,7 @@ def available(name: str = "quant") -> bool:
 
 def kernel_path() -> str:
     """Which matmul kernel the CPU build runs: avx512-vnni (+amx where prompts take AMX tiles),
-    avx2, portable (or none)."""
+    avx2, neon-dotprod, neon, portable (or none)."""
     lib = library()
     if lib is None:
         return "none"

@@ -1,5 +1,6 @@
-/* The matmul of quant.c for builds without AVX-512 VNNI: portable C, and AVX2 (most laptops and
- * desktops, and AVX-512 CPUs without VNNI) where the build has it. Included by quant.c, which
+/* The matmul of quant.c for builds without AVX-512 VNNI: portable C, AVX2 (most laptops and
+ * desktops, and AVX-512 CPUs without VNNI) where the build has it, and NEON on aarch64
+ * (quant_neon.h: the portable loop's integer sums, bit-identical). Included by quant.c, which
  * defines the block tables, h2f, scale_min_k4, quant32 and ROW_TILE before it.
  *
  * The activations are kept as one int16 per column, xq = 256*hi + lo (|xq| <= 32639), so a
@@ -7,7 +8,7 @@
  * every type, with no saturation: AVX2 runs two pmaddwd per 32 columns and row, the portable
  * build's loop is the same products in C (which compilers turn into pmaddwd too). */
 typedef struct {
-    int16_t *x;   /* m * k: 256*hi + lo */
+    int16_t *x;   /* m * k: 256*hi + lo (NEON dotprod build: per 32 columns hi[32] then lo[32]) */
     float *d;     /* m * k/32: the unit of each 32 columns */
     int32_t *s16; /* m * k/16: sums of xq per 16 columns (for the weights' offsets) */
     int64_t k;
@@ -28,7 +29,12 @@ static void quantize_acts(const float *x, int64_t m, int64_t k, acts_t *a, int n
             int8_t hi[32], lo[32];
             int16_t *xq = a->x + r * k + 32 * b;
             a->d[r * (k / 32) + b] = quant32(x + r * k + 32 * b, hi, lo, a->s16 + r * (k / 16) + 2 * b);
+#ifdef MLXR_NEON_DOT /* the two parts as they are, for sdot: hi[32], lo[32] in xq's 64 bytes */
+            memcpy(xq, hi, 32);
+            memcpy((int8_t *)xq + 32, lo, 32);
+#else
             for (int i = 0; i < 32; i++) xq[i] = (int16_t)(256 * hi[i] + lo[i]);
+#endif
         }
 }
 
@@ -84,6 +90,10 @@ static inline void codes_scalar(int t, const uint8_t *b, int j, uint8_t *u) {
         u[l] = (uint8_t)v;
     }
 }
+
+#ifdef MLXR_NEON
+#include "quant_neon.h"
+#endif
 
 #ifdef MLXR_AVX2
 static inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
@@ -150,7 +160,11 @@ static inline __attribute__((always_inline)) void dot_rows(
     for (int r = 0; r < mr; r++) acc[r] = _mm256_setzero_ps();
 #else
     float accs[ROW_TILE] = {0};
+#ifdef MLXR_NEON
+    neon_codes u;
+#else
     uint8_t u[32];
+#endif
 #endif
     for (int64_t ib = k0 / be; ib < nb; ib++) {
         const uint8_t *blk = wrow + ib * bb;
@@ -160,6 +174,8 @@ static inline __attribute__((always_inline)) void dot_rows(
 #ifdef MLXR_AVX2
             __m256i u8 = codes32(t, blk, j);
             __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(u8)), u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u8, 1));
+#elif defined(MLXR_NEON)
+            u = neon_codes_of(t, blk, j);
 #else
             codes_scalar(t, blk, j, u);
 #endif
@@ -176,8 +192,12 @@ static inline __attribute__((always_inline)) void dot_rows(
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dx * s[2 * j + 1]), acc[r]);
 #else
                 int32_t p0 = 0, p1 = 0;
+#ifdef MLXR_NEON
+                neon_sums(t, u, xq, s16, &p0, &p1);
+#else
                 for (int l = 0; l < 16; l++) p0 += (int32_t)u[l] * xq[l];
                 for (int l = 16; l < 32; l++) p1 += (int32_t)u[l] * xq[l];
+#endif
                 accs[r] += dx * (s[2 * j] * (float)p0 + s[2 * j + 1] * (float)p1);
 #endif
             }
