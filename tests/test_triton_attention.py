@@ -111,11 +111,12 @@ def test_decode_row_is_the_same_alone_or_in_any_batch(dtype):
     partitions (speculative rows must decode exactly as the plain row would): bit-identical."""
     lens = [300, 70, 5, 129, 300, 1, 256, 257, 40]
     q, kc, vc, meta = make([1] * len(lens), lens, (4, 2), 64, 16, dtype, "cpu")
-    together = [_decode_rows(q, kc, vc, meta, part_tokens=32, programs=p) for p in (None, 1, 3)]
-    for r in range(len(lens)):
-        alone = _decode_rows(q, kc, vc, meta, slice(r, r + 1), part_tokens=32)
-        for out in together:
-            assert torch.equal(out[r:r + 1], alone), (r, lens[r])
+    for part_tokens in (32, 16):  # 10 partitions merged inline, 19 by the reduce kernel
+        together = [_decode_rows(q, kc, vc, meta, part_tokens=part_tokens, programs=p) for p in (None, 1, 3)]
+        for r in range(len(lens)):
+            alone = _decode_rows(q, kc, vc, meta, slice(r, r + 1), part_tokens=part_tokens)
+            for out in together:
+                assert torch.equal(out[r:r + 1], alone), (r, lens[r], part_tokens)
 
 
 def test_partitions_do_not_follow_the_batch():
@@ -128,6 +129,20 @@ def test_partitions_do_not_follow_the_batch():
     assert plan_partitions(131072, 3, 132, 128) == (2048, 64, 64)
     # Pairs enough to fill the device: one partition each, nothing to merge.
     assert plan_partitions(8192, 192, 132, 128) == (8192, 1, 1)
+
+
+@cpu_only
+@pytest.mark.parametrize("programs", [None, 2])
+def test_decode_leaves_its_merge_tickets_at_zero_for_the_next_launch(programs):
+    """The last program of a (sequence, KV head) to finish merges and resets the group's
+    counter, also when programs take several partitions each: a second launch (a replayed
+    graph) merges again, and the counters end at zero."""
+    from mlxr.ops.backend import ticket_counters
+
+    for _ in range(2):
+        check_decode([70, 33, 5], (8, 2), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16,
+                     programs=programs)
+    assert not ticket_counters(torch.device("cpu"), 6).any()
 
 
 @cpu_only

@@ -9,8 +9,12 @@ decoded alone, and greedy output with speculation stays identical to that withou
 partitions sized by the batch, a 9-row step and a 1-row one split a 300-token context
 differently and a near-tied token came out different on an H200). A row whose context fits
 one partition writes its normalised output itself; otherwise every partition stores its
-running max / sum / output and a second kernel, one program per head, merges them in chunks,
-always the same code for the same number of partitions.
+running max / sum / output, merged (by the span's partition count, so the same code for a row
+whatever the batch) by:
+- up to INLINE_MERGE_PARTS partitions: the last program of the row's KV head to finish (a
+  ticket counter), so no second kernel runs (at batch 1 that launch cost as much as the merge);
+- more: a second kernel, one program per head, which reads the partials in chunks (the inline
+  merge walks them one at a time: 2-4x slower at 32k tokens on one sequence).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from mlxr.ops.attention.attention_tiles_triton import (
     online_softmax_step,
     scaled_scores,
 )
-from mlxr.ops.backend import sm_count
+from mlxr.ops.backend import sm_count, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 # A partition's tokens while the span allows (one bf16 tile). At batch 1 on an H200 (SmolLM2, a
@@ -37,6 +41,7 @@ PART_TOKENS = 128
 # kernel mid-serving for every block-table width an eager step brought (~1 s, which shifted the
 # steps of a 64-request run so its greedy tokens differed from the run before it).
 MAX_PARTS = 64
+INLINE_MERGE_PARTS = 16  # up to this many partitions the last program to finish merges them
 PROGRAMS_PER_SM = 2  # programs a sequence: until the grid holds about this many a multiprocessor
 
 
@@ -44,13 +49,13 @@ PROGRAMS_PER_SM = 2  # programs a sequence: until the grid holds about this many
 # specialised on: each new case compiled another kernel, ~1 s, mid-serving.
 @triton.jit(do_not_specialize=["num_parts", "stride_ts"])
 def _decode_partition_kernel(
-    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr,
+    q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr, cnt_ptr,
     scale, softcap, window, part_tokens, num_parts,
     stride_qs, stride_qh, stride_b, stride_t, stride_h, stride_ts, stride_os, stride_oh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, INLINE_MERGE: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
@@ -75,11 +80,20 @@ def _decode_partition_kernel(
             if n_valid == 1:
                 out = acc / tl.where(l > 0, l, 1.0)[:, None]
                 tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-            else:  # unnormalised partials, for the merge kernel
+            else:  # unnormalised partials, merged below or by the reduce kernel
                 tl.store(part_m_ptr + base + part, m, mask=head_ok)
                 tl.store(part_l_ptr + base + part, l, mask=head_ok)
                 tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc,
                          mask=head_ok[:, None])
+        if INLINE_MERGE and n_valid > 1:
+            tl.debug_barrier()  # every thread's partials are written before the release below
+            counter = cnt_ptr + seq * tl.num_programs(1) + kvh
+            active = tl.minimum(tl.num_programs(2), n_valid)
+            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == active - 1:  # the last to finish
+                out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
+                                        G_PAD, HEAD_DIM)
+                tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+                tl.atomic_xchg(counter, 0)  # ready for the next launch
 
 
 @triton.jit
@@ -102,6 +116,25 @@ def _attend(q, k_ptr, v_ptr, table_row, start, end, first, kvh, scale, softcap, 
         s = tl.where(valid[None, :], s, float("-inf"))
         m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
     return m, l, acc
+
+
+@triton.jit
+def _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
+                      G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The normalised output of a group's heads from its n_valid partitions' partials
+    (loaded past L1: other multiprocessors wrote them)."""
+    m_max = tl.load(part_m_ptr + base, mask=head_ok, other=0.0, cache_modifier=".cg")
+    for p in range(1, n_valid):
+        m_max = tl.maximum(m_max, tl.load(part_m_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg"))
+    acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
+    den = tl.zeros([G_PAD], tl.float32)
+    for p in range(0, n_valid):
+        w = tl.exp2(tl.load(part_m_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg") - m_max)
+        den += w * tl.load(part_l_ptr + base + p, mask=head_ok, other=0.0, cache_modifier=".cg")
+        o = tl.load(part_o_ptr + (base + p)[:, None] * HEAD_DIM + offs_d[None, :], mask=head_ok[:, None],
+                    other=0.0, cache_modifier=".cg")
+        acc += w[:, None] * o
+    return acc / tl.where(den > 0, den, 1.0)[:, None]
 
 
 @triton.jit
@@ -218,19 +251,21 @@ def paged_decode_triton(
     part_m = torch.empty((n_seqs, n_heads, parts) if split else (1,), **f32)
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((n_seqs, n_heads, parts, dim) if split else (1,), **f32)
+    counters = ticket_counters(q.device, n_seqs * n_kv)
+    inline = parts <= INLINE_MERGE_PARTS
     prec, upcast = dot_flags(q.dtype)
     _decode_partition_kernel[(n_seqs, n_kv, programs)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o,
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o, counters,
         scale, softcap or 0.0, sliding_window or 0, part_tokens, parts,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast,
+        PREC=prec, UPCAST=upcast, INLINE_MERGE=inline,
         num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
-    if split:
+    if split and not inline:
         _decode_reduce_kernel[(n_seqs, n_heads)](
             part_m, part_l, part_o, out, seq_lens, sliding_window or 0, part_tokens, parts,
             out.stride(0), out.stride(1), HEAD_DIM=dim, P_PAD=max(MAX_PARTS, triton.next_power_of_2(parts)), P_CHUNK=16,
