@@ -120,15 +120,37 @@ def test_decode_row_is_the_same_alone_or_in_any_batch(dtype):
 
 
 def test_partitions_do_not_follow_the_batch():
-    """plan_partitions sizes partitions by the span alone; the batch sets only the programs."""
+    """plan_partitions cuts rows the same way (min_part, max_parts) in any batch of up to 16
+    rows, whatever the KV heads; the batch sets only the programs."""
     for span in (128, 300, 8192, 16384, 131072):
-        plans = {plan_partitions(span, items, 132, 128)[:2] for items in (1, 3, 27, 72, 131)}
-        assert len(plans) == 1, (span, plans)
-    assert plan_partitions(8192, 3, 132, 128) == (128, 64, 64)
-    assert plan_partitions(8192, 72, 132, 128) == (128, 64, 4)
-    assert plan_partitions(131072, 3, 132, 128) == (2048, 64, 64)
-    # Pairs enough to fill the device: one partition each, nothing to merge.
-    assert plan_partitions(8192, 192, 132, 128) == (8192, 1, 1)
+        for n_kv in (1, 3, 32):
+            plans = {plan_partitions(span, n_seqs, n_kv, 132, 128)[:2] for n_seqs in (1, 5, 9, 16)}
+            assert plans == {(128, 64)}, (span, n_kv, plans)
+    assert plan_partitions(8192, 1, 3, 132, 128) == (128, 64, 64, 64)
+    assert plan_partitions(8192, 16, 3, 132, 128) == (128, 64, 64, 6)
+    # Past 16 rows whose KV heads fill the device: one partition a sequence, nothing to merge.
+    assert plan_partitions(8192, 64, 3, 132, 128) == (8192, 1, 1, 1)
+    assert plan_partitions(8192, 40, 3, 132, 128)[:2] == (128, 64)
+
+
+@cpu_only
+def test_decode_row_is_the_same_whatever_the_table_width(monkeypatch):
+    """A row's partitions and its merge (inline up to 16 partitions, else the second kernel)
+    follow from its own length: a wider block table (an eager step beside a longer row, or a
+    graph's max_model_len width) changes no bit."""
+    from mlxr.ops.attention import paged_decode_triton as decode
+
+    monkeypatch.setattr(decode, "PART_TOKENS", 16)  # 200 tokens: 13 partitions (inline), 300: 19
+    lens = [200, 300]
+    q, kc, vc, meta = make([1, 1], lens, (4, 2), 64, 16, torch.float32, "cpu")
+    narrow = meta.block_tables
+    wide = torch.zeros(2, 160, dtype=narrow.dtype)
+    wide[:, : narrow.shape[1]] = narrow
+    for r in range(2):
+        rows = slice(r, r + 1)
+        outs = [paged_decode_triton(q[rows], kc, vc, t[rows], meta.seq_lens[rows], 0.3, block_n=16)
+                for t in (narrow, wide)]
+        assert torch.equal(outs[0], outs[1]), lens[r]
 
 
 @cpu_only
@@ -159,9 +181,10 @@ def test_prefill_interpreted(heads, block_size, window):
 
 def test_partition_plan_covers_the_span():
     for span in (1, 63, 64, 1000, 32768):
-        for items in (1, 8, 1024):
-            part, n, programs = plan_partitions(span, items, 132, 64)
-            assert part % 64 == 0 and n * part >= span and (n - 1) * part < span and 1 <= programs <= n
+        for n_seqs in (1, 8, 1024):
+            min_part, max_parts, n, programs = plan_partitions(span, n_seqs, 2, 132, 64)
+            part = max(min_part, -(-span // max_parts))  # the longest row's partitions
+            assert min_part % 64 == 0 and n * part >= span and 1 <= programs <= n <= 64
 
 
 def test_cpu_dispatch_is_the_reference():
@@ -180,7 +203,7 @@ def test_decode_gpu(heads, dim, block_size, window):
     lens = [1, 17, 300, 1500, 4100]
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda")  # split-K (planned)
     # Up to 9 partitions, and 33; each also taken by 2 programs a sequence.
-    for part_tokens, programs in ((512, None), (128, None), (128, 2)):
+    for part_tokens, programs in ((512, None), (512, 2), (128, None), (128, 2)):
         check_decode(lens, heads, dim, block_size, window, dtype, "cuda", part_tokens=part_tokens, programs=programs)
     # Unsplit, soft-capped; block_n = block_size takes the one-block-per-tile path.
     blocks = {"block_n": block_size} if block_size >= 16 else {}
@@ -200,9 +223,12 @@ def test_decode_row_is_the_same_alone_or_in_a_batch_gpu(batch):
     lens = [(37 * i + 300) % 1500 + 1 for i in range(batch)]
     q, kc, vc, meta = make([1] * batch, lens, (9, 3), 64, 16, torch.bfloat16, "cuda")
     together = paged_decode_triton(q, kc, vc, meta.block_tables, meta.seq_lens, 0.3)
+    wide = torch.zeros(batch, 8192 // 16, dtype=meta.block_tables.dtype, device="cuda")  # a graph's width
+    wide[:, : meta.block_tables.shape[1]] = meta.block_tables
     for r in range(batch):
-        alone = paged_decode_triton(q[r:r + 1], kc, vc, meta.block_tables[r:r + 1], meta.seq_lens[r:r + 1], 0.3)
-        assert torch.equal(together[r:r + 1], alone), (r, lens[r])
+        for tables in (meta.block_tables, wide):
+            alone = paged_decode_triton(q[r:r + 1], kc, vc, tables[r:r + 1], meta.seq_lens[r:r + 1], 0.3)
+            assert torch.equal(together[r:r + 1], alone), (r, lens[r], tables.shape[1])
 
 
 @pytest.mark.gpu
@@ -242,12 +268,15 @@ def test_batch_shapes_reuse_one_compiled_kernel():
 
     heads, dim, bs, dtype = (8, 2), 64, 16, torch.bfloat16
     check_prefill([5], [5], heads, dim, bs, None, dtype, "cuda")
-    check_decode([300], heads, dim, bs, None, dtype, "cuda", part_tokens=64, block_n=32)  # split: both kernels
+    check_decode([300], heads, dim, bs, None, dtype, "cuda", part_tokens=64, block_n=32)  # inline merge
+    check_decode([600], heads, dim, bs, None, dtype, "cuda", part_tokens=32, block_n=32)  # 19: merge kernel
     kernels = (prefill._prefill_kernel, decode._decode_partition_kernel, decode._decode_reduce_kernel)
     before = [_compiled_variants(k) for k in kernels]
+    assert min(before) > 0
     for q_lens, seq_lens in (([5, 5], [70, 300]), ([3], [512])):
         check_prefill(q_lens, seq_lens, heads, dim, bs, None, dtype, "cuda")
         check_decode(seq_lens, heads, dim, bs, None, dtype, "cuda", part_tokens=64, block_n=32)  # 5, 8 parts
         check_decode(seq_lens * 4, heads, dim, bs, None, dtype, "cuda", part_tokens=32, block_n=32)  # 10, 16
+        check_decode(seq_lens, heads, dim, bs, None, dtype, "cuda", part_tokens=16, block_n=16)  # 19, 32
     after = [_compiled_variants(k) for k in kernels]
     assert after == before

@@ -2,19 +2,21 @@
 
 Grid (sequence, KV head, program). A program takes every query head of one KV head (GQA: each
 K/V tile is read once for the group) over partitions p, p + P, p + 2P, ... of the visible
-context (P programs a sequence). Up to a batch that fills the device the partitions are
-fixed in size (plan_partitions: by the block table's span only, never by the batch), so a
-row's arithmetic does not depend on the rows beside it or on P: a token verified among speculative rows gets the very output it gets
-decoded alone, and greedy output with speculation stays identical to that without (with
-partitions sized by the batch, a 9-row step and a 1-row one split a 300-token context
-differently and a near-tied token came out different on an H200). A row whose context fits
-one partition writes its normalised output itself; otherwise every partition stores its
-running max / sum / output, merged (by the span's partition count, so the same code for a row
-whatever the batch) by:
-- up to INLINE_MERGE_PARTS partitions: the last program of the row's KV head to finish (a
-  ticket counter), so no second kernel runs (at batch 1 that launch cost as much as the merge);
+context (P programs a sequence). A row's partitions follow from its own length alone
+(_context_partitions: PART_TOKENS each, longer past MAX_PARTS of them), never from the batch,
+the block table's width or P, so a row's arithmetic is the same beside any rows: a token
+verified among speculative rows gets the very output it gets decoded alone, and greedy output
+with speculation stays identical to that without. (With partitions sized by the batch, a 9-row
+step and a 1-row one split a 300-token context differently, and a near-tied token came out
+different on an H200.) A row whose context fits one partition writes its normalised output
+itself; otherwise each partition stores its running max / sum / output, merged, by the row's
+own partition count, by:
+- up to INLINE_MERGE_PARTS partitions: the row's last program to finish (a ticket counter), so
+  no second kernel runs (at batch 1 that launch cost as much as the merge);
 - more: a second kernel, one program per head, which reads the partials in chunks (the inline
   merge walks them one at a time: 2-4x slower at 32k tokens on one sequence).
+Past INVARIANT_ROWS sequences whose KV heads fill the device, one partition a sequence
+(plan_partitions).
 """
 from __future__ import annotations
 
@@ -33,35 +35,37 @@ from mlxr.ops.attention.attention_tiles_triton import (
 from mlxr.ops.backend import sm_count, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
-# A partition's tokens while the span allows (one bf16 tile). At batch 1 on an H200 (SmolLM2, a
-# ~280-token context) 256 made plain decode 1,134 -> 1,092 tok/s: fewer programs share the context.
+# A partition's tokens (one bf16 tile). At batch 1 on an H200 (SmolLM2, a ~280-token context)
+# 256 made plain decode 1,134 -> 1,092 tok/s: fewer programs share the context.
 PART_TOKENS = 128
-# Longer spans get longer partitions (the merge reads every partition's partials). Also the
-# merge's one padded width for the planned partitions: a width per partition count compiled a
-# kernel mid-serving for every block-table width an eager step brought (~1 s, which shifted the
-# steps of a 64-request run so its greedy tokens differed from the run before it).
+# A row's partitions at most (longer contexts get longer partitions): bounds the partials. Also
+# the merge kernel's one padded width: a width per partition count compiled a kernel mid-serving
+# for every block-table width an eager step brought (~1 s, which shifted the steps of a
+# 64-request run so its greedy tokens differed from the run before it).
 MAX_PARTS = 64
-INLINE_MERGE_PARTS = 16  # up to this many partitions the last program to finish merges them
+INLINE_MERGE_PARTS = 16  # a row of up to this many partitions is merged by its last program to finish
+INVARIANT_ROWS = 16  # batch-invariant up to this many rows at least (as quant_extra_triton's GEMV)
 PROGRAMS_PER_SM = 2  # programs a sequence: until the grid holds about this many a multiprocessor
 
 
 # Neither the block tables' width nor the partition count (both change with the batch) is
 # specialised on: each new case compiled another kernel, ~1 s, mid-serving.
-@triton.jit(do_not_specialize=["num_parts", "stride_ts"])
+@triton.jit(do_not_specialize=["min_part", "max_parts", "num_parts", "stride_ts"])
 def _decode_partition_kernel(
     q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, out_ptr, part_m_ptr, part_l_ptr, part_o_ptr, cnt_ptr,
-    scale, softcap, window, part_tokens, num_parts,
+    scale, softcap, window, min_part, max_parts, num_parts,
     stride_qs, stride_qh, stride_b, stride_t, stride_h, stride_ts, stride_os, stride_oh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, INLINE_MERGE: tl.constexpr, PDL: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, INLINE_PARTS: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + seq)
-    first, aligned, n_valid = _context_partitions(seq_len, window, part_tokens, USE_WINDOW, BLOCK_N)
+    first, aligned, n_valid, part_tokens = _context_partitions(seq_len, window, min_part, max_parts, USE_WINDOW,
+                                                               BLOCK_N)
     offs_g = tl.arange(0, G_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
     heads = kvh * GROUP + offs_g
@@ -85,7 +89,7 @@ def _decode_partition_kernel(
                 tl.store(part_l_ptr + base + part, l, mask=head_ok)
                 tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc,
                          mask=head_ok[:, None])
-        if INLINE_MERGE and n_valid > 1:
+        if n_valid > 1 and n_valid <= INLINE_PARTS:
             tl.debug_barrier()  # every thread's partials are written before the release below
             counter = cnt_ptr + seq * tl.num_programs(1) + kvh
             active = tl.minimum(tl.num_programs(2), n_valid)
@@ -138,29 +142,31 @@ def _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok
 
 
 @triton.jit
-def _context_partitions(seq_len, window, part_tokens, USE_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(first visible position, the BLOCK_N-aligned start of the partitions, how many
-    partitions hold context: at least 1)."""
+def _context_partitions(seq_len, window, min_part, max_parts, USE_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(first visible position, the BLOCK_N-aligned start of the partitions, how many partitions
+    hold context (at least 1), their tokens): min_part tokens each, longer where the visible
+    context needs more than max_parts of them. From the row's own length only, never the batch."""
     first = 0
     if USE_WINDOW:
         first = tl.maximum(seq_len - window, 0)  # the oldest visible position
     # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
     aligned = (first // BLOCK_N) * BLOCK_N
-    return first, aligned, tl.maximum(tl.cdiv(seq_len - aligned, part_tokens), 1)  # an empty row writes zeros
+    part_tokens = tl.maximum(min_part, tl.cdiv(tl.cdiv(seq_len - aligned, max_parts), BLOCK_N) * BLOCK_N)
+    return first, aligned, tl.maximum(tl.cdiv(seq_len - aligned, part_tokens), 1), part_tokens  # an empty row writes zeros
 
 
-@triton.jit(do_not_specialize=["num_parts"])
+@triton.jit(do_not_specialize=["min_part", "max_parts", "num_parts"])
 def _decode_reduce_kernel(
-    part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, seq_lens_ptr, window, part_tokens, num_parts,
+    part_m_ptr, part_l_ptr, part_o_ptr, out_ptr, seq_lens_ptr, window, min_part, max_parts, num_parts,
     stride_os, stride_oh,
     HEAD_DIM: tl.constexpr, P_PAD: tl.constexpr, P_CHUNK: tl.constexpr, USE_WINDOW: tl.constexpr,
-    BLOCK_N: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, INLINE_PARTS: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
     head = tl.program_id(1)
-    n_valid = _context_partitions(tl.load(seq_lens_ptr + seq), window, part_tokens, USE_WINDOW, BLOCK_N)[2]
-    if n_valid > 1:  # one partition wrote its output itself
+    n_valid = _context_partitions(tl.load(seq_lens_ptr + seq), window, min_part, max_parts, USE_WINDOW, BLOCK_N)[2]
+    if n_valid > INLINE_PARTS:  # fewer: the partition kernel wrote the output itself
         offs_d = tl.arange(0, HEAD_DIM)
         base = (seq * tl.num_programs(1) + head) * num_parts
         offs_p = tl.arange(0, P_PAD)  # every partition's max in one load
@@ -179,24 +185,23 @@ def _decode_reduce_kernel(
         tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, (acc / den).to(out_ptr.dtype.element_ty))
 
 
-def plan_partitions(span: int, work_items: int, n_sms: int, block_n: int) -> tuple[int, int, int]:
-    """(tokens per partition, partitions, programs a sequence) to cover `span` context tokens
-    for work_items (sequence, KV head) pairs. While the pairs alone leave multiprocessors idle
-    (every step that speculates: a few sequences of 1 + k rows), the partitions depend on the
-    span alone (PART_TOKENS, up to MAX_PARTS of them), so a row is split the same way whatever
-    rows are beside it; only how many programs share them follows the batch, enough to give
-    every multiprocessor PROGRAMS_PER_SM. Once the pairs fill the device, one partition a
-    sequence: nothing to merge (merging there, batch-64 decode on an H200 ran 22,839-23,253
-    tok/s against 24,152 without: spec_decode-20261129T0038*Z, -004345Z), and
-    rows past that count are not batch-invariant anyway (nor are the products of more than 16
-    rows, see quant_extra_triton)."""
-    if work_items >= n_sms:
-        return -(-span // block_n) * block_n, 1, 1
-    part_tokens = max(PART_TOKENS, -(-span // MAX_PARTS))
-    part_tokens = -(-part_tokens // block_n) * block_n
-    parts = -(-span // part_tokens)
-    want = max(1, -(-PROGRAMS_PER_SM * n_sms // work_items))
-    return part_tokens, parts, min(parts, want)
+def plan_partitions(span: int, n_seqs: int, n_kv: int, n_sms: int, block_n: int) -> tuple[int, int, int, int]:
+    """(min_part, max_parts, partitions, programs a sequence) for n_seqs sequences of n_kv KV
+    heads over `span` context tokens. A row is cut into partitions of min_part tokens, longer
+    where its own context needs more than max_parts of them: from the row's length alone, so
+    the same in any batch and any block-table width (a speculative step's rows are decoded as
+    the plain step decodes them). `partitions` bounds every row's count (the partials' size);
+    the batch sets only how many programs share them: enough to give every multiprocessor
+    PROGRAMS_PER_SM. Past INVARIANT_ROWS sequences whose KV heads fill the device, one partition
+    a sequence: nothing to merge (merging there, batch-64 decode on an H200 ran 22,839-23,253
+    tok/s against 24,152 without: spec_decode-20261129T0038*Z, -004345Z); no step that
+    speculates is that large, and products of that many rows are not batch-invariant anyway."""
+    if n_seqs > INVARIANT_ROWS and n_seqs * n_kv >= n_sms:
+        whole = -(-span // block_n) * block_n
+        return whole, 1, 1, 1
+    parts = min(MAX_PARTS, -(-span // PART_TOKENS))
+    want = max(1, -(-PROGRAMS_PER_SM * n_sms // (n_seqs * n_kv)))
+    return PART_TOKENS, MAX_PARTS, parts, min(parts, want)
 
 
 def default_block_n(head_dim: int, dtype: torch.dtype) -> int:
@@ -223,9 +228,9 @@ def paged_decode_triton(
     num_stages: int = 2,
 ) -> torch.Tensor:
     """Launcher. Grid sizes come from tensor shapes only (no host copy of the lengths), so a
-    CUDA graph captured once replays for any lengths that fit the block table. part_tokens,
-    block_n, programs (a sequence's, each taking every programs-th partition) and the launch
-    knobs override the defaults (tests, tuning)."""
+    CUDA graph captured once replays for any lengths that fit the block table. part_tokens
+    (every row in partitions of that many tokens), block_n, programs (a sequence's, each taking
+    every programs-th partition) and the launch knobs override the defaults (tests, tuning)."""
     check_cache(k_cache, v_cache, q)
     n_seqs, n_heads, dim = q.shape
     _, block_size, n_kv, _ = k_cache.shape
@@ -235,16 +240,17 @@ def paged_decode_triton(
     span = block_tables.shape[1] * block_size
     if sliding_window is not None:
         span = min(span, sliding_window + block_n)  # + alignment of the window's first tile
+    if n_seqs == 0:
+        return torch.empty_like(q) if out is None else out
     if part_tokens is None:
-        part_tokens, parts, planned = plan_partitions(span, n_seqs * n_kv, sm_count(q.device), block_n)
-    else:
+        min_part, max_parts, parts, planned = plan_partitions(span, n_seqs, n_kv, sm_count(q.device), block_n)
+    else:  # every row in partitions of part_tokens
         assert part_tokens % block_n == 0
-        parts = planned = -(-span // part_tokens)
+        min_part, parts = part_tokens, -(-span // part_tokens)
+        max_parts = planned = parts
     programs = min(parts, programs or planned)
     out = torch.empty_like(q) if out is None else out
     assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1
-    if n_seqs == 0:
-        return out
     group = n_heads // n_kv
     split = parts > 1
     f32 = dict(dtype=torch.float32, device=q.device)
@@ -252,24 +258,23 @@ def paged_decode_triton(
     part_l = torch.empty_like(part_m)
     part_o = torch.empty((n_seqs, n_heads, parts, dim) if split else (1,), **f32)
     counters = ticket_counters(q.device, n_seqs * n_kv)
-    inline = parts <= INLINE_MERGE_PARTS
     prec, upcast = dot_flags(q.dtype)
     _decode_partition_kernel[(n_seqs, n_kv, programs)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o, counters,
-        scale, softcap or 0.0, sliding_window or 0, part_tokens, parts,
+        scale, softcap or 0.0, sliding_window or 0, min_part, max_parts, parts,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast, INLINE_MERGE=inline,
+        PREC=prec, UPCAST=upcast, INLINE_PARTS=INLINE_MERGE_PARTS,
         num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
-    if split and not inline:
+    if parts > INLINE_MERGE_PARTS:  # some row may have more partitions than the inline merge takes
         _decode_reduce_kernel[(n_seqs, n_heads)](
-            part_m, part_l, part_o, out, seq_lens, sliding_window or 0, part_tokens, parts,
+            part_m, part_l, part_o, out, seq_lens, sliding_window or 0, min_part, max_parts, parts,
             out.stride(0), out.stride(1), HEAD_DIM=dim, P_PAD=max(MAX_PARTS, triton.next_power_of_2(parts)), P_CHUNK=16,
             USE_WINDOW=sliding_window is not None,
-            BLOCK_N=block_n, num_warps=4, **pdl_launch(q.device),
+            BLOCK_N=block_n, INLINE_PARTS=INLINE_MERGE_PARTS, num_warps=4, **pdl_launch(q.device),
         )
     return out
