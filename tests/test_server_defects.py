@@ -1,7 +1,12 @@
 """Defects of the fuzzing pass (2026-11-28), each against a real `mlxr serve` on 127.0.0.1."""
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+import time
+
 import httpx
+import ollama
 import openai
 import pytest
 from server_harness import tiny_llama_server
@@ -37,3 +42,98 @@ def test_prompt_batch_over_queue_limit_is_a_400_naming_the_limit(client, model):
     # A batch at the limit is still served.
     ok = client.completions.create(model=model, prompt=["a", "b"], max_tokens=2)
     assert len(ok.choices) == 2
+
+
+# --- a model that is not loaded while every loaded one is busy --------------------------------
+SLOT_WAIT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def slots_url(tmp_path_factory):
+    home = tmp_path_factory.mktemp("slots")
+    # The variable reaches the server through the harness's copy of os.environ.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLXR_MODEL_SLOT_WAIT_S", str(SLOT_WAIT_S))
+        with tiny_llama_server(home, "--max-loaded-models", "2", "--max-num-seqs", "3") as url:
+            yield url
+
+
+@pytest.fixture(scope="module")
+def three_models(slots_url) -> list[str]:
+    client = ollama.Client(host=slots_url, timeout=60)
+    first = client.list().models[0].model
+    for copy in ("second:latest", "third:latest"):
+        client.copy(first, copy)
+    return [first, "second:latest", "third:latest"]
+
+
+class BusyModel:
+    """Long streamed completions holding a model busy until they end or close() is called."""
+
+    def __init__(self, url: str, model: str, streams: int) -> None:
+        self.url, self.model = url, model
+        self.stop = threading.Event()
+        self.started = threading.Semaphore(0)
+        self.pool = concurrent.futures.ThreadPoolExecutor(streams)
+        self.streams = [self.pool.submit(self._stream) for _ in range(streams)]
+        assert self.started.acquire(timeout=60), "no stream started"  # loaded, generating
+        time.sleep(0.2)  # the others sent and queued
+
+    def _stream(self) -> None:
+        # ignore_eos (a vLLM extra): the random model would often stop after a few tokens.
+        body = {"model": self.model, "prompt": "count", "max_tokens": 240, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=120) as r:
+            for _ in r.iter_lines():
+                self.started.release()
+                if self.stop.is_set():
+                    return  # leaving the block disconnects: the server aborts the request
+
+    def close(self) -> None:
+        self.stop.set()
+        self.pool.shutdown(wait=True)
+        for f in self.streams:
+            f.result()
+
+
+def _generate_in_thread(host: str, model: str) -> concurrent.futures.Future:
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(ollama.Client(host=host, timeout=60).generate, model=model, prompt="hi",
+                         options={"num_predict": 2})
+    pool.shutdown(wait=False)
+    return future
+
+
+def test_third_model_waits_for_a_slot_while_loaded_models_keep_serving(slots_url, three_models):
+    first, second, third = three_models
+    # --max-num-seqs 3: the first model runs its streams in two rounds; the second has room
+    # for one more request beside its own, and frees its slot first.
+    busy_first, busy_second = BusyModel(slots_url, first, streams=6), BusyModel(slots_url, second, streams=2)
+    try:
+        waiting = _generate_in_thread(slots_url, third)
+        time.sleep(0.3)
+        assert not waiting.done(), f"no wait for a slot: {waiting.exception() or waiting.result()}"
+        quick = ollama.Client(host=slots_url, timeout=60).generate(model=second, prompt="hi",
+                                                                  options={"num_predict": 1})
+        assert quick.done and not waiting.done(), "a loaded model's request waited behind the load"
+        reply = waiting.result(timeout=60)  # a slot frees when one model's streams end
+        assert reply.done
+    finally:
+        busy_first.close()
+        busy_second.close()
+
+
+def test_third_model_gets_503_with_retry_after_when_no_slot_frees_in_time(slots_url, three_models):
+    first, second, _ = three_models
+    busy = [BusyModel(slots_url, first, streams=15), BusyModel(slots_url, second, streams=15)]
+    try:
+        # The third model may be the loaded one left from the test above: a fourth name.
+        ollama.Client(host=slots_url, timeout=60).copy(first, "fourth:latest")
+        t0 = time.monotonic()
+        r = httpx.post(slots_url + "/api/generate", json={"model": "fourth:latest", "prompt": "hi"}, timeout=60)
+        waited = time.monotonic() - t0
+        assert r.status_code == 503, r.text
+        assert r.headers["Retry-After"] and "busy" in r.json()["error"]
+        assert waited >= SLOT_WAIT_S - 0.5
+    finally:
+        for b in busy:
+            b.close()
