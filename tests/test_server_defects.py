@@ -44,6 +44,34 @@ def test_prompt_batch_over_queue_limit_is_a_400_naming_the_limit(client, model):
     assert len(ok.choices) == 2
 
 
+
+@pytest.mark.parametrize("field, value", [("background", True), ("truncation", "auto")])
+def test_responses_refuses_what_a_stateless_server_cannot_do(client, model, field, value):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=model, input="hi", max_output_tokens=2, **{field: value})
+    assert err.value.body["param"] == field and field in err.value.message
+
+
+def test_responses_truncation_disabled_still_works(client, model):
+    reply = client.responses.create(model=model, input="hi", max_output_tokens=2, truncation="disabled")
+    assert reply.status in ("completed", "incomplete") and reply.output  # incomplete: max_output_tokens
+
+
+def test_responses_tool_parameters_not_an_object_is_a_400_on_its_own_path(client, model):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=model, input="hi", max_output_tokens=2,
+                                tools=[{"type": "function", "name": "f", "parameters": "x"}])
+    assert err.value.body["param"] == "tools[0].parameters"
+
+
+def test_responses_tool_schema_errors_name_the_responses_path(client, model):
+    never = {"type": "object", "properties": {"a": {"enum": []}}, "required": ["a"]}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=model, input="hi", max_output_tokens=2, tool_choice="required",
+                                tools=[{"type": "function", "name": "f", "parameters": never}])
+    assert err.value.body["param"] == "tools[0].parameters", err.value.body
+
+
 # --- a model that is not loaded while every loaded one is busy --------------------------------
 SLOT_WAIT_S = 2.0
 
