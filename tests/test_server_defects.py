@@ -165,3 +165,28 @@ def test_third_model_gets_503_with_retry_after_when_no_slot_frees_in_time(slots_
     finally:
         for b in busy:
             b.close()
+
+
+
+# --- keep_alive 0 while another request runs ------------------------------------------------
+def _loaded(url: str) -> list[str]:
+    return [m["name"] for m in httpx.get(url + "/api/ps").json()["models"]]
+
+
+def test_keep_alive_zero_during_a_generation_unloads_after_it(base_url, model):
+    client = ollama.Client(host=base_url, timeout=60)
+    # At temperature 0 this prompt runs to num_predict on the random model (no early stop).
+    running = client.generate(model=model, prompt="hello there", stream=True,
+                              options={"num_predict": 200, "temperature": 0})
+    first = next(running)
+    assert not first.done
+    unload = httpx.post(base_url + "/api/generate", json={"model": model, "keep_alive": 0}, timeout=60).json()
+    assert unload["done_reason"] == "unload"
+    # Still loaded: the running generation holds it (else this test could not tell the fix).
+    assert model in _loaded(base_url)
+    last = list(running)[-1]
+    assert last.done
+    deadline = time.monotonic() + 5  # the reaper looks once a second
+    while model in _loaded(base_url) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert model not in _loaded(base_url), "the running request's keep_alive won over the later keep_alive 0"

@@ -51,6 +51,9 @@ class ServedModel:
     expires_at: float | None  # time.time(); None = never
     active: int = field(default=0)  # requests in flight
     retired: bool = field(default=False)  # replaced under its name: shuts down after its last request
+    # The keep_alive of the latest request (None: the server's default). As in Ollama, the
+    # latest one wins: the timer restarts from it when any request ends.
+    keep_alive_s: float | None = field(default=None)
 
     @property
     def context_length(self) -> int:
@@ -162,6 +165,16 @@ class ModelManager:
         return ServedModel(record.name, record, built.args, built.tokenizer, engine, time.time(), took, None)
 
     def touch(self, served: ServedModel, keep_alive_s: float | None) -> None:
+        """A request arrived with this keep_alive: it becomes the model's latest one."""
+        served.keep_alive_s = keep_alive_s
+        self._restart_timer(served, keep_alive_s)
+
+    def restart_keep_alive(self, served: ServedModel) -> None:
+        """A request ended: the timer restarts from the latest keep_alive, not the ending
+        request's own (a keep_alive 0 sent meanwhile unloads the model after it)."""
+        self._restart_timer(served, served.keep_alive_s)
+
+    def _restart_timer(self, served: ServedModel, keep_alive_s: float | None) -> None:
         ka = self.config.keep_alive_s if keep_alive_s is None else keep_alive_s
         if self.attached is not None:
             ka = -1  # pinned
