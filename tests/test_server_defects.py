@@ -190,3 +190,26 @@ def test_keep_alive_zero_during_a_generation_unloads_after_it(base_url, model):
     while model in _loaded(base_url) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert model not in _loaded(base_url), "the running request's keep_alive won over the later keep_alive 0"
+
+
+
+# --- no lax coercions ---------------------------------------------------------------------------
+@pytest.mark.parametrize("route, body, field", [
+    ("/v1/completions", {"prompt": [True], "max_tokens": 1}, "prompt"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": "5"}, "max_tokens"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 1, "echo": "yes"}, "echo"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stream": "yes"},
+     "stream"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "logprobs": 1},
+     "logprobs"),
+])
+def test_openai_fields_are_not_coerced(base_url, model, route, body, field):
+    # The openai client's types forbid these values: raw JSON, as other clients may send.
+    r = httpx.post(base_url + route, json={"model": model, **body}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith(field), r.text
+
+
+def test_openai_numbers_of_the_right_type_still_work(client, model):
+    reply = client.completions.create(model=model, prompt=[1, 2, 3], max_tokens=2, temperature=1, top_p=1)
+    assert reply.choices[0].text is not None
