@@ -213,3 +213,22 @@ def test_openai_fields_are_not_coerced(base_url, model, route, body, field):
 def test_openai_numbers_of_the_right_type_still_work(client, model):
     reply = client.completions.create(model=model, prompt=[1, 2, 3], max_tokens=2, temperature=1, top_p=1)
     assert reply.choices[0].text is not None
+
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"prompt": "hi", "stream": "yes"}, "stream"),
+    ({"prompt": "hi", "stream": False, "raw": 1}, "raw"),
+    ({"prompt": "hi", "stream": False, "context": [True]}, "context"),
+    ({"prompt": "hi", "stream": False, "options": {"num_predict": "5"}}, "options"),
+])
+def test_ollama_fields_are_not_coerced(base_url, model, body, field):
+    r = httpx.post(base_url + "/api/generate", json={"model": model, **body}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert field in r.json()["error"], r.text
+
+
+def test_ollama_whole_floats_still_count_as_integers(base_url, model):
+    reply = ollama.Client(host=base_url, timeout=60).generate(
+        model=model, prompt="hi", options={"num_predict": 2.0, "top_k": 40.0}, context=[1, 2])
+    assert reply.done
