@@ -1,6 +1,7 @@
 """Defects of the fuzzing pass (2026-11-28), each against a real `mlxr serve` on 127.0.0.1."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 import time
@@ -232,3 +233,37 @@ def test_ollama_whole_floats_still_count_as_integers(base_url, model):
     reply = ollama.Client(host=base_url, timeout=60).generate(
         model=model, prompt="hi", options={"num_predict": 2.0, "top_k": 40.0}, context=[1, 2])
     assert reply.done
+
+
+
+# --- many /admin/logs/stream readers -------------------------------------------------------------
+def test_log_stream_readers_are_bounded_and_health_stays_fast(base_url):
+    async def run() -> tuple[list[int], list[float], int]:
+        limits = httpx.Limits(max_connections=300)
+        async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as http:
+            async def open_stream():
+                r = await http.send(http.build_request("GET", "/admin/logs/stream"), stream=True)
+                if r.status_code != 200:
+                    await r.aread()
+                return r
+
+            streams = await asyncio.gather(*[open_stream() for _ in range(200)])
+            try:
+                refused = [r for r in streams if r.status_code != 200]
+                assert refused and all(r.status_code == 503 and r.headers.get("Retry-After") for r in refused)
+                health = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    assert (await http.get("/health")).status_code == 200
+                    health.append(time.perf_counter() - t0)
+            finally:
+                await asyncio.gather(*[r.aclose() for r in streams])
+            await asyncio.sleep(0.5)  # the server sees the disconnects and frees the slots
+            again = await http.send(http.build_request("GET", "/admin/logs/stream"), stream=True)
+            await again.aclose()
+            return [r.status_code for r in streams], health, again.status_code
+
+    codes, health, again = asyncio.run(run())
+    assert 0 < codes.count(200) < 200
+    assert sorted(health)[len(health) // 2] < 0.25, health
+    assert again == 200, "closed log streams did not give their slots back"
