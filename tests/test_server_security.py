@@ -1,6 +1,7 @@
 """API keys, Host-header tricks, CORS, bind refusal and load shedding, against a real server."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -119,17 +120,31 @@ def test_blank_api_key_is_refused(tmp_path, key):
 
 def test_queue_full_is_503_with_retry_after(base_url):
     model = httpx.get(base_url + "/v1/models", headers=auth()).json()["data"][0]["id"]
-    body = {"model": model, "prompt": [[1] + [5 + j % 400 for j in range(200)] for _ in range(6)], "max_tokens": 2}
-    # Repeated: the refused batch's admitted siblings are aborted mid-admission each time,
-    # which once killed the engine thread.
+    # Batches of --max-waiting long prompts (each fits the queue alone), sent together: the
+    # queue fills and some are refused. Repeated: a refused batch's admitted siblings are
+    # aborted mid-admission each time, which once killed the engine thread.
+    body = {"model": model, "prompt": [[1] + [5 + j % 400 for j in range(200)] for _ in range(2)], "max_tokens": 2}
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url, headers=auth(), timeout=60) as http:
+            return await asyncio.gather(*[http.post("/v1/completions", json=body) for _ in range(4)])
+
     for _ in range(5):
-        r = httpx.post(base_url + "/v1/completions", json=body, headers=auth(), timeout=60)
-        assert r.status_code == 503, r.text
-        assert r.headers["retry-after"] and "waiting" in r.json()["error"]["message"]
+        replies = asyncio.run(burst())
+        refused = [r for r in replies if r.status_code == 503]
+        assert refused and all(r.status_code in (200, 503) for r in replies), [r.text for r in replies]
+        assert all(r.headers["retry-after"] and "waiting" in r.json()["error"]["message"] for r in refused)
     assert httpx.get(base_url + "/health").json()["status"] == "ok"
     ok = httpx.post(base_url + "/v1/completions", headers=auth(), timeout=60,
                     json={"model": model, "prompt": "hi", "max_tokens": 2})
     assert ok.status_code == 200
+
+
+def test_batch_larger_than_the_queue_is_400_not_a_503_forever(base_url):
+    model = httpx.get(base_url + "/v1/models", headers=auth()).json()["data"][0]["id"]
+    r = httpx.post(base_url + "/v1/completions", headers=auth(), timeout=60,
+                   json={"model": model, "prompt": ["a"] * 6, "max_tokens": 2})
+    assert r.status_code == 400 and "--max-waiting" in r.json()["error"]["message"], r.text
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ the requests it has and shuts down after the last one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +26,11 @@ from mlxr.llm import _parse_dtype
 
 log = logging.getLogger(__name__)
 TOUCH_EVERY_S = 1.0
+# How long a request for a model that is not loaded waits for a busy model to free its slot
+# (Ollama queues such requests and its client does not retry); past it, 503 with Retry-After.
+SLOT_WAIT_S = float(os.environ.get("MLXR_MODEL_SLOT_WAIT_S", "120"))
+# A slot also frees without a release() (a model's lock let go, an unload); look again this often.
+SLOT_POLL_S = 0.5
 
 
 def model_spec(config: ServerConfig, path) -> ModelSpec:
@@ -44,6 +51,9 @@ class ServedModel:
     expires_at: float | None  # time.time(); None = never
     active: int = field(default=0)  # requests in flight
     retired: bool = field(default=False)  # replaced under its name: shuts down after its last request
+    # The keep_alive of the latest request (None: the server's default). As in Ollama, the
+    # latest one wins: the timer restarts from it when any request ends.
+    keep_alive_s: float | None = field(default=None)
 
     @property
     def context_length(self) -> int:
@@ -62,6 +72,7 @@ class ModelManager:
         self._used_at: dict[str, float] = {}  # time.monotonic() of the last registry.touch
         self._retired: set[ServedModel] = set()  # replaced engines still running requests
         self._retiring: set[asyncio.Task] = set()  # their shutdowns under way
+        self._slot_freed = asyncio.Event()  # a loaded model went idle: a waiting load may take its slot
 
     def canonical(self, name: str) -> str:
         return self.registry.resolve(name).name
@@ -108,6 +119,8 @@ class ModelManager:
     def release(self, served: ServedModel) -> None:
         """A request that acquire(hold=True) counted has ended."""
         served.active -= 1
+        if served.active <= 0:
+            self._slot_freed.set()
         if served.retired and served.active <= 0 and served in self._retired:
             self._retired.discard(served)
             task = asyncio.ensure_future(self._shut_down(served))
@@ -152,6 +165,16 @@ class ModelManager:
         return ServedModel(record.name, record, built.args, built.tokenizer, engine, time.time(), took, None)
 
     def touch(self, served: ServedModel, keep_alive_s: float | None) -> None:
+        """A request arrived with this keep_alive: it becomes the model's latest one."""
+        served.keep_alive_s = keep_alive_s
+        self._restart_timer(served, keep_alive_s)
+
+    def restart_keep_alive(self, served: ServedModel) -> None:
+        """A request ended: the timer restarts from the latest keep_alive, not the ending
+        request's own (a keep_alive 0 sent meanwhile unloads the model after it)."""
+        self._restart_timer(served, served.keep_alive_s)
+
+    def _restart_timer(self, served: ServedModel, keep_alive_s: float | None) -> None:
         ka = self.config.keep_alive_s if keep_alive_s is None else keep_alive_s
         if self.attached is not None:
             ka = -1  # pinned
@@ -159,18 +182,29 @@ class ModelManager:
 
     async def _make_room(self) -> None:
         """Unload idle models until one more fits; a busy model is never pulled from under
-        its requests (the caller gets a 503 and retries)."""
+        its requests: the caller waits (under the load lock, so loads stay one at a time, while
+        requests for loaded models go on) until one goes idle, up to SLOT_WAIT_S, then gets a 503."""
+        deadline = time.monotonic() + SLOT_WAIT_S
         while len(self.served) >= self.config.max_loaded_models:
-            # A model whose lock is held is being acquired (maybe loading again, waiting for the
-            # load lock this caller holds): busy too.
-            idle = [m for m in self.served.values()
-                    if m.active == 0 and not self._locks.setdefault(m.name, asyncio.Lock()).locked()]
-            if not idle:
+            self._slot_freed.clear()
+            idle = self._idle_models()
+            if idle:
+                victim = min(idle, key=lambda m: m.expires_at or float("inf"))
+                await self._unload(victim.name, victim, expire_when_busy=False)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise OverloadedError(
-                    f"all {len(self.served)} loaded models are busy (max_loaded_models); retry later"
-                )
-            victim = min(idle, key=lambda m: m.expires_at or float("inf"))
-            await self._unload(victim.name, victim, expire_when_busy=False)
+                    f"all {len(self.served)} loaded models stayed busy for {SLOT_WAIT_S:g}s "
+                    f"(max_loaded_models {self.config.max_loaded_models}); retry later")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), min(left, SLOT_POLL_S))
+
+    def _idle_models(self) -> list[ServedModel]:
+        # A model whose lock is held is being acquired (maybe loading again, waiting for the
+        # load lock this caller holds): busy too.
+        return [m for m in self.served.values()
+                if m.active == 0 and not self._locks.setdefault(m.name, asyncio.Lock()).locked()]
 
     async def unload(self, name: str, expected: ServedModel | None = None) -> bool:
         """Unload `name` (only if it is still `expected`, when given) unless requests hold it:

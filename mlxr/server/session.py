@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from mlxr.engine.async_engine import AsyncEngine
-from mlxr.errors import EngineError, MLXRError
+from mlxr.errors import EngineError, InvalidParameterError, MLXRError
 from mlxr.server.model_manager import ServedModel
 from mlxr.server import warm_requests
 from mlxr.server.trace import RequestTrace
@@ -182,6 +182,7 @@ class Session:
 
     def start(self, prompts: list[list[int]], params: SamplingParams) -> None:
         """Submit one engine request per prompt (each with params.n sequences)."""
+        check_batch_admissible(len(prompts), self.request.app.state.config.engine.max_waiting)
         self.trace.prompt_tokens = sum(len(p) for p in prompts)
         interval = self.request.app.state.config.stream_interval
         self._stream = merge_streams(self.served.engine, self.request_id, prompts, params, interval)
@@ -226,6 +227,15 @@ class Session:
         await self.close(status_of(error), str(error) or type(error).__name__)
 
 
+def check_batch_admissible(num_prompts: int, max_waiting: int) -> None:
+    """A batch with more prompts than the admission queue holds could never be admitted: a 503
+    would have the client retry forever, so it is the client's error to split the batch."""
+    if num_prompts > max_waiting:
+        raise InvalidParameterError(
+            "prompt", f"{num_prompts} prompts in one request is over the server's queue limit of "
+                      f"{max_waiting} (--max-waiting); send at most {max_waiting} per request")
+
+
 def status_of(error: BaseException) -> int:
     if isinstance(error, MLXRError):
         return error.status
@@ -237,8 +247,6 @@ def status_of(error: BaseException) -> int:
 def default_model(request: Request) -> str:
     name = request.app.state.default_model
     if not name:
-        from mlxr.errors import InvalidParameterError
-
         raise InvalidParameterError("model", "this server has no default model; name one")
     return name
 

@@ -29,9 +29,10 @@ class Hold:
         return self.session.served
 
     async def finish(self, status: int = 200) -> None:
-        """End the session and restart the keep-alive timer from the end of the request."""
+        """End the session and restart the keep-alive timer from the end of the request, with
+        the model's latest keep_alive (Ollama: the latest request's wins)."""
         await self.session.close(status)
-        self.request.app.state.models.touch(self.served, self.keep_alive_s)
+        self.request.app.state.models.restart_keep_alive(self.served)
 
     async def unload_if_asked(self) -> None:
         """keep_alive 0: unload now, unless another request still uses the model (the reaper

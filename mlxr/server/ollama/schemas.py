@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict, model_validator
 
-from mlxr.server.ollama.options import Options
+from mlxr.server.ollama.options import Int, Options
 from mlxr.server.text_fields import CheckedText
 
 # Strict: JSON true is not one second.
@@ -15,7 +15,13 @@ MAX_EMBED_INPUTS = 256  # each is a forward pass on the engine thread
 Format = Literal["", "json"] | dict[str, Any] | None
 
 
-class _Named(CheckedText):
+class _Body(CheckedText):
+    # Strict, as Ollama's Go server is: "yes" is no boolean, "5" no number (an integer still
+    # takes a whole number written as a float: Int).
+    model_config = ConfigDict(strict=True)
+
+
+class _Named(_Body):
     """Older clients send `name` where newer ones send `model`; accept either."""
 
     model: str = Field(min_length=1)
@@ -28,13 +34,13 @@ class _Named(CheckedText):
         return data
 
 
-class GenerateRequest(CheckedText):
+class GenerateRequest(_Body):
     model: str = Field(min_length=1)
     prompt: str = ""
     suffix: str = ""
     system: str | None = None
     template: str | None = None
-    context: list[int] | None = None
+    context: list[Int] | None = None
     raw: bool = False
     format: Format = None
     options: Options | None = None
@@ -43,24 +49,24 @@ class GenerateRequest(CheckedText):
     images: list[str] | None = None
     think: bool | str | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Int | None = None
     truncate: bool | None = None  # None/true: cut a prompt over num_ctx to fit; false: 400
 
 
-class ToolFunction(CheckedText):
+class ToolFunction(_Body):
     model_config = ConfigDict(extra="allow")
 
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)  # an object, unlike OpenAI's string
 
 
-class ToolCall(CheckedText):
+class ToolCall(_Body):
     model_config = ConfigDict(extra="allow")
 
     function: ToolFunction
 
 
-class ChatMessage(CheckedText):
+class ChatMessage(_Body):
     role: str = Field(min_length=1)
     content: str | None = ""
     images: list[str] | None = None
@@ -69,7 +75,7 @@ class ChatMessage(CheckedText):
     thinking: str | None = None
 
 
-class ChatRequest(CheckedText):
+class ChatRequest(_Body):
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
@@ -79,20 +85,20 @@ class ChatRequest(CheckedText):
     keep_alive: KeepAlive = None
     think: bool | str | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Int | None = None
     truncate: bool | None = None  # None/true: cut a prompt over num_ctx to fit; false: 400
 
 
-class EmbedRequest(CheckedText):
+class EmbedRequest(_Body):
     model: str = Field(min_length=1)
     input: str | Annotated[list[str], Field(max_length=MAX_EMBED_INPUTS)] = ""
     truncate: bool | None = None
     options: Options | None = None
     keep_alive: KeepAlive = None
-    dimensions: int | None = Field(default=None, ge=1)
+    dimensions: Int | None = Field(default=None, ge=1)
 
 
-class EmbeddingsRequest(CheckedText):
+class EmbeddingsRequest(_Body):
     model: str = Field(min_length=1)
     prompt: str = ""
     options: Options | None = None
@@ -107,7 +113,7 @@ class DeleteRequest(_Named):
     pass
 
 
-class CopyRequest(CheckedText):
+class CopyRequest(_Body):
     source: str = Field(min_length=1)
     destination: str = Field(min_length=1)
 

@@ -10,10 +10,11 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.responses_input import (
-    ResponsesRequest, chat_messages, chat_tools, check_stateless, text_constraint,
+    ResponsesRequest, chat_messages, chat_tools, check_stateless, responses_param, text_constraint,
 )
 from mlxr.server.openai.responses_output import OutputBuilder, response_object, usage
 from mlxr.server.openai.sse import error_chunk, stream_response
@@ -41,9 +42,12 @@ async def _render(session: Session, body: ResponsesRequest,
     messages, tools = chat_messages(body), chat_tools(body)
     effort = body.reasoning.effort if body.reasoning else None
     thinking = None if effort is None else effort != "none"
-    return await render_plan(tokenizer, context, "input", messages, tools, tool_choice=body.tool_choice,
-                             parallel=body.parallel_tool_calls, thinking=thinking,
-                             other_constraint=constraint is not None)
+    try:
+        return await render_plan(tokenizer, context, "input", messages, tools, tool_choice=body.tool_choice,
+                                 parallel=body.parallel_tool_calls, thinking=thinking,
+                                 other_constraint=constraint is not None)
+    except InvalidParameterError as e:
+        raise responses_param(e) from None
 
 
 class _Run:

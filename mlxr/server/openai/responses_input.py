@@ -47,6 +47,8 @@ class ResponsesRequest(_Body):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    background: bool | None = None
 
 
 def check_stateless(body: ResponsesRequest) -> None:
@@ -54,6 +56,13 @@ def check_stateless(body: ResponsesRequest) -> None:
         raise InvalidParameterError("previous_response_id", "is not supported (stateless)")
     if body.store:
         raise InvalidParameterError("store", "is not supported (stateless): send store=false or leave it out")
+    if body.background:
+        raise InvalidParameterError("background", "is not supported (stateless: there is no stored response to "
+                                                  "poll later); send background=false or leave it out")
+    if body.truncation == "auto":
+        # Never cut a prompt silently (RELIABILITY.md): too long is a 400 naming both lengths.
+        raise InvalidParameterError("truncation", "'auto' is not supported: an input over the context is refused, "
+                                                  "never cut; send 'disabled' or leave it out")
 
 
 def _text(content: Any, where: str) -> str:
@@ -116,9 +125,21 @@ def chat_tools(body: ResponsesRequest) -> list[dict[str, Any]] | None:
     for i, tool in enumerate(body.tools):
         if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
             raise InvalidParameterError(f"tools[{i}]", "only function tools (type 'function' with a name) are supported")
+        if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+            raise InvalidParameterError(f"tools[{i}].parameters", "must be a JSON schema object")
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         tools.append(strict_tool({"type": "function", "function": fn}))
     return tools
+
+
+def responses_param(error: InvalidParameterError) -> InvalidParameterError:
+    """The chat code's error under the Responses API's own field path: a tool's fields sit on
+    the tool itself here (`tools[0].parameters`), not under `function`."""
+    param = error.param or ""
+    if not (param.startswith("tools[") and ".function" in param):
+        return error
+    renamed = param.replace(".function", "", 1)
+    return InvalidParameterError(renamed, error.message.removeprefix(f"{param}: "))
 
 
 def text_constraint(body: ResponsesRequest) -> StructuredOutputsParams | None:

@@ -24,8 +24,9 @@ MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
 
 
 class _Body(CheckedText):
-    # Unknown fields are ignored (clients send extras); NaN/Infinity are refused.
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    # Unknown fields are ignored (clients send extras); NaN/Infinity are refused. Strict, as
+    # OpenAI's server is: "5" is not an integer, "yes" or 1 not a boolean, true not token 1.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
 
 class StreamOptions(_Body):
