@@ -105,14 +105,13 @@ def _decode_rows(q, kc, vc, meta, rows=slice(None), **knobs):
 
 
 @cpu_only
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_decode_row_is_the_same_alone_or_in_any_batch(dtype):
+def test_decode_row_is_the_same_alone_or_in_any_batch():
     """A row's output does not depend on the rows beside it or on how many programs share its
     partitions (speculative rows must decode exactly as the plain row would): bit-identical."""
-    lens = [300, 70, 5, 129, 300, 1, 256, 257, 40]
-    q, kc, vc, meta = make([1] * len(lens), lens, (4, 2), 64, 16, dtype, "cpu")
+    lens = [300, 70, 5, 129, 257]
+    q, kc, vc, meta = make([1] * len(lens), lens, (4, 2), 64, 16, torch.float32, "cpu")
     for part_tokens in (32, 16):  # 10 partitions merged inline, 19 by the reduce kernel
-        together = [_decode_rows(q, kc, vc, meta, part_tokens=part_tokens, programs=p) for p in (None, 1, 3)]
+        together = [_decode_rows(q, kc, vc, meta, part_tokens=part_tokens, programs=p) for p in (None, 3)]
         for r in range(len(lens)):
             alone = _decode_rows(q, kc, vc, meta, slice(r, r + 1), part_tokens=part_tokens)
             for out in together:
