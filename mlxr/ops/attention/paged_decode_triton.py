@@ -152,7 +152,8 @@ def _context_partitions(seq_len, window, min_part, max_parts, USE_WINDOW: tl.con
     # Tiles start on BLOCK_N boundaries so a tile never straddles a larger cache block.
     aligned = (first // BLOCK_N) * BLOCK_N
     part_tokens = tl.maximum(min_part, tl.cdiv(tl.cdiv(seq_len - aligned, max_parts), BLOCK_N) * BLOCK_N)
-    return first, aligned, tl.maximum(tl.cdiv(seq_len - aligned, part_tokens), 1), part_tokens  # an empty row writes zeros
+    n_valid = tl.maximum(tl.cdiv(seq_len - aligned, part_tokens), 1)  # an empty row writes zeros
+    return first, aligned, n_valid, part_tokens
 
 
 @triton.jit(do_not_specialize=["min_part", "max_parts", "num_parts"])
