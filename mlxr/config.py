@@ -131,6 +131,7 @@ class EngineConfig:
     kv_cache_preload: float = 0.5
     max_waiting: int = 1024
     enable_cuda_graphs: bool = True  # decode steps replay captured graphs on CUDA
+    enable_cpu_graphs: bool = True  # small decode steps replay recorded native calls on the CPU (engine/cpu_graphs.py)
     # Graph block tables span the whole context; the Triton decode kernel skips the empty
     # part, the torch reference does not (set 32 with MLXR_KERNELS=reference).
     cuda_graph_max_batch: int = 256

@@ -74,6 +74,12 @@ def padding_row(scratch_block: int, block_size: int) -> tuple[int, int, int, int
     return 0, scratch_block * block_size, 1, scratch_block
 
 
+def _staged(host: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array as a tensor that a copy to `device` can read asynchronously (pinned for a GPU)."""
+    t = torch.from_numpy(host)
+    return t if device.type == "cpu" else t.pin_memory()
+
+
 class DecodeGraphs:
     def __init__(
         self,
@@ -87,12 +93,15 @@ class DecodeGraphs:
         self.model, self.kv = model, kv_cache
         self.scratch_block = scratch_block
         self.width = max_blocks_per_seq
-        self.sizes = graph_sizes(max_batch)
+        self.sizes = self.graph_sizes(max_batch)
         self.device = kv_cache.layers[0][0].device
         self.inputs = {b: GraphInputs(b, self.width, self.device) for b in self.sizes}
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None
         self._capture_all(capture_budget_s)
+
+    graph_sizes = staticmethod(graph_sizes)
+    kind = "CUDA graph"
 
     def _fill_padding(self, g: GraphInputs, start: int) -> None:
         position, slot, length, block = padding_row(self.scratch_block, self.kv.block_size)
@@ -107,11 +116,12 @@ class DecodeGraphs:
         t0 = time.perf_counter()
         for b in sorted(self.sizes, reverse=True):  # largest first, so smaller ones reuse its pool
             if time.perf_counter() - t0 > budget_s:
-                log.warning("CUDA graph capture stopped at the %.0fs budget; batch %d and below run eagerly", budget_s, b)
+                log.warning("%s capture stopped at the %.0fs budget; batch %d and below run eagerly", self.kind,
+                            budget_s, b)
                 break
             self._fill_padding(self.inputs[b], 0)
             self.graphs[b] = self._capture(self.inputs[b])
-        log.info("captured %d decode graphs in %.1fs", len(self.graphs), time.perf_counter() - t0)
+        log.info("captured %d decode %ss in %.1fs", len(self.graphs), self.kind, time.perf_counter() - t0)
 
     def _capture(self, g: GraphInputs) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         meta = g.meta(self.kv.block_size)
@@ -168,8 +178,8 @@ class DecodeGraphs:
         small, (pos, slots, lens, fill), tables = g.host_arrays(n, width, self.scratch_block, self.kv.block_size)
         pos[:n], slots[:n], lens[:n], fill[:n] = a.positions, a.slots, a.positions + 1, a.fill_from
         tables[:n] = a.tables
-        g.buf.copy_(torch.from_numpy(small).pin_memory(), non_blocking=True)
-        g.tables[:, :width].copy_(torch.from_numpy(tables).pin_memory(), non_blocking=True)
+        g.buf.copy_(_staged(small, self.device), non_blocking=True)
+        g.tables[:, :width].copy_(_staged(tables, self.device), non_blocking=True)
         torch.index_select(tokens, 0, g.fill, out=g.input_ids)
         graph, logits = self.graphs[g.b]
         graph.replay()

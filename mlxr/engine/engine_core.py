@@ -88,6 +88,9 @@ class EngineCore:
                 num_blocks, max_rows, max_blocks_per_seq,
                 min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,
             )
+        elif parts.device.type == "cpu" and config.enable_cpu_graphs and self.runner.can_capture_graphs:
+            self.runner.enable_cpu_graphs(num_blocks, max(config.max_num_seqs, _drafting_rows(config, parts)),
+                                          max_blocks_per_seq)
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self.overlap = self.overlap and parts.make_runner is None

@@ -82,7 +82,7 @@ class ModelRunner:
         self.batch = InputBatch(kv_cache.block_size, device)
         self.sampler = Sampler()
         self.rejection = RejectionSampler(self.sampler)
-        self.graphs = None  # DecodeGraphs, set by enable_cuda_graphs on CUDA
+        self.graphs = None  # DecodeGraphs, set by enable_cuda_graphs on CUDA (enable_cpu_graphs on the CPU)
         self.prefill_graphs = None  # PrefillGraphs, likewise
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
 
@@ -99,6 +99,11 @@ class ModelRunner:
         if max_prefill_tokens and use_triton(self.kv_cache.layers[0][0]):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv_cache, scratch_block, max_prefill_tokens,
                                                 max_blocks_per_seq, self.graphs.pool, **budget)
+
+    def enable_cpu_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int) -> None:
+        from mlxr.engine.cpu_graphs import cpu_decode_graphs
+
+        self.graphs = cpu_decode_graphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq)
 
     def shutdown(self) -> None:
         """Release what the runner started besides the model (a tensor-parallel group's workers)."""

@@ -142,6 +142,14 @@ def load_library(name: str, march: str | None = None) -> ctypes.CDLL | None:
     return _load(name, march or selected_march())
 
 
+def loaded_libraries() -> list[ctypes.CDLL]:
+    """Every library loaded so far (cpu_plan.py records the calls into them)."""
+    return list(_LOADED)
+
+
+_LOADED: list[ctypes.CDLL] = []
+
+
 def _clear_caches() -> None:
     _load.cache_clear()
     selected_march.cache_clear()
@@ -160,7 +168,9 @@ def _load(name: str, march: str) -> ctypes.CDLL | None:
         if not target.exists():
             log.info("compiling CPU kernels %s (first use; cached in %s)", source.name, target.parent)
             _compile(compiler, flags, source, target)
-        return ctypes.CDLL(str(target))
+        lib = ctypes.CDLL(str(target))
+        _LOADED.append(lib)
+        return lib
     except (OSError, subprocess.SubprocessError) as exc:
         log.warning("CPU kernels unavailable (%s); quantized matmuls fall back to torch", exc)
         return None

@@ -1,0 +1,96 @@
+"""CPU decode graphs: a forward recorded as its native calls (mlxr/ops/cpu_plan.py) and replayed by
+the engine on the CPU (mlxr/engine/cpu_graphs.py). Replays must give the eager path's bits."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import fixture_model
+from mlxr import LLM, SamplingParams
+from mlxr.engine.cpu_graphs import CPU_GRAPH_MAX_ROWS, CpuDecodeGraphs
+from mlxr.ops.cpu_plan import PlanUnsupported, record
+from mlxr.ops.norm.norm_cpu import rms_norm_cpu
+
+
+def _norm_then_silu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    normed, _ = rms_norm_cpu(x, w, 1e-6, False, None)  # a native call
+    y = F.silu(normed) * 2.0  # torch ops that compute: repeated, results copied back
+    out[:, :2].copy_(y[:, :2])  # an in-place op: repeated as it is
+    return y.view(-1)  # a view: nothing to repeat
+
+
+@torch.inference_mode()
+def test_replay_repeats_native_calls_and_torch_ops_on_new_contents():
+    x, w, out = torch.randn(3, 16), torch.rand(16) + 0.5, torch.zeros(3, 4)
+    _norm_then_silu(x, w, out)  # loads the library: record() refuses one loading while it records
+    plan = record(lambda: _norm_then_silu(x, w, out))
+    assert plan.native_calls == 1
+    x.copy_(torch.randn(3, 16))
+    out.zero_()
+    plan.replay()
+    expected_out = torch.zeros(3, 4)
+    expected = _norm_then_silu(x, w, expected_out)
+    assert torch.equal(plan.result, expected)
+    assert torch.equal(out, expected_out)
+
+
+@torch.inference_mode()
+def test_a_forward_that_reads_values_on_the_host_is_refused():
+    x = torch.randn(4)
+
+    def branchy():
+        return x * 2 if x.sum().item() > 0 else x * 3
+
+    with pytest.raises(PlanUnsupported, match="item"):
+        record(branchy)
+
+
+def test_a_kernel_that_fails_in_a_replay_raises():
+    from mlxr.ops.cpu_plan import NativePlan
+
+    statuses = iter([3])
+    plan = NativePlan()
+    plan.add_native(lambda *args: next(statuses), (1, 2), 0)  # returned 0 (success) when recorded
+    with pytest.raises(RuntimeError, match="failed"):
+        plan.replay()
+
+
+def _greedy(model: str, graphs: bool, prompts: list[list[int]], n: int = 24) -> list[list[int]]:
+    llm = LLM(model, dtype=torch.float32, device="cpu", max_num_seqs=len(prompts), enable_prefix_caching=False,
+              enable_cpu_graphs=graphs)
+    runner = llm.engine.core.core.runner
+    assert isinstance(runner.graphs, CpuDecodeGraphs) == graphs
+    replays = []
+    if graphs:
+        original = runner.graphs.run
+        runner.graphs.run = lambda *a, **k: (replays.append(1), original(*a, **k))[1]
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    outs = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    assert (len(replays) >= n - 1) == graphs  # every decode step replayed
+    return outs
+
+
+PROMPTS = [[1, 5, 9, 13], [2, 7, 3, 11, 19, 23], [4, 6]]
+
+
+@pytest.mark.parametrize("name,gguf_type", [("tiny-llama", "q8_0"), ("tiny-gemma3", "q8_0"), ("tiny-qwen2", None)])
+def test_greedy_tokens_are_the_eager_tokens(name, gguf_type):
+    paths = fixture_model(name, gguf_type)
+    model = str(paths.gguf_path if gguf_type else paths.hf_dir)
+    assert _greedy(model, True, PROMPTS) == _greedy(model, False, PROMPTS)
+
+
+def test_bundled_smollm2_greedy_tokens_are_the_eager_tokens():
+    """Q4_1 layers and a tied Q8_0 lm_head and embedding: the integer kernels' paths."""
+    from mlxr.bundled_models import smollm2_135m_path
+
+    prompts = [[p + 100 for p in prompt] for prompt in PROMPTS]
+    assert _greedy(str(smollm2_135m_path()), True, prompts) == _greedy(str(smollm2_135m_path()), False, prompts)
+
+
+def test_sizes_cover_every_row_count_up_to_the_bound():
+    from mlxr.engine.cpu_graphs import cpu_graph_sizes
+
+    assert cpu_graph_sizes(3) == [1, 2, 3]
+    assert cpu_graph_sizes(64) == list(range(1, CPU_GRAPH_MAX_ROWS + 1))
