@@ -78,12 +78,9 @@ def test_decode_unsplit_and_softcap_interpreted(softcap, window):
 
 
 @cpu_only
-@pytest.mark.parametrize("programs", [None, 1, 4])
-def test_decode_many_partitions_interpreted(programs):
-    # 19 partitions for the long sequence (merged by the second kernel), one for the short;
-    # taken by 19, 1 or 4 programs a sequence.
-    check_decode([300, 2], (4, 1), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16,
-                 programs=programs)
+def test_decode_many_partitions_interpreted():
+    # 19 partitions for the long sequence (merged by the second kernel), one for the short.
+    check_decode([300, 2], (4, 1), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
 
 
 @cpu_only
@@ -106,29 +103,28 @@ def _decode_rows(q, kc, vc, meta, rows=slice(None), **knobs):
 
 @cpu_only
 def test_decode_row_is_the_same_alone_or_in_any_batch():
-    """A row's output does not depend on the rows beside it or on how many programs share its
-    partitions (speculative rows must decode exactly as the plain row would): bit-identical."""
+    """A row's output does not depend on the rows beside it (speculative rows must decode
+    exactly as the plain row would): bit-identical."""
     lens = [300, 70, 5, 129, 257]
     q, kc, vc, meta = make([1] * len(lens), lens, (4, 2), 64, 16, torch.float32, "cpu")
     for part_tokens in (32, 16):  # 10 partitions merged inline, 19 by the reduce kernel
-        together = [_decode_rows(q, kc, vc, meta, part_tokens=part_tokens, programs=p) for p in (None, 3)]
+        together = _decode_rows(q, kc, vc, meta, part_tokens=part_tokens)
         for r in range(len(lens)):
             alone = _decode_rows(q, kc, vc, meta, slice(r, r + 1), part_tokens=part_tokens)
-            for out in together:
-                assert torch.equal(out[r:r + 1], alone), (r, lens[r], part_tokens)
+            assert torch.equal(together[r:r + 1], alone), (r, lens[r], part_tokens)
 
 
 def test_partitions_do_not_follow_the_batch():
     """plan_partitions cuts rows the same way (min_part, max_parts) in any batch of up to 16
-    rows, whatever the KV heads; the batch sets only the programs."""
+    rows, whatever the KV heads."""
     for span in (128, 300, 8192, 16384, 131072):
         for n_kv in (1, 3, 32):
             plans = {plan_partitions(span, n_seqs, n_kv, 132, 128)[:2] for n_seqs in (1, 5, 9, 16)}
             assert plans == {(128, 64)}, (span, n_kv, plans)
-    assert plan_partitions(8192, 1, 3, 132, 128) == (128, 64, 64, 64)
-    assert plan_partitions(8192, 16, 3, 132, 128) == (128, 64, 64, 6)
+    assert plan_partitions(8192, 1, 3, 132, 128) == (128, 64, 64)
+    assert plan_partitions(8192, 16, 3, 132, 128) == (128, 64, 64)
     # Past 16 rows whose KV heads fill the device: one partition a sequence, nothing to merge.
-    assert plan_partitions(8192, 64, 3, 132, 128) == (8192, 1, 1, 1)
+    assert plan_partitions(8192, 64, 3, 132, 128) == (8192, 1, 1)
     assert plan_partitions(8192, 40, 3, 132, 128)[:2] == (128, 64)
 
 
@@ -153,16 +149,13 @@ def test_decode_row_is_the_same_whatever_the_table_width(monkeypatch):
 
 
 @cpu_only
-@pytest.mark.parametrize("programs", [None, 2])
-def test_decode_leaves_its_merge_tickets_at_zero_for_the_next_launch(programs):
+def test_decode_leaves_its_merge_tickets_at_zero_for_the_next_launch():
     """The last program of a (sequence, KV head) to finish merges and resets the group's
-    counter, also when programs take several partitions each: a second launch (a replayed
-    graph) merges again, and the counters end at zero."""
+    counter: a second launch (a replayed graph) merges again, and the counters end at zero."""
     from mlxr.ops.backend import ticket_counters
 
     for _ in range(2):
-        check_decode([70, 33, 5], (8, 2), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16,
-                     programs=programs)
+        check_decode([70, 33, 5], (8, 2), 64, 16, None, torch.float32, "cpu", part_tokens=16, block_n=16)
     assert not ticket_counters(torch.device("cpu"), 6).any()
 
 
@@ -181,9 +174,9 @@ def test_prefill_interpreted(heads, block_size, window):
 def test_partition_plan_covers_the_span():
     for span in (1, 63, 64, 1000, 32768):
         for n_seqs in (1, 8, 1024):
-            min_part, max_parts, n, programs = plan_partitions(span, n_seqs, 2, 132, 64)
+            min_part, max_parts, n = plan_partitions(span, n_seqs, 2, 132, 64)
             part = max(min_part, -(-span // max_parts))  # the longest row's partitions
-            assert min_part % 64 == 0 and n * part >= span and 1 <= programs <= n <= 64
+            assert min_part % 64 == 0 and n * part >= span and 1 <= n <= 64
 
 
 def test_cpu_dispatch_is_the_reference():
@@ -201,9 +194,9 @@ def test_decode_gpu(heads, dim, block_size, window):
     dtype = DTYPES[(dim // 64 + block_size) % 3]
     lens = [1, 17, 300, 1500, 4100]
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda")  # split-K (planned)
-    # Up to 9 partitions, and 33; each also taken by 2 programs a sequence.
-    for part_tokens, programs in ((512, None), (512, 2), (128, None), (128, 2)):
-        check_decode(lens, heads, dim, block_size, window, dtype, "cuda", part_tokens=part_tokens, programs=programs)
+    # Up to 9 partitions (merged inline), and 33 (by the second kernel).
+    for part_tokens in (512, 128):
+        check_decode(lens, heads, dim, block_size, window, dtype, "cuda", part_tokens=part_tokens)
     # Unsplit, soft-capped; block_n = block_size takes the one-block-per-tile path.
     blocks = {"block_n": block_size} if block_size >= 16 else {}
     check_decode(lens, heads, dim, block_size, window, dtype, "cuda", 30.0, part_tokens=8192, **blocks)

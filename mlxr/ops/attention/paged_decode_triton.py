@@ -1,10 +1,10 @@
 """Paged decode attention in Triton: one query token per sequence, split-K over the context.
 
-Grid (sequence, KV head, program). A program takes every query head of one KV head (GQA: each
-K/V tile is read once for the group) over partitions p, p + P, p + 2P, ... of the visible
-context (P programs a sequence). A row's partitions follow from its own length alone
-(_context_partitions: PART_TOKENS each, longer past MAX_PARTS of them), never from the batch,
-the block table's width or P, so a row's arithmetic is the same beside any rows: a token
+Grid (sequence, KV head, partition). A program takes every query head of one KV head (GQA: each
+K/V tile is read once for the group) over one partition of the visible context; programs past
+a row's partitions exit. A row's partitions follow from its own length alone
+(_context_partitions: PART_TOKENS each, longer past MAX_PARTS of them), never from the batch or
+the block table's width, so a row's arithmetic is the same beside any rows: a token
 verified among speculative rows gets the very output it gets decoded alone, and greedy output
 with speculation stays identical to that without. (With partitions sized by the batch, a 9-row
 step and a 1-row one split a 300-token context differently, and a near-tied token came out
@@ -45,7 +45,6 @@ PART_TOKENS = 128
 MAX_PARTS = 64
 INLINE_MERGE_PARTS = 16  # a row of up to this many partitions is merged by its last program to finish
 INVARIANT_ROWS = 16  # batch-invariant up to this many rows at least (as quant_extra_triton's GEMV)
-PROGRAMS_PER_SM = 2  # programs a sequence: until the grid holds about this many a multiprocessor
 
 
 # Neither the block tables' width nor the partition count (both change with the batch) is
@@ -70,34 +69,32 @@ def _decode_partition_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     heads = kvh * GROUP + offs_g
     head_ok = offs_g < GROUP
-    if tl.program_id(2) < n_valid:
+    part = tl.program_id(2)
+    if part < n_valid:
         q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + offs_d[None, :],
                     mask=head_ok[:, None], other=0.0)
         o_ptrs = out_ptr + seq * stride_os + heads[:, None] * stride_oh + offs_d[None, :]
-        base = (seq * tl.num_programs(1) * GROUP + heads) * num_parts
-        for part in range(tl.program_id(2), n_valid, tl.num_programs(2)):
-            start = aligned + part * part_tokens
-            m, l, acc = _attend(q, k_ptr, v_ptr, table_ptr + seq * stride_ts, start,
-                                tl.minimum(start + part_tokens, seq_len), first, kvh, scale, softcap,
-                                stride_b, stride_t, stride_h, G_PAD, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                                USE_SOFTCAP, PREC, UPCAST)
-            if n_valid == 1:
-                out = acc / tl.where(l > 0, l, 1.0)[:, None]
-                tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-            else:  # unnormalised partials, merged below or by the reduce kernel
-                tl.store(part_m_ptr + base + part, m, mask=head_ok)
-                tl.store(part_l_ptr + base + part, l, mask=head_ok)
-                tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc,
-                         mask=head_ok[:, None])
-        if n_valid > 1 and n_valid <= INLINE_PARTS:
-            tl.debug_barrier()  # every thread's partials are written before the release below
-            counter = cnt_ptr + seq * tl.num_programs(1) + kvh
-            active = tl.minimum(tl.num_programs(2), n_valid)
-            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == active - 1:  # the last to finish
-                out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
-                                        G_PAD, HEAD_DIM)
-                tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
-                tl.atomic_xchg(counter, 0)  # ready for the next launch
+        start = aligned + part * part_tokens
+        m, l, acc = _attend(q, k_ptr, v_ptr, table_ptr + seq * stride_ts, start,
+                            tl.minimum(start + part_tokens, seq_len), first, kvh, scale, softcap,
+                            stride_b, stride_t, stride_h, G_PAD, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                            USE_SOFTCAP, PREC, UPCAST)
+        if n_valid == 1:
+            out = acc / tl.where(l > 0, l, 1.0)[:, None]
+            tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+        else:  # unnormalised partials, merged below or by the reduce kernel
+            base = (seq * tl.num_programs(1) * GROUP + heads) * num_parts
+            tl.store(part_m_ptr + base + part, m, mask=head_ok)
+            tl.store(part_l_ptr + base + part, l, mask=head_ok)
+            tl.store(part_o_ptr + (base + part)[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=head_ok[:, None])
+            if n_valid <= INLINE_PARTS:
+                tl.debug_barrier()  # every thread's partials are written before the release below
+                counter = cnt_ptr + seq * tl.num_programs(1) + kvh
+                if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == n_valid - 1:  # the last to finish
+                    out = _merge_partitions(part_m_ptr, part_l_ptr, part_o_ptr, base, n_valid, head_ok, offs_d,
+                                            G_PAD, HEAD_DIM)
+                    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
+                    tl.atomic_xchg(counter, 0)  # ready for the next launch
 
 
 @triton.jit
@@ -186,23 +183,22 @@ def _decode_reduce_kernel(
         tl.store(out_ptr + seq * stride_os + head * stride_oh + offs_d, (acc / den).to(out_ptr.dtype.element_ty))
 
 
-def plan_partitions(span: int, n_seqs: int, n_kv: int, n_sms: int, block_n: int) -> tuple[int, int, int, int]:
-    """(min_part, max_parts, partitions, programs a sequence) for n_seqs sequences of n_kv KV
-    heads over `span` context tokens. A row is cut into partitions of min_part tokens, longer
-    where its own context needs more than max_parts of them: from the row's length alone, so
-    the same in any batch and any block-table width (a speculative step's rows are decoded as
-    the plain step decodes them). `partitions` bounds every row's count (the partials' size);
-    the batch sets only how many programs share them: enough to give every multiprocessor
-    PROGRAMS_PER_SM. Past INVARIANT_ROWS sequences whose KV heads fill the device, one partition
-    a sequence: nothing to merge (merging there, batch-64 decode on an H200 ran 22,839-23,253
-    tok/s against 24,152 without: spec_decode-20261129T0038*Z, -004345Z); no step that
-    speculates is that large, and products of that many rows are not batch-invariant anyway."""
+def plan_partitions(span: int, n_seqs: int, n_kv: int, n_sms: int, block_n: int) -> tuple[int, int, int]:
+    """(min_part, max_parts, partitions) for n_seqs sequences of n_kv KV heads over `span`
+    context tokens. A row is cut into partitions of min_part tokens, longer where its own context
+    needs more than max_parts of them: from the row's length alone, so the same in any batch and
+    any block-table width (a speculative step's rows are decoded as the plain step decodes them).
+    `partitions` bounds every row's count: the grid's and the partials' size. Past INVARIANT_ROWS
+    sequences whose KV heads fill the device, one partition a sequence: nothing to merge
+    (merging there, batch-64 decode on an H200 ran 22,839-23,253 tok/s against 24,152 without:
+    spec_decode-20261129T0038*Z, -004345Z); no step that speculates is that large, and products
+    of that many rows are not batch-invariant anyway. (A form whose programs looped over several
+    partitions each, to bound the grid, ran batch-64 decode at 16.6-17.1k tok/s against 22.2-23.3k
+    for one partition a program: spec_decode-20261129T0325*Z, -032609Z.)"""
     if n_seqs > INVARIANT_ROWS and n_seqs * n_kv >= n_sms:
         whole = -(-span // block_n) * block_n
-        return whole, 1, 1, 1
-    parts = min(MAX_PARTS, -(-span // PART_TOKENS))
-    want = max(1, -(-PROGRAMS_PER_SM * n_sms // (n_seqs * n_kv)))
-    return PART_TOKENS, MAX_PARTS, parts, min(parts, want)
+        return whole, 1, 1
+    return PART_TOKENS, MAX_PARTS, min(MAX_PARTS, -(-span // PART_TOKENS))
 
 
 def default_block_n(head_dim: int, dtype: torch.dtype) -> int:
@@ -224,14 +220,13 @@ def paged_decode_triton(
     part_tokens: int | None = None,
     block_n: int | None = None,
     out: torch.Tensor | None = None,
-    programs: int | None = None,
     num_warps: int = 4,
     num_stages: int = 2,
 ) -> torch.Tensor:
     """Launcher. Grid sizes come from tensor shapes only (no host copy of the lengths), so a
     CUDA graph captured once replays for any lengths that fit the block table. part_tokens
-    (every row in partitions of that many tokens), block_n, programs (a sequence's, each taking
-    every programs-th partition) and the launch knobs override the defaults (tests, tuning)."""
+    (every row in partitions of that many tokens), block_n and the launch knobs override the
+    defaults (tests, tuning)."""
     check_cache(k_cache, v_cache, q)
     n_seqs, n_heads, dim = q.shape
     _, block_size, n_kv, _ = k_cache.shape
@@ -244,12 +239,11 @@ def paged_decode_triton(
     if n_seqs == 0:
         return torch.empty_like(q) if out is None else out
     if part_tokens is None:
-        min_part, max_parts, parts, planned = plan_partitions(span, n_seqs, n_kv, sm_count(q.device), block_n)
+        min_part, max_parts, parts = plan_partitions(span, n_seqs, n_kv, sm_count(q.device), block_n)
     else:  # every row in partitions of part_tokens
         assert part_tokens % block_n == 0
         min_part, parts = part_tokens, -(-span // part_tokens)
-        max_parts = planned = parts
-    programs = min(parts, programs or planned)
+        max_parts = parts
     out = torch.empty_like(q) if out is None else out
     assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1
     group = n_heads // n_kv
@@ -260,7 +254,7 @@ def paged_decode_triton(
     part_o = torch.empty((n_seqs, n_heads, parts, dim) if split else (1,), **f32)
     counters = ticket_counters(q.device, n_seqs * n_kv)
     prec, upcast = dot_flags(q.dtype)
-    _decode_partition_kernel[(n_seqs, n_kv, programs)](
+    _decode_partition_kernel[(n_seqs, n_kv, parts)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_m, part_l, part_o, counters,
         scale, softcap or 0.0, sliding_window or 0, min_part, max_parts, parts,
         q.stride(0), q.stride(1), *k_cache.stride()[:3], block_tables.stride(0),
