@@ -72,9 +72,14 @@ def chat_ids(tokenizer, task: str) -> list[int]:
     return tokenizer.encode(prompt, add_special_tokens=False)
 
 
+IGNORE_EOS = False  # --ignore-eos: every request runs to max_tokens (fixed work, for A/Bs of trees whose
+# rounding differs: at batch 64 the point where each request stops sets how long the small-batch tail runs)
+
+
 def timed(llm: LLM, prompts: list[list[int]], max_tokens: int, speculative: bool,
           structured: StructuredOutputsParams | None = None) -> tuple[float, int, list]:
-    params = SamplingParams(max_tokens=max_tokens, temperature=0, speculative=speculative, structured_outputs=structured)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0, speculative=speculative, structured_outputs=structured,
+                            ignore_eos=IGNORE_EOS)
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params)
     dt = time.perf_counter() - t0
@@ -101,7 +106,8 @@ def ab(llm: LLM, prompts: list[list[int]], max_tokens: int, rounds: int,
     accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
     off, on = sorted(rates[False])[len(rates[False]) // 2], sorted(rates[True])[len(rates[True]) // 2]
     return {"off_tok_s": off, "on_tok_s": on, "speedup": on / off, "acceptance": accepted / drafted if drafted else 0.0,
-            "draft_tokens": drafted, "outputs_identical": same, "off_all": rates[False], "on_all": rates[True]}
+            "draft_tokens": drafted, "outputs_identical": same, "off_all": rates[False], "on_all": rates[True],
+            "tokens_per_round": n}
 
 
 def ngram_part(args, model: str) -> list[dict]:
@@ -221,7 +227,10 @@ def main() -> None:
     ap.add_argument("--skip-draft", action="store_true")
     ap.add_argument("--skip-ngram", action="store_true")
     ap.add_argument("--json", action="store_true", help="also n-gram under a JSON-object grammar (batch 1)")
+    ap.add_argument("--ignore-eos", action="store_true", help="every request runs to its max_tokens")
     args = ap.parse_args()
+    global IGNORE_EOS
+    IGNORE_EOS = args.ignore_eos
     model = str(smollm2_135m_path())
     rows = [] if args.skip_ngram else ngram_part(args, model)
     if args.json:
