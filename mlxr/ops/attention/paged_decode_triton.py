@@ -192,9 +192,11 @@ def plan_partitions(span: int, n_seqs: int, n_kv: int, n_sms: int, block_n: int)
     sequences whose KV heads fill the device, one partition a sequence: nothing to merge
     (merging there, batch-64 decode on an H200 ran 22,839-23,253 tok/s against 24,152 without:
     spec_decode-20261129T0038*Z, -004345Z); no step that speculates is that large, and products
-    of that many rows are not batch-invariant anyway. (A form whose programs looped over several
-    partitions each, to bound the grid, ran batch-64 decode at 16.6-17.1k tok/s against 22.2-23.3k
-    for one partition a program: spec_decode-20261129T0325*Z, -032609Z.)"""
+    of that many rows are not batch-invariant anyway. (Engine tok/s of trees that round
+    differently is no kernel timing at batch 64: requests stop at EOS at other points and the
+    small-batch tail changes. With fixed work, `--ignore-eos`, this kernel and 53fa2a1's ran
+    30.6-32.7k and 31.0-33.2k tok/s, spec_decode-20261129T0344*Z-0345*Z; alone, 9.0 against 9.9 us a
+    64 x 400-token launch and 6.4 against 4.9 us at one 300-token row, attn_ab-20261129T0335Z.)"""
     if n_seqs > INVARIANT_ROWS and n_seqs * n_kv >= n_sms:
         whole = -(-span // block_n) * block_n
         return whole, 1, 1
