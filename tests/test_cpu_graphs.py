@@ -36,6 +36,21 @@ def test_replay_repeats_native_calls_and_torch_ops_on_new_contents():
 
 
 @torch.inference_mode()
+def test_a_constant_changed_in_place_starts_from_its_value_at_each_replay():
+    x = torch.randn(4)
+
+    def scaled():
+        c = torch.tensor([2.0])
+        c.add_(1.0)
+        return x * c
+
+    plan = record(scaled)
+    for _ in range(2):
+        plan.replay()
+        assert torch.equal(plan.result, x * 3.0)
+
+
+@torch.inference_mode()
 def test_a_forward_that_reads_values_on_the_host_is_refused():
     x = torch.randn(4)
 

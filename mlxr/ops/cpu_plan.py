@@ -11,8 +11,9 @@ plan keeps alive): pointers and shapes are baked in, as in a CUDA graph. The rec
 Python differently on another step.
 
 Torch ops: a view (output sharing an input's storage) costs nothing and is skipped; an op
-writing in place or into `out=` is called again; any other op is called again and its result
-copied into the tensor it returned at recording (later ops hold that tensor's pointer)."""
+writing in place or into `out=` is called again; a constant (an op of no tensor) is restored
+from a copy; any other op is called again and its result copied into the tensor it returned
+at recording (later ops hold that tensor's pointer)."""
 from __future__ import annotations
 
 import ctypes
@@ -69,7 +70,12 @@ class NativePlan:
             return
         if not outs or name in _UNINITIALIZED:
             return
-        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        sources = _tensors((args, kwargs))
+        if not sources:  # a constant (torch.tensor(2.0), zeros): restored from a copy, not made again
+            saved = [t.clone() for t in outs]
+            self.calls.append(lambda: [dst.copy_(src) for dst, src in zip(outs, saved)])
+            return
+        inputs = {t.untyped_storage().data_ptr() for t in sources}
         if all(t.untyped_storage().data_ptr() in inputs for t in outs):
             return  # views of the inputs
         def call() -> None:
