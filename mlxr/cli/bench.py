@@ -37,7 +37,8 @@ def cmd_bench(ns: argparse.Namespace) -> int:
 
     use_threads(ns)
     threads = torch.get_num_threads()  # what torch runs with, not only what was asked
-    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization, enable_cuda_graphs=not ns.profile,
+    llm = LLM(ns.model, dtype=ns.dtype, device=ns.device, quantization=ns.quantization,
+              enable_cuda_graphs=not ns.profile, enable_cpu_graphs=not ns.profile,  # a profile times eager ops
               engine_process=False,  # the profiler and the figures read the model in this process
               max_num_seqs=max(ns.batch, 1), max_num_batched_tokens=max(2048, ns.prompt_len))
     g = torch.Generator().manual_seed(0)
