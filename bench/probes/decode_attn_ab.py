@@ -1,6 +1,6 @@
 """The paged decode attention of this tree against another version of its file (another
 commit's `mlxr/ops/attention/paged_decode_triton.py`, saved with `git show REV:PATH > FILE`), each
-timed over 20 launches in one CUDA graph at SmolLM2's heads (9 query, 3 KV, d = 64) and a
+timed over 20 launches in one CUDA graph (gemv.graph_us) at SmolLM2's heads (9 query, 3 KV, d = 64) and a
 512-block table (a graph's width at 8k context), for a few (rows, context) shapes; outputs
 compared. Kernel time alone: an engine's tok/s at batch 64 also moves with where its requests stop
 (see README, Speculative decoding, ninth session). JSON to bench/results/decode_attn_ab-*.json.
@@ -17,6 +17,7 @@ import torch
 
 import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import device_name, write_result
+from gemv import graph_us
 from mlxr.ops.attention import paged_decode_triton as this_tree
 
 SHAPES = ((1, 300), (1, 1000), (9, 300), (16, 400), (32, 400), (64, 400), (64, 2000), (128, 400))
@@ -30,22 +31,6 @@ def load_file(path: str):
     return module
 
 
-def graph_us(fn, launches: int = 20, replays: int = 10) -> float:
-    for _ in range(3):
-        fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / (launches * replays)
-
-
 def case(modules: dict, rows: int, ctx: int, kc: torch.Tensor, vc: torch.Tensor) -> dict:
     n_blocks = kc.shape[0]
     q = torch.randn(rows, HEADS, DIM, dtype=kc.dtype, device="cuda")
@@ -57,7 +42,7 @@ def case(modules: dict, rows: int, ctx: int, kc: torch.Tensor, vc: torch.Tensor)
     row = {"rows": rows, "ctx": ctx}
     for rep in range(2):  # alternated, twice
         for name, module in modules.items():
-            row[f"{name}_us_{rep}"] = graph_us(lambda: module.paged_decode_triton(q, kc, vc, tables, lens, 0.125))
+            row[f"{name}_us_{rep}"] = graph_us([lambda: module.paged_decode_triton(q, kc, vc, tables, lens, 0.125)], 20)
     outs = [m.paged_decode_triton(q, kc, vc, tables, lens, 0.125).float() for m in modules.values()]
     row["max_abs_diff"] = (outs[0] - outs[1]).abs().max().item()
     return row
