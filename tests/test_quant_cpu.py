@@ -359,3 +359,28 @@ def test_mlxr_amx_0_turns_the_tiles_off(monkeypatch):
     assert quant_cpu.kernel_path() == "avx512-vnni+amx"
     monkeypatch.setenv("MLXR_AMX", "0")
     assert not quant_cpu.amx() and quant_cpu.kernel_path() == "avx512-vnni"
+
+
+def test_pool_helpers_stop_spinning_while_other_processes_want_the_cores(tmp_path):
+    """A pool helper preempted during its spin (the machine is shared) backs off: it sleeps
+    after its jobs for a while instead of taking time slices from the decode and the other
+    process (pool.h, POOL_BACKOFF_NS). Two CPU-bound processes per core make sure it is preempted."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import ctypes, time, torch; from mlxr.ops.quant import quant_cpu; torch.set_num_threads(2); "
+            "lib = quant_cpu.library(); lib.mlxr_pool_backoffs.restype = ctypes.c_int64; "
+            "raw = torch.randint(0, 256, (512, 544), dtype=torch.uint8); x = torch.randn(1, 512); "
+            "end = time.time() + 4\n"
+            "while time.time() < end and not lib.mlxr_pool_backoffs():\n"
+            "    quant_cpu.qmatmul_cpu(x, raw, 'Q8_0', 512); time.sleep(0.00002)\n"
+            "print(lib.mlxr_pool_backoffs())")
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        done = subprocess.run([sys.executable, "-c", code], check=True, timeout=300, capture_output=True, text=True,
+                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "MLXR_POOL": "1"})
+    finally:
+        for p in spinners:
+            p.kill()
+    assert int(done.stdout.strip()) > 0

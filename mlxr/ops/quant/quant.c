@@ -703,6 +703,9 @@ int mlxr_amx_min_rows(int t) {
 /* 1 when a matmul of m activation rows runs on pool.h's helpers, 0 on OpenMP's team. */
 int mlxr_pool_rows(int64_t m) { return pool_for_rows(m); }
 
+/* How many times a pool helper stopped spinning because it was preempted (pool.h). */
+int64_t mlxr_pool_backoffs(void) { return __atomic_load_n(&pool_backoffs, __ATOMIC_RELAXED); }
+
 /* 2: AVX-512 VNNI + GFNI, 1: AVX2, 3: NEON, 4: NEON with sdot, 0: portable C. */
 int mlxr_simd_level(void) {
 #if defined(MLXR_VNNI)
