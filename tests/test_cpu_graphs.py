@@ -51,6 +51,15 @@ def test_a_constant_changed_in_place_starts_from_its_value_at_each_replay():
 
 
 @torch.inference_mode()
+def test_a_functional_op_in_place_is_repeated():
+    x, y = torch.randn(6), torch.empty(6)
+    plan = record(lambda: F.silu(y.copy_(x), inplace=True))  # returns y itself: no view to skip
+    x.copy_(torch.randn(6))
+    plan.replay()
+    assert torch.equal(y, F.silu(x))
+
+
+@torch.inference_mode()
 def test_a_forward_that_reads_values_on_the_host_is_refused():
     x = torch.randn(4)
 

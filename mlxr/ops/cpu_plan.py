@@ -64,7 +64,8 @@ class NativePlan:
     def add_torch(self, func: Callable, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         outs = _tensors(out)
         self.keep += outs
-        inplace = "out" in kwargs or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.startswith("__"))
+        inplace = ("out" in kwargs or kwargs.get("inplace") is True or name in _INPLACE_DUNDERS
+                   or (name.endswith("_") and not name.startswith("__")))
         if inplace:
             self.calls.append(lambda: func(*args, **kwargs))
             return
