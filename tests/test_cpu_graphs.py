@@ -118,3 +118,21 @@ def test_sizes_cover_every_row_count_up_to_the_bound():
 
     assert cpu_graph_sizes(3) == [1, 2, 3]
     assert cpu_graph_sizes(64) == list(range(1, CPU_GRAPH_MAX_ROWS + 1))
+
+
+def test_a_new_thread_count_records_the_graphs_again():
+    """The kernels take the thread count as an argument, so a recording keeps the count it was
+    made with; a step after torch.set_num_threads (Ollama's num_thread) records anew."""
+    paths = fixture_model("tiny-llama", "q8_0")
+    before = torch.get_num_threads()
+    llm = LLM(str(paths.gguf_path), dtype=torch.float32, device="cpu", max_num_seqs=2, enable_prefix_caching=False)
+    graphs = llm.engine.core.core.runner.graphs
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    want = llm.generate([PROMPTS[0]], params)[0].outputs[0].token_ids
+    try:
+        torch.set_num_threads(1 if before > 1 else 2)
+        got = llm.generate([PROMPTS[0]], params)[0].outputs[0].token_ids
+        assert graphs.threads == torch.get_num_threads() and graphs.graphs
+    finally:
+        torch.set_num_threads(before)
+    assert got == want

@@ -30,6 +30,23 @@ class CpuDecodeGraphs(DecodeGraphs):
     graph_sizes = staticmethod(cpu_graph_sizes)
     kind = "CPU graph"
 
+    def _capture_all(self, budget_s: float) -> None:
+        self.threads = torch.get_num_threads()  # the kernels' thread count is an argument baked in
+        super()._capture_all(budget_s)
+
+    def fits(self, n: int, width: int) -> bool:
+        if torch.get_num_threads() != self.threads:  # Ollama's num_thread, --threads: record again
+            self._record_again()
+        return super().fits(n, width)
+
+    def _record_again(self) -> None:
+        self.graphs = {}
+        try:
+            self._capture_all(60.0)
+        except PlanUnsupported as e:  # steps run eagerly from here
+            self.graphs = {}
+            log.warning("CPU decode steps run eagerly: %s", e)
+
     def _capture(self, g: GraphInputs) -> tuple[NativePlan, torch.Tensor]:
         meta = g.meta(self.kv.block_size)
         self._forward(g, meta)  # first calls load libraries and fill caches outside the recording
