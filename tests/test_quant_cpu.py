@@ -364,7 +364,8 @@ def test_mlxr_amx_0_turns_the_tiles_off(monkeypatch):
 def test_pool_helpers_stop_spinning_while_other_processes_want_the_cores(tmp_path):
     """A pool helper preempted during its spin (the machine is shared) backs off: it sleeps
     after its jobs for a while instead of taking time slices from the decode and the other
-    process (pool.h, POOL_BACKOFF_NS). Two CPU-bound processes per core make sure it is preempted."""
+    process (pool.h, POOL_BACKOFF_NS). Two CPU-bound processes per core (all pinned to the same
+    two CPUs) make sure it is preempted."""
     import os
     import subprocess
     import sys
@@ -376,10 +377,16 @@ def test_pool_helpers_stop_spinning_while_other_processes_want_the_cores(tmp_pat
             "while time.time() < end and not lib.mlxr_pool_backoffs():\n"
             "    quant_cpu.qmatmul_cpu(x, raw, 'Q8_0', 512); time.sleep(0.00002)\n"
             "print(lib.mlxr_pool_backoffs())")
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    cpus = sorted(os.sched_getaffinity(0))[:2]  # everything on two CPUs, however many the machine has
+
+    def pinned() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pinned)
+                for _ in range(2 * len(cpus))]
     try:
         done = subprocess.run([sys.executable, "-c", code], check=True, timeout=300, capture_output=True, text=True,
-                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "MLXR_POOL": "1"})
+                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "MLXR_POOL": "1"}, preexec_fn=pinned)
     finally:
         for p in spinners:
             p.kill()
