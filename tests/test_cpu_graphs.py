@@ -2,6 +2,9 @@
 the engine on the CPU (mlxr/engine/cpu_graphs.py). Replays must give the eager path's bits."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -78,6 +81,65 @@ def test_a_kernel_that_fails_in_a_replay_raises():
     plan.add_native(lambda *args: next(statuses), (1, 2), 0)  # returned 0 (success) when recorded
     with pytest.raises(RuntimeError, match="failed"):
         plan.replay()
+
+
+@torch.inference_mode()
+def test_another_threads_native_calls_stay_out_of_a_recording():
+    """A server runs two models' steps on two threads: one's calls while the other records must
+    not enter the other's plan (its replays would rerun them on buffers long freed)."""
+    x, w, out = torch.randn(3, 16), torch.rand(16) + 0.5, torch.zeros(3, 4)
+    _norm_then_silu(x, w, out)
+    asked, answered = threading.Event(), threading.Event()
+
+    def other_model_step():
+        asked.wait()
+        with torch.inference_mode():
+            rms_norm_cpu(torch.randn(2, 16), w, 1e-6, False, None)
+        answered.set()
+
+    def recorded():
+        asked.set()
+        assert answered.wait(30)  # the other thread's call falls inside this recording
+        return _norm_then_silu(x, w, out)
+
+    other = threading.Thread(target=other_model_step)
+    other.start()
+    plan = record(recorded)
+    other.join()
+    assert plan.native_calls == 1
+
+
+def _library_functions() -> dict:
+    from mlxr.ops.cpu_build import loaded_libraries
+    return {(id(lib), name): f for lib in loaded_libraries() for name, f in vars(lib).items() if callable(f)}
+
+
+@torch.inference_mode()
+def test_two_threads_recording_at_once_leave_the_libraries_as_they_were():
+    x, w, out = torch.randn(3, 16), torch.rand(16) + 0.5, torch.zeros(3, 4)
+    _norm_then_silu(x, w, out)
+    before = _library_functions()
+    first_recording, first_done = threading.Event(), threading.Event()
+    plans = {}
+
+    def second():
+        first_recording.wait()
+        with torch.inference_mode():
+            # Ends after the first: without turns, it would put the first's recorders back for good.
+            plans["second"] = record(lambda: (first_done.wait(30), _norm_then_silu(x, w, out))[1])
+
+    def first_fn():
+        first_recording.set()
+        time.sleep(0.2)  # the second starts recording meanwhile (or waits its turn)
+        return _norm_then_silu(x, w, out)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    plans["first"] = record(first_fn)
+    first_done.set()
+    thread.join()
+    assert _library_functions() == before
+    assert plans["first"].native_calls == plans["second"].native_calls == 1
 
 
 def _greedy(model: str, graphs: bool, prompts: list[list[int]], n: int = 24) -> list[list[int]]:

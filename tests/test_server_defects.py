@@ -10,7 +10,7 @@ import httpx
 import ollama
 import openai
 import pytest
-from server_harness import tiny_llama_server
+from server_harness import server_log, tiny_llama_server
 
 MAX_WAITING = 2
 
@@ -78,13 +78,36 @@ SLOT_WAIT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def slots_url(tmp_path_factory):
-    home = tmp_path_factory.mktemp("slots")
+def slots_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("slots")
+
+
+@pytest.fixture(scope="module")
+def slots_url(slots_home):
     # The variable reaches the server through the harness's copy of os.environ.
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLXR_MODEL_SLOT_WAIT_S", str(SLOT_WAIT_S))
-        with tiny_llama_server(home, "--max-loaded-models", "2", "--max-num-seqs", "3") as url:
+        with tiny_llama_server(slots_home, "--max-loaded-models", "2", "--max-num-seqs", "3") as url:
             yield url
+
+
+@pytest.fixture
+def busy(slots_url, slots_home):
+    """BusyModel(model, streams) on the slots server; every one is closed after the test, and a
+    model that never starts streaming fails with the server's log."""
+    started: list[BusyModel] = []
+
+    def make(model: str, streams: int) -> BusyModel:
+        b = BusyModel(slots_url, model, streams)
+        started.append(b)
+        if not b.started.acquire(timeout=60):  # loaded, generating
+            pytest.fail(f"no stream of {model} started in 60 s; server log:\n{server_log(slots_home)[-6000:]}")
+        time.sleep(0.2)  # the others sent and queued
+        return b
+
+    yield make
+    for b in started:
+        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +128,6 @@ class BusyModel:
         self.started = threading.Semaphore(0)
         self.pool = concurrent.futures.ThreadPoolExecutor(streams)
         self.streams = [self.pool.submit(self._stream) for _ in range(streams)]
-        assert self.started.acquire(timeout=60), "no stream started"  # loaded, generating
-        time.sleep(0.2)  # the others sent and queued
 
     def _stream(self) -> None:
         # ignore_eos (a vLLM extra): the random model would often stop after a few tokens.
@@ -132,40 +153,34 @@ def _generate_in_thread(host: str, model: str) -> concurrent.futures.Future:
     return future
 
 
-def test_third_model_waits_for_a_slot_while_loaded_models_keep_serving(slots_url, three_models):
+def test_third_model_waits_for_a_slot_while_loaded_models_keep_serving(slots_url, three_models, busy):
     first, second, third = three_models
     # --max-num-seqs 3: the first model runs its streams in two rounds; the second has room
     # for one more request beside its own, and frees its slot first.
-    busy_first, busy_second = BusyModel(slots_url, first, streams=6), BusyModel(slots_url, second, streams=2)
-    try:
-        waiting = _generate_in_thread(slots_url, third)
-        time.sleep(0.3)
-        assert not waiting.done(), f"no wait for a slot: {waiting.exception() or waiting.result()}"
-        quick = ollama.Client(host=slots_url, timeout=60).generate(model=second, prompt="hi",
-                                                                  options={"num_predict": 1})
-        assert quick.done and not waiting.done(), "a loaded model's request waited behind the load"
-        reply = waiting.result(timeout=60)  # a slot frees when one model's streams end
-        assert reply.done
-    finally:
-        busy_first.close()
-        busy_second.close()
+    busy(first, streams=6)
+    busy(second, streams=2)
+    waiting = _generate_in_thread(slots_url, third)
+    time.sleep(0.3)
+    assert not waiting.done(), f"no wait for a slot: {waiting.exception() or waiting.result()}"
+    quick = ollama.Client(host=slots_url, timeout=60).generate(model=second, prompt="hi",
+                                                              options={"num_predict": 1})
+    assert quick.done and not waiting.done(), "a loaded model's request waited behind the load"
+    reply = waiting.result(timeout=60)  # a slot frees when one model's streams end
+    assert reply.done
 
 
-def test_third_model_gets_503_with_retry_after_when_no_slot_frees_in_time(slots_url, three_models):
+def test_third_model_gets_503_with_retry_after_when_no_slot_frees_in_time(slots_url, three_models, busy):
     first, second, _ = three_models
-    busy = [BusyModel(slots_url, first, streams=15), BusyModel(slots_url, second, streams=15)]
-    try:
-        # The third model may be the loaded one left from the test above: a fourth name.
-        ollama.Client(host=slots_url, timeout=60).copy(first, "fourth:latest")
-        t0 = time.monotonic()
-        r = httpx.post(slots_url + "/api/generate", json={"model": "fourth:latest", "prompt": "hi"}, timeout=60)
-        waited = time.monotonic() - t0
-        assert r.status_code == 503, r.text
-        assert r.headers["Retry-After"] and "busy" in r.json()["error"]
-        assert waited >= SLOT_WAIT_S - 0.5
-    finally:
-        for b in busy:
-            b.close()
+    busy(first, streams=15)
+    busy(second, streams=15)
+    # The third model may be the loaded one left from the test above: a fourth name.
+    ollama.Client(host=slots_url, timeout=60).copy(first, "fourth:latest")
+    t0 = time.monotonic()
+    r = httpx.post(slots_url + "/api/generate", json={"model": "fourth:latest", "prompt": "hi"}, timeout=60)
+    waited = time.monotonic() - t0
+    assert r.status_code == 503, r.text
+    assert r.headers["Retry-After"] and "busy" in r.json()["error"]
+    assert waited >= SLOT_WAIT_S - 0.5
 
 
 

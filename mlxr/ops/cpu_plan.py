@@ -13,10 +13,15 @@ Python differently on another step.
 Torch ops: a view (output sharing an input's storage) costs nothing and is skipped; an op
 writing in place or into `out=` is called again; a constant (an op of no tensor) is restored
 from a copy; any other op is called again and its result copied into the tensor it returned
-at recording (later ops hold that tensor's pointer)."""
+at recording (later ops hold that tensor's pointer).
+
+The libraries' functions are swapped for recorders process-wide while a recording runs, and
+other threads may be running models of their own (a server with two models loaded): recordings
+take turns (a lock), and a recorder only notes the calls of the thread that is recording."""
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any, Callable
 
 import torch
@@ -30,6 +35,9 @@ _HOST_READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__fl
 # Allocations whose contents fn writes before reading (no need to redo them).
 _UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 _INPLACE_DUNDERS = frozenset({"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ior__", "__iand__"})
+# Held while the libraries' functions are swapped: two recordings at once would each restore the
+# other's recorders as the originals, and one would stay in place for good.
+_RECORDING = threading.Lock()
 
 
 class PlanUnsupported(RuntimeError):
@@ -111,15 +119,18 @@ class _TorchRecorder(TorchFunctionMode):
 
 
 class _NativeRecorder:
-    """Stands in for a library's function while recording: calls it, notes the call."""
+    """Stands in for a library's function while recording: calls it, notes the recording
+    thread's calls (another thread's belong to another model's step)."""
 
     def __init__(self, fn: Callable, plan: NativePlan) -> None:
         self.fn, self.plan = fn, plan
+        self.thread = threading.get_ident()
         self.__name__ = getattr(fn, "__name__", "native")
 
     def __call__(self, *args):
         status = self.fn(*args)
-        if args:  # calls without arguments query the build (its SIMD level): nothing to repeat
+        # Calls without arguments query the build (its SIMD level): nothing to repeat.
+        if args and threading.get_ident() == self.thread:
             self.plan.add_native(self.fn, args, status)
         return status
 
@@ -128,14 +139,15 @@ def record(fn: Callable[[], Any]) -> NativePlan:
     """Run fn once, recording it (under inference mode, as its replays run). Run fn once before:
     a library that loads during the recording has calls the recording cannot see."""
     plan = NativePlan()
-    loaded = len(loaded_libraries())
-    patched = _patch_libraries(plan)
-    try:
-        with _TorchRecorder(plan):
-            plan.result = fn()
-    finally:
-        for lib, name, original in patched:
-            setattr(lib, name, original)
+    with _RECORDING:
+        loaded = len(loaded_libraries())
+        patched = _patch_libraries(plan)
+        try:
+            with _TorchRecorder(plan):  # torch's function modes are per thread
+                plan.result = fn()
+        finally:
+            for lib, name, original in patched:
+                setattr(lib, name, original)
     if len(loaded_libraries()) != loaded:
         raise PlanUnsupported("a native library loaded during the recording (run the function once first)")
     plan.keep += _tensors(plan.result)
