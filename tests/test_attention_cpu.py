@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mlxr.ops.attention import attention_cpu
-from mlxr.ops.attention.paged_attention import paged_attention, paged_decode_reference
+from mlxr.ops.attention.paged_attention import paged_attention, paged_attention_reference, paged_decode_reference
 from mlxr.ops.rotary.rotary import rotary_reference, rotary_write_kv_query
 from test_paged_attention import build
 
@@ -30,6 +30,41 @@ def test_decode_kernel_matches_reference(n_heads, n_kv, window, softcap, block_s
 def test_decode_kernel_is_skipped_outside_inference_mode():
     q, kc, vc, meta, _, _ = build([1], [5], 4, 2, 32, 4)
     assert attention_cpu.paged_decode_cpu(q, kc, vc, meta.block_tables, meta.seq_lens, 1.0, None, None) is None
+
+
+@pytest.mark.parametrize("n_heads,n_kv", [(4, 4), (8, 2), (4, 1)])
+@pytest.mark.parametrize("window,softcap", [(None, None), (5, None), (None, 30.0)])
+@pytest.mark.parametrize("block_size,dim", [(1, 64), (16, 64), (16, 32), (4, 128)])
+def test_prefill_kernel_matches_reference(n_heads, n_kv, window, softcap, block_size, dim):
+    # A fresh prompt, a decode row, a chunk after a cached prefix, a one-token prompt.
+    q, kc, vc, meta, _, _ = build([7, 1, 3, 1], [7, 12, 20, 1], n_heads, n_kv, dim, block_size)
+    kc, vc = kc.nan_to_num(0.0), vc.nan_to_num(0.0)
+    want = paged_attention_reference(q, kc, vc, meta, 0.125, window, softcap)
+    with torch.inference_mode():
+        got = paged_attention(q, kc, vc, meta, 0.125, window, softcap)
+        direct = attention_cpu.paged_prefill_cpu(q, kc, vc, meta.block_tables, meta.query_start_loc, meta.seq_lens,
+                                                 0.125, window, softcap)
+    assert direct is not None and torch.equal(got, direct)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_prompts_tokens_get_the_bits_their_decode_steps_would():
+    """Prefill runs the decode kernel's arithmetic a token at a time: the attention of a prompt's
+    token equals a decode step's at that position, bit for bit (chunking cannot change a token)."""
+    q, kc, vc, meta, _, _ = build([24], [24], 8, 2, 64, 16)
+    with torch.inference_mode():
+        prompt = attention_cpu.paged_prefill_cpu(q, kc, vc, meta.block_tables, meta.query_start_loc,
+                                                 meta.seq_lens, 0.125, None, None)
+        for pos in (0, 9, 23):
+            step = attention_cpu.paged_decode_cpu(q[pos : pos + 1].contiguous(), kc, vc, meta.block_tables,
+                                                  torch.tensor([pos + 1]), 0.125, None, None)
+            assert torch.equal(prompt[pos], step[0])
+
+
+def test_prefill_kernel_is_skipped_outside_inference_mode():
+    q, kc, vc, meta, _, _ = build([3], [5], 4, 2, 32, 4)
+    assert attention_cpu.paged_prefill_cpu(q, kc, vc, meta.block_tables, meta.query_start_loc, meta.seq_lens,
+                                           1.0, None, None) is None
 
 
 @pytest.mark.parametrize("split", [False, True])

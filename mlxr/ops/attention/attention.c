@@ -223,3 +223,39 @@ int mlxr_paged_decode_f32(const float *q, const float *kc, const float *vc, cons
     }
     return failed ? -1 : 0;
 }
+
+/* A prompt's tokens (or several sequences' new tokens): q [T, H, d] contiguous, sequence s's
+ * tokens at query_start[s]..query_start[s+1], its last one at position seq_lens[s] - 1. Each
+ * token attends causally over its own sequence's cache (the last window positions if window >
+ * 0), as the decode kernel does one token: a prompt and its decode steps share the arithmetic,
+ * and no score past the diagonal is computed. Returns -1 when scratch memory cannot be had. */
+int mlxr_paged_prefill_f32(const float *q, const float *kc, const float *vc, const int64_t *tables,
+                           int64_t max_blocks, const int64_t *query_start, const int64_t *seq_lens, int64_t ns,
+                           int64_t h, int64_t kh, int64_t d, int64_t bs, float scale, int64_t window,
+                           float softcap, float *out, int nthreads) {
+    const int64_t g = h / kh, tokens = query_start[ns];
+    int64_t longest = 1;
+    for (int64_t s = 0; s < ns; s++) longest = seq_lens[s] > longest ? seq_lens[s] : longest;
+    int64_t *seq_of = (int64_t *)malloc(sizeof(int64_t) * (size_t)(tokens > 0 ? tokens : 1));
+    if (!seq_of) return -1;
+    for (int64_t s = 0; s < ns; s++)
+        for (int64_t t = query_start[s]; t < query_start[s + 1]; t++) seq_of[t] = s;
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads) if (tokens * longest * h * d > (1 << 18)) reduction(| : failed)
+    {
+        float *sc = (float *)malloc(sizeof(float) * (size_t)(g * longest));
+        if (!sc) failed = 1;
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t i = 0; i < tokens * kh; i++) {
+            const int64_t t = i / kh, kvh = i % kh, s = seq_of[t];
+            const int64_t len = seq_lens[s] - (query_start[s + 1] - 1 - t);
+            const int64_t first = window > 0 && len > window ? len - window : 0;
+            if (sc)
+                attend_group(q + (t * h + kvh * g) * d, kc, vc, tables + s * max_blocks, first, len, g, kh, kvh, d,
+                             bs, scale, softcap, sc, out + (t * h + kvh * g) * d);
+        }
+        free(sc);
+    }
+    free(seq_of);
+    return failed ? -1 : 0;
+}

@@ -22,6 +22,9 @@ def _library() -> ctypes.CDLL | None:
         lib.mlxr_paged_decode_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64,
                                               _F32, _I64, _F32, _PTR, ctypes.c_int]
         lib.mlxr_paged_decode_f32.restype = ctypes.c_int
+        lib.mlxr_paged_prefill_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64,
+                                               _F32, _I64, _F32, _PTR, ctypes.c_int]
+        lib.mlxr_paged_prefill_f32.restype = ctypes.c_int
         lib._typed = True
     return lib
 
@@ -91,4 +94,31 @@ def paged_decode_cpu(
                                        sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
     if status != 0:
         raise MemoryError("paged decode attention: no scratch memory")
+    return out
+
+
+def paged_prefill_cpu(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, scale: float, sliding_window: int | None,
+    softcap: float | None,
+) -> torch.Tensor | None:
+    """Each sequence's new tokens (q [T, H, D], sequence s's at query_start_loc[s]:[s+1]) over
+    its paged context, causally; None when the kernel does not apply. The decode kernel's
+    arithmetic, a token at a time."""
+    if not (_f32_cpu(q, k_cache, v_cache) and q.is_contiguous() and k_cache.is_contiguous()
+            and v_cache.is_contiguous() and _int64_cpu(block_tables) and _int64_cpu(seq_lens)
+            and _int64_cpu(query_start_loc) and torch.is_inference_mode_enabled()):
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    t, h, d = q.shape
+    _, bs, kh, _ = k_cache.shape
+    out = torch.empty(t, h, d)
+    status = lib.mlxr_paged_prefill_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                                        block_tables.data_ptr(), block_tables.shape[1], query_start_loc.data_ptr(),
+                                        seq_lens.data_ptr(), seq_lens.shape[0], h, kh, d, bs, scale,
+                                        sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
+    if status != 0:
+        raise MemoryError("paged prefill attention: no scratch memory")
     return out

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from mlxr.ops.attention.attention_cpu import paged_decode_cpu
+from mlxr.ops.attention.attention_cpu import paged_decode_cpu, paged_prefill_cpu
 from mlxr.ops.backend import use_triton
 
 if TYPE_CHECKING:
@@ -140,9 +140,9 @@ def paged_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
 ) -> torch.Tensor:
-    """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C decode
-    kernel for fp32 CPU tensors under inference mode, else the torch reference. Decode-only
-    batches take the decode kernels, others prefill."""
+    """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C kernels
+    for fp32 CPU tensors under inference mode, else the torch reference. Decode-only batches
+    take the decode kernels, others prefill."""
     if not q.is_cpu and use_triton(q, k_cache):  # CPU first: decode runs this once a layer
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop
@@ -151,6 +151,11 @@ def paged_attention(
             if out is not None:
                 return out
         return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+    if q.is_cpu:
+        out = paged_prefill_cpu(q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, scale,
+                                sliding_window, softcap)
+        if out is not None:
+            return out
     return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
 
 

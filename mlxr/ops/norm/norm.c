@@ -4,8 +4,11 @@
 #include <math.h>
 #include <stdint.h>
 
+/* Rows split across nthreads threads when there are enough of them (a prompt's): a row's
+ * arithmetic is the same whichever thread runs it. */
 void mlxr_rms_norm_f32(const float *x, const float *res, const float *w, float *out, float *new_res,
-                       int64_t rows, int64_t dim, float eps, int gemma) {
+                       int64_t rows, int64_t dim, float eps, int gemma, int nthreads) {
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (rows >= 8 && rows * dim >= (1 << 15))
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *o = out + r * dim;

@@ -12,7 +12,8 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library("norm")
     if lib is not None and not getattr(lib, "_typed", False):
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-        lib.mlxr_rms_norm_f32.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_int]
+        lib.mlxr_rms_norm_f32.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_int,
+                                          ctypes.c_int]
         lib._typed = True
     return lib
 
@@ -40,5 +41,5 @@ def rms_norm_cpu(
     new_res = None if res is None else torch.empty_like(out)
     lib.mlxr_rms_norm_f32(x.data_ptr(), None if res is None else res.data_ptr(), w.data_ptr(), out.data_ptr(),
                           None if new_res is None else new_res.data_ptr(), x.numel() // dim if dim else 0, dim,
-                          eps, int(gemma))
+                          eps, int(gemma), torch.get_num_threads())
     return out, new_res
