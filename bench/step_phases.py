@@ -33,7 +33,8 @@ def _targets(llm) -> list[tuple[object, str, str]]:
     core = engine.core.core
     return [(engine, "step", "step"), (core.scheduler, "schedule", "schedule"),
             (core.runner, "_forward_step", "forward"), (InputBatch, "build", "forward_inputs"),
-            *([(core.runner.graphs, "run_steady", "forward_graph")] if core.runner.graphs is not None else []),
+            *([(core.runner.graphs, name, "forward_graph") for name in ("run", "run_steady")]
+              if core.runner.graphs is not None else []),
             (RunnerStep, "result", "wait"), (core.scheduler, "update_from_output", "update"),
             *[(matcher, name, "consume") for name in CONSUME if hasattr(matcher, name)],
             (core.structured, "bitmask", "mask_fill"), (core.structured, "position_bitmask", "mask_fill"),

@@ -44,7 +44,7 @@ def cpu_model() -> str:
 
 
 def eager(step_ms: dict) -> int:
-    """Forwards that replayed no steady decode graph (prefill and mixed steps; every one on a CPU)."""
+    """Forwards that replayed no decode graph (prefill and mixed steps, and steps past the graphs' sizes)."""
     calls = step_ms["calls"]
     return calls["forward"] - calls["forward_graph"]
 
