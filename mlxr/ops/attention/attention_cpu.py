@@ -73,17 +73,26 @@ def rope_write_kv_cpu(
     return q_out
 
 
+def _paged_library(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   *index: torch.Tensor) -> ctypes.CDLL | None:
+    """The library when a paged kernel applies to these tensors (fp32 and contiguous, int64
+    index tensors, under inference mode), else None."""
+    if not (_f32_cpu(q, k_cache, v_cache) and q.is_contiguous() and k_cache.is_contiguous()
+            and v_cache.is_contiguous() and torch.is_inference_mode_enabled()):
+        return None
+    for t in index:
+        if not _int64_cpu(t):
+            return None
+    return _library()
+
+
 def paged_decode_cpu(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     seq_lens: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None,
 ) -> torch.Tensor | None:
     """One new token per sequence (q [S, H, D]) over its paged context; None when the kernel
     does not apply."""
-    if not (_f32_cpu(q, k_cache, v_cache) and q.is_contiguous() and k_cache.is_contiguous()
-            and v_cache.is_contiguous() and _int64_cpu(block_tables) and _int64_cpu(seq_lens)
-            and torch.is_inference_mode_enabled()):
-        return None
-    lib = _library()
+    lib = _paged_library(q, k_cache, v_cache, block_tables, seq_lens)
     if lib is None:
         return None
     n, h, d = q.shape
@@ -105,11 +114,7 @@ def paged_prefill_cpu(
     """Each sequence's new tokens (q [T, H, D], sequence s's at query_start_loc[s]:[s+1]) over
     its paged context, causally; None when the kernel does not apply. The decode kernel's
     arithmetic, a token at a time."""
-    if not (_f32_cpu(q, k_cache, v_cache) and q.is_contiguous() and k_cache.is_contiguous()
-            and v_cache.is_contiguous() and _int64_cpu(block_tables) and _int64_cpu(seq_lens)
-            and _int64_cpu(query_start_loc) and torch.is_inference_mode_enabled()):
-        return None
-    lib = _library()
+    lib = _paged_library(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
     if lib is None:
         return None
     t, h, d = q.shape
