@@ -174,6 +174,30 @@ def test_top_p_nucleus() -> None:
     assert_distribution(draw_many(probs_logits(probs), 6000, top_p=0.8), expected)
 
 
+def _nucleus_by_full_sort(logits: torch.Tensor, top_p: list[float]) -> torch.Tensor:
+    """The definition: sort each row, keep the fewest most likely tokens whose mass reaches top_p."""
+    probs = logits.softmax(dim=-1).double()
+    keep = torch.zeros_like(logits, dtype=torch.bool)
+    for r, p in enumerate(top_p):
+        values, order = probs[r].sort(descending=True)
+        before = values.cumsum(0) - values
+        keep[r, order[(before < p) | (torch.arange(len(values)) == 0)]] = True
+    return keep
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (the nucleus is most of the vocabulary) to peaked
+def test_top_p_on_the_cpu_keeps_the_nucleus_of_a_full_sort(scale) -> None:
+    from mlxr.ops.sampling import NUCLEUS_FIRST, apply_top_k_top_p
+
+    vocab = 40 * NUCLEUS_FIRST
+    logits = torch.randn(5, vocab, generator=torch.Generator().manual_seed(int(scale * 10))) * scale
+    top_p = [0.5, 0.9, 0.95, 0.999, 1e-9]
+    got = apply_top_k_top_p(logits, torch.full((5,), vocab), torch.tensor(top_p), vocab)
+    assert torch.equal(got > NEG_INF, _nucleus_by_full_sort(logits, top_p))
+    kept = got > NEG_INF
+    assert torch.equal(got[kept], logits[kept])
+
+
 def test_min_p() -> None:
     torch.manual_seed(6)
     probs = [0.3, 0.5, 0.1, 0.06, 0.04]

@@ -284,9 +284,10 @@ class Sampler:
     def _rescue_empty_rows(x: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
         """A row with every token masked falls back to its raw logits, then to uniform
         (computed for every row: asking whether any row is empty would wait for the device)."""
-        empty = x.amax(dim=-1, keepdim=True) == ops.NEG_INF
         fallback = raw.masked_fill(raw.amax(dim=-1, keepdim=True) == ops.NEG_INF, 0.0)
-        return torch.where(empty, fallback, x)
+        if x is raw:  # nothing processed: the fallback is the answer (two passes of a large vocabulary fewer)
+            return fallback
+        return torch.where(x.amax(dim=-1, keepdim=True) == ops.NEG_INF, fallback, x)
 
     # --- choosing tokens ---
 
