@@ -390,3 +390,15 @@ def test_tiny_temperature_and_top_p_generate_the_greedy_text() -> None:
     for kw in ({"temperature": 1e-300}, {"top_p": 3.2e-71, "seed": 3}):
         out = llm.generate(["a b c"], SamplingParams(max_tokens=6, **kw))[0].outputs[0].token_ids
         assert out == greedy, kw
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sanitize_gives_a_new_float32_tensor_without_nan_or_inf(dtype) -> None:
+    from mlxr.ops.sampling import sanitize
+
+    logits = torch.tensor([[1.0, float("nan"), float("inf"), float("-inf")]], dtype=dtype)
+    before = logits.clone()
+    out = sanitize(logits)
+    assert out.dtype == torch.float32 and out.data_ptr() != logits.data_ptr()
+    assert out.tolist() == [[1.0, NEG_INF, torch.finfo(torch.float32).max, NEG_INF]]
+    assert torch.equal(logits.isnan(), before.isnan()) and torch.equal(logits.nan_to_num(), before.nan_to_num())

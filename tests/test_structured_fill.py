@@ -59,3 +59,23 @@ def test_a_few_rows_are_filled_in_this_thread():
     mask = torch.full((1, (comp.vocab_size + 31) // 32), -1, dtype=torch.int32)
     filler.fill([(state.matcher, 0)], mask)
     assert filler.timing.by_kind["parallel"][1] == 0 and filler.timing.rows == 1
+
+
+def test_a_vocabulary_llguidance_cannot_read_is_a_400_naming_it_every_time(monkeypatch):
+    from mlxr.errors import InvalidParameterError
+
+    tok = Tokenizer.from_hf_dir(fixture_model("tiny-llama").hf_dir)
+    calls = []
+
+    def unreadable() -> str:
+        calls.append(1)
+        return '{"model": {"type": "NoSuchModel"}}'
+
+    monkeypatch.setattr(tok, "backend_json", unreadable)
+    comp = GrammarCompiler(tok, tok.vocab_size)
+    for _ in range(2):
+        with pytest.raises(InvalidParameterError, match="tokenizer cannot drive a grammar") as err:
+            comp.compile(SO(json_object=True))
+        assert err.value.param == "structured_outputs"
+    assert len(calls) == 1  # refused once, remembered
+    comp.shutdown()

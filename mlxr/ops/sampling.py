@@ -18,8 +18,10 @@ NEG_INF = float("-inf")
 
 def sanitize(logits: torch.Tensor) -> torch.Tensor:
     """A float32 copy with NaN -> -inf and +inf -> the largest finite value."""
-    x = logits.to(torch.float32, copy=True)
-    return torch.nan_to_num_(x, nan=NEG_INF, posinf=torch.finfo(torch.float32).max, neginf=NEG_INF)
+    big = torch.finfo(torch.float32).max
+    if logits.dtype == torch.float32:  # the copy and the replacement in one pass
+        return torch.nan_to_num(logits, nan=NEG_INF, posinf=big, neginf=NEG_INF)
+    return torch.nan_to_num_(logits.to(torch.float32), nan=NEG_INF, posinf=big, neginf=NEG_INF)
 
 
 def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:

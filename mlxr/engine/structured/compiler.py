@@ -45,6 +45,7 @@ class GrammarCompiler:
         vocab_size: the model's logits width, which may pass the tokenizer's."""
         self._tokenizer, self.vocab_size = tokenizer, max(vocab_size, tokenizer.vocab_size)
         self._ll: llguidance.LLTokenizer | None = None
+        self._ll_error: str | None = None  # why llguidance refused the vocabulary (asked once)
         self._cache: OrderedDict[str, str] = OrderedDict()  # content hash -> checked grammar text
         self._lock = threading.Lock()
         self._ll_lock = threading.Lock()  # the vocabulary's view is built once, by one thread
@@ -73,14 +74,26 @@ class GrammarCompiler:
         return GrammarState(matcher)
 
     def ll_tokenizer(self) -> llguidance.LLTokenizer:
-        if self._ll is None:
+        """llguidance's view of the vocabulary; a tokenizer it cannot read makes every structured
+        request a 400 that says so (a request's problem to hear of, not a server error)."""
+        if self._ll is None and self._ll_error is None:
             with self._ll_lock:
-                if self._ll is None:
-                    tok = self._tokenizer
-                    self._ll = llguidance.LLTokenizer(tok.backend_json(), n_vocab=self.vocab_size,
-                                                      eos_token=sorted(tok.stop_token_ids) or None)
-                    log.info("structured output: vocabulary of %d tokens ready", self.vocab_size)
+                if self._ll is None and self._ll_error is None:
+                    self._build_ll_tokenizer()
+        if self._ll is None:
+            raise InvalidParameterError("structured_outputs", self._ll_error)
         return self._ll
+
+    def _build_ll_tokenizer(self) -> None:
+        tok = self._tokenizer
+        try:
+            self._ll = llguidance.LLTokenizer(tok.backend_json(), n_vocab=self.vocab_size,
+                                              eos_token=sorted(tok.stop_token_ids) or None)
+        except Exception as e:  # noqa: BLE001 - llguidance raises several kinds for forms it lacks
+            self._ll_error = f"this model's tokenizer cannot drive a grammar: {type(e).__name__}: {e}"[:500]
+            log.warning("structured output unavailable: %s", self._ll_error)
+        else:
+            log.info("structured output: vocabulary of %d tokens ready", self.vocab_size)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
