@@ -154,7 +154,7 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
         children = _descendants(server.pid)
         core = [p for p in children if "mlxr.engine.core_proc" in _cmdline(p)]
         assert len(core) == 1
-        client, started, ended = _client(url), [], []
+        client, started, ended = _client(url), [], {}
 
         def stream(i: int) -> str:
             tokens, reason = 0, None
@@ -168,7 +168,7 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
             except openai.APIError as e:
                 return f"error: {e}"
             finally:
-                ended.append(time.monotonic())
+                ended[i] = time.monotonic()
 
         with ThreadPoolExecutor(17) as pool:  # 16 streams and the /health poll
             results = [pool.submit(stream, i) for i in range(16)]
@@ -185,7 +185,10 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
         # that reached an API process while the core was gone. None may end cut without one.
         errors = [o for o in outcomes if o.startswith("error") and ("engine core" in o or "retry the request" in o)]
         assert errors and all(o == "complete" or o in errors for o in outcomes), outcomes
-        assert max(ended) - killed_at < 5.0, (outcomes, [round(t - killed_at, 2) for t in sorted(ended)])
+        # A failed stream fails within seconds; one that reached an API process after the kill may
+        # wait for the restarted core and complete (the restart is bounded below).
+        failed_after = {i: round(ended[i] - killed_at, 2) for i, o in enumerate(outcomes) if o != "complete"}
+        assert max(failed_after.values()) < 5.0, (outcomes, failed_after)
         deadline = time.monotonic() + 60  # the supervisor restarts the core; both processes attach again
         while not all(_health(url) == 200 for _ in range(16)):
             assert time.monotonic() < deadline, "/health did not recover"
