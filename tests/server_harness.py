@@ -98,11 +98,12 @@ def running_server(
 
 
 @contextlib.contextmanager
-def tiny_llama_server(tmp_home: Path, *extra_args: str, api_key: str | None = None) -> Iterator[str]:
-    """running_server on the tiny random Llama fixture (GGUF), the server tests' model."""
+def tiny_llama_server(tmp_home: Path, *extra_args: str, api_key: str | None = None,
+                      fixture: str = "tiny-llama") -> Iterator[str]:
+    """running_server on a tiny random Llama fixture (GGUF), the server tests' model."""
     from conftest import fixture_model
 
-    gguf = str(fixture_model("tiny-llama").gguf_path)
+    gguf = str(fixture_model(fixture).gguf_path)
     with running_server(tmp_home, "--model", gguf, *extra_args, api_key=api_key) as url:
         yield url
 

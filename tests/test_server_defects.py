@@ -18,7 +18,7 @@ MAX_WAITING = 2
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
-    with tiny_llama_server(home, "--max-waiting", str(MAX_WAITING)) as url:
+    with tiny_llama_server(home, "--max-waiting", str(MAX_WAITING), fixture="tiny-llama-long") as url:
         yield url
 
 
@@ -87,7 +87,8 @@ def slots_url(slots_home):
     # The variable reaches the server through the harness's copy of os.environ.
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLXR_MODEL_SLOT_WAIT_S", str(SLOT_WAIT_S))
-        with tiny_llama_server(slots_home, "--max-loaded-models", "2", "--max-num-seqs", "3") as url:
+        with tiny_llama_server(slots_home, "--max-loaded-models", "2", "--max-num-seqs", "3",
+                               fixture="tiny-llama-long") as url:
             yield url
 
 
@@ -120,7 +121,8 @@ def three_models(slots_url) -> list[str]:
 
 
 class BusyModel:
-    """Long streamed completions holding a model busy until they end or close() is called."""
+    """Streamed completions holding a model busy until close() is called: 3,000 tokens each
+    (the long-context fixture) outlast any of these tests on however fast a host."""
 
     def __init__(self, url: str, model: str, streams: int) -> None:
         self.url, self.model = url, model
@@ -131,7 +133,7 @@ class BusyModel:
 
     def _stream(self) -> None:
         # ignore_eos (a vLLM extra): the random model would often stop after a few tokens.
-        body = {"model": self.model, "prompt": "count", "max_tokens": 240, "ignore_eos": True, "stream": True}
+        body = {"model": self.model, "prompt": "count", "max_tokens": 3000, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", self.url + "/v1/completions", json=body, timeout=120) as r:
             for _ in r.iter_lines():
                 self.started.release()
@@ -155,17 +157,18 @@ def _generate_in_thread(host: str, model: str) -> concurrent.futures.Future:
 
 def test_third_model_waits_for_a_slot_while_loaded_models_keep_serving(slots_url, three_models, busy):
     first, second, third = three_models
-    # --max-num-seqs 3: the first model runs its streams in two rounds; the second has room
-    # for one more request beside its own, and frees its slot first.
+    # --max-num-seqs 3: the first model runs three streams and queues three; the second has
+    # room for one more request beside its own.
     busy(first, streams=6)
-    busy(second, streams=2)
+    second_streams = busy(second, streams=2)
     waiting = _generate_in_thread(slots_url, third)
     time.sleep(0.3)
     assert not waiting.done(), f"no wait for a slot: {waiting.exception() or waiting.result()}"
     quick = ollama.Client(host=slots_url, timeout=60).generate(model=second, prompt="hi",
                                                               options={"num_predict": 1})
     assert quick.done and not waiting.done(), "a loaded model's request waited behind the load"
-    reply = waiting.result(timeout=60)  # a slot frees when one model's streams end
+    second_streams.close()  # the second model goes idle: its slot is the third's
+    reply = waiting.result(timeout=60)
     assert reply.done
 
 
@@ -191,9 +194,10 @@ def _loaded(url: str) -> list[str]:
 
 def test_keep_alive_zero_during_a_generation_unloads_after_it(base_url, model):
     client = ollama.Client(host=base_url, timeout=60)
-    # At temperature 0 this prompt runs to num_predict on the random model (no early stop).
+    # At temperature 0 this prompt runs to num_predict on the random model (no early stop):
+    # far longer than the unload request's round trip.
     running = client.generate(model=model, prompt="hello there", stream=True,
-                              options={"num_predict": 200, "temperature": 0})
+                              options={"num_predict": 3000, "temperature": 0})
     first = next(running)
     assert not first.done
     unload = httpx.post(base_url + "/api/generate", json={"model": model, "keep_alive": 0}, timeout=60).json()

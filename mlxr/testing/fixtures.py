@@ -91,6 +91,9 @@ _GEMMA3 = {
 CONFIGS: dict[str, FixtureSpec] = {
     "tiny-llama": FixtureSpec("llama", _llama_config(), ft.LLAMA),
     "tiny-llama-tied": FixtureSpec("llama", _llama_config(tie_word_embeddings=True), ft.LLAMA, seed=1),
+    # A long context, so a server test's stream can outlast the test's own round trips however
+    # fast the host decodes (256 tokens of tiny-llama pass in well under a second).
+    "tiny-llama-long": FixtureSpec("llama", _llama_config(max_position_embeddings=4096), ft.LLAMA, seed=18),
     "tiny-llama3": FixtureSpec("llama", _llama_config(
         rope_theta=500000.0, rope_scaling=_LLAMA3_ROPE, max_position_embeddings=512), ft.LLAMA, seed=2),
     "tiny-qwen2": FixtureSpec("qwen2", _QWEN2, ft.QWEN2, seed=3),
