@@ -79,6 +79,7 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     logprobs: int | None = None
+    prompt_logprobs: int | None = None  # each prompt token's logprob and this many alternatives
     logit_bias: dict[int, float] | None = None
     structured_outputs: StructuredOutputsParams | None = None
     speculative: bool = True  # False: this request never carries draft tokens (when the engine speculates)
@@ -110,6 +111,8 @@ class SamplingParams:
             _check_int("seed", self.seed, -(1 << 63), (1 << 64) - 1)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        if self.prompt_logprobs is not None:
+            _check_int("prompt_logprobs", self.prompt_logprobs, 0, MAX_LOGPROBS)
         if len(self.stop) > MAX_STOP_STRINGS:
             raise InvalidParameterError("stop", f"at most {MAX_STOP_STRINGS} stop strings")
         for s in self.stop:
@@ -173,6 +176,8 @@ class RequestOutput:
     metrics: RequestMetrics | None = None
     error: str | None = None
     num_cached_tokens: int = 0
+    # SamplingParams.prompt_logprobs: an entry per prompt token, None for the first
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
 
 
 @dataclass(frozen=True)

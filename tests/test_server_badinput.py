@@ -128,11 +128,11 @@ def test_text_part_without_its_text_names_what_is_missing(http, model):
 
 @pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
 @pytest.mark.parametrize("field, value", [
-    ("best_of", 3), ("best_of", 2), ("use_beam_search", True), ("prompt_logprobs", 0), ("prompt_logprobs", 5),
+    ("best_of", 3), ("best_of", 2), ("use_beam_search", True), ("prompt_logprobs", 21), ("prompt_logprobs", -1),
 ])
 def test_vllm_fields_for_what_is_not_done_are_400s_naming_them(http, model, route, field, value):
-    """As vLLM refuses what it does not support (best_of past n, beam search, prompt logprobs),
-    rather than ignoring them."""
+    """As vLLM refuses what it does not support (best_of past n, beam search), rather than
+    ignoring them; prompt_logprobs past the logprobs bound likewise."""
     body = chat_body(model) if "chat" in route else {"model": model, "prompt": "hi", "max_tokens": 2}
     expect_error(http.post(route, json={**body, field: value}), 400, f"{field}: ")
 

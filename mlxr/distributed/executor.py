@@ -12,6 +12,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Iterator
 
 import msgspec
 import torch
@@ -22,6 +23,7 @@ from mlxr.distributed import messages as msg
 from mlxr.distributed.launch import spawn_workers, stop
 from mlxr.distributed.model_shard import load_shard
 from mlxr.distributed.parallel_state import Rendezvous, TPGroup, WorkerGroupError, free_port, rank_device
+from mlxr.engine import prompt_logprobs as plp
 from mlxr.engine.engine_core import CoreParts
 from mlxr.engine.kv_cache import KVCache
 from mlxr.engine.model_runner import ModelRunner
@@ -162,6 +164,21 @@ class TPRunner(ModelRunner):
         self.executor.send(msg.Embed(list(token_ids), list(block_table)))
         try:
             return super().hidden_states(token_ids, block_table)
+        except RuntimeError as e:
+            self.executor.check_failure(e)
+            raise
+
+    def prompt_logits(self, token_ids: list[int], block_table: list[int],
+                      rows: int | None = None) -> Iterator[torch.Tensor]:
+        rows = rows or plp.LOGIT_ROWS
+        self.executor.send(msg.Embed(list(token_ids), list(block_table), logit_rows=rows))
+        chunks = super().prompt_logits(token_ids, block_table, rows)
+        try:
+            yield from chunks
+        except GeneratorExit:  # the caller stopped early: the workers still gather every chunk
+            for _ in chunks:
+                pass
+            raise
         except RuntimeError as e:
             self.executor.check_failure(e)
             raise

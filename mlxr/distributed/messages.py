@@ -42,6 +42,7 @@ class Step(msgspec.Struct, tag=True):
 class Embed(msgspec.Struct, tag=True):
     token_ids: list[int]
     block_table: list[int]
+    logit_rows: int = 0  # > 0: the prompt's logits too, chunks of this many (the lm_head gathers across ranks)
 
 
 class Reset(msgspec.Struct, tag=True):

@@ -46,6 +46,9 @@ class Worker:
                                            message.max_prefill_tokens, capture_budget_s=math.inf)
         elif isinstance(message, msg.Step):
             self._step(message)
+        elif isinstance(message, msg.Embed) and message.logit_rows:
+            for _ in self.runner.prompt_logits(message.token_ids, message.block_table, message.logit_rows):
+                pass  # rank 0 keeps the logits; this rank's share joins each chunk's gather
         elif isinstance(message, msg.Embed):
             self.runner.hidden_states(message.token_ids, message.block_table)
         elif isinstance(message, msg.Reset):

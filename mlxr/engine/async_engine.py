@@ -16,7 +16,7 @@ from mlxr.engine.llm_engine import LLMEngine
 from mlxr.engine.output_collector import OutputCollector
 from mlxr.engine.structured.grammar import check_off_loop
 from mlxr.errors import EngineDeadError, OverloadedError
-from mlxr.types import EngineStats, RequestOutput, SamplingParams
+from mlxr.types import EngineStats, RequestOutput, SamplingParams, TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,14 @@ class AsyncEngine:
         call = _Call(lambda: self.engine.embed(prompt), Future())
         self._submit(calls=[call])
         return await asyncio.wrap_future(call.result)
+
+    async def prompt_logprobs(self, prompt: str | list[int], top: int) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """LLMEngine.prompt_logprobs: the forward on the engine thread between steps, the
+        tokens' texts (up to 21 a position) decoded on another thread, not in the steps' way."""
+        call = _Call(lambda: self.engine.score_prompt(prompt, top), Future())
+        self._submit(calls=[call])
+        ids, scored = await asyncio.wrap_future(call.result)
+        return ids, await asyncio.to_thread(self.engine.logprob_entries, scored)
 
     async def use_cpu_threads(self, n: int | None) -> bool:
         """Run the model's CPU math on n threads (None: the load-time default) from the next

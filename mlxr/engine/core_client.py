@@ -21,7 +21,7 @@ from mlxr.engine.core_proc import CoreLaunch
 from mlxr.engine.engine_core import CoreParts, EngineCore
 from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, CoreStats, Embed, EngineCoreOutput,
-    EngineCoreRequest, Hello, Reply, Shutdown, decoder, encode,
+    EngineCoreRequest, Hello, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
 )
 from mlxr.errors import ContextLengthError, EngineDeadError, EngineError, OverloadedError
 
@@ -37,6 +37,8 @@ class CoreClient(Protocol):
     def step(self) -> list[EngineCoreOutput]: ...
 
     def embed(self, token_ids: list[int]) -> list[float]: ...
+
+    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]: ...
 
     def stats(self) -> CoreStats: ...
 
@@ -65,6 +67,9 @@ class InprocClient:
 
     def embed(self, token_ids: list[int]) -> list[float]:
         return self.core.embed(token_ids)
+
+    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
+        return self.core.prompt_logprobs(token_ids, top)
 
     def stats(self) -> CoreStats:
         return self.core.stats()
@@ -143,17 +148,24 @@ class ZmqClient:
         return outputs
 
     def embed(self, token_ids: list[int]) -> list[float]:
+        return self._call(token_ids, lambda call_id: Embed(call_id, token_ids)).vector
+
+    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
+        return self._call(token_ids, lambda call_id: PromptLogprobs(call_id, token_ids, top)).logprobs
+
+    def _call(self, token_ids: list[int], message) -> Reply:
+        """Send a prompt's call between steps and wait for its reply."""
         if len(token_ids) > self.max_model_len:
             raise ContextLengthError(len(token_ids), self.max_model_len)
         call_id = next(self._calls)
-        self._send(Embed(call_id, token_ids))
+        self._send(message(call_id))
         while call_id not in self._replies:
             self._receive(self.POLL_MS)
         reply = self._replies.pop(call_id)
         if reply.error is not None:
-            kind, _, message = reply.error.partition(": ")
-            raise (OverloadedError if kind == "OverloadedError" else EngineError)(message or kind)
-        return reply.vector
+            kind, _, text = reply.error.partition(": ")
+            raise (OverloadedError if kind == "OverloadedError" else EngineError)(text or kind)
+        return reply
 
     def stats(self) -> CoreStats:
         # An idle frontend's engine thread does not read; under --api-servers the core keeps

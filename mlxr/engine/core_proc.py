@@ -17,7 +17,9 @@ import zmq
 from mlxr.config import EngineConfig
 from mlxr.engine.core_channels import Channels
 from mlxr.engine.engine_core import EngineCore
-from mlxr.engine.records import AbortRequests, AddRequests, CoreFailed, CoreReady, Embed, Hello, Reply, Shutdown
+from mlxr.engine.records import (
+    AbortRequests, AddRequests, CoreFailed, CoreReady, Embed, Hello, PromptLogprobs, Reply, Shutdown,
+)
 
 log = logging.getLogger("mlxr.engine.core")
 
@@ -93,18 +95,24 @@ class CoreLoop:
             elif isinstance(message, AbortRequests):
                 self.core.abort_requests(message.request_ids)
             elif isinstance(message, Embed):
-                self.channels.send(channel, self._embed(message))
+                self.channels.send(channel, _reply(message.call_id, lambda: {
+                    "vector": self.core.embed(message.token_ids)}))
+            elif isinstance(message, PromptLogprobs):
+                self.channels.send(channel, _reply(message.call_id, lambda: {
+                    "logprobs": self.core.prompt_logprobs(message.token_ids, message.top)}))
             elif isinstance(message, Hello):
                 self.channels.send(channel, CoreReady(self.core.stats(), self.on_gpu, os.getpid()))
             elif isinstance(message, Shutdown):
                 self.stop = True
                 return
 
-    def _embed(self, message: Embed) -> Reply:
-        try:
-            return Reply(message.call_id, vector=self.core.embed(message.token_ids))
-        except Exception as e:  # noqa: BLE001 - handed back to the caller
-            return Reply(message.call_id, error=f"{type(e).__name__}: {e}")
+
+def _reply(call_id: int, compute) -> Reply:
+    """A call's answer, or the error it raised (handed back to the caller)."""
+    try:
+        return Reply(call_id, **compute())
+    except Exception as e:  # noqa: BLE001 - handed back to the caller
+        return Reply(call_id, error=f"{type(e).__name__}: {e}")
 
 
 if __name__ == "__main__":

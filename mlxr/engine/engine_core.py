@@ -7,8 +7,9 @@ On CUDA the previous step lands while the device runs this one (overlap); elsewh
 lands at once."""
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +25,8 @@ from mlxr.engine.kv_disk import DiskStore
 from mlxr.engine.kv_preload import preload
 from mlxr.engine.kv_tiers import KVTiers
 from mlxr.engine.model_runner import Forwarded, ModelRunner, RunnerStep
-from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput
+from mlxr.engine.prompt_logprobs import prompt_logprobs
+from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
 from mlxr.engine.request import Request
 from mlxr.engine.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.spec_decode.factory import jumps_forward, make_speculator
@@ -315,20 +317,35 @@ class EngineCore:
     def embed(self, token_ids: list[int]) -> list[float]:
         """L2-normalised mean of the last hidden states (as llama.cpp and Ollama embed with
         decoder models), computed in free KV blocks between steps."""
+        with self._scratch_blocks(token_ids, "embedding") as blocks:
+            hidden = self.runner.hidden_states(token_ids, blocks).float()
+        return torch.nn.functional.normalize(hidden.mean(0), dim=0).tolist()
+
+    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
+        """Each of token_ids[1:]'s logprob given the tokens before it, its rank and the top
+        `top` alternatives; computed as embeddings are (nothing cached, no request)."""
+        with self._scratch_blocks(token_ids, "prompt scoring") as blocks:
+            # closed at once however scoring ends: a tensor-parallel runner's close finishes
+            # the chunks its workers run in step with it
+            with contextlib.closing(self.runner.prompt_logits(token_ids, blocks)) as chunks:
+                return prompt_logprobs(chunks, token_ids, top)
+
+    @contextlib.contextmanager
+    def _scratch_blocks(self, token_ids: list[int], what: str) -> Iterator[list[int]]:
+        """Free KV blocks for a prompt computed between steps, released after."""
         if len(token_ids) > self.max_model_len:
             raise ContextLengthError(len(token_ids), self.max_model_len)
         bm = self.block_manager
         need = bm.blocks_for(len(token_ids))
         if not bm.can_allocate(need):
-            raise OverloadedError("the KV cache is busy; retry the embedding later")
+            raise OverloadedError(f"the KV cache is busy; retry the {what} later")
         blocks = bm.take_blocks(need)
         if self.tiers is not None:
             self.tiers.flush()  # the blocks taken may have held cached prefixes to save first
         try:
-            hidden = self.runner.hidden_states(token_ids, blocks).float()
+            yield blocks
         finally:
             bm.release_blocks(blocks)
-        return torch.nn.functional.normalize(hidden.mean(0), dim=0).tolist()
 
     def stats(self) -> CoreStats:
         sch, usage = self.scheduler, self.block_manager.usage()

@@ -17,9 +17,9 @@ from mlxr.engine.core_client import CoreClient, InprocClient
 from mlxr.engine.engine_core import CoreParts
 from mlxr.engine.output_processor import OutputProcessor, RequestState
 from mlxr.engine.processor import Limits, Processor
-from mlxr.engine.records import CoreStats, EngineCoreRequest
+from mlxr.engine.records import CoreStats, EngineCoreRequest, TokenLogprob
 from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
-from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams
+from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ class LLMEngine:
         now = arrival_time or time.monotonic()
         core_reqs = [self._core_request(request_id, i, ids, params, max_tokens, now) for i in range(params.n)]
         rs = RequestState(request_id, text, ids, params, RequestMetrics(now), stream_deltas)
+        if params.prompt_logprobs is not None:  # before anything is queued: a busy cache refuses the request
+            rs.prompt_logprobs = self.logprob_entries(self.core.prompt_logprobs(ids, params.prompt_logprobs))
         self.output.add(rs, [r.request_id for r in core_reqs])
         # The other samples start once the first has computed the prompt: they find its full
         # blocks in the prefix cache instead of computing them again.
@@ -128,6 +130,21 @@ class LLMEngine:
         decoder models); returns (vector, token count)."""
         _, ids = self.processor.tokenize(prompt)
         return self.core.embed(ids), len(ids)
+
+    def prompt_logprobs(self, prompt: str | list[int], top: int) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """The prompt's token ids and, for each, its logprob given the tokens before it with
+        the `top` likeliest alternatives (None for the first token, as vLLM gives)."""
+        ids, scored = self.score_prompt(prompt, top)
+        return ids, self.logprob_entries(scored)
+
+    def score_prompt(self, prompt: str | list[int], top: int) -> tuple[list[int], list[TokenLogprob]]:
+        """prompt_logprobs' engine work (the forward, between steps), without the decoding."""
+        _, ids = self.processor.tokenize(prompt)
+        return ids, self.core.prompt_logprobs(ids, top)
+
+    def logprob_entries(self, scored: list[TokenLogprob]) -> list[TokenLogprobs | None]:
+        """Scored prompt tokens as output entries (texts decoded; any thread may call this)."""
+        return [None] + [self.output.logprob_entry(lp) for lp in scored]
 
     def forget_counts(self, core: bool = True) -> None:
         """Count requests and tokens from now on (after the server's own warm-up requests): this

@@ -4,6 +4,7 @@ the host needs it, so the host can prepare the next step while the device runs t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Callable
 
 import torch
@@ -11,6 +12,7 @@ from torch import nn
 
 from mlxr.engine.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
 from mlxr.engine.kv_cache import KVCache
+from mlxr.engine.prompt_logprobs import logit_chunks
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler
 from mlxr.engine.spec_decode.rejection import RejectionSampler
@@ -234,6 +236,16 @@ class ModelRunner:
     def hidden_states(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         """Final hidden states [T, hidden] of token_ids in one prefill into the given blocks
         (embeddings); leaves the runner's requests alone."""
+        return self._hidden(token_ids, block_table)
+
+    @torch.inference_mode()
+    def prompt_logits(self, token_ids: list[int], block_table: list[int],
+                      rows: int | None = None) -> Iterator[torch.Tensor]:
+        """float32 logits of every position of token_ids but the last, `rows` positions at a
+        time (prompt logprobs; prompt_logprobs.logit_chunks); computed as hidden_states are."""
+        yield from logit_chunks(self._hidden(token_ids, block_table), self.model.compute_logits, rows)
+
+    def _hidden(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         bs, n = self.kv_cache.block_size, len(token_ids)
         flat = to_device(token_ids + list(range(n)) + slots_for(block_table, 0, n, bs) + [0, n, n] + block_table,
                          torch.long, self.device)

@@ -42,6 +42,7 @@ class RequestState:
     samples: list[SampleState] = field(default_factory=list)
     error: str | None = None
     num_cached_tokens: int = 0
+    prompt_logprobs: list[TokenLogprobs | None] | None = None  # SamplingParams.prompt_logprobs
 
     @property
     def finished(self) -> bool:
@@ -119,7 +120,7 @@ class OutputProcessor:
         self.generation_tokens_total += len(tokens)
         sample.token_ids += tokens
         if sample.logprobs is not None and out.new_logprobs:
-            sample.logprobs += [self._logprobs(lp) for lp in out.new_logprobs]
+            sample.logprobs += [self.logprob_entry(lp) for lp in out.new_logprobs]
         # A stop token or EOS ends the sample without its text (a grammar's last token has text).
         ends_on_stop_token = out.stop_reason is not None or tokens[-1] in self._stop_ids
         shown = tokens[:-1] if out.finish_reason == "stop" and ends_on_stop_token else tokens
@@ -176,7 +177,8 @@ class OutputProcessor:
             outputs.append(self._emit(rs))
         return outputs
 
-    def _logprobs(self, lp: TokenLogprob) -> TokenLogprobs:
+    def logprob_entry(self, lp: TokenLogprob) -> TokenLogprobs:
+        """The chosen token and its top alternatives, each with its rank and text."""
         decode = self._decode_one
         entry = {lp.token_id: Logprob(lp.logprob, lp.rank, decode(lp.token_id))}
         for rank, (tok, value) in enumerate(lp.top, start=1):
@@ -198,7 +200,7 @@ class OutputProcessor:
             self.requests.pop(rs.request_id, None)
         outputs = [self._completion(s, rs.stream_deltas) for s in rs.samples]
         return RequestOutput(rs.request_id, rs.prompt, rs.prompt_token_ids, outputs, finished, rs.metrics,
-                             rs.error, rs.num_cached_tokens)
+                             rs.error, rs.num_cached_tokens, rs.prompt_logprobs)
 
     @staticmethod
     def _completion(s: SampleState, delta: bool) -> CompletionOutput:

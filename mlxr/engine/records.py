@@ -140,6 +140,14 @@ class Embed(msgspec.Struct, tag=True, array_like=True):
     token_ids: list[int]
 
 
+class PromptLogprobs(msgspec.Struct, tag=True, array_like=True):
+    """Score a prompt: each token's logprob given those before it, with `top` alternatives."""
+
+    call_id: int
+    token_ids: list[int]
+    top: int
+
+
 class Shutdown(msgspec.Struct, tag=True, array_like=True):
     pass
 
@@ -149,7 +157,7 @@ class Hello(msgspec.Struct, tag=True, array_like=True):
     API processes, or one restarted under them, cannot know when each listens)."""
 
 
-CoreInput = AddRequests | AbortRequests | Embed | Shutdown | Hello
+CoreInput = AddRequests | AbortRequests | Embed | PromptLogprobs | Shutdown | Hello
 
 
 class CoreReady(msgspec.Struct, tag=True, array_like=True):
@@ -167,6 +175,7 @@ class Reply(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     call_id: int
     vector: list[float] | None = None
     error: str | None = None  # "OverloadedError: ..." and the like
+    logprobs: list[TokenLogprob] | None = None
 
 
 class CoreFailed(msgspec.Struct, tag=True, array_like=True):

@@ -180,9 +180,17 @@ class Session:
     def model(self) -> str:
         return self.served.name
 
+    def check_admissible(self, num_prompts: int) -> None:
+        """Refuse a batch the admission queue could never take (before any work on it)."""
+        check_batch_admissible(num_prompts, self.request.app.state.config.engine.max_waiting)
+
+    async def watched(self, awaitable: Awaitable[T]) -> T:
+        """Await work before start() (prompt scoring): ClientDisconnected if the client leaves."""
+        return await self._watch.run(awaitable)
+
     def start(self, prompts: list[list[int]], params: SamplingParams) -> None:
         """Submit one engine request per prompt (each with params.n sequences)."""
-        check_batch_admissible(len(prompts), self.request.app.state.config.engine.max_waiting)
+        self.check_admissible(len(prompts))
         self.trace.prompt_tokens = sum(len(p) for p in prompts)
         interval = self.request.app.state.config.stream_interval
         self._stream = merge_streams(self.served.engine, self.request_id, prompts, params, interval)

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.choices import Choice, Choices, chat_logprobs
+from mlxr.server.openai.prompt_scores import score_prompts, vllm_prompt_logprobs
 from mlxr.server.openai.replies import StreamedReply, finish_reason, message
 from mlxr.server.openai.prompts import check_fits, check_unsupported, render_chat, sampling_params
 from mlxr.server.openai.schemas import ChatCompletionRequest
@@ -49,9 +50,12 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     check_fits(len(ids), served.context_length, max_tokens)
     choices = Choices(1, body.n)
     choices.prompt_tokens = len(ids)
+    fmt = _ChatFormat(session, choices, top_n, body, plan)
+    if body.prompt_logprobs is not None:  # vLLM's extra: the rendered prompt's tokens, scored
+        entries = (await session.watched(score_prompts(served.engine, [ids], body.prompt_logprobs)))[0]
+        fmt.prompt_logprobs = vllm_prompt_logprobs(ids, entries, body.prompt_logprobs)
     session.start([ids], params)
     first = await session.next()  # admission errors surface here, before any header is sent
-    fmt = _ChatFormat(session, choices, top_n, body, plan)
     if body.stream:
         return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail))
     item = first
@@ -69,6 +73,7 @@ class _ChatFormat:
         self.replies = [StreamedReply(plan) for _ in choices.items]
         opts = body.stream_options
         self.include_usage = bool(body.stream and opts and opts.include_usage)
+        self.prompt_logprobs: list[dict | None] | None = None  # vLLM's, at the top level
 
     def _envelope(self, kind: str, choices: list[dict]) -> dict:
         s = self.session
@@ -80,7 +85,10 @@ class _ChatFormat:
     def head(self) -> list[dict]:
         first = [{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                   "finish_reason": None} for c in self.choices.items]
-        return [self._envelope("chat.completion.chunk", first)]
+        chunk = self._envelope("chat.completion.chunk", first)
+        if self.prompt_logprobs is not None:
+            chunk["prompt_logprobs"] = self.prompt_logprobs
+        return [chunk]
 
     def chunks(self, prompt_index: int, out: RequestOutput) -> list[dict]:
         return [self._envelope("chat.completion.chunk", [d])
@@ -109,6 +117,8 @@ class _ChatFormat:
     def full(self) -> dict:
         out = self._envelope("chat.completion", [self._message(c) for c in self.choices.items])
         out["usage"] = self.choices.usage()
+        if self.prompt_logprobs is not None:
+            out["prompt_logprobs"] = self.prompt_logprobs
         return out
 
     def _message(self, c: Choice) -> dict:

@@ -6,6 +6,7 @@ from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.openai.choices import Choice, Choices, completion_logprobs
+from mlxr.server.openai.prompt_scores import echo_logprobs, join_logprobs, score_prompts, vllm_prompt_logprobs
 from mlxr.server.openai.prompts import check_fits, check_unsupported, encode_inputs, sampling_params
 from mlxr.server.openai.schemas import CompletionRequest
 from mlxr.server.openai.sse import events, stream_response
@@ -31,8 +32,8 @@ def _check_unsupported(body: CompletionRequest) -> None:
     if body.suffix:
         raise InvalidParameterError("suffix", "is not supported")
     check_unsupported(body)
-    if body.echo and body.logprobs is not None:
-        raise InvalidParameterError("echo", "echo with logprobs (prompt logprobs) is not supported")
+    if body.max_tokens == 0 and not body.echo:
+        raise InvalidParameterError("max_tokens", "0 is only for echo (the prompt alone, scored with logprobs)")
 
 
 async def _complete(session: Session, body: CompletionRequest) -> Response:
@@ -41,12 +42,17 @@ async def _complete(session: Session, body: CompletionRequest) -> Response:
     prompts = await off_loop(encode_inputs, served.tokenizer, body.prompt, "prompt", served.context_length)
     if len(prompts) * body.n > 64:
         raise InvalidParameterError("n", f"{len(prompts)} prompts x n={body.n} is over 64 choices")
-    params = sampling_params(body, body.max_tokens, body.logprobs)
+    generates = body.max_tokens != 0
+    params = sampling_params(body, body.max_tokens, body.logprobs) if generates else None
     for ids in prompts:
         check_fits(len(ids), served.context_length, body.max_tokens)
     choices = Choices(len(prompts), body.n)
     choices.prompt_tokens = sum(len(p) for p in prompts)
     fmt = _CompletionFormat(session, choices, body, _echo_texts(served.tokenizer, body, prompts))
+    session.check_admissible(len(prompts))
+    await fmt.score(prompts, served)
+    if not generates:
+        return await _prompts_alone(session, body, fmt)
     session.start(prompts, params)
     first = await session.next()  # admission errors surface here, before any header is sent
     if body.stream:
@@ -70,12 +76,49 @@ def _echo_texts(tokenizer, body: CompletionRequest, prompts: list[list[int]]) ->
     return [tokenizer.decode(p) for p in prompts]
 
 
+async def _prompts_alone(session: Session, body: CompletionRequest, fmt: "_CompletionFormat") -> Response:
+    """max_tokens 0: the echoed prompts (scored, with logprobs), nothing generated."""
+    session.trace.prompt_tokens = fmt.choices.prompt_tokens
+    for c in fmt.choices.items:
+        c.finish_reason = "length"
+    if body.stream:
+        return stream_response(session, events(session, None, fmt.head(), fmt.chunks, fmt.tail))
+    await session.close(200)
+    return JSONResponse(fmt.full())
+
+
 class _CompletionFormat:
     def __init__(self, session: Session, choices: Choices, body: CompletionRequest, echo: list[str] | None) -> None:
         self.session, self.choices, self.echo = session, choices, echo
         self.top_n = body.logprobs
+        self.vllm_top = body.prompt_logprobs
         opts = body.stream_options
         self.include_usage = bool(body.stream and opts and opts.include_usage)
+        # Prompt logprobs, where asked for, a prompt each: legacy (echo) and vLLM's shape
+        self.echo_parts: list[dict] | None = None
+        self.vllm_parts: list[list[dict | None]] | None = None
+
+    async def score(self, prompts: list[list[int]], served) -> None:
+        """Prompt logprobs: for echo with logprobs, and for vLLM's prompt_logprobs."""
+        wants_echo = self.echo is not None and self.top_n is not None
+        if not wants_echo and self.vllm_top is None:
+            return
+        top = max(self.top_n if wants_echo else 0, self.vllm_top or 0)
+        scores = await self.session.watched(score_prompts(served.engine, prompts, top))
+        if self.vllm_top is not None:
+            self.vllm_parts = [vllm_prompt_logprobs(ids, e, self.vllm_top) for ids, e in zip(prompts, scores)]
+        if wants_echo:
+            decode = lambda t: served.tokenizer.decode([t], skip_special_tokens=False)  # noqa: E731
+            self.echo_parts = [echo_logprobs(ids, e, self.top_n, decode) for ids, e in zip(prompts, scores)]
+            for c in self.choices.items:  # generated tokens' offsets go on from the prompt's (as vLLM's)
+                part = self.echo_parts[c.index // self.choices.n]
+                c.text_offset = part["text_offset"][-1] + len(part["tokens"][-1])
+
+    def _prompt_fields(self, choice_index: int) -> tuple[dict | None, dict]:
+        """(the echoed prompt's legacy logprobs or None, extra choice fields)."""
+        p = choice_index // self.choices.n
+        extra = {} if self.vllm_parts is None else {"prompt_logprobs": self.vllm_parts[p]}
+        return (None if self.echo_parts is None else self.echo_parts[p]), extra
 
     def _envelope(self, choices: list[dict]) -> dict:
         s = self.session
@@ -86,11 +129,18 @@ class _CompletionFormat:
         return out
 
     def head(self) -> list[dict]:
-        if self.echo is None:
+        """The first chunk: the echoed prompts (with their logprobs), and vLLM's prompt_logprobs."""
+        if self.echo is None and self.vllm_parts is None:
             return []
         n = self.choices.n
-        return [self._envelope([{"index": c.index, "text": self.echo[c.index // n], "logprobs": None,
-                                 "finish_reason": None} for c in self.choices.items])]
+        items = []
+        for c in self.choices.items:
+            logprobs, extra = self._prompt_fields(c.index)
+            text = self.echo[c.index // n] if self.echo is not None else ""
+            items.append({"index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason,
+                          **extra})
+            c.finish_sent = c.finish_reason is not None
+        return [self._envelope(items)]
 
     def chunks(self, prompt_index: int, out: RequestOutput) -> list[dict]:
         return [self._envelope([self._delta(c, o)]) for c, o in self.choices.apply(prompt_index, out)]
@@ -116,8 +166,11 @@ class _CompletionFormat:
         return out
 
     def _choice(self, c: Choice) -> dict:
+        prompt_part, extra = self._prompt_fields(c.index)
         logprobs = None
         if self.top_n is not None:
             logprobs = completion_logprobs(c, c.token_ids, c.logprobs, self.top_n)
+            if prompt_part is not None:
+                logprobs = join_logprobs(prompt_part, logprobs)
         text = (self.echo[c.index // self.choices.n] if self.echo else "") + c.text
-        return {"index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason}
+        return {"index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason, **extra}

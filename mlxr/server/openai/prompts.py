@@ -47,8 +47,6 @@ def check_unsupported(body: SamplingFields) -> None:
         raise InvalidParameterError("best_of", "only best_of equal to n is supported")
     if body.use_beam_search:
         raise InvalidParameterError("use_beam_search", "beam search is not supported")
-    if body.prompt_logprobs is not None:
-        raise InvalidParameterError("prompt_logprobs", "prompt logprobs are not supported")
     if getattr(body, "chat_template", None) is not None:
         raise InvalidParameterError("chat_template", "a chat template in the request is not supported: the "
                                     "model's own renders (vLLM refuses one unless --trust-request-chat-template)")

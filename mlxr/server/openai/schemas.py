@@ -71,7 +71,7 @@ class SamplingFields(_Body):
     # (prompts.check_unsupported), so a client that asks for more is told rather than ignored.
     best_of: int | None = Field(None, ge=1, le=MAX_N)
     use_beam_search: bool = False
-    prompt_logprobs: int | None = None
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # vLLM's: each prompt token's logprob
 
 
 class ContentPart(_Body):
@@ -131,7 +131,8 @@ EmbeddingInput = _prompts(MAX_EMBEDDING_INPUTS)
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
-    max_tokens: MaxTokens | None = 16
+    # 0 with echo: the prompt alone, scored (legacy OpenAI; lm-evaluation-harness sends it)
+    max_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS_LIMIT)] | None = 16
     logprobs: Annotated[int, Strict()] | None = Field(None, ge=0, le=MAX_LOGPROBS)  # false is not 0
     echo: bool = False
     suffix: str | None = None

@@ -1,0 +1,103 @@
+"""Prompt logprobs (SamplingParams.prompt_logprobs) against HF transformers on the same weights."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import cached_llm, fixture_model
+from mlxr import LLM, SamplingParams
+from mlxr.engine import prompt_logprobs as plp
+
+PROMPT = [1, 7, 300, 45, 99, 12, 250, 3, 77, 180, 31, 64, 400, 9, 11, 222, 5, 88, 123, 301, 17, 42]
+
+
+def hf_prompt_logprobs(name: str, ids: list[int]) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(fixture_model(name).hf_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+
+
+def check_against(ref: torch.Tensor, ids: list[int], entries: list, top: int) -> None:
+    assert len(entries) == len(ids) and entries[0] is None
+    for pos, entry in enumerate(entries[1:], start=1):
+        row, token = ref[pos - 1], ids[pos]
+        chosen = entry[token]
+        assert chosen.logprob == pytest.approx(row[token].item(), abs=2e-4)
+        assert chosen.rank == int((row > row[token]).sum()) + 1
+        best = row.topk(top)
+        alternatives = sorted((lp.rank, t) for t, lp in entry.items() if lp.rank <= top)
+        assert [t for _, t in alternatives][:top] == best.indices.tolist()
+        for t, value in zip(best.indices.tolist(), best.values.tolist()):
+            assert entry[t].logprob == pytest.approx(value, abs=2e-4)
+        assert len(entry) <= top + 1
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_prompt_logprobs_match_transformers(name, monkeypatch):
+    # Chunks of 5 positions: the logits of a long prompt are taken a chunk at a time.
+    monkeypatch.setattr(plp, "LOGIT_ROWS", 5)
+    llm = cached_llm(str(fixture_model(name).hf_dir))
+    out = llm.generate([PROMPT], SamplingParams(max_tokens=2, temperature=0, prompt_logprobs=3))[0]
+    check_against(hf_prompt_logprobs(name, PROMPT), PROMPT, out.prompt_logprobs, 3)
+    assert len(out.outputs[0].token_ids) == 2
+
+
+def test_a_greedy_continuation_scores_rank_1_at_every_position():
+    llm = cached_llm(str(fixture_model("tiny-llama").hf_dir))
+    greedy = llm.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0]
+    ids = PROMPT + greedy.outputs[0].token_ids
+    scored = llm.generate([ids], SamplingParams(max_tokens=1, prompt_logprobs=2))[0].prompt_logprobs
+    for pos in range(len(PROMPT), len(ids)):
+        entry = scored[pos]
+        assert entry[ids[pos]].rank == 1 and len(entry) == 2  # the token is its own best alternative
+        assert max(lp.logprob for lp in entry.values()) == entry[ids[pos]].logprob
+
+
+def test_streamed_requests_carry_them_too():
+    import asyncio
+
+    from mlxr.engine.async_engine import AsyncEngine
+
+    llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype="float32", engine_process=False)
+    ae = AsyncEngine(llm.engine)
+
+    async def run():
+        outs = [o async for o in ae.stream("s", PROMPT, SamplingParams(max_tokens=3, prompt_logprobs=1))]
+        return outs[-1], await ae.prompt_logprobs(PROMPT, 1)
+
+    try:
+        last, (ids, direct) = asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        ae.shutdown()
+    assert ids == PROMPT and last.prompt_logprobs == direct and direct[0] is None
+
+
+def test_zero_alternatives_gives_the_prompt_tokens_alone():
+    llm = cached_llm(str(fixture_model("tiny-llama").hf_dir))
+    out = llm.generate([PROMPT[:6]], SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
+    assert [list(e) if e else None for e in out.prompt_logprobs] == [None] + [[t] for t in PROMPT[1:6]]
+    one = llm.generate([PROMPT[:1]], SamplingParams(max_tokens=1, prompt_logprobs=2))[0]
+    assert one.prompt_logprobs == [None]
+    assert llm.generate([PROMPT[:6]], SamplingParams(max_tokens=1))[0].prompt_logprobs is None
+
+
+def test_an_engine_process_gives_the_same_figures():
+    path = str(fixture_model("tiny-llama").hf_dir)
+    inproc = cached_llm(path)
+    llm = LLM(path, dtype="float32", engine_process=True)
+    try:
+        params = SamplingParams(max_tokens=1, prompt_logprobs=4)
+        got = llm.generate([PROMPT], params)[0].prompt_logprobs
+    finally:
+        llm.shutdown()
+    want = inproc.generate([PROMPT], params)[0].prompt_logprobs
+    assert got == want
+
+
+def test_out_of_range_alternatives_are_refused():
+    from mlxr.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="prompt_logprobs"):
+        SamplingParams(prompt_logprobs=-1)
