@@ -118,13 +118,19 @@ def apply_top_k_top_p(
     pos = torch.arange(sorted_logits.shape[-1], device=logits.device)
     sorted_logits = sorted_logits.masked_fill(pos >= k.unsqueeze(-1), NEG_INF)
     probs = sorted_logits.softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
+    return _keep_nucleus(logits, sorted_logits, order, probs.cumsum(dim=-1) - probs, top_p)
+
+
+def _keep_nucleus(logits: torch.Tensor, sorted_logits: torch.Tensor, order: torch.Tensor,
+                  mass_before: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Logits shaped as `logits`: the sorted candidates (taken from positions `order`) within
+    each row's nucleus, NEG_INF everywhere else."""
+    pos = torch.arange(sorted_logits.shape[-1], device=logits.device)
     # The most likely token always survives (a top_p under float32's range arrives as 0, and
     # 0 >= 0 would drop it: every token gone, token 0 drawn); p == 1 is off (rounding could
     # otherwise push the tail's mass_before to 1.0 and drop it).
     drop = (mass_before >= top_p.unsqueeze(-1)) & (top_p < 1.0).unsqueeze(-1) & (pos > 0)
-    sorted_logits = sorted_logits.masked_fill(drop, NEG_INF)
-    return torch.full_like(logits, NEG_INF).scatter_(-1, order, sorted_logits)
+    return torch.full_like(logits, NEG_INF).scatter_(-1, order, sorted_logits.masked_fill(drop, NEG_INF))
 
 
 NUCLEUS_FIRST = 64  # _top_p_cpu's first candidate count; each retry takes 8x as many
@@ -146,9 +152,7 @@ def _top_p_cpu(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
         if n == vocab or bool((mass[:, -1] >= top_p).all()):
             break
         n = min(n * 8, vocab)
-    pos = torch.arange(n, device=logits.device)
-    drop = (mass - probs >= top_p.unsqueeze(-1)) & (top_p < 1.0).unsqueeze(-1) & (pos > 0)
-    return torch.full_like(logits, NEG_INF).scatter_(-1, order, top.masked_fill(drop, NEG_INF))
+    return _keep_nucleus(logits, top, order, mass - probs, top_p)
 
 
 def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
