@@ -83,3 +83,18 @@ def test_default_cpu_mode_quantized_weights_stays_close_to_hf(hf):
     llm = LLM("gemma3-270m")
     assert llm.loaded.quantization == "gguf"
     assert_close_to_hf(llm, hf)
+
+
+def test_prompt_logprobs_of_the_quantized_file_match_hf(hf, llm):
+    """Scoring a text (echo + logprobs, lm-evaluation-harness's loglikelihood) on the file's
+    quantized blocks against HF's log-softmax over the same file dequantized to fp32."""
+    ids = llm.tokenizer.encode(TEXT)[:128]
+    scored = llm.generate([ids], SamplingParams(max_tokens=1, prompt_logprobs=1))[0].prompt_logprobs
+    with torch.inference_mode():
+        ref = torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+    ours = torch.tensor([scored[p][ids[p]].logprob for p in range(1, len(ids))])
+    want = ref[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+    diff = (ours - want).abs()
+    assert diff.max().item() <= 5e-3 and diff.mean().item() <= 1e-3, (diff.max(), diff.mean())
+    ranks = [scored[p][ids[p]].rank == int((ref[p - 1] > ref[p - 1, ids[p]]).sum()) + 1 for p in range(1, len(ids))]
+    assert sum(ranks) >= 0.98 * len(ranks)
