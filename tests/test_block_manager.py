@@ -162,3 +162,17 @@ def test_usage_reads_no_free_block():
     finally:
         bm.free_blocks = kept
     assert (usage.cached, usage.free, usage.used) == (3, 64, 0)
+
+
+def test_caller_owned_blocks_join_the_prefix_cache_once_committed():
+    """A prompt computed in take_blocks' blocks (scored or embedded between steps) leaves its
+    full blocks for the request that follows with the same prompt."""
+    for caching in (True, False):
+        bm = BlockManager(16, BS, enable_prefix_caching=caching)
+        blocks = bm.take_blocks(3)
+        bm.commit_blocks(blocks, list(range(10)))
+        bm.release_blocks(blocks)
+        assert bm.usage().cached == (2 if caching else 0)  # the partial third block is not published
+        s = seq(range(11))
+        assert bm.match_prefix(s) == (8 if caching else 0)
+        assert s.block_table == (blocks[:2] if caching else [])

@@ -74,6 +74,21 @@ def test_streamed_requests_carry_them_too():
     assert ids == PROMPT and last.prompt_logprobs == direct and direct[0] is None
 
 
+def test_the_generation_after_scoring_reuses_the_scored_blocks():
+    """Scoring leaves the prompt's full blocks in the prefix cache: the request generating from
+    it computes only the rest, and its tokens are those of an engine with no cache."""
+    path = str(fixture_model("tiny-llama").hf_dir)
+    llm = LLM(path, dtype="float32", engine_process=False, block_size=8)
+    prompt = [1] + [(37 * i) % 500 + 3 for i in range(29)]  # 30 tokens: 3 full blocks of 8
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    scored = llm.generate([prompt], SamplingParams(**{**vars(params), "prompt_logprobs": 1}))[0]
+    assert scored.num_cached_tokens == 24
+    plain = LLM(path, dtype="float32", engine_process=False, block_size=8, enable_prefix_caching=False)
+    want = plain.generate([prompt], params)[0]
+    assert want.num_cached_tokens == 0
+    assert scored.outputs[0].token_ids == want.outputs[0].token_ids
+
+
 def test_zero_alternatives_gives_the_prompt_tokens_alone():
     llm = cached_llm(str(fixture_model("tiny-llama").hf_dir))
     out = llm.generate([PROMPT[:6]], SamplingParams(max_tokens=1, prompt_logprobs=0))[0]

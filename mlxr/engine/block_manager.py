@@ -231,12 +231,26 @@ class BlockManager:
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             h = block_hash(parent, self._block_tokens(seq, i))
             seq.block_hashes.append(h)
-            block = seq.block_table[i]
-            if h not in self.cached and block not in self.hash_of:
-                self.cached[h] = block
-                self.hash_of[block] = h
-                if self.tiers is not None:
-                    self.tiers.committed(h, block)
+            self._publish(h, seq.block_table[i])
+
+    def commit_blocks(self, blocks: list[int], token_ids: list[int]) -> None:
+        """Publish the hashes of caller-owned blocks (take_blocks) that now hold token_ids' KV,
+        full blocks only: a prompt scored or embedded between steps leaves its prefix cached for
+        the request that may follow with it (echo with logprobs, then generation)."""
+        if not self.enable_prefix_caching:
+            return
+        parent = None
+        bs = self.block_size
+        for i in range(min(len(token_ids) // bs, len(blocks))):
+            parent = block_hash(parent, tuple(token_ids[i * bs: (i + 1) * bs]))
+            self._publish(parent, blocks[i])
+
+    def _publish(self, h: bytes, block: int) -> None:
+        if h not in self.cached and block not in self.hash_of:
+            self.cached[h] = block
+            self.hash_of[block] = h
+            if self.tiers is not None:
+                self.tiers.committed(h, block)
 
     def _block_tokens(self, seq: Request, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])

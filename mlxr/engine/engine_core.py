@@ -323,7 +323,8 @@ class EngineCore:
 
     def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
         """Each of token_ids[1:]'s logprob given the tokens before it, its rank and the top
-        `top` alternatives; computed as embeddings are (nothing cached, no request)."""
+        `top` alternatives; computed as embeddings are (no request; its full blocks stay in
+        the prefix cache, so generating from the same prompt next computes little)."""
         with self._scratch_blocks(token_ids, "prompt scoring") as blocks:
             # closed at once however scoring ends: a tensor-parallel runner's close finishes
             # the chunks its workers run in step with it
@@ -332,7 +333,8 @@ class EngineCore:
 
     @contextlib.contextmanager
     def _scratch_blocks(self, token_ids: list[int], what: str) -> Iterator[list[int]]:
-        """Free KV blocks for a prompt computed between steps, released after."""
+        """Free KV blocks for a prompt computed between steps, released after (its full
+        blocks published to the prefix cache once computed)."""
         if len(token_ids) > self.max_model_len:
             raise ContextLengthError(len(token_ids), self.max_model_len)
         bm = self.block_manager
@@ -344,6 +346,7 @@ class EngineCore:
             self.tiers.flush()  # the blocks taken may have held cached prefixes to save first
         try:
             yield blocks
+            bm.commit_blocks(blocks, token_ids)  # computed: its full blocks join the prefix cache
         finally:
             bm.release_blocks(blocks)
 
