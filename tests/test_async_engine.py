@@ -44,11 +44,12 @@ def test_stream_deltas_add_up_to_the_offline_result(engine):
         assert last.metrics.first_token_time >= last.metrics.arrival_time
 
 
-def test_closing_the_stream_aborts_and_frees_blocks(engine):
-    _, ae = engine
+def test_closing_the_stream_aborts_and_frees_blocks():
+    # The long-context fixture: 3,000 tokens cannot all be generated before the close lands.
+    ae = AsyncEngine(LLM(str(fixture_model("tiny-llama-long").hf_dir), dtype="float32").engine)
 
     async def main():
-        stream = ae.stream("long", "Once upon a time", SamplingParams(max_tokens=200, temperature=0, ignore_eos=True))
+        stream = ae.stream("long", "Once upon a time", SamplingParams(max_tokens=3000, temperature=0, ignore_eos=True))
         async for _ in stream:
             break
         await stream.aclose()
@@ -57,8 +58,11 @@ def test_closing_the_stream_aborts_and_frees_blocks(engine):
                 break
             await asyncio.sleep(0.02)
 
-    asyncio.run(asyncio.wait_for(main(), 60))
-    stats = ae.stats()
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+        stats = ae.stats()
+    finally:
+        ae.shutdown()
     assert stats.num_aborted == 1 and stats.kv_blocks_used == 0 and stats.num_requests_running == 0
 
 

@@ -68,8 +68,9 @@ def test_the_core_process_gives_the_in_process_tokens_and_texts(both):
     assert stats.kv_blocks_used == 0 and stats.max_model_len == inproc.engine.max_model_len > 0
 
 
-def test_a_killed_core_fails_every_stream_within_seconds(model_dir):
-    llm = LLM(model_dir, dtype="float32", engine_process=True)
+def test_a_killed_core_fails_every_stream_within_seconds():
+    # The long-context fixture: no stream of 3,000 tokens can end before the kill.
+    llm = LLM(str(fixture_model("tiny-llama-long").hf_dir), dtype="float32", engine_process=True)
     ae = AsyncEngine(llm.engine)
     pid = llm.engine.core.pid
 
@@ -78,7 +79,7 @@ def test_a_killed_core_fails_every_stream_within_seconds(model_dir):
     async def stream(i: int) -> tuple[str, float]:
         nonlocal started
         last = None
-        async for out in ae.stream(f"s{i}", [5 + i, 6, 7], SamplingParams(max_tokens=240, temperature=0.0,
+        async for out in ae.stream(f"s{i}", [5 + i, 6, 7], SamplingParams(max_tokens=3000, temperature=0.0,
                                                                            ignore_eos=True)):
             started += last is None
             last = out

@@ -166,10 +166,11 @@ def test_disconnect_mid_stream(base_url, model):
 
 
 def test_sigterm_drains_in_flight_streams(tmp_path):
-    gguf = fixture_model("tiny-llama").gguf_path
+    # The long-context fixture: a stream of 1,500 tokens is still in flight when SIGTERM lands.
+    gguf = fixture_model("tiny-llama-long").gguf_path
     with server_process(tmp_path / "home", "--model", str(gguf)) as (url, proc):
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
-        body = {"model": model, "prompt": "go", "max_tokens": 150, "ignore_eos": True, "stream": True}
+        body = {"model": model, "prompt": "go", "max_tokens": 1500, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("data: ")

@@ -31,7 +31,9 @@ GUARDED = [
 def base_url(tmp_path_factory):
     # A tiny queue and step budget so the queue limit can be reached on purpose.
     args = ("--max-waiting", "2", "--max-num-batched-tokens", "8")
-    with tiny_llama_server(tmp_path_factory.mktemp("home"), *args, api_key=KEY) as url:
+    # The long-context fixture: a prompt of 2,000 tokens takes 250 steps, so a burst's requests
+    # meet a full queue however fast the host prefills.
+    with tiny_llama_server(tmp_path_factory.mktemp("home"), *args, api_key=KEY, fixture="tiny-llama-long") as url:
         yield url
 
 
@@ -123,7 +125,7 @@ def test_queue_full_is_503_with_retry_after(base_url):
     # Batches of --max-waiting long prompts (each fits the queue alone), sent together: the
     # queue fills and some are refused. Repeated: a refused batch's admitted siblings are
     # aborted mid-admission each time, which once killed the engine thread.
-    body = {"model": model, "prompt": [[1] + [5 + j % 400 for j in range(200)] for _ in range(2)], "max_tokens": 2}
+    body = {"model": model, "prompt": [[1] + [5 + j % 400 for j in range(1999)] for _ in range(2)], "max_tokens": 2}
 
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=base_url, headers=auth(), timeout=60) as http:

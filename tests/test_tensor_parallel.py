@@ -122,11 +122,12 @@ def test_llm_with_two_ranks_gives_one_device_tokens_and_logprobs():
 
 
 def test_a_worker_killed_mid_generation_fails_the_requests_and_stops_the_core():
-    llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype=torch.float32, tensor_parallel_size=2)
+    # The long-context fixture: 3,000 tokens a request outlast the second before the kill.
+    llm = LLM(str(fixture_model("tiny-llama-long").hf_dir), dtype=torch.float32, tensor_parallel_size=2)
     core = llm.engine.core.proc
     (worker,) = children_of(core.pid)
     results = []
-    params = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=3000, temperature=0.0, ignore_eos=True)
     run = threading.Thread(target=lambda: results.extend(llm.generate([[1, 5, 9 + i] for i in range(16)], params)))
     run.start()
     time.sleep(1.0)

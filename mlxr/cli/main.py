@@ -6,8 +6,8 @@ import os
 import sys
 from collections.abc import Callable
 
-from mlxr.cli import (bench, cp, generate, import_model, list_models, ps, pull, quantize, rm, run, serve,
-                      show)
+from mlxr.cli import (bench, cp, generate, import_model, list_models, perplexity, ps, pull, quantize, rm, run,
+                      serve, show)
 from mlxr.cli.options import add_log_format_option
 from mlxr.config import openmp_environment
 from mlxr.errors import MLXRError
@@ -15,7 +15,7 @@ from mlxr.server.logs import setup_logging
 
 Handler = Callable[[argparse.Namespace], int]
 # Help lists the verbs in this order.
-VERBS = (generate, run, serve, ps, pull, import_model, list_models, show, rm, cp, bench, quantize)
+VERBS = (generate, run, serve, ps, pull, import_model, list_models, show, rm, cp, bench, quantize, perplexity)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
