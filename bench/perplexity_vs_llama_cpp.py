@@ -75,7 +75,7 @@ def ppl(chunks: list[list[int]], scores: list[list[float]]) -> float:
     from mlxr.perplexity import perplexity
 
     given = iter(scores)
-    return list(perplexity(chunks, lambda _: next(given)))[-1].ppl
+    return list(perplexity(chunks, lambda _, first: next(given)[first:]))[-1].ppl
 
 
 def one_model(name: str, text: str, ctx: int, max_chunks: int, threads: int) -> dict:

@@ -33,14 +33,13 @@ def chunks_of(token_ids: list[int], n_ctx: int, bos: int | None) -> list[list[in
     return [[bos] + c[1:] if bos is not None else c for c in chunks]
 
 
-def perplexity(chunks: list[list[int]], score: Callable[[list[int]], list[float]]) -> Iterator[ChunkScore]:
-    """The running estimate after each chunk. score(ids) gives the logprob of ids[i + 1] given
-    ids[: i + 1] for every i (a chunk's prompt logprobs)."""
+def perplexity(chunks: list[list[int]], score: Callable[[list[int], int], list[float]]) -> Iterator[ChunkScore]:
+    """The running estimate after each chunk. score(ids, first) gives the logprob of ids[i + 1]
+    given ids[: i + 1] for i from first on (a chunk's prompt logprobs from there)."""
     total = total_sq = 0.0
     count = 0
     for index, ids in enumerate(chunks, start=1):
-        first = len(ids) // 2
-        nll = [-lp for lp in score(ids)[first: len(ids) - 1]]
+        nll = [-lp for lp in score(ids, len(ids) // 2)]
         total += sum(nll)
         total_sq += sum(x * x for x in nll)
         count += len(nll)

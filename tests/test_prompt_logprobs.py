@@ -105,10 +105,31 @@ def test_an_engine_process_gives_the_same_figures():
     try:
         params = SamplingParams(max_tokens=1, prompt_logprobs=4)
         got = llm.generate([PROMPT], params)[0].prompt_logprobs
+        tail = llm.engine.score_prompt(PROMPT, 2, 15)[1]
     finally:
         llm.shutdown()
     want = inproc.generate([PROMPT], params)[0].prompt_logprobs
     assert got == want
+    assert tail == inproc.engine.score_prompt(PROMPT, 2, 15)[1]
+
+
+def test_scoring_from_a_position_gives_the_tail_of_the_whole(monkeypatch):
+    """Perplexity scores a chunk's second half: the lm_head runs for those positions only."""
+    monkeypatch.setattr(plp, "LOGIT_ROWS", 4)
+    llm = cached_llm(str(fixture_model("tiny-llama").hf_dir))
+    _, whole = llm.engine.score_prompt(PROMPT, 3)
+    for first in (0, 1, 10, len(PROMPT) - 2):
+        ids, tail = llm.engine.score_prompt(PROMPT, 3, first)
+        assert ids == PROMPT and len(tail) == len(whole) - first and tail[0].token_id == PROMPT[first + 1]
+        for a, b in zip(tail, whole[first:]):  # other rows beside it in the lm_head: the last bits may differ
+            assert (a.token_id, a.rank, [t for t, _ in a.top]) == (b.token_id, b.rank, [t for t, _ in b.top])
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-5)
+    assert llm.engine.score_prompt(PROMPT, 3, len(PROMPT) - 1)[1] == []
+    from mlxr.errors import InvalidParameterError
+
+    for bad in (-1, len(PROMPT)):
+        with pytest.raises(InvalidParameterError, match="first"):
+            llm.engine.score_prompt(PROMPT, 3, bad)
 
 
 def test_out_of_range_alternatives_are_refused():

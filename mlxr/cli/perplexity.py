@@ -57,7 +57,7 @@ def cmd_perplexity(ns: argparse.Namespace) -> int:
     chunks = chunks_of(tok.encode(text), ctx, tok.bos_token_id if tok.add_bos_token else None)
     if ns.chunks is not None:
         chunks = chunks[: max(ns.chunks, 1)]
-    score = lambda ids: [lp.logprob for lp in llm.engine.score_prompt(ids, 0)[1]]  # noqa: E731
+    score = lambda ids, first: [lp.logprob for lp in llm.engine.score_prompt(ids, 0, first)[1]]  # noqa: E731
     last = None
     for last in perplexity(chunks, score):
         if not ns.json:

@@ -169,10 +169,10 @@ class TPRunner(ModelRunner):
             raise
 
     def prompt_logits(self, token_ids: list[int], block_table: list[int],
-                      rows: int | None = None) -> Iterator[torch.Tensor]:
+                      rows: int | None = None, first: int = 0) -> Iterator[torch.Tensor]:
         rows = rows or plp.LOGIT_ROWS
-        self.executor.send(msg.Embed(list(token_ids), list(block_table), logit_rows=rows))
-        chunks = super().prompt_logits(token_ids, block_table, rows)
+        self.executor.send(msg.Embed(list(token_ids), list(block_table), logit_rows=rows, logit_first=first))
+        chunks = super().prompt_logits(token_ids, block_table, rows, first)
         try:
             yield from chunks
         except GeneratorExit:  # the caller stopped early: the workers still gather every chunk

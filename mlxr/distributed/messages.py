@@ -43,6 +43,7 @@ class Embed(msgspec.Struct, tag=True):
     token_ids: list[int]
     block_table: list[int]
     logit_rows: int = 0  # > 0: the prompt's logits too, chunks of this many (the lm_head gathers across ranks)
+    logit_first: int = 0  # from this position on
 
 
 class Reset(msgspec.Struct, tag=True):

@@ -47,7 +47,8 @@ class Worker:
         elif isinstance(message, msg.Step):
             self._step(message)
         elif isinstance(message, msg.Embed) and message.logit_rows:
-            for _ in self.runner.prompt_logits(message.token_ids, message.block_table, message.logit_rows):
+            for _ in self.runner.prompt_logits(message.token_ids, message.block_table, message.logit_rows,
+                                               message.logit_first):
                 pass  # rank 0 keeps the logits; this rank's share joins each chunk's gather
         elif isinstance(message, msg.Embed):
             self.runner.hidden_states(message.token_ids, message.block_table)

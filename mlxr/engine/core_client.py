@@ -38,7 +38,7 @@ class CoreClient(Protocol):
 
     def embed(self, token_ids: list[int]) -> list[float]: ...
 
-    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]: ...
+    def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]: ...
 
     def stats(self) -> CoreStats: ...
 
@@ -68,8 +68,8 @@ class InprocClient:
     def embed(self, token_ids: list[int]) -> list[float]:
         return self.core.embed(token_ids)
 
-    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
-        return self.core.prompt_logprobs(token_ids, top)
+    def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
+        return self.core.prompt_logprobs(token_ids, top, first)
 
     def stats(self) -> CoreStats:
         return self.core.stats()
@@ -150,8 +150,8 @@ class ZmqClient:
     def embed(self, token_ids: list[int]) -> list[float]:
         return self._call(token_ids, lambda call_id: Embed(call_id, token_ids)).vector
 
-    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
-        return self._call(token_ids, lambda call_id: PromptLogprobs(call_id, token_ids, top)).logprobs
+    def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
+        return self._call(token_ids, lambda call_id: PromptLogprobs(call_id, token_ids, top, first)).logprobs
 
     def _call(self, token_ids: list[int], message) -> Reply:
         """Send a prompt's call between steps and wait for its reply."""

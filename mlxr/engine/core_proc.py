@@ -99,7 +99,7 @@ class CoreLoop:
                     "vector": self.core.embed(message.token_ids)}))
             elif isinstance(message, PromptLogprobs):
                 self.channels.send(channel, _reply(message.call_id, lambda: {
-                    "logprobs": self.core.prompt_logprobs(message.token_ids, message.top)}))
+                    "logprobs": self.core.prompt_logprobs(message.token_ids, message.top, message.first)}))
             elif isinstance(message, Hello):
                 self.channels.send(channel, CoreReady(self.core.stats(), self.on_gpu, os.getpid()))
             elif isinstance(message, Shutdown):

@@ -321,15 +321,15 @@ class EngineCore:
             hidden = self.runner.hidden_states(token_ids, blocks).float()
         return torch.nn.functional.normalize(hidden.mean(0), dim=0).tolist()
 
-    def prompt_logprobs(self, token_ids: list[int], top: int) -> list[TokenLogprob]:
-        """Each of token_ids[1:]'s logprob given the tokens before it, its rank and the top
+    def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
+        """Each of token_ids[first + 1:]'s logprob given the tokens before it, its rank and the top
         `top` alternatives; computed as embeddings are (no request; its full blocks stay in
         the prefix cache, so generating from the same prompt next computes little)."""
         with self._scratch_blocks(token_ids, "prompt scoring") as blocks:
             # closed at once however scoring ends: a tensor-parallel runner's close finishes
             # the chunks its workers run in step with it
-            with contextlib.closing(self.runner.prompt_logits(token_ids, blocks)) as chunks:
-                return prompt_logprobs(chunks, token_ids, top)
+            with contextlib.closing(self.runner.prompt_logits(token_ids, blocks, first=first)) as chunks:
+                return prompt_logprobs(chunks, token_ids, top, first)
 
     @contextlib.contextmanager
     def _scratch_blocks(self, token_ids: list[int], what: str) -> Iterator[list[int]]:

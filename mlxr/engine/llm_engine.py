@@ -137,10 +137,14 @@ class LLMEngine:
         ids, scored = self.score_prompt(prompt, top)
         return ids, self.logprob_entries(scored)
 
-    def score_prompt(self, prompt: str | list[int], top: int) -> tuple[list[int], list[TokenLogprob]]:
-        """prompt_logprobs' engine work (the forward, between steps), without the decoding."""
+    def score_prompt(self, prompt: str | list[int], top: int, first: int = 0) -> tuple[list[int], list[TokenLogprob]]:
+        """prompt_logprobs' engine work (the forward, between steps), without the decoding; from
+        `first` on, the figures of the tokens after position first (perplexity scores the second
+        half of a chunk: the lm_head runs for those positions only)."""
         _, ids = self.processor.tokenize(prompt)
-        return ids, self.core.prompt_logprobs(ids, top)
+        if not 0 <= first < max(len(ids), 1):
+            raise InvalidParameterError("first", f"must be a position of the {len(ids)}-token prompt")
+        return ids, self.core.prompt_logprobs(ids, top, first)
 
     def logprob_entries(self, scored: list[TokenLogprob]) -> list[TokenLogprobs | None]:
         """Scored prompt tokens as output entries (texts decoded; any thread may call this)."""

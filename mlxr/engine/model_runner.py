@@ -240,10 +240,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def prompt_logits(self, token_ids: list[int], block_table: list[int],
-                      rows: int | None = None) -> Iterator[torch.Tensor]:
-        """float32 logits of every position of token_ids but the last, `rows` positions at a
-        time (prompt logprobs; prompt_logprobs.logit_chunks); computed as hidden_states are."""
-        yield from logit_chunks(self._hidden(token_ids, block_table), self.model.compute_logits, rows)
+                      rows: int | None = None, first: int = 0) -> Iterator[torch.Tensor]:
+        """float32 logits of token_ids' positions from `first` to the one before the last, `rows`
+        positions at a time (prompt logprobs; prompt_logprobs.logit_chunks); computed as
+        hidden_states are."""
+        hidden = self._hidden(token_ids, block_table)
+        yield from logit_chunks(hidden, self.model.compute_logits, rows, first)
 
     def _hidden(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         bs, n = self.kv_cache.block_size, len(token_ids)

@@ -15,12 +15,13 @@ from mlxr.engine.sampler import LOGPROB_FLOOR
 LOGIT_ROWS = 256
 
 
-def logit_chunks(hidden: torch.Tensor, compute_logits, rows: int | None = None) -> Iterable[torch.Tensor]:
-    """float32 logits of every position but the last (whose next token the prompt does not
-    hold), `rows` (LOGIT_ROWS) positions at a time. Every rank of a tensor-parallel group runs
-    the same chunks: the lm_head gathers across them."""
+def logit_chunks(hidden: torch.Tensor, compute_logits, rows: int | None = None,
+                 first: int = 0) -> Iterable[torch.Tensor]:
+    """float32 logits of the positions from `first` to the one before the last (whose next
+    token the prompt does not hold), `rows` (LOGIT_ROWS) positions at a time. Every rank of a
+    tensor-parallel group runs the same chunks: the lm_head gathers across them."""
     rows = rows or LOGIT_ROWS
-    for start in range(0, hidden.shape[0] - 1, rows):
+    for start in range(first, hidden.shape[0] - 1, rows):
         stop = min(start + rows, hidden.shape[0] - 1)
         yield compute_logits(hidden[start:stop]).float()
 
@@ -43,10 +44,11 @@ def _finite(lp: float) -> float:
     return LOGPROB_FLOOR if lp != lp or lp == float("-inf") else lp
 
 
-def prompt_logprobs(chunks: Iterable[torch.Tensor], token_ids: list[int], top: int) -> list[TokenLogprob]:
-    """Figures for token_ids[1:], from the logit chunks of logit_chunks."""
+def prompt_logprobs(chunks: Iterable[torch.Tensor], token_ids: list[int], top: int,
+                    first: int = 0) -> list[TokenLogprob]:
+    """Figures for token_ids[first + 1:], from the logit chunks of logit_chunks(first=first)."""
     out: list[TokenLogprob] = []
     for logits in chunks:
-        start = len(out) + 1
+        start = first + len(out) + 1
         out += score_rows(logits, token_ids[start: start + logits.shape[0]], top)
     return out

@@ -146,6 +146,7 @@ class PromptLogprobs(msgspec.Struct, tag=True, array_like=True):
     call_id: int
     token_ids: list[int]
     top: int
+    first: int = 0  # the first position whose next token is scored
 
 
 class Shutdown(msgspec.Struct, tag=True, array_like=True):
