@@ -98,6 +98,7 @@ def test_llm_with_two_ranks_gives_one_device_tokens_and_logprobs():
     one = LLM(model, dtype=torch.float32, engine_process=False)
     ref, ref_vector = one.generate(PROMPTS, params), one.engine.embed(PROMPTS[0])[0]
     ref_scores = one.engine.prompt_logprobs(PROMPTS[0], 3)[1]
+    ref_tail = one.engine.score_prompt(PROMPTS[0], 3, 3)[1]
     llm = LLM(model, dtype=torch.float32, tensor_parallel_size=2)
     core_pid = llm.engine.core.pid
     workers = children_of(core_pid)
@@ -106,12 +107,15 @@ def test_llm_with_two_ranks_gives_one_device_tokens_and_logprobs():
         got = llm.generate(PROMPTS, params)
         vector = llm.engine.embed(PROMPTS[0])[0]  # between steps, in free blocks, on every rank
         scores = llm.engine.prompt_logprobs(PROMPTS[0], 3)[1]  # the lm_head's gather on every rank
+        tail = llm.engine.score_prompt(PROMPTS[0], 3, 3)[1]  # from a position: the same chunks on every rank
     finally:
         llm.shutdown()
     assert max(abs(a - b) for a, b in zip(ref_vector, vector)) <= 1e-5
     assert scores[0] is None and len(scores) == len(ref_scores) > 1
     for la, lb in zip(ref_scores[1:], scores[1:]):
         assert la.keys() == lb.keys() and all(abs(la[t].logprob - lb[t].logprob) <= 1e-5 for t in la)
+    assert [a.token_id for a in tail] == [b.token_id for b in ref_tail] == PROMPTS[0][4:]
+    assert all(abs(a.logprob - b.logprob) <= 1e-5 for a, b in zip(tail, ref_tail))
     for a, b in zip(ref, got):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         for la, lb in zip(a.outputs[0].logprobs, b.outputs[0].logprobs):
