@@ -109,10 +109,10 @@ class _CompletionFormat:
             self.vllm_parts = [vllm_prompt_logprobs(ids, e, self.vllm_top) for ids, e in zip(prompts, scores)]
         if wants_echo:
             decode = lambda t: served.tokenizer.decode([t], skip_special_tokens=False)  # noqa: E731
-            self.echo_parts = [echo_logprobs(ids, e, self.top_n, decode) for ids, e in zip(prompts, scores)]
+            parts = [echo_logprobs(ids, e, self.top_n, decode) for ids, e in zip(prompts, scores)]
+            self.echo_parts = [logprobs for logprobs, _ in parts]
             for c in self.choices.items:  # generated tokens' offsets go on from the prompt's (as vLLM's)
-                part = self.echo_parts[c.index // self.choices.n]
-                c.text_offset = part["text_offset"][-1] + len(part["tokens"][-1])
+                c.text_offset = parts[c.index // self.choices.n][1]
 
     def _prompt_fields(self, choice_index: int) -> tuple[dict | None, dict]:
         """(the echoed prompt's legacy logprobs or None, extra choice fields)."""

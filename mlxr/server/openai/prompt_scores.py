@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlxr.server.openai.choices import NO_PROB, finite
+from mlxr.server.openai.choices import Choice, completion_logprobs, finite
 from mlxr.types import TokenLogprobs
 
 Entries = list[TokenLogprobs | None]  # one per prompt token; the first has none
@@ -15,25 +15,14 @@ async def score_prompts(engine, prompts: list[list[int]], top: int) -> list[Entr
     return [(await engine.prompt_logprobs(ids, top))[1] for ids in prompts]
 
 
-def echo_logprobs(ids: list[int], entries: Entries, top_n: int, decode: Callable[[int], str]) -> dict:
-    """The legacy logprobs object of the echoed prompt: the first token has no logprob (null)."""
-    tokens, values, tops, offsets = [], [], [], []
-    offset = 0
-    for token, entry in zip(ids, entries):
-        if entry is None:
-            text, value, top = decode(token), None, None
-        else:
-            chosen = entry.get(token)
-            text = chosen.decoded if chosen else decode(token)
-            value = finite(chosen.logprob) if chosen else NO_PROB
-            top = {lp.decoded: finite(lp.logprob) for lp in entry.values() if 0 < lp.rank <= top_n}
-            top.setdefault(text, value)
-        tokens.append(text)
-        values.append(value)
-        tops.append(top)
-        offsets.append(offset)
-        offset += len(text)
-    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+def echo_logprobs(ids: list[int], entries: Entries, top_n: int, decode: Callable[[int], str]) -> tuple[dict, int]:
+    """The legacy logprobs object of the echoed prompt (the first token's logprob is null; the
+    others as generated tokens' are), and the offset the generated tokens' text goes on from."""
+    first = decode(ids[0])
+    after = Choice(0, text_offset=len(first))
+    rest = completion_logprobs(after, ids[1:], entries[1:], top_n)
+    head = {"tokens": [first], "token_logprobs": [None], "top_logprobs": [None], "text_offset": [0]}
+    return join_logprobs(head, rest), after.text_offset
 
 
 def join_logprobs(head: dict, rest: dict | None) -> dict:
