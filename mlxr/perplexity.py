@@ -16,8 +16,7 @@ MIN_CTX = 16
 @dataclass(frozen=True)
 class ChunkScore:
     index: int  # 1-based, as llama.cpp prints its running estimate
-    nll_sum: float  # negative log-likelihood of this chunk's scored tokens
-    count: int  # how many it scored
+    count: int  # how many tokens this chunk scored
     ppl: float  # the running estimate over every chunk so far
     stderr: float  # of that estimate (llama.cpp's "+/-")
 
@@ -46,4 +45,4 @@ def perplexity(chunks: list[list[int]], score: Callable[[list[int], int], list[f
         mean = total / count
         var = max(total_sq / count - mean * mean, 0.0)
         ppl = math.exp(mean)
-        yield ChunkScore(index, sum(nll), len(nll), ppl, ppl * math.sqrt(var / max(count - 1, 1)))
+        yield ChunkScore(index, len(nll), ppl, ppl * math.sqrt(var / max(count - 1, 1)))

@@ -58,13 +58,13 @@ def cmd_perplexity(ns: argparse.Namespace) -> int:
     if ns.chunks is not None:
         chunks = chunks[: max(ns.chunks, 1)]
     score = lambda ids, first: [lp.logprob for lp in llm.engine.score_prompt(ids, 0, first)[1]]  # noqa: E731
-    last = None
+    last, scored = None, 0
     for last in perplexity(chunks, score):
+        scored += last.count
         if not ns.json:
             print(f"[{last.index}]{last.ppl:.4f},", end="", flush=True)
     if ns.json:
-        print(json.dumps({"model": ns.model, "ctx": ctx, "chunks": last.index,
-                          "scored_tokens": sum(len(c) - 1 - len(c) // 2 for c in chunks),
+        print(json.dumps({"model": ns.model, "ctx": ctx, "chunks": last.index, "scored_tokens": scored,
                           "ppl": last.ppl, "stderr": last.stderr}))
     else:
         print(f"\nFinal estimate: PPL = {last.ppl:.4f} +/- {last.stderr:.5f}")
