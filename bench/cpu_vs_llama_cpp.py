@@ -78,7 +78,7 @@ def main() -> None:
     rows = [summarize(m, runs[m]) for m in a.models]
     path = write_result("cpu_vs_llama_cpp", {"cpu": cpu_facts(), "threads": a.threads, "prompt_len": 128,
                                              "gen_len": 64, "load_avg_before": load_before,
-                                             "kernel_env": {k: os.environ.get(k) for k in ("MLXR_AMX", "MLXR_CPU_KERNELS")},
+                                             "kernel_env": {k: os.environ.get(k) for k in ("MLXR_AMX", "MLXR_VNNI_PANELS", "MLXR_CPU_KERNELS")},
                                              "load_avg_after": os.getloadavg(), "rows": rows, "runs": runs})
     print_table(rows, ["model", "mlxr_prefill_tok_s", "llama_prefill_tok_s", "prefill_ratio", "mlxr_decode_tok_s",
                        "llama_decode_tok_s", "decode_ratio", "mlxr_batch8_decode_tok_s", "batch8_vs_llama_single"])

@@ -43,7 +43,7 @@ def library_at(ref: str, tmp: Path) -> ctypes.CDLL:
                                   capture_output=True).stdout
             (tmp / name).write_bytes(blob)
     target = tmp / "quant-ref.so"
-    cpu_build._compile("cc", ["-march=native", *cpu_build.FLAGS], tmp / "quant.c", target)
+    cpu_build._compile("cc", cpu_build.build_flags("native"), tmp / "quant.c", target)  # this build's flags, vendor defines too
     lib = ctypes.CDLL(str(target))
     lib.qmatmul = lib.mlxr_qmatmul
     lib.qmatmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
@@ -69,13 +69,14 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--rows", type=int, default=128)
+    p.add_argument("--types", default="", help="comma-separated weight types to run (default: all)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     ours = quant_cpu.library()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         theirs = library_at(a.ref, Path(tmp))
-        for qtype, n, k in SHAPES:
+        for qtype, n, k in [s for s in SHAPES if not a.types or s[0] in a.types.split(",")]:
             raw, x = weights(qtype, n, k), torch.randn(a.rows, k)
             same = quant_cpu.qmatmul_cpu(x, raw, qtype, k, lib=ours) - quant_cpu.qmatmul_cpu(x, raw, qtype, k, lib=theirs)
             times = {"new": [], "ref": []}

@@ -14,9 +14,11 @@
  * gf2p8affine share two pipes, so the kernel is bound by how many of those a 256-column
  * group needs. Codes are unpacked with one gf2p8affine per vector (shift and mask in one
  * op) and arranged so every int32 lane stays in one sub-block across a group's four vectors
- * (activations are stored in that order): a group costs 8 vpdpbusd and one FMA per row,
- * not one FMA and one permute per 32 columns. Rows are taken in tiles of up to 8 activation
- * rows, so a group's codes are unpacked once for all of them.
+ * (activations are stored in that order, with their scales already in lane order): a group
+ * costs each row 8 vpdpbusd and six ops to join hi and lo, convert and scale, not one FMA and
+ * one permute per 32 columns. Rows are taken in tiles of up to 8 activation rows, so a group's codes are unpacked
+ * once for all of them. That is the decode kernel; prompts of 32 rows and more go by weight
+ * panels instead (quant_panel.h: lanes over activation rows, on AMX tiles where present).
  *
  * Dequantization is exact to gguf-py's numpy reference: the same fp32 operations in the same
  * order, built with -ffp-contract=off so no multiply-add is fused.
@@ -228,10 +230,12 @@ static inline float quant32(const float *x, int8_t *hi, int8_t *lo, int32_t *s) 
 /* Laid out for the kernel: rows in tiles of ROW_TILE (the last may be shorter, mr rows), k
  * padded with zeros to kp, a multiple of 256. Within a tile, per 256 columns, per row: 256
  * bytes of hi then 256 of lo, each as four 64-byte vectors where vector i holds columns
- * 32j + 8i .. 32j + 8i + 7 at bytes 8j.. (the order the kernel reads weight codes in); and 32
- * floats: d per 32 columns (8), d * sum(xq) per 32 columns (8; for the weights' offsets) and
- * per 16 columns (16; Q6_K). So one pointer walks each and every row's data sits at a
- * constant offset. */
+ * 32j + 8i .. 32j + 8i + 7 at bytes 8j.. (the order the kernel reads weight codes in); and
+ * REC floats in the kernel's int32 lane order (lane l: sub-block l/2): d (16), zeros then d *
+ * sum(xq) per 32 columns (8 + 8; for the weights' offsets), d * sum(xq) per 16 columns (16;
+ * Q6_K). So one pointer walks each, every row's data sits at a constant offset, and the kernel
+ * needs no permute per row. */
+#define REC 48
 typedef struct {
     int8_t *q;
     float *s;
@@ -243,7 +247,7 @@ static int64_t padded(int64_t k) { return (k + 255) / 256 * 256; }
 static int acts_alloc(acts_t *a, int64_t m, int64_t k) {
     a->kp = padded(k);
     a->q = (int8_t *)scratch(0, (size_t)(2 * m * a->kp));
-    a->s = (float *)scratch(1, sizeof(float) * (size_t)(m * a->kp / 8));
+    a->s = (float *)scratch(1, sizeof(float) * (size_t)(m * a->kp / 256 * REC));
     return a->q && a->s ? 0 : -1;
 }
 
@@ -259,23 +263,24 @@ static int64_t vector_at(int i, int folded) { return folded ? 64 * (i >> 1) + 32
 static void quantize_tile(const float *x, int64_t m, int64_t k, acts_t *a, int64_t m0) {
     const int64_t kp = a->kp, mr = m - m0 < ROW_TILE ? m - m0 : ROW_TILE, tail = folded_tail(k) ? k / 256 : -1;
     int8_t *tq = a->q + 2 * m0 * kp;
-    float *ts = a->s + m0 * kp / 8;
+    float *ts = a->s + m0 * kp / 256 * REC;
     memset(tq, 0, (size_t)(2 * mr * kp));
-    memset(ts, 0, sizeof(float) * (size_t)(mr * kp / 8));
+    memset(ts, 0, sizeof(float) * (size_t)(mr * kp / 256 * REC));
     for (int64_t r = 0; r < mr; r++) {
         for (int64_t b = 0; b < k / 32; b++) {
             int8_t hi[32], lo[32], *at = tq + (b / 8 * mr + r) * 512 + 8 * (b % 8);
-            float *sc = ts + (b / 8 * mr + r) * 32;
+            float *sc = ts + (b / 8 * mr + r) * REC;
             int32_t sums[2];
             float d = quant32(x + (m0 + r) * k + 32 * b, hi, lo, sums);
             for (int i = 0; i < 4; i++) {
                 memcpy(at + vector_at(i, b / 8 == tail), hi + 8 * i, 8);
                 memcpy(at + 256 + vector_at(i, b / 8 == tail), lo + 8 * i, 8);
             }
-            sc[b % 8] = d;
-            sc[8 + b % 8] = d * (float)(sums[0] + sums[1]);
-            sc[16 + 2 * (b % 8)] = d * (float)sums[0];
-            sc[17 + 2 * (b % 8)] = d * (float)sums[1];
+            const int j = b % 8;
+            sc[2 * j] = sc[2 * j + 1] = d;
+            sc[24 + j] = d * (float)(sums[0] + sums[1]);
+            sc[32 + 2 * j] = d * (float)sums[0];
+            sc[33 + 2 * j] = d * (float)sums[1];
         }
     }
 }
@@ -480,29 +485,37 @@ static inline __m512 kscales(const uint8_t *b) {
     return _mm512_mul_ps(v, scale);
 }
 
+/* The multiple of a 32-column type's scale that its codes are offset by (w = s*(u - ofs)); 1
+ * for the types whose offset is their own per block (Q4_1, the K-quants' mins). */
+static inline float code_offset(int t) {
+    return t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
+}
+
 /* sum(u * (256*hi + lo)) per int32 lane over n code vectors (exact: < 2^31 for 4 vectors). */
 static inline __m512 dot_group(const __m512i *u, const int8_t *q, int n) {
-    __m512i h = _mm512_setzero_si512();
-    for (int i = 0; i < n; i++) h = _mm512_dpbusd_epi32(h, u[i], _mm512_load_si512((const void *)(q + 64 * i)));
-    h = _mm512_slli_epi32(h, 8);
-    for (int i = 0; i < n; i++) h = _mm512_dpbusd_epi32(h, u[i], _mm512_load_si512((const void *)(q + 256 + 64 * i)));
-    return _mm512_cvtepi32_ps(h);
+    __m512i h = _mm512_setzero_si512(), l = _mm512_setzero_si512();
+    for (int i = 0; i < n; i++) {
+        h = _mm512_dpbusd_epi32(h, u[i], _mm512_load_si512((const void *)(q + 64 * i)));
+        l = _mm512_dpbusd_epi32(l, u[i], _mm512_load_si512((const void *)(q + 256 + 64 * i)));
+    }
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(h, 8), l));
 }
 
 /* One group against the tile's mr activation rows: q and sc point at the group's data. */
 static inline __attribute__((always_inline)) void group_rows(
-    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc, __m512 *off) {
+    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc) {
     __m512i u[4];
     group_codes(t, g, nblk, u);
     if (t == T_Q6_K) { /* scales per 16 columns: lane l's codes are in 16-column group l&~1 (vectors 0, 1) or l|1 */
         __m512 ws = _mm512_mul_ps(_mm512_set1_ps(f16(g + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(g + 192)))));
         __m512 wa = _mm512_permutexvar_ps(_mm512_andnot_si512(_mm512_set1_epi32(1), lanes16()), ws);
         __m512 wb = _mm512_permutexvar_ps(_mm512_or_si512(_mm512_set1_epi32(1), lanes16()), ws);
+        const __m512 wo = _mm512_mul_ps(ws, _mm512_set1_ps(-code_offset(t)));
 #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
-            const float *rec = sc + 32 * r;
-            __m512 dx = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes16(), 1), _mm512_load_ps(rec));
-            off[r] = _mm512_fmadd_ps(ws, _mm512_load_ps(rec + 16), off[r]);
+            const float *rec = sc + REC * r;
+            __m512 dx = _mm512_load_ps(rec);
+            acc[r] = _mm512_fmadd_ps(wo, _mm512_load_ps(rec + 32), acc[r]);
             acc[r] = _mm512_fmadd_ps(dot_group(u, q + 512 * r, 2), _mm512_mul_ps(wa, dx), acc[r]);
             acc[r] = _mm512_fmadd_ps(dot_group(u + 2, q + 512 * r + 128, 2), _mm512_mul_ps(wb, dx), acc[r]);
         }
@@ -511,40 +524,36 @@ static inline __attribute__((always_inline)) void group_rows(
     /* lanes 0-7 the weight scales s, lanes 8-15 the offsets o (32-column types: o = s, scaled
      * by 8, 16 or 128 at the end); times the record's d and d * sum(xq) */
     __m512 wso = t == T_Q4_K || t == T_Q5_K ? kscales(g) : block_scales_offsets(t, g, nblk);
+    const __m512 ws = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes16(), 1), wso), wo = _mm512_mul_ps(wso, _mm512_set1_ps(-code_offset(t)));
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
-        __m512 s = _mm512_mul_ps(wso, _mm512_load_ps(sc + 32 * r));
-        off[r] = _mm512_mask_add_ps(off[r], 0xFF00, off[r], s);
-        acc[r] = _mm512_fmadd_ps(dot_group(u, q + 512 * r, 4), _mm512_permutexvar_ps(_mm512_srli_epi32(lanes16(), 1), s), acc[r]);
+        acc[r] = _mm512_fmadd_ps(wo, _mm512_load_ps(sc + REC * r + 16), acc[r]);
+        acc[r] = _mm512_fmadd_ps(dot_group(u, q + 512 * r, 4), _mm512_mul_ps(ws, _mm512_load_ps(sc + REC * r)), acc[r]);
     }
 }
 
 /* group_rows for a 32-column type's folded last group of 1-4 blocks: codes folded as the
  * activations are (folded_tail), int32 lanes 8-15 then hold sub-blocks 0-3 again. */
 static inline __attribute__((always_inline)) void half_group_rows(
-    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc, __m512 *off) {
+    int t, const uint8_t *g, int nblk, const int8_t *q, const float *sc, int mr, __m512 *acc) {
     __m512i u[4], f[2];
     group_codes(t, g, nblk, u);
     f[0] = _mm512_inserti64x4(u[0], _mm512_castsi512_si256(u[1]), 1);
     f[1] = _mm512_inserti64x4(u[2], _mm512_castsi512_si256(u[3]), 1);
     __m512 wso = block_scales_offsets(t, g, nblk);
     const __m512i sub = _mm512_srli_epi32(_mm512_and_si512(lanes16(), _mm512_set1_epi32(7)), 1);
+    const __m512 ws = _mm512_permutexvar_ps(sub, wso), wo = _mm512_mul_ps(wso, _mm512_set1_ps(-code_offset(t)));
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
-        __m512 s = _mm512_mul_ps(wso, _mm512_load_ps(sc + 32 * r));
-        off[r] = _mm512_mask_add_ps(off[r], 0xFF00, off[r], s);
+        /* lane 2j of the record's d is sub-block j's */
+        __m512 dx = _mm512_permutexvar_ps(_mm512_slli_epi32(sub, 1), _mm512_load_ps(sc + REC * r));
+        acc[r] = _mm512_fmadd_ps(wo, _mm512_load_ps(sc + REC * r + 16), acc[r]);
         __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), f[0], _mm512_load_si512((const void *)(q + 512 * r)));
         h = _mm512_slli_epi32(_mm512_dpbusd_epi32(h, f[1], _mm512_load_si512((const void *)(q + 512 * r + 64))), 8);
         h = _mm512_dpbusd_epi32(h, f[0], _mm512_load_si512((const void *)(q + 512 * r + 256)));
         h = _mm512_dpbusd_epi32(h, f[1], _mm512_load_si512((const void *)(q + 512 * r + 320)));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), _mm512_permutexvar_ps(sub, s), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), _mm512_mul_ps(ws, dx), acc[r]);
     }
-}
-
-/* The multiple of a 32-column type's scale that its codes are offset by (w = s*(u - ofs)); 1
- * for the types whose offset is their own per block (Q4_1, the K-quants' mins). */
-static inline float code_offset(int t) {
-    return t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : t == T_Q8_0 ? 128.0f : t == T_Q6_K ? 32.0f : 1.0f;
 }
 
 /* Rows [m0, m0+mr) of activations against one weight row over columns [k0, k1) (AVX-512
@@ -554,25 +563,21 @@ static inline __attribute__((always_inline)) void dot_rows(
     const int bb = BLOCK_BYTES[t], per_group = BLOCK_ELEMS[t] == 32 ? 8 : 1;
     const int64_t nb = k1 / BLOCK_ELEMS[t];
     const int8_t *q = a->q + 2 * m0 * a->kp + 512 * mr * (k0 / 256);
-    const float *sc = a->s + m0 * a->kp / 8 + 32 * mr * (k0 / 256);
-    __m512 acc[ROW_TILE], off[ROW_TILE];
+    const float *sc = a->s + m0 * a->kp / 256 * REC + REC * mr * (k0 / 256);
+    __m512 acc[ROW_TILE];
 #pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) acc[r] = off[r] = _mm512_setzero_ps();
+    for (int r = 0; r < mr; r++) acc[r] = _mm512_setzero_ps();
     int64_t ib = k0 / BLOCK_ELEMS[t];
-    for (; ib + per_group <= nb; ib += per_group, q += 512 * mr, sc += 32 * mr) group_rows(t, wrow + ib * bb, 8, q, sc, mr, acc, off);
+    for (; ib + per_group <= nb; ib += per_group, q += 512 * mr, sc += REC * mr) group_rows(t, wrow + ib * bb, 8, q, sc, mr, acc);
     if (ib < nb && BLOCK_ELEMS[t] == 32 && folded_tail(k1)) /* stored folded by quantize_tile */
-        half_group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
+        half_group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc);
     else if (ib < nb)
-        group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc, off);
-    const float ofs = code_offset(t);
+        group_rows(t, wrow + ib * bb, (int)(nb - ib), q, sc, mr, acc);
 #pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) out[r] = _mm512_reduce_add_ps(_mm512_fnmadd_ps(_mm512_set1_ps(ofs), off[r], acc[r]));
+    for (int r = 0; r < mr; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__)
-#define MLXR_AMX 1
-#include "quant_amx.h"
-#endif
+#include "quant_panel.h" /* prompts: weight panels on VNNI or AMX tiles */
 #endif
 
 /* Weight rows [c0, c1) of one type. Rows are taken in chunks of COL_CHUNK and columns in
@@ -670,8 +675,8 @@ static void matmul(int t, const uint8_t *w, int64_t n, int64_t k, const acts_t *
 
 int mlxr_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
     if (t < 0 || t >= N_TYPES || k % BLOCK_ELEMS[t]) return -1;
-#ifdef MLXR_AMX
-    if (amx_qmatmul(t, w, n, k, x, m, y, nthreads) == 0) return 0;
+#ifdef MLXR_VNNI
+    if (panel_qmatmul(t, w, n, k, x, m, y, nthreads) == 0) return 0;
 #endif
     acts_t a;
     if (acts_alloc(&a, m, k)) return -2;
@@ -694,6 +699,17 @@ int mlxr_amx(void) {
 int mlxr_amx_min_rows(int t) {
 #ifdef MLXR_AMX
     return amx_min_rows(t);
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+/* The fewest activation rows that take type t's matmuls to weight panels (AMX tiles or VNNI);
+ * 0 when none do (a build without VNNI, MLXR_VNNI_PANELS=0 without AMX). */
+int mlxr_panel_min_rows(int t) {
+#ifdef MLXR_VNNI
+    return panel_min_rows(t);
 #else
     (void)t;
     return 0;

@@ -2,8 +2,9 @@
 quant.c (CPU_INT_TYPES) and quant_extra.c (the other EXTRA_TYPES), which export the same entry points under
 their own prefixes; a call picks the library by the weight's type.
 
-quant.c's `qmatmul_cpu` quantizes the activations to int8 per 32 columns and multiplies with
-integer dot products (on AMX tiles for prompts, where the CPU has them: quant_amx.h); quant_extra.c dequantizes each block once into L1 and dots it in fp32. Both
+quant.c's `qmatmul_cpu` quantizes the activations to 16 bits per 32 columns and multiplies with
+integer dot products (prompts by weight panels, quant_panel.h: on AMX tiles where the CPU has
+them, else VNNI); quant_extra.c dequantizes each block once into L1 and dots it in fp32. Both
 read each weight byte once, so decode is bound by the (quantized) weight bytes, not by fp32
 arithmetic. `dequantize_cpu` is exact to gguf-py.
 """
@@ -84,6 +85,17 @@ def amx_min_rows(qtype: str) -> int:
     amx() is True); 0 for a build without them."""
     lib = library()
     return 0 if lib is None else int(lib.mlxr_amx_min_rows(quant_type(qtype).code))
+
+
+def panel_min_rows(qtype: str) -> int:
+    """The fewest activation rows of a matmul on `qtype` weights that take weight panels (AMX
+    tiles where amx() is True, else VNNI; quant_panel.h); 0 when none do (no AVX-512 VNNI, or
+    MLXR_VNNI_PANELS=0 without AMX)."""
+    lib = library()
+    if lib is None:
+        return 0
+    lib.mlxr_panel_min_rows.restype = _INT
+    return int(lib.mlxr_panel_min_rows(quant_type(qtype).code))
 
 
 def gemm_min_rows() -> int:
