@@ -86,6 +86,22 @@ static inline __m512 q6_scales(const uint8_t *g) {
     return _mm512_mul_ps(_mm512_set1_ps(f16(g + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(g + 192)))));
 }
 
+/* A group's codes (group_codes: lane j of vector v = columns 8v..8v+7 of sub-block j) to
+ * their panel rows: sub-block j's 32 codes at dst + j * PANEL_SUB_BYTES, by a 4 x 8 transpose of
+ * 64-bit lanes (a quarter of a prompt's panel time went to copying them 8 bytes at a time). */
+static inline void store_group_codes(const __m512i u[4], uint8_t *dst) {
+    const __m512i a = _mm512_unpacklo_epi64(u[0], u[1]), b = _mm512_unpacklo_epi64(u[2], u[3]); /* even j */
+    const __m512i c = _mm512_unpackhi_epi64(u[0], u[1]), d = _mm512_unpackhi_epi64(u[2], u[3]); /* odd j */
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const __m512i e[4] = {_mm512_permutex2var_epi64(a, lo, b), _mm512_permutex2var_epi64(c, lo, d),
+                          _mm512_permutex2var_epi64(a, hi, b), _mm512_permutex2var_epi64(c, hi, d)};
+    for (int q = 0; q < 4; q++) { /* e[q]: sub-blocks 4(q/2) + q%2 (low half) and that + 2 (high) */
+        const int j = 4 * (q / 2) + q % 2;
+        _mm256_storeu_si256((__m256i *)(dst + j * PANEL_SUB_BYTES), _mm512_castsi512_si256(e[q]));
+        _mm256_storeu_si256((__m256i *)(dst + (j + 2) * PANEL_SUB_BYTES), _mm512_extracti64x4_epi64(e[q], 1));
+    }
+}
+
 /* Weight rows [n0, n0 + nr) into p (rows past nr zero). group_codes gives a group's codes as
  * four vectors in which 64-bit lane j holds 8 consecutive columns of sub-block j (vector v:
  * columns 8v..8v+7), so a sub-block's 32 codes are lane j of the four, in column order. */
@@ -104,8 +120,14 @@ static inline __attribute__((always_inline)) void panel_unpack(
             const uint8_t *gp = row + (BLOCK_ELEMS[t] == 32 ? 8 * g * BLOCK_BYTES[t] : g * BLOCK_BYTES[t]);
             __m512i u[4];
             group_codes(t, gp, nblk, u);
-            uint64_t lanes[4][8];
             float so[16];
+            if (t != T_Q6_K && nblk == 8) { /* a whole group: its 8 sub-blocks' codes by a transpose */
+                _mm512_storeu_ps(so, t == T_Q4_K || t == T_Q5_K ? kscales(gp) : block_scales_offsets(t, gp, 8));
+                store_group_codes(u, p->codes + 8 * g * PANEL_SUB_BYTES + 32 * i);
+                for (int j = 0; j < 8; j++) p->s[16 * (8 * g + j) + i] = so[j], p->o[16 * (8 * g + j) + i] = neg_ofs * so[8 + j];
+                continue;
+            }
+            uint64_t lanes[4][8];
             for (int v = 0; v < 4; v++) _mm512_storeu_si512((void *)lanes[v], u[v]);
             if (t == T_Q6_K) { /* unit 2*sub + h: columns 16h..16h+15, vectors 2h and 2h + 1 */
                 _mm512_storeu_ps(so, q6_scales(gp));
