@@ -119,17 +119,11 @@ static inline __attribute__((always_inline)) void panel_unpack(
             const int nblk = subs - 8 * g < 8 ? (int)(subs - 8 * g) : 8;
             const uint8_t *gp = row + (BLOCK_ELEMS[t] == 32 ? 8 * g * BLOCK_BYTES[t] : g * BLOCK_BYTES[t]);
             __m512i u[4];
-            group_codes(t, gp, nblk, u);
-            float so[16];
-            if (t != T_Q6_K && nblk == 8) { /* a whole group: its 8 sub-blocks' codes by a transpose */
-                _mm512_storeu_ps(so, t == T_Q4_K || t == T_Q5_K ? kscales(gp) : block_scales_offsets(t, gp, 8));
-                store_group_codes(u, p->codes + 8 * g * PANEL_SUB_BYTES + 32 * i);
-                for (int j = 0; j < 8; j++) p->s[16 * (8 * g + j) + i] = so[j], p->o[16 * (8 * g + j) + i] = neg_ofs * so[8 + j];
-                continue;
-            }
             uint64_t lanes[4][8];
-            for (int v = 0; v < 4; v++) _mm512_storeu_si512((void *)lanes[v], u[v]);
+            float so[16];
+            group_codes(t, gp, nblk, u);
             if (t == T_Q6_K) { /* unit 2*sub + h: columns 16h..16h+15, vectors 2h and 2h + 1 */
+                for (int v = 0; v < 4; v++) _mm512_storeu_si512((void *)lanes[v], u[v]);
                 _mm512_storeu_ps(so, q6_scales(gp));
                 for (int q = 0; q < 16; q++) {
                     const int64_t unit = 16 * g + q;
@@ -138,12 +132,15 @@ static inline __attribute__((always_inline)) void panel_unpack(
                 }
                 continue;
             }
-            _mm512_storeu_ps(so, t == T_Q4_K || t == T_Q5_K ? kscales(gp) : block_scales_offsets(t, gp, nblk));
-            for (int j = 0; j < nblk; j++) {
-                const int64_t sub = 8 * g + j;
-                for (int v = 0; v < 4; v++) memcpy(p->codes + sub * PANEL_SUB_BYTES + 32 * i + 8 * v, &lanes[v][j], 8);
-                p->s[16 * sub + i] = so[j], p->o[16 * sub + i] = neg_ofs * so[8 + j];
+            if (nblk == 8) {
+                store_group_codes(u, p->codes + 8 * g * PANEL_SUB_BYTES + 32 * i);
+            } else { /* a 32-column type's partial last group */
+                for (int v = 0; v < 4; v++) _mm512_storeu_si512((void *)lanes[v], u[v]);
+                for (int j = 0; j < nblk; j++)
+                    for (int v = 0; v < 4; v++) memcpy(p->codes + (8 * g + j) * PANEL_SUB_BYTES + 32 * i + 8 * v, &lanes[v][j], 8);
             }
+            _mm512_storeu_ps(so, t == T_Q4_K || t == T_Q5_K ? kscales(gp) : block_scales_offsets(t, gp, nblk));
+            for (int j = 0; j < nblk; j++) p->s[16 * (8 * g + j) + i] = so[j], p->o[16 * (8 * g + j) + i] = neg_ofs * so[8 + j];
         }
     }
 }
