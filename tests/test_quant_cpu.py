@@ -320,15 +320,12 @@ AMX_TYPES = TYPES
 needs_amx = pytest.mark.skipif(not quant_cpu.amx(), reason="no AMX-INT8 tiles on this CPU (or MLXR_AMX=0)")
 
 
-@needs_amx
-@pytest.mark.parametrize("qtype", AMX_TYPES)
-@pytest.mark.parametrize("m", [32, 33, 47, 64, 128])
-@pytest.mark.parametrize("k", [256, 640, 1280, 2144])
-def test_amx_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtype, m, k):
-    """Prompts of 32+ rows (Q6_K: 64+) on AMX tiles: exact up to fp32 summation order against the 16-bit
-    activations the VNNI kernel sees, with weight rows that end mid panel (37 = 2 x 16 + 5),
-    activation tiles that end mid tile, and 32-column types' rows that end inside a 256-column
-    group (640, 2144); the VNNI kernel (MLXR_AMX=0) gives the same up to that order."""
+def check_prompt_path(monkeypatch, qtype: str, m: int, k: int, min_rows: int) -> None:
+    """The matmul as the environment routes it: exact up to fp32 summation order against the
+    16-bit activations the kernels see, with weight rows that end mid panel (37 = 2 x 16 + 5),
+    activation tiles that end mid tile, 32-column types' rows that end inside a 256-column group
+    (640, 2144) and an all-zero activation block; equal to the VNNI row kernel (MLXR_AMX=0,
+    MLXR_VNNI_PANELS=0) up to that order, and bitwise below min_rows (the row kernel ran)."""
     if k % CPU_INT_TYPES[qtype].block_elems:
         pytest.skip("K-quants take whole 256-column blocks")
     raw = random_blocks(qtype, 37, k, seed=m + k)
@@ -342,12 +339,21 @@ def test_amx_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtyp
     assert np.all(np.abs(ours - seen @ w.T) <= bound)
     monkeypatch.setenv("MLXR_AMX", "0")
     monkeypatch.setenv("MLXR_VNNI_PANELS", "0")
-    vnni = quant_cpu.qmatmul_cpu(*args).numpy()
-    assert np.all(np.abs(ours - vnni) <= 2 * bound)
-    if m >= quant_cpu.amx_min_rows(qtype):
-        assert not np.array_equal(ours, vnni)  # a different summation order: the tiles ran
+    rows = quant_cpu.qmatmul_cpu(*args).numpy()
+    assert np.all(np.abs(ours - rows) <= 2 * bound)
+    if m >= min_rows:
+        assert not np.array_equal(ours, rows)  # a different summation order: tiles or panels ran
     else:
-        assert np.array_equal(ours, vnni)  # below the type's minimum: the VNNI row kernel ran
+        assert np.array_equal(ours, rows)
+
+
+@needs_amx
+@pytest.mark.parametrize("qtype", AMX_TYPES)
+@pytest.mark.parametrize("m", [32, 33, 47, 64, 128])
+@pytest.mark.parametrize("k", [256, 640, 1280, 2144])
+def test_amx_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtype, m, k):
+    """Prompts of 32+ rows (Q6_K: 64+) on AMX tiles."""
+    check_prompt_path(monkeypatch, qtype, m, k, quant_cpu.amx_min_rows(qtype))
 
 
 needs_vnni = pytest.mark.skipif(not quant_cpu.vectorized(), reason="no AVX-512 VNNI build on this CPU")
@@ -358,37 +364,18 @@ needs_vnni = pytest.mark.skipif(not quant_cpu.vectorized(), reason="no AVX-512 V
 @pytest.mark.parametrize("m", [16, 32, 47, 48, 128])
 @pytest.mark.parametrize("k", [256, 640, 1280, 2144])
 def test_vnni_panel_prompt_matmuls_match_the_same_rounded_activations(monkeypatch, qtype, m, k):
-    """Without AMX (MLXR_AMX=0: as on AMD EPYC), prompts of 32+ rows (Q6_K: 48+) run by weight
-    panels on VNNI: exact up to fp32 summation order against the 16-bit activations, across the
-    same ragged shapes as the AMX test, and equal to the row kernel (MLXR_VNNI_PANELS=0) up to
-    that order; below the minimum the row kernel runs."""
-    if k % CPU_INT_TYPES[qtype].block_elems:
-        pytest.skip("K-quants take whole 256-column blocks")
+    """Without AMX (MLXR_AMX=0: as on AMD EPYC), prompts of 32+ rows (Q6_K: 48+) by weight
+    panels on VNNI; below that the row kernel."""
     monkeypatch.setenv("MLXR_AMX", "0")
-    raw = random_blocks(qtype, 37, k, seed=m + k)
-    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
-    x[1, 32:64] = 0.0  # an all-zero activation block (scale 0)
-    w = gguf_dequant(raw, qtype).astype(np.float64)
-    args = (torch.from_numpy(x), torch.from_numpy(raw), qtype, k)
-    ours = quant_cpu.qmatmul_cpu(*args).numpy()
-    seen = kernel_activations(x)
-    bound = 1e-5 * (np.abs(seen) @ np.abs(w).T) + 1e-6
-    assert np.all(np.abs(ours - seen @ w.T) <= bound)
-    monkeypatch.setenv("MLXR_VNNI_PANELS", "0")
-    assert quant_cpu.panel_min_rows(qtype) == 0
-    rows = quant_cpu.qmatmul_cpu(*args).numpy()
-    assert np.all(np.abs(ours - rows) <= 2 * bound)
-    monkeypatch.delenv("MLXR_VNNI_PANELS")
-    if m >= quant_cpu.panel_min_rows(qtype):
-        assert not np.array_equal(ours, rows)  # a different summation order: the panels ran
-    else:
-        assert np.array_equal(ours, rows)
+    check_prompt_path(monkeypatch, qtype, m, k, quant_cpu.panel_min_rows(qtype))
 
 
 @needs_vnni
 def test_vnni_panels_take_prompts_from_32_rows_without_amx(monkeypatch):
     monkeypatch.setenv("MLXR_AMX", "0")
     assert {q: quant_cpu.panel_min_rows(q) for q in ("Q4_K", "Q8_0", "Q6_K")} == {"Q4_K": 32, "Q8_0": 32, "Q6_K": 48}
+    monkeypatch.setenv("MLXR_VNNI_PANELS", "0")
+    assert quant_cpu.panel_min_rows("Q4_K") == 0
 
 
 @needs_amx
