@@ -95,6 +95,24 @@ def test_an_abort_on_one_channel_leaves_the_same_id_on_the_other_running(two_cha
     assert sum(len(o.new_token_ids) for o in first.step()) < 200
 
 
+def test_every_channel_hears_when_an_abort_leaves_the_core_idle(two_channels):
+    """Statistics ride on step outputs; when an abort takes the last running request no step
+    follows, so the core sends a snapshot itself (else every API process would report a request
+    running until the next one arrived)."""
+    first, second = two_channels
+    first.add_requests([_request("long", [5, 6, 7], max_tokens=250)])
+    deadline = time.monotonic() + 10
+    while second.stats().num_requests_running != 1 and time.monotonic() < deadline:
+        first.step(), second.step()
+    assert second.stats().num_requests_running == 1
+    first.abort_requests(["long"])
+    deadline = time.monotonic() + 5
+    while second.stats().num_requests_running and time.monotonic() < deadline:
+        second.step()
+    assert second.stats().num_requests_running == 0
+    assert sum(len(o.new_token_ids) for o in first.step()) < 250  # aborted, not finished
+
+
 def test_a_process_watch_sees_a_process_that_is_not_its_child_exit():
     import subprocess
     import sys

@@ -72,7 +72,12 @@ class CoreLoop:
             busy = self.core.has_unfinished()
             if self.channels.poll(0 if busy else 500):
                 self._take_inputs()
-            if self.stop or not self.core.has_unfinished():
+            if self.stop:
+                continue
+            if not self.core.has_unfinished():
+                if busy:  # aborts took the last requests: no step will carry the news, so say it now
+                    self.stats_at = time.monotonic()
+                    self.channels.send_outputs([], self.core.stats())
                 continue
             outs = self.core.step()
             now = time.monotonic()
