@@ -16,9 +16,10 @@
  * op) and arranged so every int32 lane stays in one sub-block across a group's four vectors
  * (activations are stored in that order, with their scales already in lane order): a group
  * costs each row 8 vpdpbusd and six ops to join hi and lo, convert and scale, not one FMA and
- * one permute per 32 columns. Rows are taken in tiles of up to 8 activation rows, so a group's codes are unpacked
- * once for all of them. That is the decode kernel; prompts of 32 rows and more go by weight
- * panels instead (quant_panel.h: lanes over activation rows, on AMX tiles where present).
+ * one permute per 32 columns. Rows are taken in tiles of up to 8 activation rows, so a group's
+ * codes are unpacked once for all of them. That is the decode kernel; prompts of 32 rows and
+ * more go by weight panels instead (quant_panel.h: lanes over activation rows, on AMX tiles
+ * where present).
  *
  * Dequantization is exact to gguf-py's numpy reference: the same fp32 operations in the same
  * order, built with -ffp-contract=off so no multiply-add is fused.

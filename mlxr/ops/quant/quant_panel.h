@@ -222,6 +222,9 @@ static void vnni_panel_tile(const weight_panel *p, const panel_acts *a, int shif
  * kernel where AMX does not take it. */
 #define VNNI_PANEL_MIN_ROWS 32
 #define VNNI_PANEL_MIN_ROWS_Q6_K 48
+#if defined(MLXR_AMX) && AMX_MIN_ROWS < VNNI_PANEL_MIN_ROWS
+#error "panel_qmatmul returns early below VNNI_PANEL_MIN_ROWS: the AMX minimum must not be lower"
+#endif
 
 static int vnni_panels_enabled(void) {
     const char *env = getenv("MLXR_VNNI_PANELS");
@@ -287,6 +290,7 @@ static int panel_min_rows(int t) {
 
 /* 0 when done by panels, else the caller takes the row kernel. */
 static int panel_qmatmul(int t, const uint8_t *w, int64_t n, int64_t k, const float *x, int64_t m, float *y, int nthreads) {
+    if (m < VNNI_PANEL_MIN_ROWS) return -1; /* below every path's minimum: decode's calls read no environment */
     const int min_rows = panel_min_rows(t);
     if (!min_rows || m < min_rows) return -1;
     panel_acts a;
