@@ -126,6 +126,11 @@ def test_create_and_pull_with_unusable_paths(base_url, ref):
         expect_400(httpx.post(base_url + path, json=body, timeout=60), field)
 
 
+@pytest.mark.parametrize("ref", ["pypi:evil.tar.gz", "pypi:evil.whl==1.0", "pypi:./evil", "pypi:evil-"])
+def test_pull_refuses_a_pypi_name_that_is_not_a_package_name(base_url, ref):
+    expect_400(httpx.post(base_url + "/api/pull", json={"model": ref, "stream": False}, timeout=60), "model")
+
+
 # --- D10: no file-existence oracle -----------------------------------------------------------
 
 def test_create_says_the_same_for_missing_and_existing_files(base_url, tmp_path):

