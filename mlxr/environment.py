@@ -1,0 +1,193 @@
+"""Every MLXR_* name the package reads, declared in one place (stdlib only: no torch).
+
+`SWITCHES` lists each environment variable read under mlxr/ (Python and the C kernels) and each
+MLXR_* compile-time define of the C sources, with its type, its default and why it exists.
+`TOOLING` lists the MLXR_* variables that only bench/ and tests/ read. The reading sites stay
+where they are; tests/unit/test_environment_doc.py checks that this declaration and the sources
+name the same switches, and that docs/environment.md is what `render()` writes:
+
+    python -m mlxr.environment --write      # regenerate docs/environment.md
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ENVIRONMENT = "environment"  # read from the process environment at run time
+BUILD = "build"  # a C preprocessor name, set by the build (mlxr/ops/cpu_build.py) or by the source itself
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One MLXR_* name: what it holds, its value when unset, and why it exists."""
+
+    name: str
+    type: str
+    default: str
+    why: str
+    kind: str = ENVIRONMENT
+
+
+SWITCHES: tuple[Switch, ...] = (
+    # Where things live, and how the server is reached
+    Switch("MLXR_HOME", "path", "~/.mlxr",
+           "The data directory: the model registry (registry.db), pulled models (models/) and Ollama "
+           "blobs (blobs/). "
+           "Every verb's --home wins over it."),
+    Switch("MLXR_CACHE_DIR", "path", "~/.cache/mlxr",
+           "Where the C kernels are compiled to and cached (its kernels/ folder), keyed by a hash of "
+           "the source, the flags and the CPU's features."),
+    Switch("MLXR_API_KEY", "string", "unset (no key)",
+           "The Bearer key of `mlxr serve` when neither --api-key nor --api-key-file is given; "
+           "`mlxr ps` sends it too. A blank value is refused."),
+    Switch("MLXR_HOST", "host[:port]", "127.0.0.1 (port 11434)",
+           "The server that `mlxr ps` asks when --host is not given."),
+    Switch("MLXR_API_SERVERS", "int, 1-16", "1",
+           "`mlxr serve --api-servers`: API processes in front of each engine core; above 1 the "
+           "models named at start are pinned."),
+    Switch("MLXR_MODEL_SLOT_WAIT_S", "float, seconds", "120",
+           "How long a request for a model that is not loaded waits for a busy slot "
+           "(--max-loaded-models) before a 503 with Retry-After; read once at import."),
+    # Engine
+    Switch("MLXR_NUM_THREADS", "int, 1-1024", "every CPU the process may use",
+           "CPU threads for the model's math when --threads is not given (generate, run, bench, serve)."),
+    Switch("MLXR_ENGINE_PROCESS", "flag (1/true/yes/on, else off)",
+           "unset: a process of its own on CUDA, a thread on the CPU",
+           "Where the engine core runs (EngineConfig.engine_process). --api-servers above 1 needs a "
+           "process and refuses 0."),
+    Switch("MLXR_JUMP_FORWARD", "flag (1/true/yes/on, else off)", "on",
+           "Structured output drafts the tokens its grammar forces and verifies them in the step "
+           "(EngineConfig.jump_forward); --jump-forward / --no-jump-forward win over it."),
+    Switch("MLXR_GRAMMAR_THREADS", "int, 1-64", "llguidance's own (80% of the CPUs, at most 32)",
+           "Threads of llguidance's executor, which fills grammar masks and takes landed tokens; "
+           "anything but a positive integer logs a warning and keeps the default."),
+    # Kernels: which implementation runs
+    Switch("MLXR_KERNELS", "reference | auto", "auto",
+           "`reference` runs the torch reference ops instead of the Triton kernels on CUDA and of "
+           "the quantized C matmul on the CPU (dequantize + fp32 GEMM), for A/B comparisons. Read "
+           "per call by the dispatchers, once at import by the quantized CPU path."),
+    Switch("MLXR_CPU_KERNELS", "auto | native | avx2 | portable (x86); dotprod | neon | portable (aarch64)",
+           "auto (native on x86; armv8.2-a+dotprod or armv8-a on aarch64, from /proc/cpuinfo)",
+           "The CPU target the C kernels are built for; an older target rules a kernel path out. "
+           "An unknown value logs an error and uses auto. Read once."),
+    Switch("MLXR_AMX", "flag (0 turns it off)", "on where the CPU and Linux grant the AMX tiles",
+           "Prompt matmuls of 32+ rows (Q6_K 64+) on Intel AMX-INT8 tiles; 0 sends them to the "
+           "AVX-512 VNNI paths, the stand-in for hosts without AMX. Read each call. The build also "
+           "defines MLXR_AMX when the compiler targets AMX."),
+    Switch("MLXR_VNNI_PANELS", "flag (0 turns it off)", "on",
+           "Prompt matmuls of 32+ rows (Q6_K 48+) that AMX does not take run by weight panels on "
+           "AVX-512 VNNI; 0 keeps them on the per-row kernel. Read each call."),
+    Switch("MLXR_POOL", "1 | 0", "unset: the pool for matmuls of up to 8 rows under OMP_WAIT_POLICY=PASSIVE, else none",
+           "Which quantized matmuls run on the kernels' own thread pool rather than OpenMP's team: "
+           "1 all, 0 none. Read once."),
+    Switch("MLXR_POOL_SPIN_US", "float, microseconds", "60",
+           "How long an idle pool helper polls for the next job before it sleeps; 0 never spins. "
+           "Read once."),
+    Switch("MLXR_PDL", "flag (0 turns it off)", "on (CUDA)",
+           "Programmatic dependent launch of the decode kernels on Hopper: a kernel may start while "
+           "the previous one drains. Read when a kernel launches."),
+    Switch("MLXR_Q4_1_HALVES", "flag (0 turns it off)", "on",
+           "The Q4_1 Triton GEMV reads each quant word's low and high nibbles as two contiguous "
+           "halves (vector loads of x); 0 restores the one-tile order. Read once at import."),
+    # Tensor parallelism: set by the launcher for its workers
+    Switch("MLXR_TP_DEVICE", "cpu | cuda", "cpu",
+           "A tensor-parallel worker's device type; the launcher sets it for every worker it starts."),
+    Switch("MLXR_TP_PARENT_PID", "int, a pid", "unset",
+           "The launcher's pid: a worker that has it dies with its parent (PR_SET_PDEATHSIG), so no "
+           "process is left behind."),
+    Switch("MLXR_TP_TIMEOUT_S", "float, seconds", "600",
+           "The rendezvous's and every collective's time limit in a worker (ParallelConfig.timeout_s, "
+           "passed on by the launcher)."),
+    # Compile-time names of the C sources
+    Switch("MLXR_PREFETCH_HINT", "int, 0-3", "0 (Intel CPUs: 2)",
+           "The locality of quant.c's weight prefetch, chosen by CPU vendor in cpu_build.py: the "
+           "non-temporal hint read fastest on AMD EPYC, the L2 hint on an Intel Xeon with AMX.", BUILD),
+    Switch("MLXR_PORTABLE", "defined or not", "not defined",
+           "cpu_build.py's aarch64 `portable` target: quant.c leaves its NEON kernels out and "
+           "compiles the portable C.", BUILD),
+    Switch("MLXR_VNNI", "defined or not", "defined when the target has AVX-512 VNNI, VL, BW and GFNI",
+           "quant.c's AVX-512 VNNI + GFNI kernels.", BUILD),
+    Switch("MLXR_AVX2", "defined or not", "defined when the target has AVX2, FMA and F16C (and no VNNI)",
+           "quant_generic.h's AVX2 kernel.", BUILD),
+    Switch("MLXR_NEON", "defined or not", "defined on aarch64 with NEON (not the portable target)",
+           "quant_generic.h's sums in NEON (quant_neon.h).", BUILD),
+    Switch("MLXR_NEON_DOT", "defined or not", "defined on aarch64 with the dot product instructions",
+           "The NEON kernels use sdot on the activations' int8 parts.", BUILD),
+    Switch("MLXR_HALF_H", "defined or not", "defined once half.h is included",
+           "half.h's include guard.", BUILD),
+)
+
+TOOLING: tuple[Switch, ...] = (
+    Switch("MLXR_BENCH_RESULTS", "path", "bench/results/<day>/",
+           "Where the benchmark scripts write their JSON."),
+    Switch("MLXR_COMMIT", "git commit", "the checkout's HEAD",
+           "The commit a benchmark records, where the lent GPU machine's copy of the tree has no "
+           "usable .git; the GPU lease scripts take it too."),
+    Switch("MLXR_LLAMA_CPP_SITE", "path", "unset",
+           "The site-packages of a llama-cpp-python installed apart, for the agreement bench and test."),
+    Switch("MLXR_TINYLLAMA_GGUF_DIR", "path", ".fixtures/tinyllama-quantized",
+           "The TinyLlama-shape GGUF files llama.cpp quantized, for the quantized-model tests."),
+    Switch("MLXR_CHROMIUM", "path", "/usr/bin/chromium",
+           "The browser the web UI tests drive."),
+    Switch("MLXR_UPDATE_SCREENSHOTS", "flag (1)", "unset",
+           "The web UI browser tests rewrite docs/screenshots/."),
+)
+
+DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "environment.md"
+
+
+def _table(switches: tuple[Switch, ...]) -> list[str]:
+    rows = ["| name | type | default | why |", "|---|---|---|---|"]
+    for s in switches:
+        cells = (f"`{s.name}`", s.type, s.default, s.why)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return rows
+
+
+def render() -> str:
+    """docs/environment.md, from the declarations above."""
+    runtime = tuple(s for s in SWITCHES if s.kind == ENVIRONMENT)
+    build = tuple(s for s in SWITCHES if s.kind == BUILD)
+    lines = [
+        "# Environment variables",
+        "",
+        "Generated from `mlxr/environment.py` by `python -m mlxr.environment --write`; edit the",
+        "declaration there, not this page. A command-line flag, where one exists, wins over its",
+        "variable. Besides these, `mlxr` sets `OMP_WAIT_POLICY=PASSIVE` before torch loads unless it",
+        "is set ([cpu.md](cpu.md)), and the hub download honours `HF_ENDPOINT` and `HF_TOKEN`",
+        "([models.md](models.md)).",
+        "",
+        "## Read at run time",
+        "",
+        *_table(runtime),
+        "",
+        "## Compile-time names of the C kernels",
+        "",
+        "Not environment variables: preprocessor names that the build (`cpu_build.py`) passes or the",
+        "sources define from the compiler's target, listed so that every MLXR_* name has one entry.",
+        "",
+        *_table(build),
+        "",
+        "## Read by the benchmarks and tests only",
+        "",
+        *_table(TOOLING),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if argv == ["--write"]:
+        DOC_PATH.write_text(text)
+    elif argv:
+        print("usage: python -m mlxr.environment [--write]", file=sys.stderr)
+        return 2
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
