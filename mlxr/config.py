@@ -151,7 +151,7 @@ class EngineConfig:
     # tensor_parallel_size > 1: the core process is rank 0 of a group (mlxr/distributed/)
     parallel: ParallelConfig = ParallelConfig()
 
-    # Speculative decoding (README "Speculative decoding"): "ngram" (prompt lookup) or "draft"
+    # Speculative decoding (docs/speculative-decoding.md): "ngram" (prompt lookup) or "draft"
     # (speculative_draft_model drafts); num_speculative_tokens drafts at most per row and step;
     # above speculative_max_batch running requests nothing is drafted.
     speculative_method: str | None = None

@@ -3,7 +3,7 @@ commit's `mlxr/ops/attention/paged_decode_triton.py`, saved with `git show REV:P
 timed over 20 launches in one CUDA graph (gemv.graph_us) at SmolLM2's heads (9 query, 3 KV, d = 64) and a
 512-block table (a graph's width at 8k context), for a few (rows, context) shapes; outputs
 compared. Kernel time alone: an engine's tok/s at batch 64 also moves with where its requests stop
-(see README, Speculative decoding, ninth session). JSON to bench/results/decode_attn_ab-*.json.
+(see bench/results/2026-11-29/README.md, the ninth session). JSON to bench/results/decode_attn_ab-*.json.
 
   git show 53fa2a1:mlxr/ops/attention/paged_decode_triton.py > /tmp/old_decode.py
   python bench/probes/decode_attn_ab.py --old /tmp/old_decode.py

@@ -26,7 +26,7 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per
     # the device) costs more than the steps it saves: SmolLM2 at batch 64, a schema per request,
     # 0.46 of unconstrained tok/s with them against 0.63 without on an H200, 0.53 against 0.79 on
     # 2 CPU cores; at batch 1 1.23 against 0.79 on the H200, 1.45 against 0.96 on the CPU
-    # (bench/structured_overhead.py; README "Structured output").
+    # (bench/structured_overhead.py; docs/structured-output.md).
     return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward, max_rows)
 
 
