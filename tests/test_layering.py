@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN.md, checked with import-linter."""
+"""The layer rules of docs/design.md, checked with import-linter."""
 import shutil
 import subprocess
 import sys

@@ -60,7 +60,7 @@ def check_stateless(body: ResponsesRequest) -> None:
         raise InvalidParameterError("background", "is not supported (stateless: there is no stored response to "
                                                   "poll later); send background=false or leave it out")
     if body.truncation == "auto":
-        # Never cut a prompt silently (RELIABILITY.md): too long is a 400 naming both lengths.
+        # Never cut a prompt silently (docs/serving.md): too long is a 400 naming both lengths.
         raise InvalidParameterError("truncation", "'auto' is not supported: an input over the context is refused, "
                                                   "never cut; send 'disabled' or leave it out")
 
