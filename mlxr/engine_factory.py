@@ -12,11 +12,11 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core_attach import AttachedClient
-from mlxr.engine.core_client import MPClient
-from mlxr.engine.engine_core import CoreParts
-from mlxr.engine.gc_tuning import tune_gc_once
-from mlxr.engine.llm_engine import EngineParts, LLMEngine
+from mlxr.engine.core.core_attach import AttachedClient
+from mlxr.engine.frontend.core_client import MPClient
+from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.core.gc_tuning import tune_gc_once
+from mlxr.engine.frontend.llm_engine import EngineParts, LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

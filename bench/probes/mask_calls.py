@@ -49,7 +49,7 @@ def wrap(obj, name: str, key: str, times: dict, on: list, undo: list) -> None:
 
 def instrument(llm, times: dict, picks: dict, on: list) -> list:
     """Wraps the step's pieces; returns the undo list (call its items in reverse to unwrap)."""
-    from mlxr.engine import engine_core
+    from mlxr.engine.core import engine_core
     from mlxr.engine.structured import mask_job, matcher
 
     core = llm.engine.core.core

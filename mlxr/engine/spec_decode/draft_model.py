@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from mlxr.config import ModelArgs
-from mlxr.engine.input_batch import slots_for
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.sampler import Sampler, SamplingState, make_generator
+from mlxr.engine.worker.input_batch import slots_for
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker.sampler import Sampler, SamplingState, make_generator
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, ProposerUnavailable
-from mlxr.engine.staging import to_device
+from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 
@@ -37,7 +37,7 @@ class DraftModelProposer:
         self.graphs = None  # DecodeGraphs of the draft model: its one-token forwards replay them
 
     def enable_cuda_graphs(self, max_batch: int, max_blocks_per_seq: int) -> None:
-        from mlxr.engine.cuda_graphs import DecodeGraphs
+        from mlxr.engine.worker.cuda_graphs import DecodeGraphs
 
         self.graphs = DecodeGraphs(self.model, self.kv, len(self.free), max_batch, max_blocks_per_seq)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mlxr.engine.records import EngineCoreOutput
-from mlxr.engine.request import Request
+from mlxr.engine.sched.request import Request
 from mlxr.engine.structured.chooser import KindChooser
 from mlxr.engine.structured.fill import FillTiming, MaskFiller
 from mlxr.engine.structured.mask_job import FillThread, MaskBuffers, PendingMask

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.staging import copy_into
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker.transfers import copy_into
 from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from mlxr.engine.cuda_graphs import DecodeGraphs, GraphInputs
+from mlxr.engine.worker.cuda_graphs import DecodeGraphs, GraphInputs
 from mlxr.ops.cpu_plan import NativePlan, PlanUnsupported, record
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core_client import ZmqClient
-from mlxr.engine.core_proc import CoreLaunch
+from mlxr.engine.frontend.core_client import ZmqClient
+from mlxr.engine.core.core_proc import CoreLaunch
 
 
 def channel_addresses(directory: str, count: int) -> list[tuple[str, str]]:
@@ -36,7 +36,7 @@ class CoreProcess:
     def start(self) -> None:
         # A session of its own: a terminal's Ctrl-C reaches the supervisor, which stops the API
         # processes first (their streams drain) and the core last.
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core_proc"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core.core_proc"], stdin=subprocess.PIPE,
                                      start_new_session=True)
         self.proc.stdin.write(self._launch)
         self.proc.stdin.close()

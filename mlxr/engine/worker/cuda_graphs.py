@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.steady_decode import DecodeArrays
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker.steady_decode import DecodeArrays
 from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 log = logging.getLogger(__name__)

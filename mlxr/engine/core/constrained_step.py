@@ -6,7 +6,7 @@ launch_sampling samples it in the next. Plain functions of the core, which owns 
 its state: the step in flight (core._inflight) and the forwarded one (core._forwarded)."""
 from __future__ import annotations
 
-from mlxr.engine.model_runner import BeforeSample, Forwarded
+from mlxr.engine.worker.model_runner import BeforeSample, Forwarded
 from mlxr.engine.records import EngineCoreOutput, SchedulerOutput
 
 

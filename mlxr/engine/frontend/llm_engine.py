@@ -13,10 +13,10 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig, ModelArgs
-from mlxr.engine.core_client import CoreClient, InprocClient
-from mlxr.engine.engine_core import CoreParts
-from mlxr.engine.output_processor import OutputProcessor, RequestState
-from mlxr.engine.processor import Limits, Processor
+from mlxr.engine.frontend.core_client import CoreClient, InprocClient
+from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
+from mlxr.engine.frontend.processor import Limits, Processor
 from mlxr.engine.records import CoreStats, EngineCoreRequest, TokenLogprob
 from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
 from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs

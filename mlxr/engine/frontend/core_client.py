@@ -17,8 +17,8 @@ import msgspec
 import zmq
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core_proc import CoreLaunch
-from mlxr.engine.engine_core import CoreParts, EngineCore
+from mlxr.engine.core.core_proc import CoreLaunch
+from mlxr.engine.core.engine_core import CoreParts, EngineCore
 from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, CoreStats, Embed, EngineCoreOutput,
     EngineCoreRequest, Hello, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
@@ -237,7 +237,7 @@ class MPClient(ZmqClient):
         channel = (f"ipc://{self._dir}/requests", f"ipc://{self._dir}/outputs")
         super().__init__(*channel)
         launch = CoreLaunch([channel], factory, factory_kwargs, config, os.getpid())
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core_proc"], stdin=subprocess.PIPE)
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core.core_proc"], stdin=subprocess.PIPE)
         self.proc.stdin.write(msgspec.msgpack.encode(launch))
         self.proc.stdin.close()
         try:

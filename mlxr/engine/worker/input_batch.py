@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from mlxr.engine.records import NewRequestData, SchedulerOutput
-from mlxr.engine.sampler import SamplingState, make_generator
-from mlxr.engine.staging import to_device
-from mlxr.engine.steady_decode import DecodeArrays, SteadyDecode
+from mlxr.engine.worker.sampler import SamplingState, make_generator
+from mlxr.engine.worker.transfers import to_device
+from mlxr.engine.worker.steady_decode import DecodeArrays, SteadyDecode
 from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 
