@@ -146,7 +146,7 @@ def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):
         engine.add_request(f"r{i}", [5 + i, 6, 7], params)
     for _ in range(4):
         engine.step()
-    assert engine.core.core._inflight is not None
+    assert engine.core.core.in_flight.launched is not None
     out = engine.abort("r1")
     assert out.finished and all(t >= 0 for t in out.outputs[0].token_ids)
     while engine.has_unfinished():
