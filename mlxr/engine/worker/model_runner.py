@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
+from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.worker.prompt_logprobs import logit_chunks
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
@@ -19,7 +20,6 @@ from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
 from mlxr.engine.worker.transfers import to_device
 from mlxr.engine.worker.steady_decode import DecodeArrays
-from mlxr.ops.attention.attn_metadata import AttnMetadata
 from mlxr.ops.backend import use_triton
 
 
@@ -249,8 +249,6 @@ class ModelRunner:
 
     def _hidden(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         bs, n = self.kv_cache.block_size, len(token_ids)
-        flat = to_device(token_ids + list(range(n)) + slots_for(block_table, 0, n, bs) + [0, n, n] + block_table,
-                         torch.long, self.device)
-        ids, pos, slots, starts, lens, table = flat.split([n, n, n, 2, 1, len(block_table)])
-        meta = AttnMetadata(slots, table.view(1, -1), starts, lens, [n], [n], bs)
-        return self.model(ids, pos, self.kv_cache.layers, meta)
+        step = pack_step(token_ids, list(range(n)), slots_for(block_table, 0, n, bs), [n], [n], block_table,
+                         len(block_table), [], bs, self.device)
+        return self.model(step.input_ids, step.positions, self.kv_cache.layers, step.meta)
