@@ -16,8 +16,9 @@ from mlxr.engine.core.core_attach import AttachedClient, ProcessWatch, channel_a
 from mlxr.engine.core.core_channels import Channels
 from mlxr.engine.core.core_proc import CoreLoop
 from mlxr.engine.core.engine_core import EngineCore
-from mlxr.engine.records import CoreMessage, CoreStats, EngineCoreOutput, EngineCoreRequest, decoder
+from mlxr.engine.records import CoreMessage, EngineCoreOutput, EngineCoreRequest, decoder
 from mlxr.engine_factory import core_parts
+from mlxr.types import EngineStats
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
 
@@ -156,7 +157,7 @@ def test_snapshots_to_a_client_that_does_not_read_are_dropped_not_waited_for(tmp
         pull.bind(outputs)
         readers.append((push, pull))
     channels = Channels(ctx, addresses)
-    stats = CoreStats(0, 0, 0, 64, 0, 0, 0, 0, 0, 256, 0, 0)
+    stats = EngineStats(0, 0, 0, 64, 0, 0, 0, 0, 0, 256, 0, 0)
     done = threading.Event()
 
     def flood() -> None:

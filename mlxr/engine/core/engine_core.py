@@ -26,13 +26,14 @@ from mlxr.engine.kv.preload import preload
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
-from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
+from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
 from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.spec_decode.factory import jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.core.warm_up import warm_up
 from mlxr.errors import ContextLengthError, OverloadedError
+from mlxr.types import EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,15 @@ def _drafting_rows(config: EngineConfig, parts) -> int:
 
 @dataclass(frozen=True)
 class CoreParts:
-    """What a loaded model gives the engine core: the weights, their shape and placement."""
+    """What a loaded model gives the engine: the weights, their shape and placement, and the
+    tokenizer (the frontend's, and structured output's vocabulary in the core). A frontend
+    whose core runs in another process holds the args and the tokenizer alone."""
 
     model: torch.nn.Module
     args: ModelArgs
     dtype: torch.dtype
     device: torch.device
-    tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer: structured output's vocabulary
+    tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer (the engine never imports the loader)
     model_digest: str = ""  # what the disk tier keys blocks by (the model's files and load options)
     # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
     # announces every step to its workers); it runs without step overlap.
@@ -293,15 +296,16 @@ class EngineCore:
         finally:
             bm.release_blocks(blocks)
 
-    def stats(self) -> CoreStats:
+    def stats(self) -> EngineStats:
+        """The core's part of the engine's stats (the frontend adds its own counts)."""
         sch, usage = self.scheduler, self.block_manager.usage()
         spec = self.speculator.stats if self.speculator is not None else None
-        return CoreStats(
+        return EngineStats(
             len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
             sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
             self.max_model_len, self.device_bytes, WATCH.after_warm_up,
             self.tiers.stats() if self.tiers is not None else {},
-            *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, list(spec.accepted_per_position),
+            *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, tuple(spec.accepted_per_position),
                spec.forced_drafts, spec.forced_draft_tokens, spec.forced_accepted_tokens)
               if spec is not None else ()),
         )

@@ -20,9 +20,10 @@ from mlxr.config import EngineConfig
 from mlxr.engine.core.core_proc import CoreLaunch
 from mlxr.engine.core.engine_core import CoreParts, EngineCore
 from mlxr.engine.records import (
-    AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, CoreStats, Embed, EngineCoreOutput,
+    AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, Embed, EngineCoreOutput,
     EngineCoreRequest, Hello, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
 )
+from mlxr.types import EngineStats
 from mlxr.errors import ContextLengthError, EngineDeadError, EngineError, OverloadedError
 
 
@@ -40,7 +41,7 @@ class CoreClient(Protocol):
 
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]: ...
 
-    def stats(self) -> CoreStats: ...
+    def stats(self) -> EngineStats: ...
 
     def alive(self) -> bool: ...
 
@@ -71,7 +72,7 @@ class InprocClient:
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
         return self.core.prompt_logprobs(token_ids, top, first)
 
-    def stats(self) -> CoreStats:
+    def stats(self) -> EngineStats:
         return self.core.stats()
 
     def alive(self) -> bool:
@@ -167,7 +168,7 @@ class ZmqClient:
             raise (OverloadedError if kind == "OverloadedError" else EngineError)(text or kind)
         return reply
 
-    def stats(self) -> CoreStats:
+    def stats(self) -> EngineStats:
         # An idle frontend's engine thread does not read; under --api-servers the core keeps
         # sending snapshots (other API processes' requests run): take them in, so the figures
         # are fresh and the queue stays short. Outputs read here wait in the buffer for step().
