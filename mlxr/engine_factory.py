@@ -12,7 +12,7 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core.core_attach import AttachedClient
+from mlxr.engine.frontend.attached_client import AttachedClient
 from mlxr.engine.frontend.core_client import MPClient
 from mlxr.engine.core.engine_core import CoreParts
 from mlxr.engine.core.gc_tuning import tune_gc_once

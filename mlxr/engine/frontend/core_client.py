@@ -1,6 +1,6 @@
 """How the frontend reaches the engine core: in this process (InprocClient), or in a process of
 its own over ZMQ (core_proc.py) that this process starts (MPClient) or that a supervisor started
-for several API processes (core_attach.py's AttachedClient). All speak in records.py's records."""
+for several API processes (attached_client.py's AttachedClient). All speak in records.py's records."""
 from __future__ import annotations
 
 import contextlib
