@@ -12,10 +12,10 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig
-from mlxr.engine.frontend.attached_client import AttachedClient
-from mlxr.engine.frontend.core_client import MPClient
 from mlxr.engine.core.engine_core import CoreParts
 from mlxr.engine.core.gc_tuning import tune_gc_once
+from mlxr.engine.frontend.attached_client import AttachedClient
+from mlxr.engine.frontend.core_client import MPClient
 from mlxr.engine.frontend.llm_engine import LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
 

@@ -1,6 +1,6 @@
 """Block manager: refcounts, prefix caching, copy-on-write, LRU eviction (pure Python)."""
-from mlxr.engine.sched.block_manager import BlockManager
 from mlxr.engine.records import EngineCoreRequest
+from mlxr.engine.sched.block_manager import BlockManager
 from mlxr.engine.sched.request import Request
 from mlxr.types import SamplingParams
 

@@ -13,10 +13,10 @@ import zmq
 from conftest import cached_llm, fixture_model
 from mlxr import SamplingParams
 from mlxr.engine.core.core_attach import channel_addresses
-from mlxr.engine.frontend.attached_client import AttachedClient, ProcessWatch
 from mlxr.engine.core.core_channels import Channels
 from mlxr.engine.core.core_proc import CoreLoop
 from mlxr.engine.core.engine_core import EngineCore
+from mlxr.engine.frontend.attached_client import AttachedClient, ProcessWatch
 from mlxr.engine.records import CoreMessage, EngineCoreOutput, EngineCoreRequest, decoder
 from mlxr.engine_factory import core_parts
 from mlxr.types import EngineStats

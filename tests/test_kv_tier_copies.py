@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from mlxr.config import ModelArgs
-from mlxr.engine.sched.block_manager import BlockManager
 from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block
 from mlxr.engine.kv.disk import DiskStore, Layout
 from mlxr.engine.kv.tier_copies import plan, runs
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.records import EngineCoreRequest
+from mlxr.engine.sched.block_manager import BlockManager
 from mlxr.engine.sched.request import Request
 from mlxr.types import SamplingParams
 

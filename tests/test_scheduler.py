@@ -1,7 +1,7 @@
 """Scheduler with fake runner outputs (no model): budget, chunked prefill, FCFS, preemption,
 resume, tokens in flight as counts, rows of several sampled tokens, finishing decided here."""
-from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.records import EngineCoreRequest, ModelRunnerOutput, SchedulerOutput
+from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.types import SamplingParams

@@ -40,8 +40,8 @@ from common import cpu_model, device_name, median, print_table, sync, write_resu
 from kv_tier_copies import SHAPES, layout_args  # noqa: E402
 
 from mlxr.config import ModelArgs  # noqa: E402
-from mlxr.engine.kv.cache import KVCache  # noqa: E402
 from mlxr.engine.kv.block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
+from mlxr.engine.kv.cache import KVCache  # noqa: E402
 from mlxr.engine.kv.disk import READ_THREADS, DiskStore  # noqa: E402
 from mlxr.engine.kv.staging import one_thread  # noqa: E402
 from mlxr.engine.kv.tiers import KVTiers  # noqa: E402

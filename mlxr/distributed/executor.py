@@ -23,9 +23,9 @@ from mlxr.distributed import messages as msg
 from mlxr.distributed.launch import spawn_workers, stop
 from mlxr.distributed.model_shard import load_shard
 from mlxr.distributed.parallel_state import Rendezvous, TPGroup, WorkerGroupError, free_port, rank_device
-from mlxr.engine.worker import prompt_logprobs as plp
 from mlxr.engine.core.engine_core import CoreParts
 from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker import prompt_logprobs as plp
 from mlxr.engine.worker.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)

@@ -15,23 +15,23 @@ from dataclasses import dataclass
 import torch
 
 from mlxr.config import EngineConfig, ModelArgs
-from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.core.compile_watch import WATCH
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.core.in_flight import StepsInFlight
-from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
+from mlxr.engine.core.warm_up import warm_up
 from mlxr.engine.kv.block_file import Layout
+from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv.disk import DiskStore
 from mlxr.engine.kv.preload import preload
 from mlxr.engine.kv.tiers import KVTiers
-from mlxr.engine.worker.model_runner import ModelRunner
-from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
 from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
+from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.spec_decode.factory import jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
-from mlxr.engine.core.warm_up import warm_up
+from mlxr.engine.worker.model_runner import ModelRunner
+from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
 from mlxr.errors import ContextLengthError, OverloadedError
 from mlxr.types import EngineStats
 

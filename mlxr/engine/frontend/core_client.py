@@ -23,8 +23,8 @@ from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, Embed, EngineCoreOutput,
     EngineCoreRequest, Hello, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
 )
-from mlxr.types import EngineStats
 from mlxr.errors import ContextLengthError, EngineDeadError, EngineError, OverloadedError
+from mlxr.types import EngineStats
 
 
 class CoreClient(Protocol):

@@ -8,10 +8,10 @@ import itertools
 
 import torch
 
-from mlxr.engine.worker.input_batch import InputBatch
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
-from mlxr.engine.worker.sampler import LastTokens, Sampler
 from mlxr.engine.spec_decode.rejection import RejectionSampler
+from mlxr.engine.worker.input_batch import InputBatch
+from mlxr.engine.worker.sampler import LastTokens, Sampler
 from mlxr.engine.worker.transfers import to_device
 
 

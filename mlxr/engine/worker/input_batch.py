@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from mlxr.engine.records import NewRequestData, SchedulerOutput
-from mlxr.engine.worker.sampler import SamplingState, make_generator
 from mlxr.engine.worker.metadata import decode_metadata, pack_step
+from mlxr.engine.worker.sampler import SamplingState, make_generator
 from mlxr.engine.worker.steady_decode import DecodeArrays, SteadyDecode
 from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.attention.attn_metadata import AttnMetadata

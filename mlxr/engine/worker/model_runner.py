@@ -10,16 +10,16 @@ from typing import Callable
 import torch
 from torch import nn
 
-from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
-from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.kv.cache import KVCache
-from mlxr.engine.worker.prompt_logprobs import logit_chunks
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
-from mlxr.engine.worker.sampler import LastTokens, SampleFuture, Sampler
 from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
-from mlxr.engine.worker.transfers import to_device
+from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
+from mlxr.engine.worker.metadata import pack_step
+from mlxr.engine.worker.prompt_logprobs import logit_chunks
+from mlxr.engine.worker.sampler import LastTokens, SampleFuture, Sampler
 from mlxr.engine.worker.steady_decode import DecodeArrays
+from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.backend import use_triton
 
 
