@@ -105,7 +105,7 @@ def time_engine_phases(engine, spent) -> Callable[[], object]:
 
     core = engine.core.core
     targets = {"schedule": core.scheduler, "build": core.runner.batch, "execute": core.runner,
-               "launch": core.runner.sampler, "_land": core, "update_from_output": core.scheduler,
+               "launch": core.runner.sampler, "land": core.in_flight, "update_from_output": core.scheduler,
                "process": engine.output}
     for name, obj in targets.items():
         fn = getattr(obj, name)

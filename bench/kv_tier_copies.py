@@ -27,8 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from common import device_name, median, print_table, sync, write_result
 from mlxr.config import ModelArgs
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.kv_tiers import KVTiers
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.kv.tiers import KVTiers
 
 SHAPES = {  # layers, kv heads, head dim (the models' config.json)
     "smollm2": (30, 3, 64),  # SmolLM2-135M
@@ -84,7 +84,7 @@ def measure(tiers: KVTiers, n: int, with_evictions: bool, rounds: int, device: s
 def disk_rounds(kv: KVCache, n: int, rounds: int, device: str) -> dict[str, dict]:
     from pathlib import Path
 
-    from mlxr.engine.kv_disk import READ_THREADS, DiskStore, Layout
+    from mlxr.engine.kv.disk import READ_THREADS, DiskStore, Layout
 
     tiers_args = (kv, 0)
     layout = Layout("bench", str(kv.layers[0][0].dtype), 16, len(kv.layers), *kv.layers[0][0].shape[2:], device)

@@ -45,7 +45,7 @@ COLUMNS = ["run", "offline_decode_tok_s", "offline_gen_tok_s", "http_out_tok_s",
 def server_pids(pid: int) -> tuple[list[int], int]:
     """(the API processes, the engine core) of server `pid`; the core is the server itself when
     it runs in-process."""
-    cores = serve.children_running(pid, "mlxr.engine.core_proc")
+    cores = serve.children_running(pid, "mlxr.engine.core.core_proc")
     return serve.api_pids(pid), cores[0] if cores else pid
 
 

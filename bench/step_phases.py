@@ -24,9 +24,9 @@ CONSUME = ("advance_all",)  # mlxr.engine.structured.matcher's batch of landed t
 
 
 def _targets(llm) -> list[tuple[object, str, str]]:
-    from mlxr.engine.input_batch import InputBatch
-    from mlxr.engine.model_runner import RunnerStep
-    from mlxr.engine.sampler import ops
+    from mlxr.engine.worker.input_batch import InputBatch
+    from mlxr.engine.worker.model_runner import RunnerStep
+    from mlxr.engine.worker.sampler import ops
     from mlxr.engine.structured import matcher
 
     engine = llm.engine

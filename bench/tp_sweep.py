@@ -63,7 +63,7 @@ def cases(tiny: bool, big: bool) -> list[Case]:
 # --- one case, in a process of its own ----------------------------------------------------------
 def run_case(case: Case, device: str, eager: bool, tp_graphs: bool) -> dict:
     from mlxr.config import EngineConfig
-    from mlxr.engine.engine_core import CoreParts, EngineCore
+    from mlxr.engine.core.engine_core import CoreParts, EngineCore
 
     args, dtype = SHAPES[case.shape], torch.bfloat16 if device == "cuda" else torch.float32
     config = EngineConfig(max_num_seqs=max(case.batch, 1), kv_cache_memory_gb=4.0 if device == "cuda" else 0.25,
@@ -90,7 +90,7 @@ def _tp_core(args: ModelArgs, dtype: torch.dtype, device: str, tp: int, config, 
     from mlxr.distributed import messages as msg
     from mlxr.distributed.executor import TPExecutor, TPRunner
     from mlxr.distributed.model_shard import RANDOM_PREFIX, load_shard
-    from mlxr.engine.engine_core import CoreParts, EngineCore
+    from mlxr.engine.core.engine_core import CoreParts, EngineCore
 
     executor = TPExecutor(ParallelConfig(tp, cuda_graphs=graphs), device)
     spec = {"ref": RANDOM_PREFIX + msgspec.json.encode(args).decode(), "dtype": str(dtype).removeprefix("torch."),

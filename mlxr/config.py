@@ -119,7 +119,7 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's context length
     enable_prefix_caching: bool = True
     swap_space_gb: float = 0.0  # preempted sequences swap here (a pool apart from the tiers below)
-    # KV cache tiers (engine/kv_tiers.py): prefix blocks the device evicts are kept in this much host
+    # KV cache tiers (engine/kv/tiers.py): prefix blocks the device evicts are kept in this much host
     # memory; with a directory, every computed block is also written there (up to kv_cache_disk_gb,
     # least recently used out) and found again after a restart.
     kv_host_cache_gb: float = 0.0
@@ -131,7 +131,7 @@ class EngineConfig:
     kv_cache_preload: float = 0.5
     max_waiting: int = 1024
     enable_cuda_graphs: bool = True  # decode steps replay captured graphs on CUDA
-    enable_cpu_graphs: bool = True  # small decode steps replay recorded native calls on the CPU (engine/cpu_graphs.py)
+    enable_cpu_graphs: bool = True  # small decode steps replay recorded native calls on the CPU (engine/worker/cpu_graphs.py)
     # Graph block tables span the whole context; the Triton decode kernel skips the empty
     # part, the torch reference does not (set 32 with MLXR_KERNELS=reference).
     cuda_graph_max_batch: int = 256

@@ -12,11 +12,11 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core_attach import AttachedClient
-from mlxr.engine.core_client import MPClient
-from mlxr.engine.engine_core import CoreParts
-from mlxr.engine.gc_tuning import tune_gc_once
-from mlxr.engine.llm_engine import EngineParts, LLMEngine
+from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.core.gc_tuning import tune_gc_once
+from mlxr.engine.frontend.attached_client import AttachedClient
+from mlxr.engine.frontend.core_client import MPClient
+from mlxr.engine.frontend.llm_engine import LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -108,7 +108,7 @@ def attach_engine(spec: ModelSpec, config: EngineConfig, channel: tuple[str, str
 def _frontend_engine(spec: ModelSpec, config: EngineConfig, connect: Callable[[], object]) -> Built:
     """The tokenizer first: a model that cannot load leaves no core process behind."""
     _, args, tokenizer = load_frontend(spec.ref)
-    parts = EngineParts(None, args, tokenizer, None, None)
+    parts = CoreParts(None, args, None, None, tokenizer=tokenizer)  # the core loads the weights
     built = Built(LLMEngine(parts, config, core=connect()), None, args, tokenizer)
     tune_gc_once()  # this process builds the outputs of every step: the core's collector settings
     return built
@@ -124,7 +124,7 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
     if own_process:
         return _frontend_engine(spec, config, lambda: MPClient(*core_launch(spec, config), config))
     loaded = spec.load(progress)
-    parts = EngineParts(loaded.model, loaded.args, loaded.tokenizer, loaded.dtype, loaded.device,
-                        model_digest(loaded) if config.kv_cache_dir else "",
-                        _draft_parts(spec, config.speculative_draft_model))
+    parts = CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
+                      model_digest=model_digest(loaded) if config.kv_cache_dir else "",
+                      draft=_draft_parts(spec, config.speculative_draft_model))
     return Built(LLMEngine(parts, config), loaded, loaded.args, loaded.tokenizer)

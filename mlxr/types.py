@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 from mlxr.errors import InvalidParameterError
 
@@ -180,9 +182,10 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprobs | None] | None = None
 
 
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot of the engine, readable at any time (the server exports it)."""
+class EngineStats(msgspec.Struct, array_like=True, frozen=True):
+    """A snapshot of the engine, readable at any time (the server exports it). The engine core
+    sends its part (the fields up to jump_forward_accepted_tokens; records.py's CoreOutputs);
+    the frontend adds its own counts (num_aborted onwards)."""
 
     num_requests_running: int
     num_requests_waiting: int
@@ -193,16 +196,11 @@ class EngineStats:
     prefix_cache_queried_tokens: int
     prefix_cache_hit_tokens: int
     num_preemptions: int
-    num_aborted: int
-    finished_by_reason: dict[str, int]
-    prompt_tokens_total: int
-    generation_tokens_total: int
     max_model_len: int = 0  # the context the engine runs (the KV cache may cap the model's)
     device_bytes: int = 0  # weights and KV cache on the device
-    runtime_compiles: int = 0  # kernels compiled after the engine's warm-up
+    runtime_compiles: int = 0  # kernels compiled after the engine's warm-up (each paused a step)
     # KV cache tiers: {"host"|"disk": {"hits", "bytes_read", "bytes_written", "blocks", ...}}
-    kv_tiers: dict[str, dict[str, int]] = field(default_factory=dict)
-
+    kv_tiers: dict[str, dict[str, int]] = {}
     spec_num_drafts: int = 0  # speculative decoding: rows that carried drafts
     spec_num_draft_tokens: int = 0  # drafts offered
     spec_num_accepted_tokens: int = 0  # drafts kept
@@ -212,6 +210,11 @@ class EngineStats:
     jump_forward_drafts: int = 0
     jump_forward_draft_tokens: int = 0
     jump_forward_accepted_tokens: int = 0
+    # The frontend's counts (each API process its own under --api-servers N).
+    num_aborted: int = 0
+    finished_by_reason: dict[str, int] = {}
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
 
     @property
     def spec_acceptance_rate(self) -> float:

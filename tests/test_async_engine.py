@@ -7,7 +7,7 @@ import pytest
 
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams
-from mlxr.engine.async_engine import AsyncEngine
+from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.errors import ContextLengthError, EngineDeadError
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -147,7 +147,7 @@ def test_cpu_threads_apply_on_the_engine_thread(engine):
 
     import torch
 
-    from mlxr.engine.async_engine import _Call
+    from mlxr.engine.frontend.async_engine import _Call
 
     llm, ae = engine
     want = llm.generate(["Once upon a time"], GREEDY)[0].outputs[0].text  # before the engine thread runs

@@ -1,7 +1,7 @@
 """Block manager: refcounts, prefix caching, copy-on-write, LRU eviction (pure Python)."""
-from mlxr.engine.block_manager import BlockManager
 from mlxr.engine.records import EngineCoreRequest
-from mlxr.engine.request import Request
+from mlxr.engine.sched.block_manager import BlockManager
+from mlxr.engine.sched.request import Request
 from mlxr.types import SamplingParams
 
 BS = 4
@@ -97,7 +97,7 @@ def test_block_hashes_are_sha256_chained():
     import hashlib
     from array import array
 
-    from mlxr.engine.block_manager import block_hash
+    from mlxr.engine.sched.block_manager import block_hash
 
     first = block_hash(None, (1, 2, 3, 4))
     assert first == hashlib.sha256(array("q", [1, 2, 3, 4]).tobytes()).digest()

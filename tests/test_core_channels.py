@@ -12,12 +12,14 @@ import zmq
 
 from conftest import cached_llm, fixture_model
 from mlxr import SamplingParams
-from mlxr.engine.core_attach import AttachedClient, ProcessWatch, channel_addresses
-from mlxr.engine.core_channels import Channels
-from mlxr.engine.core_proc import CoreLoop
-from mlxr.engine.engine_core import EngineCore
-from mlxr.engine.records import CoreMessage, CoreStats, EngineCoreOutput, EngineCoreRequest, decoder
+from mlxr.engine.core.core_attach import channel_addresses
+from mlxr.engine.core.core_channels import Channels
+from mlxr.engine.core.core_proc import CoreLoop
+from mlxr.engine.core.engine_core import EngineCore
+from mlxr.engine.frontend.attached_client import AttachedClient, ProcessWatch
+from mlxr.engine.records import CoreMessage, EngineCoreOutput, EngineCoreRequest, decoder
 from mlxr.engine_factory import core_parts
+from mlxr.types import EngineStats
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
 
@@ -156,7 +158,7 @@ def test_snapshots_to_a_client_that_does_not_read_are_dropped_not_waited_for(tmp
         pull.bind(outputs)
         readers.append((push, pull))
     channels = Channels(ctx, addresses)
-    stats = CoreStats(0, 0, 0, 64, 0, 0, 0, 0, 0, 256, 0, 0)
+    stats = EngineStats(0, 0, 0, 64, 0, 0, 0, 0, 0, 256, 0, 0)
     done = threading.Event()
 
     def flood() -> None:
@@ -187,7 +189,7 @@ def test_snapshots_to_a_client_that_does_not_read_are_dropped_not_waited_for(tmp
 def test_an_abort_on_a_core_that_just_died_does_not_raise(tmp_path):
     """The core died since the client last looked: the abort learns it and returns (nothing is
     left to abort); the next call that needs the core raises as before."""
-    from mlxr.engine.core_client import ZmqClient
+    from mlxr.engine.frontend.core_client import ZmqClient
     from mlxr.errors import EngineDeadError
 
     class JustDied(ZmqClient):

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams
-from mlxr.engine.async_engine import AsyncEngine
+from mlxr.engine.frontend.async_engine import AsyncEngine
 from server_harness import server_process, stop_server
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
@@ -154,7 +154,7 @@ def test_a_frontend_process_tunes_its_collector_too(model_dir):
     assert done.returncode == 0, done.stderr[-2000:]
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("GC "))
     *thresholds, frozen = map(int, line.split()[1:])
-    from mlxr.engine.gc_tuning import GC_THRESHOLDS
+    from mlxr.engine.core.gc_tuning import GC_THRESHOLDS
 
     assert all(now >= want for now, want in zip(thresholds, GC_THRESHOLDS))
     assert frozen > 1000  # the tokenizer's and the modules' objects
@@ -172,7 +172,7 @@ def _health_within(url: str, status: int, seconds: float) -> httpx.Response:
 
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out if "mlxr.engine.core_proc" in Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")]
+    return [int(p) for p in out if "mlxr.engine.core.core_proc" in Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")]
 
 
 @pytest.mark.gpu

@@ -1,5 +1,5 @@
 """CPU decode graphs: a forward recorded as its native calls (mlxr/ops/cpu_plan.py) and replayed by
-the engine on the CPU (mlxr/engine/cpu_graphs.py). Replays must give the eager path's bits."""
+the engine on the CPU (mlxr/engine/worker/cpu_graphs.py). Replays must give the eager path's bits."""
 from __future__ import annotations
 
 import threading
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams
-from mlxr.engine.cpu_graphs import CPU_GRAPH_MAX_ROWS, CpuDecodeGraphs
+from mlxr.engine.worker.cpu_graphs import CPU_GRAPH_MAX_ROWS, CpuDecodeGraphs
 from mlxr.ops.cpu_plan import PlanUnsupported, record
 from mlxr.ops.norm.norm_cpu import rms_norm_cpu
 
@@ -176,7 +176,7 @@ def test_bundled_smollm2_greedy_tokens_are_the_eager_tokens():
 
 
 def test_sizes_cover_every_row_count_up_to_the_bound():
-    from mlxr.engine.cpu_graphs import cpu_graph_sizes
+    from mlxr.engine.worker.cpu_graphs import cpu_graph_sizes
 
     assert cpu_graph_sizes(3) == [1, 2, 3]
     assert cpu_graph_sizes(64) == list(range(1, CPU_GRAPH_MAX_ROWS + 1))

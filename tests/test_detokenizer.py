@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer, make_detokenizer
+from mlxr.engine.frontend.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer, make_detokenizer
 from mlxr.errors import InvalidParameterError
 from mlxr.loader.tokenizer import Tokenizer
 

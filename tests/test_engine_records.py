@@ -50,8 +50,8 @@ def test_a_decoded_request_keeps_its_sampling_params_checked():
 
 @pytest.fixture(scope="module")
 def runner():
-    from mlxr.engine.kv_cache import KVCache
-    from mlxr.engine.model_runner import ModelRunner
+    from mlxr.engine.kv.cache import KVCache
+    from mlxr.engine.worker.model_runner import ModelRunner
     from mlxr.loader import load_model
 
     loaded = load_model(str(fixture_model("tiny-llama").hf_dir), dtype=torch.float32)
@@ -99,8 +99,8 @@ def test_a_prompt_chunk_samples_nothing(runner):
 
 def reference_greedy(loaded, prompt: list[int], n: int) -> list[int]:
     """Greedy tokens by recomputing the whole sequence each time in fresh blocks."""
-    from mlxr.engine.kv_cache import KVCache
-    from mlxr.engine.model_runner import ModelRunner
+    from mlxr.engine.kv.cache import KVCache
+    from mlxr.engine.worker.model_runner import ModelRunner
 
     ids = list(prompt)
     for _ in range(n):

@@ -100,7 +100,7 @@ def test_overlapped_steps_match_synchronous_steps_on_the_gpu(monkeypatch):
     Steady steps (the same batch one token on) fill their graph from host arrays."""
     from test_engine_e2e import random_requests, staggered
 
-    from mlxr.engine.cuda_graphs import DecodeGraphs
+    from mlxr.engine.worker.cuda_graphs import DecodeGraphs
 
     path = str(fixture_model("tiny-llama").hf_dir)
     sync = LLM(path, dtype="float32", device="cuda", overlap_steps=False, max_num_seqs=8)

@@ -13,7 +13,7 @@ from conftest import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.config import EngineConfig
 from mlxr.engine.records import EngineCoreRequest, SchedulerOutput
-from mlxr.engine.request import Request
+from mlxr.engine.sched.request import Request
 from mlxr.engine.spec_decode.speculator import Speculator
 from mlxr.types import StructuredOutputsParams as SO
 
@@ -148,7 +148,7 @@ def test_cuda_rows_draft_forced_tokens_under_graphs():
 
 
 def test_graph_sizes_reach_past_a_bound_between_sizes():
-    from mlxr.engine.cuda_graphs import graph_sizes
+    from mlxr.engine.worker.cuda_graphs import graph_sizes
 
     assert graph_sizes(40)[-2:] == [32, 40]  # 8 requests of 1 + 4 rows replay, not eagerly
     assert graph_sizes(64)[-2:] == [48, 64] and graph_sizes(1) == [1]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import mlxr.engine.kv_staging as kv_staging
-import mlxr.engine.kv_tiers as kv_tiers
-from mlxr.engine.kv_staging import StagedRow
-from mlxr.engine.kv_tiers import KVTiers
+import mlxr.engine.kv.staging as kv_staging
+import mlxr.engine.kv.tiers as kv_tiers
+from mlxr.engine.kv.staging import StagedRow
+from mlxr.engine.kv.tiers import KVTiers
 from test_kv_tier_copies import DEVICES, SIZE, block_bytes, disk_store, random_cache, scramble, sync, write_blocks
 
 
@@ -148,7 +148,7 @@ def test_files_checked_with_zlibs_crc_stay_readable(tmp_path):
     import zlib
     from dataclasses import asdict
 
-    from mlxr.engine.kv_block_file import MAGIC, Layout, crc32, read_block_into
+    from mlxr.engine.kv.block_file import MAGIC, Layout, crc32, read_block_into
 
     gen = torch.Generator().manual_seed(0)
     for n in (1, 31, 4096, 360_448 + 7):

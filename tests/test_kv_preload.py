@@ -101,7 +101,7 @@ def test_restarted_server_preloads_and_reports_it(tmp_path):
 
 
 def test_preload_stops_at_its_time_budget(model, reference, tmp_path, monkeypatch, caplog):
-    from mlxr.engine import kv_preload
+    from mlxr.engine.kv import preload as kv_preload
 
     fill_cache(model, tmp_path)
     monkeypatch.setattr(kv_preload, "PRELOAD_BUDGET_S", 0.0)

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from mlxr.config import ModelArgs
-from mlxr.engine.block_manager import BlockManager
-from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block
-from mlxr.engine.kv_disk import DiskStore, Layout
-from mlxr.engine.kv_tier_copies import plan, runs
-from mlxr.engine.kv_tiers import KVTiers
+from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block
+from mlxr.engine.kv.disk import DiskStore, Layout
+from mlxr.engine.kv.tier_copies import plan, runs
+from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.records import EngineCoreRequest
-from mlxr.engine.request import Request
+from mlxr.engine.sched.block_manager import BlockManager
+from mlxr.engine.sched.request import Request
 from mlxr.types import SamplingParams
 
 ARGS = ModelArgs("llama", 64, 32, 64, 3, num_attention_heads=4, num_key_value_heads=2, head_dim=8)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mlxr.engine.output_collector import OutputCollector
+from mlxr.engine.frontend.output_collector import OutputCollector
 from mlxr.types import CompletionOutput, Logprob, RequestOutput
 
 

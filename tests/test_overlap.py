@@ -146,7 +146,7 @@ def test_abort_while_a_step_is_in_flight_frees_everything(model_dir):
         engine.add_request(f"r{i}", [5 + i, 6, 7], params)
     for _ in range(4):
         engine.step()
-    assert engine.core.core._inflight is not None
+    assert engine.core.core.in_flight.launched is not None
     out = engine.abort("r1")
     assert out.finished and all(t >= 0 for t in out.outputs[0].token_ids)
     while engine.has_unfinished():
@@ -235,7 +235,7 @@ def test_an_engine_raises_the_collectors_thresholds(model_dir):
     (bench/probes/gc_ab.py)."""
     import gc
 
-    from mlxr.engine.gc_tuning import GC_THRESHOLDS
+    from mlxr.engine.core.gc_tuning import GC_THRESHOLDS
 
     LLM(model_dir, dtype="float32")
     assert all(now >= want for now, want in zip(gc.get_threshold(), GC_THRESHOLDS))
@@ -245,7 +245,7 @@ def test_steady_decode_steps_advance_the_last_ones_arrays(model_dir, monkeypatch
     """Same sequences, one token on: the runner advances the last step's index arrays. Tokens
     must match the synchronous engine across block boundaries, shared prompt blocks
     (copy-on-write), and sequences that end early (the batch changes, then steadies again)."""
-    from mlxr.engine import steady_decode
+    from mlxr.engine.worker import steady_decode
 
     advanced = []
     real = steady_decode.SteadyDecode.advance
@@ -280,7 +280,7 @@ def _decode_step(ids, starts, **kw):
 
 def test_steady_decode_rebuilds_a_step_that_swaps_blocks_in():
     """A swapped-in request comes back with new blocks everywhere: the step is rebuilt."""
-    from mlxr.engine.steady_decode import SteadyDecode
+    from mlxr.engine.worker.steady_decode import SteadyDecode
 
     states = {"r": _State([1, 2, 3], [7])}
     steady = SteadyDecode(block_size=16)
@@ -293,7 +293,7 @@ def test_steady_decode_rebuilds_a_step_that_swaps_blocks_in():
 def test_steady_decode_widens_the_tables_for_a_request_entering_a_new_block():
     """A request past the last step's table width widens the tables (zero padded) instead of
     rebuilding every row."""
-    from mlxr.engine.steady_decode import SteadyDecode
+    from mlxr.engine.worker.steady_decode import SteadyDecode
 
     states = {"a": _State(list(range(15)), [7]), "b": _State([1, 2], [4])}
     steady = SteadyDecode(block_size=16)
@@ -309,7 +309,7 @@ def test_steady_decode_widens_the_tables_for_a_request_entering_a_new_block():
 
 
 def test_steady_decode_rebuilds_when_a_row_token_is_not_the_one_in_flight():
-    from mlxr.engine.steady_decode import SteadyDecode
+    from mlxr.engine.worker.steady_decode import SteadyDecode
 
     states = {"r": _State([1, 2, 3], [7])}
     steady = SteadyDecode(block_size=16)

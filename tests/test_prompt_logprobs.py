@@ -6,7 +6,7 @@ import torch
 
 from conftest import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
-from mlxr.engine import prompt_logprobs as plp
+from mlxr.engine.worker import prompt_logprobs as plp
 
 PROMPT = [1, 7, 300, 45, 99, 12, 250, 3, 77, 180, 31, 64, 400, 9, 11, 222, 5, 88, 123, 301, 17, 42]
 
@@ -58,7 +58,7 @@ def test_a_greedy_continuation_scores_rank_1_at_every_position():
 def test_streamed_requests_carry_them_too():
     import asyncio
 
-    from mlxr.engine.async_engine import AsyncEngine
+    from mlxr.engine.frontend.async_engine import AsyncEngine
 
     llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype="float32", engine_process=False)
     ae = AsyncEngine(llm.engine)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import cached_llm, fixture_model
-from mlxr.engine.sampler import SampledToken, Sampler, SamplingState, make_generator
+from mlxr.engine.worker.sampler import SampledToken, Sampler, SamplingState, make_generator
 from mlxr.ops.sampling import inverse_cdf_sample
 from mlxr.types import SamplingParams
 

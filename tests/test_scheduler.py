@@ -1,9 +1,9 @@
 """Scheduler with fake runner outputs (no model): budget, chunked prefill, FCFS, preemption,
 resume, tokens in flight as counts, rows of several sampled tokens, finishing decided here."""
-from mlxr.engine.block_manager import BlockManager, SwapSpace
 from mlxr.engine.records import EngineCoreRequest, ModelRunnerOutput, SchedulerOutput
-from mlxr.engine.request import Request
-from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
+from mlxr.engine.sched.request import Request
+from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.types import SamplingParams
 
 EOS = 2

@@ -152,7 +152,7 @@ def test_a_killed_core_fails_every_stream_within_seconds_and_comes_back(tmp_path
     flags = ("--model", GGUF(), "--api-servers", "2", "--max-num-seqs", "2")
     with server_process(tmp_path / "home", *flags) as (url, server):
         children = _descendants(server.pid)
-        core = [p for p in children if "mlxr.engine.core_proc" in _cmdline(p)]
+        core = [p for p in children if "mlxr.engine.core.core_proc" in _cmdline(p)]
         assert len(core) == 1
         client, started, ended = _client(url), [], {}
 

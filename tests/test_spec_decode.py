@@ -126,7 +126,7 @@ def test_requests_waiting_for_admission_count_towards_the_batch_limit():
     """While the batch is still filling up (requests queued), nothing drafts: a drafting step
     lands before the next is scheduled, which would slow the admissions down."""
     from mlxr.engine.records import EngineCoreRequest
-    from mlxr.engine.request import Request
+    from mlxr.engine.sched.request import Request
     from mlxr.engine.spec_decode.speculator import Speculator
 
     prompt = [5, 6, 7, 8, 5, 6, 7]  # "5 6 7" repeats: the n-gram lookup drafts "8 ..."
@@ -144,7 +144,7 @@ def test_a_request_whose_lookups_miss_rests_before_drafting_again():
     then lets as many steps run overlapped as it has missed in a row (at most MAX_REST) before
     it asks for a landing again, and a hit ends the run of misses."""
     from mlxr.engine.records import EngineCoreRequest, SchedulerOutput
-    from mlxr.engine.request import Request
+    from mlxr.engine.sched.request import Request
     from mlxr.engine.spec_decode.speculator import MAX_REST, Speculator
 
     prompt = [5, 6, 7, 8, 9, 10, 11]  # no repeat: the lookup finds nothing

@@ -152,7 +152,7 @@ def test_forced_tokens_of_a_grammar_state(manager):
 
 def test_the_speculator_drafts_forced_tokens_where_they_outrun_its_proposer(manager):
     from mlxr.engine.records import EngineCoreRequest
-    from mlxr.engine.request import Request
+    from mlxr.engine.sched.request import Request
     from mlxr.engine.spec_decode.proposer import Draft
     from mlxr.engine.spec_decode.speculator import Speculator
 

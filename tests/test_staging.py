@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mlxr.engine.input_batch import slots_for
-from mlxr.engine.prefill_graphs import PrefillGraphs
-from mlxr.engine.staging import copy_into, host_tensor, to_device
+from mlxr.engine.worker.input_batch import slots_for
+from mlxr.engine.worker.prefill_graphs import PrefillGraphs
+from mlxr.engine.worker.transfers import copy_into, host_tensor, to_device
 
 
 @pytest.mark.parametrize("dtype,values", [

@@ -63,10 +63,10 @@ def test_a_ready_request_is_held_at_most_hold_s_and_only_while_idle(monkeypatch)
     submission: the first compiles of an engine wait for the vocabulary's view)."""
     from concurrent.futures import Future
 
-    from mlxr.engine.block_manager import BlockManager
+    from mlxr.engine.sched.block_manager import BlockManager
     from mlxr.engine.records import EngineCoreRequest
-    from mlxr.engine.request import Request
-    from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+    from mlxr.engine.sched.request import Request
+    from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
     from mlxr.engine.structured.compiler import GrammarCompiler
     from mlxr.engine.structured.manager import StructuredOutputManager, _Pending
     from mlxr.loader.tokenizer import Tokenizer

@@ -139,7 +139,7 @@ def test_large_batch_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_
 
 def _request(spec: SO):
     from mlxr.engine.records import EngineCoreRequest
-    from mlxr.engine.request import Request
+    from mlxr.engine.sched.request import Request
     return Request(EngineCoreRequest("r0", [1, 2], SamplingParams(structured_outputs=spec), 16, [2], 0.0))
 
 

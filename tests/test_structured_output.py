@@ -131,7 +131,8 @@ def test_overlapped_steps_preemption_and_core_process(model_dir, engine):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_overlap_gives_the_same_tokens_as_steps_one_at_a_time(model_dir, device):
     """Under overlap a constrained step's forward is queued a call ahead of its sampling
-    (constrained_step.forward_ahead); greedy and seeded rows, constrained or not, must not notice."""
+    (core/in_flight.py, StepsInFlight.forward_ahead); greedy and seeded rows, constrained or not,
+    must not notice."""
     names = ["nested_mixed", "record_like", "enum_strings"]
     params = [SamplingParams(max_tokens=100, temperature=t, seed=i, structured_outputs=SO(json=SCHEMAS[n]))
               for i, (n, t) in enumerate(zip(names * 2, [0.0] * 3 + [1.0] * 3))]

@@ -27,7 +27,7 @@ def test_warm_up_leaves_no_trace_and_changes_no_output(model_dir):
 
 
 def test_another_engines_warm_up_is_not_counted_as_serving():
-    from mlxr.engine.compile_watch import CompileWatch
+    from mlxr.engine.core.compile_watch import CompileWatch
 
     watch = CompileWatch()
     watch.mark_warm()  # a first engine is serving
@@ -40,7 +40,7 @@ def test_another_engines_warm_up_is_not_counted_as_serving():
 def test_an_engine_without_warm_up_does_not_count_its_compiles_as_misses(model_dir):
     """Compiles are expected from an engine built with warm_up=False, even after another
     engine of the process declared itself warm (the GPU test run logged dozens of false misses)."""
-    from mlxr.engine.compile_watch import WATCH
+    from mlxr.engine.core.compile_watch import WATCH
 
     LLM(model_dir, dtype="float32")
     assert WATCH.warm
@@ -49,7 +49,7 @@ def test_an_engine_without_warm_up_does_not_count_its_compiles_as_misses(model_d
 
 
 def test_a_compile_after_the_warm_up_is_counted_and_logged(caplog):
-    from mlxr.engine.compile_watch import CompileWatch
+    from mlxr.engine.core.compile_watch import CompileWatch
 
     watch = CompileWatch()
     watch._count("k_early(x)")
@@ -83,7 +83,7 @@ def test_the_prefix_hit_wave_runs_on_cuda_only(model_dir):
     nonzero start over a cached context); the CPU's warm-up stays two tiny requests."""
     import random
 
-    from mlxr.engine.warm_up import prefix_hit_prompts
+    from mlxr.engine.core.warm_up import prefix_hit_prompts
 
     llm = LLM(model_dir, dtype="float32")
     assert prefix_hit_prompts(llm.engine.core.core, random.Random(0)) == []
@@ -93,7 +93,7 @@ def test_the_prefix_hit_wave_runs_on_cuda_only(model_dir):
 def test_the_prefix_hit_wave_extends_its_prompt():
     import random
 
-    from mlxr.engine.warm_up import prefix_hit_prompts
+    from mlxr.engine.core.warm_up import prefix_hit_prompts
 
     llm = LLM(str(fixture_model("tiny-llama").hf_dir), dtype=torch.bfloat16, device="cuda", engine_process=False)
     first, second = prefix_hit_prompts(llm.engine.core.core, random.Random(0))
@@ -107,7 +107,7 @@ def test_a_wave_prefills_a_batch_of_rows_off_the_multiples_of_16(model_dir):
     prefill compiled it while serving)."""
     from types import SimpleNamespace
 
-    from mlxr.engine.warm_up import waves
+    from mlxr.engine.core.warm_up import waves
     from mlxr.ops.gemm_rows_triton import MAX_ROWS, MIN_ROWS
 
     llm = LLM(model_dir, dtype="float32")

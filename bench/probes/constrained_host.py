@@ -41,7 +41,7 @@ def main() -> None:
     import torch
 
     from mlxr import LLM
-    from mlxr.engine.sampler import make_generator
+    from mlxr.engine.worker.sampler import make_generator
     from mlxr.engine.structured.mask_job import FillThread, MaskBuffers
     from mlxr.engine.structured.matcher import GrammarState, executor
     from mlxr.engine.structured.grammar import grammar_text, parser_limits

@@ -17,10 +17,10 @@ import time
 
 import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import median, write_result
-from mlxr.engine.block_manager import BlockManager
 from mlxr.engine.records import CoreOutputs, EngineCoreRequest, ModelRunnerOutput, encode
-from mlxr.engine.request import Request
-from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.sched.block_manager import BlockManager
+from mlxr.engine.sched.request import Request
+from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.types import SamplingParams
 
 

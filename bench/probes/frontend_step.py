@@ -20,7 +20,7 @@ import time
 
 import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import median, write_result
-from mlxr.engine.output_processor import OutputProcessor, RequestState
+from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
 from mlxr.engine.records import CoreOutputs, EngineCoreOutput, decoder, encode
 from mlxr.types import RequestMetrics, SamplingParams
 

@@ -1,5 +1,5 @@
 """Batched decode with Python's default cyclic-collector thresholds against the engine's
-(mlxr/engine/gc_tuning.py GC_THRESHOLDS), interleaved on one engine, each run on fresh
+(mlxr/engine/core/gc_tuning.py GC_THRESHOLDS), interleaved on one engine, each run on fresh
 prompts: what collecting garbage costs a busy decode loop. JSON to bench/results/gc_ab-*.json.
 
   python bench/probes/gc_ab.py [--device cuda] [--batches 64 256] [--runs 4]
@@ -26,7 +26,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=4)
     a = p.parse_args()
     from mlxr import LLM
-    from mlxr.engine.gc_tuning import GC_THRESHOLDS
+    from mlxr.engine.core.gc_tuning import GC_THRESHOLDS
 
     ref, _ = model_paths("tinyllama-shape")
     llm = LLM(ref, dtype=torch.bfloat16, engine_process=False, device=a.device, max_num_seqs=max(a.batches),

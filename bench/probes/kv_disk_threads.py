@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import cpu_model, median, print_table, write_result  # noqa: E402
 from kv_tier_copies import SHAPES  # noqa: E402
 
-from mlxr.engine.kv_block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
-from mlxr.engine.kv_disk import DiskStore  # noqa: E402
+from mlxr.engine.kv.block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
+from mlxr.engine.kv.disk import DiskStore  # noqa: E402
 
 
 def read_raw(store: DiskStore, h: bytes, into: memoryview, crc: bool) -> None:

@@ -10,7 +10,7 @@ Then, rounds interleaved:
 - "rows -> cache, per layer": the staged rows into the cache as before (one index_copy_ per
   layer's K and V, on torch's threads; on CUDA after one host-to-device copy);
 - "rows -> cache, one call": as now (one index_copy_ into the one cache tensor; on CPU on the
-  calling thread alone, kv_staging.one_thread);
+  calling thread alone, kv/staging.py one_thread);
 - "tiers serial" / "tiers read-ahead": a new store restores the prefix through KVTiers (lookups,
   then one flush), its host time per phase (KVTiers.times) and the time until the copies end;
 - "host pool": the prefix restored from the host tier (flush host time, time until done).
@@ -40,11 +40,11 @@ from common import cpu_model, device_name, median, print_table, sync, write_resu
 from kv_tier_copies import SHAPES, layout_args  # noqa: E402
 
 from mlxr.config import ModelArgs  # noqa: E402
-from mlxr.engine.kv_cache import KVCache  # noqa: E402
-from mlxr.engine.kv_block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
-from mlxr.engine.kv_disk import READ_THREADS, DiskStore  # noqa: E402
-from mlxr.engine.kv_staging import one_thread  # noqa: E402
-from mlxr.engine.kv_tiers import KVTiers  # noqa: E402
+from mlxr.engine.kv.block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
+from mlxr.engine.kv.cache import KVCache  # noqa: E402
+from mlxr.engine.kv.disk import READ_THREADS, DiskStore  # noqa: E402
+from mlxr.engine.kv.staging import one_thread  # noqa: E402
+from mlxr.engine.kv.tiers import KVTiers  # noqa: E402
 
 
 class Clock:

@@ -49,15 +49,15 @@ def wrap(obj, name: str, key: str, times: dict, on: list, undo: list) -> None:
 
 def instrument(llm, times: dict, picks: dict, on: list) -> list:
     """Wraps the step's pieces; returns the undo list (call its items in reverse to unwrap)."""
-    from mlxr.engine import engine_core
     from mlxr.engine.structured import mask_job, matcher
 
     core = llm.engine.core.core
     manager = core.structured
     undo: list = []
-    for obj, name, key in [(engine_core, "forward_ahead", "forward_ahead"),
-                           (engine_core, "launch_sampling", "launch_sampling"), (core, "step", "core_step"),
-                           (core, "_land", "land"), (core.scheduler, "schedule", "schedule"),
+    flight = core.in_flight
+    for obj, name, key in [(flight, "forward_ahead", "forward_ahead"),
+                           (flight, "sample_forwarded", "launch_sampling"), (core, "step", "core_step"),
+                           (flight, "land", "land"), (core.scheduler, "schedule", "schedule"),
                            (manager, "admit", "admit"), (llm.engine.output, "process", "detokenize"),
                            (manager, "bitmask", "bitmask"), (manager, "_fill", "fill_call"),
                            (manager._worker, "start", "worker_start"), (manager._buffers, "take", "buffers_take"),

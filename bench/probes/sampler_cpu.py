@@ -17,7 +17,7 @@ import torch
 import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import cpu_model, print_table, write_result
 
-from mlxr.engine.sampler import Sampler, SamplingState
+from mlxr.engine.worker.sampler import Sampler, SamplingState
 from mlxr.types import SamplingParams
 
 SETTINGS = {"greedy": {"temperature": 0.0}, "temperature": {"temperature": 0.8},

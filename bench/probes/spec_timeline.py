@@ -30,7 +30,7 @@ class Timeline:
                    lambda _: ("land", 0), before=lambda out, result: ("landing", sum(map(len, result.sampled_token_ids))))
         self._wrap(core.runner, "execute", lambda _: ("launched", 0))
         self._wrap(core.runner, "forward", lambda _: ("forward_queued", 0), before=lambda *a, **k: ("forward_start", 0))
-        import mlxr.engine.model_runner as runner_module
+        import mlxr.engine.worker.model_runner as runner_module
         self._module, self._verify = runner_module, runner_module.sample_with_drafts
 
         def verify(*args, **kwargs):

@@ -77,7 +77,7 @@ def phase_ms(llm, vocab: int, batch: int, steps: int = 40) -> dict:
     from collections import Counter
 
     from mlxr import SamplingParams
-    from mlxr.engine import staging
+    from mlxr.engine.worker import transfers as staging
 
     engine, spent = llm.engine, Counter()
     unwrap = time_engine_phases(engine, spent)

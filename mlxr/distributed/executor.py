@@ -23,10 +23,10 @@ from mlxr.distributed import messages as msg
 from mlxr.distributed.launch import spawn_workers, stop
 from mlxr.distributed.model_shard import load_shard
 from mlxr.distributed.parallel_state import Rendezvous, TPGroup, WorkerGroupError, free_port, rank_device
-from mlxr.engine import prompt_logprobs as plp
-from mlxr.engine.engine_core import CoreParts
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.model_runner import ModelRunner
+from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker import prompt_logprobs as plp
+from mlxr.engine.worker.model_runner import ModelRunner
 
 log = logging.getLogger(__name__)
 

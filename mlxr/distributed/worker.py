@@ -14,8 +14,8 @@ import torch
 from mlxr.distributed import messages as msg
 from mlxr.distributed.model_shard import ModelShard, load_shard
 from mlxr.distributed.parallel_state import Rendezvous, TPGroup, die_with_parent, rank_device
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.model_runner import ModelRunner
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker.model_runner import ModelRunner
 
 log = logging.getLogger("mlxr.distributed.worker")
 

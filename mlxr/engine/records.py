@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mlxr.types import SamplingParams
+from mlxr.types import EngineStats, SamplingParams
 
 
 class TokenLogprob(msgspec.Struct, array_like=True, frozen=True):
@@ -101,31 +101,6 @@ class ModelRunnerOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     logprobs: list[list[TokenLogprob] | None] | None = None
 
 
-# --- core statistics ---------------------------------------------------------------------------
-class CoreStats(msgspec.Struct, array_like=True, frozen=True):
-    num_requests_running: int
-    num_requests_waiting: int
-    num_requests_swapped: int
-    kv_blocks_total: int
-    kv_blocks_used: int
-    kv_blocks_cached: int
-    prefix_cache_queried_tokens: int
-    prefix_cache_hit_tokens: int
-    num_preemptions: int
-    max_model_len: int
-    device_bytes: int  # weights and KV cache on the device
-    runtime_compiles: int  # kernels compiled after the warm-up (each paused a step)
-    kv_tiers: dict[str, dict[str, int]] = {}  # "host" / "disk" -> hits, bytes, resident blocks...
-    spec_num_drafts: int = 0  # speculative decoding: rows that carried drafts
-    spec_num_draft_tokens: int = 0
-    spec_num_accepted_tokens: int = 0
-    spec_accepted_per_position: list[int] = []  # drafts kept at position j (0-based)
-    # Of the spec_* counts, jump-forward's (a grammar's forced tokens drafted and verified).
-    jump_forward_drafts: int = 0
-    jump_forward_draft_tokens: int = 0
-    jump_forward_accepted_tokens: int = 0
-
-
 # --- the core process's messages (core_proc.py) ------------------------------------------------
 class AddRequests(msgspec.Struct, tag=True, array_like=True):
     requests: list[EngineCoreRequest]
@@ -162,14 +137,14 @@ CoreInput = AddRequests | AbortRequests | Embed | PromptLogprobs | Shutdown | He
 
 
 class CoreReady(msgspec.Struct, tag=True, array_like=True):
-    stats: CoreStats
+    stats: EngineStats
     on_gpu: bool
     pid: int = 0  # the core process, which a client that did not start it watches
 
 
 class CoreOutputs(msgspec.Struct, tag=True, array_like=True):
     outputs: list[EngineCoreOutput]
-    stats: CoreStats | None  # a snapshot now and then, and whenever a request finished
+    stats: EngineStats | None  # a snapshot now and then, and whenever a request finished
 
 
 class Reply(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):

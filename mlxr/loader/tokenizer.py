@@ -117,7 +117,7 @@ class Tokenizer:
     def decode_stream(self, context_ids: list[int], skip_special_tokens: bool = True):
         """The step function of a Rust decode stream that starts after context_ids: takes the
         next token id, gives the text that became final or None while it is held back (see
-        engine/detokenizer.py). None where the installed tokenizers has no such stream."""
+        engine/frontend/detokenizer.py). None where the installed tokenizers has no such stream."""
         try:
             from tokenizers.decoders import DecodeStream
 

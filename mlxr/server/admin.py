@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
+import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -27,7 +27,7 @@ async def admin_stats(request: Request) -> JSONResponse:
     for name, s in stats.items():
         served = models.served.get(name)
         body[name] = {
-            **dataclasses.asdict(s),
+            **msgspec.structs.asdict(s),
             "kv_cache_usage": s.kv_cache_usage,
             "spec_acceptance_rate": s.spec_acceptance_rate,
             "kv_blocks_free": s.kv_blocks_total - s.kv_blocks_used,

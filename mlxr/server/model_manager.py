@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from mlxr.config import ModelArgs, ServerConfig
-from mlxr.engine.async_engine import AsyncEngine
+from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.engine_factory import ModelSpec, attach_engine, build_engine
 from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype

@@ -15,7 +15,7 @@ from fastapi import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from mlxr.engine.async_engine import AsyncEngine
+from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.errors import EngineError, InvalidParameterError, MLXRError
 from mlxr.server.model_manager import ServedModel
 from mlxr.server import warm_requests

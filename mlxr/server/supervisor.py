@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import msgspec
 
 from mlxr.config import ServerConfig
-from mlxr.engine.core_attach import CoreProcess
+from mlxr.engine.core.core_attach import CoreProcess
 from mlxr.engine_factory import core_launch
 from mlxr.server.api_worker import WorkerLaunch, listening_socket
 from mlxr.server.model_manager import model_spec

@@ -10,12 +10,11 @@ import torch
 from torch import nn
 
 from mlxr.config import ModelArgs
-from mlxr.engine.input_batch import slots_for
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.sampler import Sampler, SamplingState, make_generator
+from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, ProposerUnavailable
-from mlxr.engine.staging import to_device
-from mlxr.ops.attention.attn_metadata import AttnMetadata
+from mlxr.engine.worker.input_batch import slots_for
+from mlxr.engine.worker.metadata import pack_step
+from mlxr.engine.worker.sampler import Sampler, SamplingState, make_generator
 
 
 @dataclass
@@ -37,7 +36,7 @@ class DraftModelProposer:
         self.graphs = None  # DecodeGraphs of the draft model: its one-token forwards replay them
 
     def enable_cuda_graphs(self, max_batch: int, max_blocks_per_seq: int) -> None:
-        from mlxr.engine.cuda_graphs import DecodeGraphs
+        from mlxr.engine.worker.cuda_graphs import DecodeGraphs
 
         self.graphs = DecodeGraphs(self.model, self.kv, len(self.free), max_batch, max_blocks_per_seq)
 
@@ -121,16 +120,11 @@ class DraftModelProposer:
                 tables += table
             last.append(len(ids) - 1)
             seq.tokens += feed
-        n, t = len(q_lens), len(ids)
-        starts = [0]
-        for q in q_lens:
-            starts.append(starts[-1] + q)
-        flat = to_device(ids + pos + slots + starts + seq_lens + tables + last, torch.long, self.device)
-        input_ids, positions, slot_t, start_t, lens_t, table_t, last_t = flat.split([t, t, t, n + 1, n, n * width, len(last)])
-        meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, q_lens, seq_lens, bs)
-        if self.graphs is not None and self.graphs.can_run(meta):
-            return self.graphs.run(input_ids, positions, meta).index_select(0, last_t)
-        hidden = self.model(input_ids, positions, self.kv.layers, meta)
+        step = pack_step(ids, pos, slots, q_lens, seq_lens, tables, width, last, bs, self.device)
+        last_t = step.extra
+        if self.graphs is not None and self.graphs.can_run(step.meta):
+            return self.graphs.run(step.input_ids, step.positions, step.meta).index_select(0, last_t)
+        hidden = self.model(step.input_ids, step.positions, self.kv.layers, step.meta)
         return self.model.compute_logits(hidden.index_select(0, last_t)).float()
 
     def _draw(self, logits: torch.Tensor, argmax: int, r: DraftRequest) -> tuple[int, torch.Tensor | None]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from mlxr.engine.records import TokenLogprob
-from mlxr.engine.sampler import LOGPROB_FLOOR, LastTokens, Sampler, SamplingState, _has_processors
-from mlxr.engine.staging import to_device
+from mlxr.engine.worker.sampler import LOGPROB_FLOOR, LastTokens, Sampler, SamplingState, _has_processors
+from mlxr.engine.worker.transfers import to_device
 from mlxr.ops import sampling as ops
 
 

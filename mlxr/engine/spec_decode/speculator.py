@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput
-from mlxr.engine.request import Request
+from mlxr.engine.sched.request import Request
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, Proposer
 
 log = logging.getLogger(__name__)

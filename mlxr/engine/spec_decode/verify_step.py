@@ -8,11 +8,11 @@ import itertools
 
 import torch
 
-from mlxr.engine.input_batch import InputBatch
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
-from mlxr.engine.sampler import LastTokens, Sampler
 from mlxr.engine.spec_decode.rejection import RejectionSampler
-from mlxr.engine.staging import to_device
+from mlxr.engine.worker.input_batch import InputBatch
+from mlxr.engine.worker.sampler import LastTokens, Sampler
+from mlxr.engine.worker.transfers import to_device
 
 
 def sample_with_drafts(batch: InputBatch, sampler: Sampler, rejection: RejectionSampler, out: SchedulerOutput,

@@ -7,7 +7,7 @@ step before the previous step's tokens reach the host. So for a step with a cons
 engine core queues the forward, lands the previous step while the forward runs, fills the mask
 here, and only then queues sampling (ModelRunner.execute's before_sample; under overlap the
 forward is queued one engine call ahead, and the mask starts filling at the end of that call:
-constrained_step.forward_ahead).
+core/in_flight.py, StepsInFlight.forward_ahead).
 A step with no constrained row keeps the plain overlap. How a mask is filled: fill.py; a large
 batch's may fill on a worker thread while the step thread hands on outputs, schedules the next
 step and the sampler draws its per-row numbers (mask_job.py): the sampler waits for it only to
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mlxr.engine.records import EngineCoreOutput
-from mlxr.engine.request import Request
+from mlxr.engine.sched.request import Request
 from mlxr.engine.structured.chooser import KindChooser
 from mlxr.engine.structured.fill import FillTiming, MaskFiller
 from mlxr.engine.structured.mask_job import FillThread, MaskBuffers, PendingMask

@@ -1,5 +1,5 @@
 """The metadata every attention op and layer reads: where this step's K/V go and what each
-sequence attends to. Built by the engine's input batch, passed down as an argument."""
+sequence attends to. Built by the engine worker (engine/worker/metadata.py), passed down as an argument."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from mlxr.engine.staging import HostCopy, to_device
+from mlxr.engine.worker.transfers import HostCopy, to_device
 from mlxr.ops import sampling as ops
 from mlxr.types import SamplingParams
 

@@ -1,21 +1,22 @@
 """The runner's persistent view of the requests it runs, and the one place a step's inputs are
-built: token ids, positions, slot mapping, block tables and AttnMetadata.
+built: token ids, positions, slot mapping and block tables (packed with their AttnMetadata by
+metadata.py).
 
 The runner learns a request once (NewRequestData) and keeps its tokens and block table; later
 steps bring counts and block ids only. A token sampled by the previous step but not yet landed
 on the host is read on the device from that step's sampled tokens (PendingTokens)."""
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from mlxr.engine.records import NewRequestData, SchedulerOutput
-from mlxr.engine.sampler import SamplingState, make_generator
-from mlxr.engine.staging import to_device
-from mlxr.engine.steady_decode import DecodeArrays, SteadyDecode
+from mlxr.engine.worker.metadata import decode_metadata, pack_step
+from mlxr.engine.worker.sampler import SamplingState, make_generator
+from mlxr.engine.worker.steady_decode import DecodeArrays, SteadyDecode
+from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.attention.attn_metadata import AttnMetadata
 
 
@@ -148,19 +149,15 @@ class InputBatch:
             tables += t
             if len(t) < width:
                 tables += [0] * (width - len(t))
-        starts = list(itertools.accumulate(q_lens, initial=0))
-        t, n = len(ids), len(q_lens)
-        if t == n == len(rows) and not spec:  # every row one token, every row samples: next may advance it
+        if len(ids) == len(q_lens) == len(rows) and not spec:  # every row one token, every row samples: next may advance it
             self.steady.remember(out, tables, width)
         else:
             self.steady.forget()
-        flat = to_device(ids + pos + slots + starts + seq_lens + tables + fill_at + fill_from, torch.long, self.device)
-        input_ids, positions, slot_t, start_t, lens_t, table_t, fills = flat.split(
-            [t, t, t, n + 1, n, n * width, 2 * len(fill_at)])
+        step = pack_step(ids, pos, slots, q_lens, seq_lens, tables, width, fill_at + fill_from, bs, self.device)
         if fill_at:
-            input_ids[fills[: len(fill_at)]] = pending.tokens[fills[len(fill_at):]]
-        meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, list(q_lens), seq_lens, bs)
-        return StepInputs(input_ids, positions, meta, rows, sampling)
+            fills = step.extra
+            step.input_ids[fills[: len(fill_at)]] = pending.tokens[fills[len(fill_at):]]
+        return StepInputs(step.input_ids, step.positions, step.meta, rows, sampling)
 
     def _steady_inputs(self, a: DecodeArrays, pending: PendingTokens) -> StepInputs:
         """StepInputs of a steady decode step from its advanced arrays (see steady_decode.py)."""
@@ -170,5 +167,5 @@ class InputBatch:
             [a.positions, a.slots, np.arange(n + 1, dtype=np.int64), lens, a.tables.reshape(-1),
              np.array(a.fill_from, dtype=np.int64)])), torch.long, self.device)
         positions, slot_t, start_t, lens_t, table_t, fill_t = flat.split([n, n, n + 1, n, n * width, n])
-        meta = AttnMetadata(slot_t, table_t.view(n, width), start_t, lens_t, [1] * n, lens.tolist(), self.block_size)
+        meta = decode_metadata(slot_t, table_t.view(n, width), start_t, lens_t, lens.tolist(), self.block_size)
         return StepInputs(pending.tokens[fill_t], positions, meta, list(range(n)), list(a.request_ids))

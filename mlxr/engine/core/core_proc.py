@@ -1,4 +1,4 @@
-"""The engine core in a process of its own: `python -m mlxr.engine.core_proc` reads a CoreLaunch
+"""The engine core in a process of its own: `python -m mlxr.engine.core.core_proc` reads a CoreLaunch
 record on stdin, builds its parts with the named factory, and serves its clients over ZMQ
 (core_channels.py: requests in, outputs out, one pair per API process), msgspec-encoded. It
 exits when told, on SIGTERM, or when its parent is gone, so no core outlives its server."""
@@ -15,8 +15,8 @@ import msgspec
 import zmq
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core_channels import Channels
-from mlxr.engine.engine_core import EngineCore
+from mlxr.engine.core.core_channels import Channels
+from mlxr.engine.core.engine_core import EngineCore
 from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreReady, Embed, Hello, PromptLogprobs, Reply, Shutdown,
 )

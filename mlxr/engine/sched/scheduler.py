@@ -11,11 +11,11 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from mlxr.engine.block_manager import BlockManager, SwapSpace
+from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.records import (
     EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
 )
-from mlxr.engine.request import Request, RequestStatus
+from mlxr.engine.sched.request import Request, RequestStatus
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The KV cache's lower tiers behind the device's prefix cache, keyed by the same chained block
 hashes: a host-memory pool that evicted blocks are copied into (LRU), and a disk store
-(kv_disk.py) that every newly committed block is written to in the background.
+(kv/disk.py) that every newly committed block is written to in the background.
 
 The block manager calls evicted / committed / prefetch / lookup / load while it schedules; the
 copies are queued in order and run by flush() before the step's forward (and after a step
-lands), batched (kv_tier_copies.py): a restored prefix is one transfer per run of consecutive
+lands), batched (kv/tier_copies.py): a restored prefix is one transfer per run of consecutive
 host slots and one index_copy_ into the cache (every layer's K and V are views of one tensor).
 On CUDA they run on side streams into pinned memory: the side stream waits for the work already
 queued, and the forward waits for the loads, so the host never blocks on them. Disk blocks are
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.kv_disk import DiskStore
-from mlxr.engine.kv_staging import StagedRow, StagingRows, one_thread
-from mlxr.engine.kv_tier_copies import plan, runs
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.kv.disk import DiskStore
+from mlxr.engine.kv.staging import StagedRow, StagingRows, one_thread
+from mlxr.engine.kv.tier_copies import plan, runs
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class KVTiers:
             rows = min(kv.num_blocks, max(1, STAGING_BYTES // self.block_bytes))
             self.staging = StagingRows(rows, self.block_shape, self.dtype, self.cuda)
         self._row_of: dict[bytes, int] = {}  # read ahead, not yet looked up
-        self.preloaded = 0  # blocks a restart's preload put on the device (kv_preload.py)
+        self.preloaded = 0  # blocks a restart's preload put on the device (kv/preload.py)
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
         self._ops: list[tuple] = []
 

@@ -7,50 +7,36 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import msgspec
-import torch
 
-from mlxr.config import EngineConfig, ModelArgs
-from mlxr.engine.core_client import CoreClient, InprocClient
-from mlxr.engine.engine_core import CoreParts
-from mlxr.engine.output_processor import OutputProcessor, RequestState
-from mlxr.engine.processor import Limits, Processor
-from mlxr.engine.records import CoreStats, EngineCoreRequest, TokenLogprob
+from mlxr.config import EngineConfig
+from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.frontend.core_client import CoreClient, InprocClient
+from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
+from mlxr.engine.frontend.processor import Limits, Processor
+from mlxr.engine.records import EngineCoreRequest, TokenLogprob
 from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
 from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
 
 log = logging.getLogger(__name__)
 
-# The core's cumulative counters (CoreStats fields) that forget_counts starts over.
+# The core's cumulative counters (its EngineStats fields) that forget_counts starts over.
 _CORE_COUNTERS = ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "num_preemptions", "spec_num_drafts",
                   "spec_num_draft_tokens", "spec_num_accepted_tokens", "jump_forward_drafts",
                   "jump_forward_draft_tokens", "jump_forward_accepted_tokens")
 
 
-@dataclass(frozen=True)
-class EngineParts:
-    """What a loaded model gives the engine."""
-
-    model: torch.nn.Module
-    args: ModelArgs
-    tokenizer: object  # mlxr.loader.tokenizer.Tokenizer (engine never imports the loader)
-    dtype: torch.dtype
-    device: torch.device
-    model_digest: str = ""  # keys the disk tier's blocks (engine_factory.model_digest)
-    draft: CoreParts | None = None  # speculative decoding's draft model
-
-
 class LLMEngine:
-    def __init__(self, parts: EngineParts, config: EngineConfig = EngineConfig(),
+    def __init__(self, parts: CoreParts, config: EngineConfig = EngineConfig(),
                  core: CoreClient | None = None) -> None:
+        """parts: the loaded model (with its tokenizer); a core client given runs the core
+        elsewhere, and then only parts.args and parts.tokenizer are read."""
         self.config = config
         self.tokenizer = parts.tokenizer
         self.args = parts.args
-        self.core = core or InprocClient(CoreParts(
-            parts.model, parts.args, parts.dtype, parts.device, tokenizer=parts.tokenizer,
-            model_digest=parts.model_digest, draft=parts.draft), config)
+        self.core = core or InprocClient(parts, config)
         self.max_model_len = self.core.max_model_len
         self.processor = Processor(self.tokenizer, Limits(parts.args.vocab_size, self.max_model_len))
         self.output = OutputProcessor(self.tokenizer)
@@ -58,7 +44,7 @@ class LLMEngine:
         self._forks: dict[str, list[EngineCoreRequest]] = {}  # samples 1.. of n > 1, sent later
         self.num_aborted = 0
         self.prompt_tokens_total = 0
-        self._core_base: CoreStats | None = None  # the core's counters when they were last forgotten
+        self._core_base: EngineStats | None = None  # the core's counters when they were last forgotten
 
     # --- requests -----------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
@@ -159,7 +145,7 @@ class LLMEngine:
         if core:
             self._core_base = self.core.stats()
 
-    def _core_counts(self) -> CoreStats:
+    def _core_counts(self) -> EngineStats:
         """The core's stats with its counters since forget_counts (all of them after a restarted
         core, whose counters began again below the base)."""
         core, base = self.core.stats(), self._core_base
@@ -170,35 +156,16 @@ class LLMEngine:
         per_pos = list(core.spec_accepted_per_position)
         for j, n in enumerate(base.spec_accepted_per_position[:len(per_pos)]):
             per_pos[j] -= n
-        return msgspec.structs.replace(core, spec_accepted_per_position=per_pos, **since)
+        return msgspec.structs.replace(core, spec_accepted_per_position=tuple(per_pos), **since)
 
     def stats(self) -> EngineStats:
-        core = self._core_counts()
-        return EngineStats(
-            num_requests_running=core.num_requests_running,
-            num_requests_waiting=core.num_requests_waiting,
-            num_requests_swapped=core.num_requests_swapped,
-            kv_blocks_total=core.kv_blocks_total,
-            kv_blocks_used=core.kv_blocks_used,
-            kv_blocks_cached=core.kv_blocks_cached,
-            prefix_cache_queried_tokens=core.prefix_cache_queried_tokens,
-            prefix_cache_hit_tokens=core.prefix_cache_hit_tokens,
-            num_preemptions=core.num_preemptions,
+        """The core's stats (its counters since forget_counts) with this frontend's counts."""
+        return msgspec.structs.replace(
+            self._core_counts(),
             num_aborted=self.num_aborted,
             finished_by_reason=dict(self.output.finished_by_reason),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.output.generation_tokens_total,
-            max_model_len=core.max_model_len,
-            device_bytes=core.device_bytes,
-            runtime_compiles=core.runtime_compiles,
-            kv_tiers=core.kv_tiers,
-            spec_num_drafts=core.spec_num_drafts,
-            spec_num_draft_tokens=core.spec_num_draft_tokens,
-            spec_num_accepted_tokens=core.spec_num_accepted_tokens,
-            spec_accepted_per_position=tuple(core.spec_accepted_per_position),
-            jump_forward_drafts=core.jump_forward_drafts,
-            jump_forward_draft_tokens=core.jump_forward_draft_tokens,
-            jump_forward_accepted_tokens=core.jump_forward_accepted_tokens,
         )
 
     @property

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from mlxr.engine.cuda_graphs import DecodeGraphs, GraphInputs
+from mlxr.engine.worker.cuda_graphs import DecodeGraphs
 from mlxr.ops.cpu_plan import NativePlan, PlanUnsupported, record
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ def cpu_graph_sizes(max_batch: int) -> list[int]:
 
 class CpuDecodeGraphs(DecodeGraphs):
     graph_sizes = staticmethod(cpu_graph_sizes)
-    kind = "CPU graph"
+    kind = "decode CPU graph"
 
     def _capture_all(self, budget_s: float) -> None:
         self.threads = torch.get_num_threads()  # the kernels' thread count is an argument baked in
@@ -47,14 +47,14 @@ class CpuDecodeGraphs(DecodeGraphs):
             self.graphs = {}
             log.warning("CPU decode steps run eagerly: %s", e)
 
-    def _capture(self, g: GraphInputs) -> tuple[NativePlan, torch.Tensor]:
-        meta = g.meta(self.kv.block_size)
-        self._forward(g, meta)  # first calls load libraries and fill caches outside the recording
-        plan = record(lambda: self._forward(g, meta))
+    def _capture(self, size: int) -> tuple[NativePlan, torch.Tensor]:
+        g = self.inputs[size]
+        self._forward(size)  # first calls load libraries and fill caches outside the recording
+        plan = record(lambda: self._forward(size))
         logits = plan.result
         # Other tokens than the recording's: a call the recording missed would leave its old result.
         g.input_ids.fill_(1)
-        expected = self._forward(g, meta).clone()
+        expected = self._forward(size).clone()
         logits.zero_()
         plan.replay()
         g.input_ids.zero_()

@@ -1,6 +1,6 @@
 """How the frontend reaches the engine core: in this process (InprocClient), or in a process of
 its own over ZMQ (core_proc.py) that this process starts (MPClient) or that a supervisor started
-for several API processes (core_attach.py's AttachedClient). All speak in records.py's records."""
+for several API processes (attached_client.py's AttachedClient). All speak in records.py's records."""
 from __future__ import annotations
 
 import contextlib
@@ -17,13 +17,14 @@ import msgspec
 import zmq
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core_proc import CoreLaunch
-from mlxr.engine.engine_core import CoreParts, EngineCore
+from mlxr.engine.core.core_proc import CoreLaunch
+from mlxr.engine.core.engine_core import CoreParts, EngineCore
 from mlxr.engine.records import (
-    AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, CoreStats, Embed, EngineCoreOutput,
+    AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, Embed, EngineCoreOutput,
     EngineCoreRequest, Hello, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
 )
 from mlxr.errors import ContextLengthError, EngineDeadError, EngineError, OverloadedError
+from mlxr.types import EngineStats
 
 
 class CoreClient(Protocol):
@@ -40,7 +41,7 @@ class CoreClient(Protocol):
 
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]: ...
 
-    def stats(self) -> CoreStats: ...
+    def stats(self) -> EngineStats: ...
 
     def alive(self) -> bool: ...
 
@@ -71,7 +72,7 @@ class InprocClient:
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
         return self.core.prompt_logprobs(token_ids, top, first)
 
-    def stats(self) -> CoreStats:
+    def stats(self) -> EngineStats:
         return self.core.stats()
 
     def alive(self) -> bool:
@@ -167,7 +168,7 @@ class ZmqClient:
             raise (OverloadedError if kind == "OverloadedError" else EngineError)(text or kind)
         return reply
 
-    def stats(self) -> CoreStats:
+    def stats(self) -> EngineStats:
         # An idle frontend's engine thread does not read; under --api-servers the core keeps
         # sending snapshots (other API processes' requests run): take them in, so the figures
         # are fresh and the queue stays short. Outputs read here wait in the buffer for step().
@@ -237,7 +238,7 @@ class MPClient(ZmqClient):
         channel = (f"ipc://{self._dir}/requests", f"ipc://{self._dir}/outputs")
         super().__init__(*channel)
         launch = CoreLaunch([channel], factory, factory_kwargs, config, os.getpid())
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core_proc"], stdin=subprocess.PIPE)
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core.core_proc"], stdin=subprocess.PIPE)
         self.proc.stdin.write(msgspec.msgpack.encode(launch))
         self.proc.stdin.close()
         try:

@@ -8,7 +8,7 @@ import logging
 import random
 import time
 
-from mlxr.engine.compile_watch import WATCH
+from mlxr.engine.core.compile_watch import WATCH
 from mlxr.engine.records import EngineCoreRequest
 from mlxr.types import SamplingParams
 

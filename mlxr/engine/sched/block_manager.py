@@ -1,6 +1,6 @@
 """KV block allocation: reference counts, prefix caching by chained block hashes,
 copy-on-write for shared partial blocks, and LRU eviction of cached free blocks.
-Pure Python: block ids only, the tensors live in kv_cache.py."""
+Pure Python: block ids only, the tensors live in kv/cache.py."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-from mlxr.engine.request import Request
+from mlxr.engine.sched.request import Request
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def block_hash(parent: bytes | None, tokens: tuple[int, ...]) -> bytes:
 
 
 class LowerTiers(Protocol):
-    """Where prefix-cache blocks go when the device evicts them and come back from (kv_tiers.py)."""
+    """Where prefix-cache blocks go when the device evicts them and come back from (kv/tiers.py)."""
 
     def evicted(self, h: bytes, block: int) -> None: ...
 

@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from mlxr.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer, make_detokenizer
+from mlxr.engine.frontend.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer, make_detokenizer
 from mlxr.engine.records import EngineCoreOutput, TokenLogprob
 from mlxr.types import CompletionOutput, Logprob, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
 

@@ -1,4 +1,4 @@
-"""Where disk blocks wait on their way into the device cache (kv_tiers.py): rows of one tensor
+"""Where disk blocks wait on their way into the device cache (kv/tiers.py): rows of one tensor
 (pinned on CUDA, written at start on CPU, so the first restore pays no page faults), each read
 into by the disk tier's threads, taken in order and all freed by the flush that copies them out.
 And the one-thread region the tiers' CPU copies run in."""

@@ -30,7 +30,7 @@ class KVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         # Every layer's K and V in one tensor [layers, K|V, blocks, ...]: the KV tiers move a block
-        # of every layer in one call (kv_tiers.py); each layer's K and V are contiguous views.
+        # of every layer in one call (kv/tiers.py); each layer's K and V are contiguous views.
         self.blocks = torch.zeros((args.num_hidden_layers, 2, *shape), dtype=dtype, device=device)
         self.layers: list[tuple[torch.Tensor, torch.Tensor]] = [(kv[0], kv[1]) for kv in self.blocks]
         host_shape = (num_host_blocks, *shape[1:])

@@ -10,16 +10,16 @@ from typing import Callable
 import torch
 from torch import nn
 
-from mlxr.engine.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.prompt_logprobs import logit_chunks
+from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
-from mlxr.engine.sampler import LastTokens, SampleFuture, Sampler
 from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
-from mlxr.engine.staging import to_device
-from mlxr.engine.steady_decode import DecodeArrays
-from mlxr.ops.attention.attn_metadata import AttnMetadata
+from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
+from mlxr.engine.worker.metadata import pack_step
+from mlxr.engine.worker.prompt_logprobs import logit_chunks
+from mlxr.engine.worker.sampler import LastTokens, SampleFuture, Sampler
+from mlxr.engine.worker.steady_decode import DecodeArrays
+from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.backend import use_triton
 
 
@@ -92,8 +92,8 @@ class ModelRunner:
                            max_prefill_tokens: int = 0, capture_budget_s: float | None = None) -> None:
         """capture_budget_s: None, each kind's own time budget; ranks of a tensor-parallel group
         pass infinity, so that every rank captures the same graphs."""
-        from mlxr.engine.cuda_graphs import DecodeGraphs
-        from mlxr.engine.prefill_graphs import PrefillGraphs
+        from mlxr.engine.worker.cuda_graphs import DecodeGraphs
+        from mlxr.engine.worker.prefill_graphs import PrefillGraphs
 
         budget = {} if capture_budget_s is None else {"capture_budget_s": capture_budget_s}
         self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq, **budget)
@@ -103,7 +103,7 @@ class ModelRunner:
                                                 max_blocks_per_seq, self.graphs.pool, **budget)
 
     def enable_cpu_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int) -> None:
-        from mlxr.engine.cpu_graphs import cpu_decode_graphs
+        from mlxr.engine.worker.cpu_graphs import cpu_decode_graphs
 
         self.graphs = cpu_decode_graphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq)
 
@@ -249,8 +249,6 @@ class ModelRunner:
 
     def _hidden(self, token_ids: list[int], block_table: list[int]) -> torch.Tensor:
         bs, n = self.kv_cache.block_size, len(token_ids)
-        flat = to_device(token_ids + list(range(n)) + slots_for(block_table, 0, n, bs) + [0, n, n] + block_table,
-                         torch.long, self.device)
-        ids, pos, slots, starts, lens, table = flat.split([n, n, n, 2, 1, len(block_table)])
-        meta = AttnMetadata(slots, table.view(1, -1), starts, lens, [n], [n], bs)
-        return self.model(ids, pos, self.kv_cache.layers, meta)
+        step = pack_step(token_ids, list(range(n)), slots_for(block_table, 0, n, bs), [n], [n], block_table,
+                         len(block_table), [], bs, self.device)
+        return self.model(step.input_ids, step.positions, self.kv_cache.layers, step.meta)

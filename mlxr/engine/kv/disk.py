@@ -1,4 +1,4 @@
-"""The disk tier of the KV cache: one file per block under DIR/<layout key>/ (kv_block_file.py
+"""The disk tier of the KV cache: one file per block under DIR/<layout key>/ (kv/block_file.py
 says what a file holds), an SQLite index (least recently used first, bounded in bytes across
 every layout in DIR), written by a thread of its own so the step loop never waits on a disk.
 The index row is added after a file's rename. Where a pool of reader threads is asked for, a
@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxr.engine.kv_block_file import Layout, read_block_into, sweep_temporaries, write_block
+from mlxr.engine.kv.block_file import Layout, read_block_into, sweep_temporaries, write_block
 
 log = logging.getLogger(__name__)
 

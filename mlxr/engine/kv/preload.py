@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from mlxr.engine.kv_tiers import KVTiers, RestoreTimes
+from mlxr.engine.kv.tiers import KVTiers, RestoreTimes
 
 log = logging.getLogger(__name__)
 

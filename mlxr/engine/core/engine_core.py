@@ -4,7 +4,7 @@ and the model runner; it sees token ids only (the frontend tokenizes and detoken
 A step: schedule -> execute (forward, grammar-mask slot, sample; queued on the device) ->
 land the previous step (scheduler.update_from_output decides finishing and frees blocks).
 On CUDA the previous step lands while the device runs this one (overlap); elsewhere a step
-lands at once."""
+lands at once. The steps queued and not landed have one owner, StepsInFlight (in_flight.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -15,24 +15,25 @@ from dataclasses import dataclass
 import torch
 
 from mlxr.config import EngineConfig, ModelArgs
-from mlxr.engine.block_manager import BlockManager, SwapSpace
-from mlxr.engine.compile_watch import WATCH
-from mlxr.engine.constrained_step import forward_ahead, launch_sampling, mask_hook
-from mlxr.engine.gc_tuning import tune_gc_once
-from mlxr.engine.kv_cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
-from mlxr.engine.kv_block_file import Layout
-from mlxr.engine.kv_disk import DiskStore
-from mlxr.engine.kv_preload import preload
-from mlxr.engine.kv_tiers import KVTiers
-from mlxr.engine.model_runner import Forwarded, ModelRunner, RunnerStep
-from mlxr.engine.prompt_logprobs import prompt_logprobs
-from mlxr.engine.records import CoreStats, EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
-from mlxr.engine.request import Request
-from mlxr.engine.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.core.compile_watch import WATCH
+from mlxr.engine.core.gc_tuning import tune_gc_once
+from mlxr.engine.core.in_flight import StepsInFlight
+from mlxr.engine.core.warm_up import warm_up
+from mlxr.engine.kv.block_file import Layout
+from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
+from mlxr.engine.kv.disk import DiskStore
+from mlxr.engine.kv.preload import preload
+from mlxr.engine.kv.tiers import KVTiers
+from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
+from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
+from mlxr.engine.sched.request import Request
+from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.spec_decode.factory import jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
-from mlxr.engine.warm_up import warm_up
+from mlxr.engine.worker.model_runner import ModelRunner
+from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
 from mlxr.errors import ContextLengthError, OverloadedError
+from mlxr.types import EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,15 @@ def _drafting_rows(config: EngineConfig, parts) -> int:
 
 @dataclass(frozen=True)
 class CoreParts:
-    """What a loaded model gives the engine core: the weights, their shape and placement."""
+    """What a loaded model gives the engine: the weights, their shape and placement, and the
+    tokenizer (the frontend's, and structured output's vocabulary in the core). A frontend
+    whose core runs in another process holds the args and the tokenizer alone."""
 
     model: torch.nn.Module
     args: ModelArgs
     dtype: torch.dtype
     device: torch.device
-    tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer: structured output's vocabulary
+    tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer (the engine never imports the loader)
     model_digest: str = ""  # what the disk tier keys blocks by (the model's files and load options)
     # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
     # announces every step to its workers); it runs without step overlap.
@@ -96,11 +99,7 @@ class EngineCore:
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps
         self.overlap = self.overlap and parts.make_runner is None
-        self._inflight: tuple[SchedulerOutput, RunnerStep] | None = None
-        # A constrained step queued up to its sampling (constrained_step.forward_ahead): its
-        # forward, and its rows' mask (perhaps still filling on the structured manager's
-        # worker), once the step before it landed.
-        self._forwarded: tuple[SchedulerOutput, Forwarded, object] | None = None
+        self.in_flight = StepsInFlight(self)
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
                                                   pin_masks=parts.device.type == "cuda")
         self.speculator = make_speculator(parts, config, num_blocks, max_blocks_per_seq, max_rows)
@@ -147,9 +146,8 @@ class EngineCore:
 
     def reset(self) -> None:
         """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
-        if self._forwarded is not None:
-            launch_sampling(self, *self._take_forwarded())
-        self._land(self._take_inflight())
+        self.in_flight.sample_forwarded()
+        self.in_flight.land()
         self._new_scheduler()
         self.runner.reset()
         if self.speculator is not None:
@@ -194,53 +192,30 @@ class EngineCore:
         self.runner.shutdown()
 
     def has_unfinished(self) -> bool:
-        return (self.scheduler.has_unfinished or self._inflight is not None or self._forwarded is not None
-                or self.structured.busy)
+        return self.scheduler.has_unfinished or not self.in_flight.empty or self.structured.busy
 
     # --- the step ------------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
-        idle = not self.scheduler.has_unfinished and self._inflight is None and self._forwarded is None
-        outputs = self.structured.admit(self.scheduler, idle)
-        masked = self._take_forwarded()
-        if masked is not None and (self._may_draft() or not self.structured.live):
-            # Drafts may follow (their proposer needs this step's tokens): sample first.
-            outputs += launch_sampling(self, *masked)
-            masked = None
+        """One step: schedule -> execute (queued on the device) -> land the step before it.
+        Returns the outputs of every step that landed in it."""
+        flight = self.in_flight
+        outputs = self.structured.admit(self.scheduler, not self.scheduler.has_unfinished and flight.empty)
+        if flight.forwarded and (self._may_draft() or not self.structured.live):
+            outputs += flight.sample_forwarded()  # drafts may follow (their proposer needs its tokens)
         landed, draft_probs = self._speculate()
-        outputs += landed
         out = self.scheduler.schedule()
-        if masked is not None:
-            outputs += launch_sampling(self, *masked)
+        outputs += landed + flight.sample_forwarded()
         if out.is_empty:
-            outputs += self._housekeeping(out)
-            if self._inflight is None and not outputs:
-                self.structured.wait_for_compile()
-            return outputs + self._land_and_flush(self._take_inflight())
-        constrained = self.structured.constrains(out.request_ids)
-        if constrained and self.overlap and not out.spec_token_ids:
-            return outputs + forward_ahead(self, out)
-        landed: list[EngineCoreOutput] = []
-        hook = mask_hook(self, landed) if constrained else None
-        try:
-            if self.tiers is not None:
-                self.tiers.flush()  # blocks evicted or loaded while scheduling move before the forward
-            launched = self.runner.execute(out, hook, draft_probs)
-        except Exception as e:  # noqa: BLE001 - a failed step fails its requests, not the engine
-            self.structured.settle()
-            return outputs + landed + self._failed_launch(out, e)
-        outputs += landed + self._land_and_flush(self._take_inflight())
-        self._inflight = (out, launched)
-        if not self.overlap:
-            outputs += self._land_and_flush(self._take_inflight())
-        return outputs
+            return outputs + self._idle(out, bool(outputs))
+        return outputs + flight.execute(out, draft_probs)
 
-    def _failed_launch(self, out: SchedulerOutput, e: Exception) -> list[EngineCoreOutput]:
-        """A step whose launch raised (called in its except block): the step in flight lands
-        (counting only what it computed), then this step's requests fail."""
-        self.scheduler.unrun(out)
-        outputs = self._land(self._take_inflight())
-        self.scheduler.recompute_swapped(out.preempted_request_ids)  # their swap-out may not have run
-        return outputs + self.fail_step(out.request_ids, e)
+    def _idle(self, out: SchedulerOutput, gave_outputs: bool) -> list[EngineCoreOutput]:
+        """A step without rows: its housekeeping, and the step in flight lands. With nothing to
+        hand on, a grammar still compiling is waited for (briefly) rather than spun on."""
+        outputs = self._housekeeping(out)
+        if self.in_flight.launched is None and not (gave_outputs or outputs):
+            self.structured.wait_for_compile()
+        return outputs + self.in_flight.land_and_flush()
 
     def fail_step(self, request_ids: list[str], e: Exception, what: str = "model step failed") -> list[EngineCoreOutput]:
         """Called in the except block of a step's failure: logs it, fails the requests with it."""
@@ -262,16 +237,6 @@ class EngineCore:
             return self.fail_step(out.preempted_request_ids, e)
         return []
 
-    def _land_and_flush(self, inflight: tuple[SchedulerOutput, RunnerStep] | None) -> list[EngineCoreOutput]:
-        outputs = self._land(inflight)
-        if self.tiers is not None:
-            self.tiers.flush()  # blocks the step completed go to disk now, not at the next step
-        return outputs
-
-    def _take_forwarded(self) -> tuple[SchedulerOutput, Forwarded, object] | None:
-        forwarded, self._forwarded = self._forwarded, None
-        return forwarded
-
     def _may_draft(self) -> bool:
         spec, scheduler = self.speculator, self.scheduler
         return spec is not None and spec.may_draft(len(scheduler.running) + len(scheduler.waiting))
@@ -282,36 +247,17 @@ class EngineCore:
         spec = self.speculator
         if spec is None:
             return [], None
-        inflight = self._inflight[0] if self._inflight else None
+        inflight = self.in_flight.launched
         if spec.proposer is None and not self.structured.live:  # only grammars draft, and none is live
             drafted = inflight is not None and bool(inflight.spec_token_ids)
-            return (self._land(self._take_inflight()) if drafted else []), None
+            return (self.in_flight.land() if drafted else []), None
         landed = []
         running = self.scheduler.running
         waiting = len(self.scheduler.waiting)
         if spec.needs_landed_tokens(running, inflight, waiting):
-            landed = self._land(self._take_inflight())
+            landed = self.in_flight.land()
         spec.propose(running, waiting)
         return landed, spec.draft_probs
-
-    def _take_inflight(self) -> tuple[SchedulerOutput, RunnerStep] | None:
-        inflight, self._inflight = self._inflight, None
-        return inflight
-
-    def _land(self, inflight: tuple[SchedulerOutput, RunnerStep] | None) -> list[EngineCoreOutput]:
-        if inflight is None:
-            return []
-        out, launched = inflight
-        try:
-            result = launched.result()
-        except Exception as e:  # noqa: BLE001 - as a failed launch
-            return self.fail_step(out.request_ids, e)
-        try:
-            if out.spec_token_ids and self.speculator is not None:
-                self.speculator.observe(out, result)
-            return self.scheduler.update_from_output(out, result)
-        except Exception as e:  # noqa: BLE001 - a bug taking in a step fails that step's requests, not the core
-            return self.fail_step(out.request_ids, e, "landing a step failed")
 
     # --- between steps -------------------------------------------------------------------------
     def embed(self, token_ids: list[int]) -> list[float]:
@@ -350,15 +296,16 @@ class EngineCore:
         finally:
             bm.release_blocks(blocks)
 
-    def stats(self) -> CoreStats:
+    def stats(self) -> EngineStats:
+        """The core's part of the engine's stats (the frontend adds its own counts)."""
         sch, usage = self.scheduler, self.block_manager.usage()
         spec = self.speculator.stats if self.speculator is not None else None
-        return CoreStats(
+        return EngineStats(
             len(sch.running), len(sch.waiting), len(sch.swapped), usage.total, usage.used, usage.cached,
             sch.counters.prefix_queried_tokens, sch.counters.prefix_hit_tokens, sch.counters.num_preemptions,
             self.max_model_len, self.device_bytes, WATCH.after_warm_up,
             self.tiers.stats() if self.tiers is not None else {},
-            *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, list(spec.accepted_per_position),
+            *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, tuple(spec.accepted_per_position),
                spec.forced_drafts, spec.forced_draft_tokens, spec.forced_accepted_tokens)
               if spec is not None else ()),
         )

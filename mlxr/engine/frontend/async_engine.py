@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mlxr.engine.core_client import InprocClient
-from mlxr.engine.llm_engine import LLMEngine
-from mlxr.engine.output_collector import OutputCollector
+from mlxr.engine.frontend.core_client import InprocClient
+from mlxr.engine.frontend.llm_engine import LLMEngine
+from mlxr.engine.frontend.output_collector import OutputCollector
 from mlxr.engine.structured.grammar import check_off_loop
 from mlxr.errors import EngineDeadError, OverloadedError
 from mlxr.types import EngineStats, RequestOutput, SamplingParams, TokenLogprobs

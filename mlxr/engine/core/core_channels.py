@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import zmq
 
 from mlxr.engine.records import (
-    AbortRequests, AddRequests, CoreInput, CoreOutputs, CoreStats, EngineCoreOutput, decoder, encode,
+    AbortRequests, AddRequests, CoreInput, CoreOutputs, EngineCoreOutput, decoder, encode,
 )
+from mlxr.types import EngineStats
 
 TAG_SEP = ":"
 
@@ -61,7 +62,7 @@ class Channels:
             message.request_ids = [f"{channel}{TAG_SEP}{rid}" for rid in message.request_ids]
         return message
 
-    def send_outputs(self, outputs: list[EngineCoreOutput], stats: CoreStats | None) -> None:
+    def send_outputs(self, outputs: list[EngineCoreOutput], stats: EngineStats | None) -> None:
         """Each output to its channel; a stats snapshot to every channel."""
         if not self.tagged:
             if outputs or stats is not None:
@@ -78,7 +79,7 @@ class Channels:
                 self._send_snapshot(sock, stats)
 
     @staticmethod
-    def _send_snapshot(sock: zmq.Socket, stats: CoreStats) -> None:
+    def _send_snapshot(sock: zmq.Socket, stats: EngineStats) -> None:
         """A snapshot alone never waits: an API process that has not read for a while (its
         engine thread sleeps while it has no requests) would stall the core for every other
         one once its queue filled. Dropped then; a later snapshot supersedes it anyway."""

@@ -7,28 +7,26 @@ reads: their K/V go to a scratch block, and attention reads only the real tokens
 (its bounds come from query_start_loc and seq_lens, which are inputs of the graph)."""
 from __future__ import annotations
 
-import logging
-import time
-
 import numpy as np
 import torch
 from torch import nn
 
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.staging import copy_into
-from mlxr.ops.attention.attn_metadata import AttnMetadata
-
-log = logging.getLogger(__name__)
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker.graph_pool import GraphPool
+from mlxr.engine.worker.metadata import chunk_metadata
+from mlxr.engine.worker.transfers import copy_into
 
 TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048)
 
 
-class PrefillGraphs:
+class PrefillGraphs(GraphPool):
+    kind = "prefill graph"
+
     def __init__(self, model: nn.Module, kv_cache: KVCache, scratch_block: int, max_tokens: int,
                  max_blocks_per_seq: int, pool=None, capture_budget_s: float = 30.0) -> None:
+        super().__init__([t for t in TOKEN_BUCKETS if t <= max_tokens], pool)
         self.model, self.kv, self.scratch_block = model, kv_cache, scratch_block
         self.width = max_blocks_per_seq
-        self.sizes = [t for t in TOKEN_BUCKETS if t <= max_tokens]
         self.m = max(self.sizes, default=0)
         # One buffer, filled by one host-to-device copy: ids, positions, slots (m each), the
         # block table (width), seq_len, query_start (2), the logits row.
@@ -36,43 +34,18 @@ class PrefillGraphs:
         self.buffer = torch.zeros(3 * self.m + self.width + 4, dtype=torch.long, device=device)
         self.ids, self.positions, self.slots, self.table, self.seq_len, self.q_start, self.row = \
             self.buffer.split([self.m, self.m, self.m, self.width, 1, 2, 1])
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.pool = pool
         self._capture_all(capture_budget_s)
 
-    @torch.inference_mode()
-    def _capture_all(self, budget_s: float) -> None:
-        t0 = time.perf_counter()
-        for t in sorted(self.sizes, reverse=True):
-            if time.perf_counter() - t0 > budget_s:
-                log.warning("prefill graph capture stopped at the %.0fs budget; chunks of %d tokens and fewer run eagerly",
-                            budget_s, t)
-                break
-            table = [self.scratch_block] * -(-t // self.kv.block_size)
-            copy_into(self.buffer, self._host_inputs([0] * t, 0, table))
-            self.graphs[t] = self._capture(t)
-        log.info("captured %d prefill graphs in %.1fs", len(self.graphs), time.perf_counter() - t0)
+    def _prepare(self, size: int) -> None:
+        table = [self.scratch_block] * -(-size // self.kv.block_size)
+        copy_into(self.buffer, self._host_inputs([0] * size, 0, table))
 
-    def _capture(self, t: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up outside the graph (allocator, autotuning)
-            for _ in range(2):
-                self._forward(t)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits = self._forward(t)
-        self.pool = graph.pool()
-        return graph, logits
+    def _eager_rest(self, size: int) -> str:
+        return f"chunks of {size} tokens and fewer"
 
-    def _forward(self, t: int) -> torch.Tensor:
-        meta = AttnMetadata(
-            slot_mapping=self.slots[:t], block_tables=self.table.view(1, -1), query_start_loc=self.q_start,
-            seq_lens=self.seq_len, query_lens_list=[t], seq_lens_list=[t],  # sizes the grid only
-            block_size=self.kv.block_size,
-        )
-        hidden = self.model(self.ids[:t], self.positions[:t], self.kv.layers, meta)
+    def _forward(self, size: int) -> torch.Tensor:
+        meta = chunk_metadata(self.slots[:size], self.table, self.q_start, self.seq_len, size, self.kv.block_size)
+        hidden = self.model(self.ids[:size], self.positions[:size], self.kv.layers, meta)
         return self.model.compute_logits(hidden.index_select(0, self.row))
 
     def bucket(self, num_tokens: int, num_blocks: int) -> int | None:
@@ -107,6 +80,4 @@ class PrefillGraphs:
         block table is table), by replaying the smallest bucket that holds them."""
         t = self.bucket(len(token_ids), len(table))
         copy_into(self.buffer, self._host_inputs(token_ids, start, table))
-        graph, logits = self.graphs[t]
-        graph.replay()
-        return logits
+        return self._replay(t)

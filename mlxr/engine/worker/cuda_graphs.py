@@ -4,18 +4,15 @@ A decode step launches hundreds of small kernels; replaying a captured graph rem
 Python and launch overhead. Padding rows write into a scratch block that no sequence owns."""
 from __future__ import annotations
 
-import logging
-import time
-
 import numpy as np
 import torch
 from torch import nn
 
-from mlxr.engine.kv_cache import KVCache
-from mlxr.engine.steady_decode import DecodeArrays
+from mlxr.engine.kv.cache import KVCache
+from mlxr.engine.worker.graph_pool import GraphPool
+from mlxr.engine.worker.metadata import decode_metadata
+from mlxr.engine.worker.steady_decode import DecodeArrays
 from mlxr.ops.attention.attn_metadata import AttnMetadata
-
-log = logging.getLogger(__name__)
 
 # 3, 5, 6 and 9: a speculative row of 1 + k tokens is 1 + k decode rows, and at batch 1 padding
 # it to the next size costs replay time (SmolLM2 Q4_1 on an H100: 4 rows 2.07 ms, 8 rows 2.27,
@@ -45,15 +42,7 @@ class GraphInputs:
         self.query_start = torch.arange(b + 1, dtype=torch.long, device=device)
 
     def meta(self, block_size: int) -> AttnMetadata:
-        return AttnMetadata(
-            slot_mapping=self.slots,
-            block_tables=self.tables,
-            query_start_loc=self.query_start,
-            seq_lens=self.seq_lens,
-            query_lens_list=[1] * self.b,
-            seq_lens_list=[1] * self.b,  # only the count is read on the decode path
-            block_size=block_size,
-        )
+        return decode_metadata(self.slots, self.tables, self.query_start, self.seq_lens, [1] * self.b, block_size)
 
     def host_arrays(self, n: int, width: int, scratch_block: int,
                     block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -80,7 +69,7 @@ def _staged(host: np.ndarray, device: torch.device) -> torch.Tensor:
     return t if device.type == "cpu" else t.pin_memory()
 
 
-class DecodeGraphs:
+class DecodeGraphs(GraphPool):
     def __init__(
         self,
         model: nn.Module,
@@ -90,18 +79,16 @@ class DecodeGraphs:
         max_blocks_per_seq: int,
         capture_budget_s: float = 60.0,
     ) -> None:
+        super().__init__(self.graph_sizes(max_batch))
         self.model, self.kv = model, kv_cache
         self.scratch_block = scratch_block
         self.width = max_blocks_per_seq
-        self.sizes = self.graph_sizes(max_batch)
         self.device = kv_cache.layers[0][0].device
         self.inputs = {b: GraphInputs(b, self.width, self.device) for b in self.sizes}
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.pool = None
         self._capture_all(capture_budget_s)
 
     graph_sizes = staticmethod(graph_sizes)
-    kind = "CUDA graph"
+    kind = "decode CUDA graph"
 
     def _fill_padding(self, g: GraphInputs, start: int) -> None:
         position, slot, length, block = padding_row(self.scratch_block, self.kv.block_size)
@@ -111,34 +98,15 @@ class DecodeGraphs:
         g.tables[start:] = block
         g.seq_lens[start:] = length
 
-    @torch.inference_mode()
-    def _capture_all(self, budget_s: float) -> None:
-        t0 = time.perf_counter()
-        for b in sorted(self.sizes, reverse=True):  # largest first, so smaller ones reuse its pool
-            if time.perf_counter() - t0 > budget_s:
-                log.warning("%s capture stopped at the %.0fs budget; batch %d and below run eagerly", self.kind,
-                            budget_s, b)
-                break
-            self._fill_padding(self.inputs[b], 0)
-            self.graphs[b] = self._capture(self.inputs[b])
-        log.info("captured %d decode %ss in %.1fs", len(self.graphs), self.kind, time.perf_counter() - t0)
+    def _prepare(self, size: int) -> None:
+        self._fill_padding(self.inputs[size], 0)
 
-    def _capture(self, g: GraphInputs) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        meta = g.meta(self.kv.block_size)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up outside the graph (allocator, autotuning)
-            for _ in range(2):
-                self._forward(g, meta)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits = self._forward(g, meta)
-        self.pool = graph.pool()
-        return graph, logits
+    def _eager_rest(self, size: int) -> str:
+        return f"batch {size} and below"
 
-    def _forward(self, g: GraphInputs, meta: AttnMetadata) -> torch.Tensor:
-        hidden = self.model(g.input_ids, g.positions, self.kv.layers, meta)
+    def _forward(self, size: int) -> torch.Tensor:
+        g = self.inputs[size]
+        hidden = self.model(g.input_ids, g.positions, self.kv.layers, g.meta(self.kv.block_size))
         return self.model.compute_logits(hidden).float()  # the sampler's dtype, cast in the graph
 
     def padded_size(self, n: int) -> int | None:
@@ -164,9 +132,7 @@ class DecodeGraphs:
         g.tables[:n, meta.block_tables.shape[1]:] = self.scratch_block
         g.seq_lens[:n].copy_(meta.seq_lens)
         self._fill_padding(g, n)
-        graph, logits = self.graphs[b]
-        graph.replay()
-        return logits[:n]
+        return self._replay(b)[:n]
 
     @torch.inference_mode()
     def run_steady(self, a: DecodeArrays, tokens: torch.Tensor) -> torch.Tensor:
@@ -181,6 +147,4 @@ class DecodeGraphs:
         g.buf.copy_(_staged(small, self.device), non_blocking=True)
         g.tables[:, :width].copy_(_staged(tables, self.device), non_blocking=True)
         torch.index_select(tokens, 0, g.fill, out=g.input_ids)
-        graph, logits = self.graphs[g.b]
-        graph.replay()
-        return logits[:n]
+        return self._replay(g.b)[:n]

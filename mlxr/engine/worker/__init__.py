@@ -1,0 +1,1 @@
+"""The worker: runs a scheduled step on the device (inputs, forward, graphs, sampling)."""
