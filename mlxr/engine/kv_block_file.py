@@ -17,6 +17,7 @@ checks its CRC-32 there. Every refusal is a BlockRejected naming its reason."""
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import hmac
 import json
@@ -79,13 +80,21 @@ def header_limit(layout: Layout) -> int:
     return HEADER_BASE + HEADER_PER_TOKEN * layout.block_size
 
 
-def _sealed_fields(layout: Layout, block: BlockIdentity, size: int, crc: int) -> dict:
-    return {**asdict(layout), "hash": block.hash.hex(), "parent": (block.parent or b"").hex(),
-            "tokens": list(block.tokens), "bytes": size, "crc32": crc}
+@functools.cache
+def _layout_fields(layout: Layout) -> dict:
+    return asdict(layout)  # asdict is slow enough to count once per block read (a prefix reads hundreds)
 
 
-def _seal(key: bytes, fields: dict) -> str:
-    return hmac.new(key, json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+def _seal(key: bytes, layout: Layout, block: BlockIdentity, size: int, crc: int) -> str:
+    """HMAC-SHA256 under the directory's key of the layout and everything the header says of the block."""
+    message = b"".join((_layout_key(layout), block.hash, block.parent or bytes(32),
+                        struct.pack(f"<QI{len(block.tokens)}q", size, crc, *block.tokens)))
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+@functools.cache
+def _layout_key(layout: Layout) -> bytes:
+    return layout.key().encode()
 
 
 def private_open(path: Path, mode: str):
@@ -97,8 +106,10 @@ def private_open(path: Path, mode: str):
 def write_block(path: Path, layout: Layout, block: BlockIdentity, payload: memoryview, key: bytes,
                 opener: Callable = private_open) -> None:
     """The block's file at path, whole or not at all; raises OSError (a full disk, say)."""
-    fields = _sealed_fields(layout, block, len(payload), crc32(payload))
-    header = json.dumps({**fields, "seal": _seal(key, fields)}).encode()
+    crc = crc32(payload)
+    header = json.dumps({**_layout_fields(layout), "hash": block.hash.hex(), "parent": (block.parent or b"").hex(),
+                         "tokens": list(block.tokens), "bytes": len(payload), "crc32": crc,
+                         "seal": _seal(key, layout, block, len(payload), crc)}).encode()
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     _remove_stale(tmp)
     try:
@@ -186,15 +197,15 @@ def check_header(head: bytes, layout: Layout, h: bytes, size: int, key: bytes) -
     if len(head) < start:
         raise BlockRejected("truncated", "truncated header")
     header = parse_header(head[len(MAGIC) + 4 : start])
-    expected = {**asdict(layout), "bytes": size}
-    wrong = sorted(k for k, v in expected.items() if header.get(k) != v)
+    wrong = sorted(k for k, v in _layout_fields(layout).items() if header.get(k) != v)
+    if header.get("bytes") != size:
+        wrong.append("bytes")
     if wrong:
         raise BlockRejected("foreign", f"written for another model or layout ({', '.join(wrong)} differ)")
     block = _identity(header)
     if block.hash != h or block_hash(block.parent, block.tokens) != h:
         raise BlockRejected("forged", "its tokens and parent do not hash to its name")
-    fields = _sealed_fields(layout, block, size, header["crc32"])
-    if not hmac.compare_digest(_seal(key, fields), str(header["seal"])):
+    if not hmac.compare_digest(_seal(key, layout, block, size, header["crc32"]), header["seal"]):
         raise BlockRejected("forged", "its seal does not match (forged, or written under another key)")
     return start, header["crc32"]
 
@@ -226,7 +237,8 @@ def _identity(header: dict) -> BlockIdentity:
     h, parent, tokens = header.get("hash"), header.get("parent"), header.get("tokens")
     ok = (isinstance(h, str) and isinstance(parent, str) and isinstance(tokens, list)
           and all(type(t) is int and 0 <= t < 1 << 63 for t in tokens)
-          and type(header.get("crc32")) is int and isinstance(header.get("seal"), str))
+          and type(crc := header.get("crc32")) is int and 0 <= crc < 1 << 32
+          and isinstance(seal := header.get("seal"), str) and seal.isascii())
     try:
         if ok:
             return BlockIdentity(bytes.fromhex(h), bytes.fromhex(parent) or None, tuple(tokens))

@@ -54,8 +54,9 @@ def deep_header(path: Path, depth: int = 2000) -> None:
 
 
 def directory(path: Path) -> None:
-    path.unlink()
-    path.mkdir()
+    if not path.is_dir():
+        path.unlink()
+        path.mkdir()
     (path / "inside").write_bytes(b"x")
 
 
