@@ -5,7 +5,9 @@ a server without the disk tier, counts the bad entries in /metrics by reason, an
 SIGTERM."""
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import time
 
 import httpx
@@ -13,7 +15,7 @@ import openai
 
 import kv_dir_damage as damage
 from conftest import fixture_model
-from server_harness import scrape, server_process
+from server_harness import ROOT, free_port, scrape, server_command, server_process
 
 PROMPT = list(range(5, 205))  # 12 full blocks of 16
 OTHER = list(range(300, 500))
@@ -79,3 +81,16 @@ def test_server_on_a_hostile_cache_dir_answers_like_one_without_it(tmp_path):
     assert texts == reference
     assert rejected(metrics, "corrupt") >= 1 and rejected(metrics, "forged") >= 1  # the rebuilt index has them
     assert any("index" in line and "rebuilt" in line for line in (tmp_path / "corrupt-index" / "server.log").open())
+
+
+def test_serve_refuses_a_cache_dir_others_can_write_before_loading(tmp_path):
+    kv = tmp_path / "kv"
+    kv.mkdir()
+    kv.chmod(0o777)
+    gguf = str(fixture_model("tiny-llama").gguf_path)
+    cmd = server_command(tmp_path / "home", free_port(), "--model", gguf, "--kv-cache-dir", str(kv))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "MLXR_HOME": str(tmp_path / "home")})
+    assert done.returncode == 2, done.stderr[-2000:]  # serve's own refusal, not a failed start-up
+    assert done.stderr.startswith("error: kv_cache_dir: ") and "writable by group or others" in done.stderr
+    assert "Traceback" not in done.stderr and not list(kv.iterdir())  # nothing was loaded or written
