@@ -38,6 +38,7 @@ def open_index(root: Path) -> Path:
     db_path = root / INDEX_NAME
     problem = _problem(db_path)
     if problem is None:
+        _drop_bad_rows(db_path)
         return db_path
     for suffix in ("", *SIDE_FILES):
         move_aside(db_path.with_name(INDEX_NAME + suffix))
@@ -67,6 +68,22 @@ def _problem(db_path: Path) -> str | None:
     except sqlite3.Error as e:
         return str(e)
     return None if verdict == "ok" else f"quick_check: {verdict}"
+
+
+def _drop_bad_rows(db_path: Path) -> None:
+    """Rows this code never writes (an index edited or damaged by hand) are deleted, so every row
+    read later is a (32-hex layout, 32-byte hash, size, time) one."""
+    db = connect(db_path)
+    try:
+        dropped = db.execute(
+            "DELETE FROM blocks WHERE typeof(layout) != 'text' OR length(layout) != 32 OR typeof(hash) != 'blob' "
+            "OR length(hash) != 32 OR typeof(bytes) != 'integer' OR bytes < 0 "
+            "OR typeof(last_used) NOT IN ('real', 'integer')").rowcount
+        db.commit()
+    finally:
+        db.close()
+    if dropped:
+        log.warning("KV disk tier: %d malformed rows dropped from the index %s", dropped, db_path)
 
 
 def rebuild(db_path: Path, root: Path) -> int:

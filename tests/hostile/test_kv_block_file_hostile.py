@@ -177,3 +177,29 @@ def test_any_damage_to_a_header_is_a_rejection_or_the_block(tmp_path):
         except BlockRejected:
             continue
         assert bytes(into) == bytes(data)
+
+
+def test_store_starts_past_odd_temporaries_and_malformed_index_rows(tmp_path):
+    """A name ending in .tmp without a writer's pid, a directory and a FIFO named like a dead
+    writer's temporary, and index rows of the wrong types: the store starts, removes the FIFO
+    only (a non-directory of its own naming), drops the rows, and reads its blocks."""
+    import sqlite3
+
+    kv = random_cache("cpu")
+    write_blocks(kv, tmp_path, "cpu", 2)
+    layout_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    (layout_dir / "stray.tmp").write_bytes(b"x")
+    (layout_dir / "a.kvb.999999999.tmp").mkdir()
+    os.mkfifo(layout_dir / "b.kvb.999999998.tmp")
+    db = sqlite3.connect(tmp_path / "index.sqlite")
+    db.execute("INSERT INTO blocks VALUES (?, ?, ?, ?)", (layout_dir.name, "text, not a hash", "big", "now"))
+    db.execute("INSERT INTO blocks VALUES (?, ?, ?, ?)", (7, b"\0" * 32, 10, 0.0))
+    db.commit()
+    db.close()
+    store = disk_store(tmp_path, "cpu")
+    try:
+        assert store.num_blocks == 2 and store.total_bytes > 0
+        assert all(store.read(disk_hash(b)) is not None for b in range(2))
+        assert sorted(p.name for p in layout_dir.glob("*.tmp")) == ["a.kvb.999999999.tmp", "stray.tmp"]  # not ours
+    finally:
+        store.close()
