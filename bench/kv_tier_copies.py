@@ -81,6 +81,20 @@ def measure(tiers: KVTiers, n: int, with_evictions: bool, rounds: int, device: s
             "done_ms_per_block": 1e3 * median(done_s) / n, "done_ms": 1e3 * median(done_s)}
 
 
+def block_chain(n: int, block_size: int = 16) -> list:
+    """n chained blocks (hash, parent, tokens) as the block manager hashes them: the disk tier
+    writes and reads back only blocks whose tokens hash to their names."""
+    from mlxr.engine.sched.block_manager import block_hash
+    from mlxr.engine.kv.block_file import BlockIdentity
+
+    blocks, parent = [], None
+    for b in range(n):
+        tokens = tuple(range(b * block_size, (b + 1) * block_size))
+        blocks.append(BlockIdentity(block_hash(parent, tokens), parent, tokens))
+        parent = blocks[-1].hash
+    return blocks
+
+
 def disk_rounds(kv: KVCache, n: int, rounds: int, device: str) -> dict[str, dict]:
     from pathlib import Path
 
@@ -88,15 +102,16 @@ def disk_rounds(kv: KVCache, n: int, rounds: int, device: str) -> dict[str, dict
 
     tiers_args = (kv, 0)
     layout = Layout("bench", str(kv.layers[0][0].dtype), 16, len(kv.layers), *kv.layers[0][0].shape[2:], device)
-    hashes = [b"prefix%d" % b for b in range(n)]
+    blocks = block_chain(n)
+    hashes = [block.hash for block in blocks]
     times: dict[str, list[float]] = {"disk serial": [], "disk read-ahead": []}
     with tempfile.TemporaryDirectory(prefix="kv-tier-copies-") as root:
         def store() -> DiskStore:  # the read-ahead row reads with READ_THREADS, whatever the cores
             return DiskStore(Path(root), layout, KVTiers(*tiers_args, None).block_bytes, 1 << 40, READ_THREADS)
 
         writer = KVTiers(*tiers_args, store())
-        for b, h in enumerate(hashes):
-            writer.committed(h, b)
+        for b, block in enumerate(blocks):
+            writer.committed(block.hash, b, block.parent, block.tokens)
         writer.close()
         for _ in range(rounds):
             for pattern in times:

@@ -15,11 +15,12 @@ import mlxr.engine.kv.staging as kv_staging
 import mlxr.engine.kv.tiers as kv_tiers
 from mlxr.engine.kv.staging import StagedRow
 from mlxr.engine.kv.tiers import KVTiers
-from test_kv_tier_copies import DEVICES, SIZE, block_bytes, disk_store, random_cache, scramble, sync, write_blocks
+from test_kv_tier_copies import (DEVICES, SIZE, block_bytes, disk_hash, disk_store, random_cache, scramble, sync,
+                                 write_blocks)
 
 
 def block_file(root: Path, b: int) -> Path:
-    return next(root.glob(f"*/{(b'disk%d' % b).hex()}.kvb"))
+    return next(root.glob(f"*/{disk_hash(b).hex()}.kvb"))
 
 
 def flip_payload_byte(path: Path) -> None:
@@ -37,7 +38,7 @@ def cut_last_byte(path: Path) -> None:
 
 
 def restore(tiers: KVTiers, n: int, first_block: int, read_ahead: bool) -> list[object]:
-    chain = [b"disk%d" % b for b in range(n)]
+    chain = [disk_hash(b) for b in range(n)]
     if read_ahead:
         tiers.prefetch(chain)
     sources = []
@@ -84,7 +85,7 @@ def test_damaged_file_is_refused_whichever_path_reads_it(threads, damage, tmp_pa
         assert torch.equal(block_bytes(kv, 8 + b), want[b])
     assert (kv.layers[0][0][11] == -1.0).all()  # the refused block's bytes never reached the cache
     tiers.disk.drain()
-    assert not tiers.disk.contains(b"disk3")
+    assert not tiers.disk.contains(disk_hash(3))
     tiers.close()
 
 
@@ -121,7 +122,7 @@ def test_reads_mark_blocks_used_in_the_index(tmp_path):
     restore(tiers, 2, 8, read_ahead=True)
     tiers.disk.drain()
     after = dict(db.execute("SELECT hash, last_used FROM blocks").fetchall())
-    assert [after[b"disk%d" % b] > before[b"disk%d" % b] for b in range(4)] == [True, True, False, False]
+    assert [after[disk_hash(b)] > before[disk_hash(b)] for b in range(4)] == [True, True, False, False]
     tiers.close()
     db.close()
 
@@ -140,15 +141,16 @@ def test_cpu_copies_leave_the_thread_count_as_found(tmp_path):
     tiers.close()
 
 
-def test_files_checked_with_zlibs_crc_stay_readable(tmp_path):
-    """The CRC-32 is zlib-ng's since 2026-11-25: files written before carry the standard
-    library's zlib value, which must be the same number for every length (odd tails too)."""
+def test_zlib_ng_crc_is_zlibs_and_first_format_files_are_foreign(tmp_path):
+    """The CRC-32 is zlib-ng's since 2026-11-25, the same number as the standard library's zlib
+    for every length (odd tails too); a file of the first format (MLXRKV01, before tokens and a
+    seal were in the header), whatever its CRC, is refused as foreign, not read."""
     import json
     import struct
     import zlib
     from dataclasses import asdict
 
-    from mlxr.engine.kv.block_file import MAGIC, Layout, crc32, read_block_into
+    from mlxr.engine.kv.block_file import BlockRejected, Layout, crc32, read_block_into
 
     gen = torch.Generator().manual_seed(0)
     for n in (1, 31, 4096, 360_448 + 7):
@@ -159,7 +161,7 @@ def test_files_checked_with_zlibs_crc_stay_readable(tmp_path):
     h = bytes(32)
     header = json.dumps({**asdict(layout), "hash": h.hex(), "bytes": len(payload), "crc32": zlib.crc32(payload)}).encode()
     path = tmp_path / "old.kvb"
-    path.write_bytes(MAGIC + struct.pack("<I", len(header)) + header + bytes(payload))
-    into = memoryview(bytearray(len(payload)))
-    read_block_into(path, layout, h, into)
-    assert bytes(into) == bytes(payload)
+    path.write_bytes(b"MLXRKV01" + struct.pack("<I", len(header)) + header + bytes(payload))
+    with pytest.raises(BlockRejected) as refused:
+        read_block_into(path, layout, h, memoryview(bytearray(len(payload))), key=bytes(32))
+    assert refused.value.reason == "foreign"

@@ -2,12 +2,15 @@
 in one transfer per run of host slots, whatever order the block manager queued the copies in."""
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 import torch
 
 from mlxr.config import ModelArgs
+from mlxr.engine.sched.block_manager import BlockManager, block_hash
+from mlxr.engine.kv.block_file import BlockIdentity
 from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block
 from mlxr.engine.kv.disk import DiskStore, Layout
 from mlxr.engine.kv.tier_copies import plan, runs
@@ -50,12 +53,26 @@ def disk_store(root, device: str, read_threads: int | None = None) -> DiskStore:
     return DiskStore(root, layout, SIZE, 1 << 30, read_threads)
 
 
+@functools.cache
+def disk_block(b: int) -> BlockIdentity:
+    """Block b of one chain of BLOCK_SIZE-token blocks (tokens 0, 1, 2... in turn), hashed as the
+    block manager hashes them."""
+    parent = disk_block(b - 1).hash if b else None
+    tokens = tuple(range(b * BLOCK_SIZE, (b + 1) * BLOCK_SIZE))
+    return BlockIdentity(block_hash(parent, tokens), parent, tokens)
+
+
+def disk_hash(b: int) -> bytes:
+    return disk_block(b).hash
+
+
 def write_blocks(kv: KVCache, root, device: str, n: int) -> dict[int, torch.Tensor]:
-    """Blocks 0..n-1 of kv saved as b"disk<b>" to the disk tier in root by a server that then
-    stops; their bytes."""
+    """Blocks 0..n-1 of kv saved as disk_block(0..n-1) to the disk tier in root by a server that
+    then stops; their bytes."""
     writer = KVTiers(kv, host_blocks=0, disk=disk_store(root, device))
     for b in range(n):
-        writer.committed(b"disk%d" % b, b)
+        block = disk_block(b)
+        writer.committed(block.hash, b, block.parent, block.tokens)
     writer.close()
     return {b: block_bytes(kv, b) for b in range(n)}
 
@@ -154,7 +171,7 @@ def test_host_and_disk_sources_load_together(device, tmp_path):
         tiers.evicted(b"host%d" % b, b)
     tiers.flush()
     scramble(kv, list(range(16)))
-    sources = [tiers.lookup(b"disk%d" % b) for b in range(3)] + [tiers.lookup(b"host%d" % b) for b in range(3, 6)]
+    sources = [tiers.lookup(disk_hash(b)) for b in range(3)] + [tiers.lookup(b"host%d" % b) for b in range(3, 6)]
     assert all(s is not None for s in sources)
     for b, source in enumerate(sources):
         tiers.load(source, 10 + b)
@@ -226,15 +243,15 @@ def test_disk_chain_is_read_ahead_up_to_its_first_gap(tmp_path):
     kv = random_cache("cpu")
     want = write_blocks(kv, tmp_path, "cpu", 5)
     tiers = KVTiers(kv, host_blocks=0, disk=disk_store(tmp_path, "cpu", read_threads=2))
-    chain = [b"disk0", b"disk1", b"disk2", b"nowhere", b"disk3"]
+    chain = [disk_hash(0), disk_hash(1), disk_hash(2), b"nowhere", disk_hash(3)]
     tiers.prefetch(chain)
-    assert set(tiers.disk._prefetched) == {b"disk0", b"disk1", b"disk2"}
+    assert set(tiers.disk._prefetched) == {disk_hash(0), disk_hash(1), disk_hash(2)}
     for future, _ in tiers.disk._prefetched.values():
         future.result()
     for path in tmp_path.glob("*/*.kvb"):
         path.unlink()
     sources = [tiers.lookup(h) for h in chain[:3]]
-    assert tiers.lookup(b"disk3") is None and tiers.disk.counters.skipped_files == 1  # not read ahead
+    assert tiers.lookup(disk_hash(3)) is None and tiers.disk.counters.skipped_files == 1  # not read ahead
     scramble(kv, list(range(16)))
     for b, source in enumerate(sources):
         tiers.load(source, 8 + b)

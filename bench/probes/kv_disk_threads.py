@@ -18,17 +18,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import cpu_model, median, print_table, write_result  # noqa: E402
-from kv_tier_copies import SHAPES  # noqa: E402
+from kv_tier_copies import SHAPES, block_chain  # noqa: E402
 
-from mlxr.engine.kv.block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
+from mlxr.engine.kv.block_file import MAGIC, Layout, check_header, crc32, header_limit  # noqa: E402
 from mlxr.engine.kv.disk import DiskStore  # noqa: E402
 
 
 def read_raw(store: DiskStore, h: bytes, into: memoryview, crc: bool) -> None:
     fd = os.open(store._path(h), os.O_RDONLY)
     try:
-        head = os.pread(fd, len(MAGIC) + 4 + HEADER_MAX, 0)
-        start, want = check_header(head, store.layout, h, len(into))
+        head = os.pread(fd, len(MAGIC) + 4 + header_limit(store.layout), 0)
+        start, want = check_header(head, store.layout, h, len(into), store.key)
         got = os.preadv(fd, [into], start)
     finally:
         os.close(fd)
@@ -58,9 +58,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kv-disk-threads-") as root:
         writer = DiskStore(Path(root), layout, block_bytes, 1 << 40)
-        hashes = [i.to_bytes(32, "little") for i in range(args.blocks)]
+        blocks = block_chain(args.blocks)
+        hashes = [block.hash for block in blocks]
         payload = [memoryview(os.urandom(block_bytes)) for _ in range(4)]
-        writer.submit((hashes, lambda: [payload[i % 4] for i in range(len(hashes))], None))
+        writer.submit((blocks, lambda: [payload[i % 4] for i in range(len(hashes))], None))
         writer.drain()
         writer.close()
         buffers = [memoryview(bytearray(block_bytes)) for _ in hashes]

@@ -37,11 +37,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import cpu_model, device_name, median, print_table, sync, write_result  # noqa: E402
-from kv_tier_copies import SHAPES, layout_args  # noqa: E402
+from kv_tier_copies import SHAPES, block_chain, layout_args  # noqa: E402
 
 from mlxr.config import ModelArgs  # noqa: E402
-from mlxr.engine.kv.block_file import HEADER_MAX, MAGIC, Layout, check_header, crc32  # noqa: E402
 from mlxr.engine.kv.cache import KVCache  # noqa: E402
+from mlxr.engine.kv.block_file import MAGIC, Layout, check_header, crc32, header_limit  # noqa: E402
 from mlxr.engine.kv.disk import READ_THREADS, DiskStore  # noqa: E402
 from mlxr.engine.kv.staging import one_thread  # noqa: E402
 from mlxr.engine.kv.tiers import KVTiers  # noqa: E402
@@ -62,7 +62,7 @@ def files_bytes_then_copy(store: DiskStore, hashes: list[bytes], rows: torch.Ten
     """The read path before: a fresh bytearray per file, then a torch copy into the row."""
     c = Clock()
     for i, h in enumerate(hashes):
-        buf = bytearray(len(MAGIC) + 4 + HEADER_MAX + store.block_bytes + 1)
+        buf = bytearray(len(MAGIC) + 4 + header_limit(store.layout) + store.block_bytes + 1)
         c.lap("alloc")
         view, n = memoryview(buf), 0
         with open(store._path(h), "rb", buffering=0) as f:
@@ -88,7 +88,8 @@ def files_into_rows(store: DiskStore, hashes: list[bytes], rows: torch.Tensor) -
         into = flat[i * bb : (i + 1) * bb]
         with open(store._path(h), "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
-            start, crc = check_header(f.read(len(MAGIC) + 4 + HEADER_MAX), store.layout, h, bb)
+            start, crc = check_header(f.read(len(MAGIC) + 4 + header_limit(store.layout)), store.layout, h, bb,
+                                      store.key)
             assert size == start + bb
             c.lap("open+header")
             f.seek(start)
@@ -170,7 +171,8 @@ def run(args) -> None:
     for k, v in kv.layers:
         k.normal_(), v.normal_()
     layout = Layout("probe", str(dtype), 16, layers, heads, dim, device)
-    hashes = [b"prefix%d" % b for b in range(n)]
+    blocks = block_chain(n)
+    hashes = [block.hash for block in blocks]
     rows = torch.empty((n, layers, 2, 16, heads, dim), dtype=dtype, pin_memory=device == "cuda")
     results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="kv-restore-phases-") as root:
@@ -178,8 +180,8 @@ def run(args) -> None:
             return DiskStore(Path(root), layout, rows[0].numel() * rows.element_size(), 1 << 40, threads)
 
         writer = KVTiers(kv, 0, store(0))
-        for b, h in enumerate(hashes):
-            writer.committed(h, b)
+        for b, block in enumerate(blocks):
+            writer.committed(block.hash, b, block.parent, block.tokens)
         writer.close()
         probe = store(0)
         for _ in range(args.rounds):

@@ -107,11 +107,16 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
                   draft: str | None = None):
     from mlxr.config import EngineConfig, ServerConfig
 
+    kv_cache_dir = Path(ns.kv_cache_dir).expanduser().resolve() if ns.kv_cache_dir else None
+    if kv_cache_dir is not None:  # refused now, before any model loads, if others could write it
+        from mlxr.engine.kv.disk_dir import private_directory
+
+        private_directory(kv_cache_dir)
     engine = EngineConfig(
         max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens,
         max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
         num_kv_blocks=ns.num_kv_blocks, kv_host_cache_gb=ns.kv_host_cache_gb,
-        kv_cache_dir=str(Path(ns.kv_cache_dir).expanduser().resolve()) if ns.kv_cache_dir else None,
+        kv_cache_dir=str(kv_cache_dir) if kv_cache_dir else None,
         kv_cache_disk_gb=ns.kv_cache_disk_gb, kv_cache_preload=ns.kv_cache_preload, parallel=parallel_from(ns),
         speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
         speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,

@@ -116,7 +116,8 @@ TIER_METRICS = (  # (name, kind, help, key of EngineStats.kv_tiers[tier])
     ("mlxr:kv_tier_blocks", "gauge", "KV blocks resident in a tier", "blocks"),
     ("mlxr:kv_tier_skipped_files", "counter", "Disk tier files skipped (corrupt, truncated, mismatched)",
      "skipped_files"),
-    ("mlxr:kv_tier_write_errors", "counter", "Disk tier writes that failed (writes turn off)", "write_errors"),
+    ("mlxr:kv_tier_write_errors", "counter", "Disk tier writer errors (a full disk turns writes off)",
+     "write_errors"),
     ("mlxr:kv_tier_writes_enabled", "gauge", "1 while the disk tier still writes", "writes_enabled"),
     ("mlxr:kv_tier_preloaded_blocks", "gauge", "Disk tier blocks loaded into the device cache at start",
      "preloaded_blocks"),
@@ -132,6 +133,14 @@ def _tiers(stats: dict[str, EngineStats]) -> Iterator[Metric]:
                 if key in figures:
                     family.add_metric([model, tier], float(figures[key]))
         yield family
+    rejected = CounterMetricFamily("mlxr:kv_disk_rejected", "Disk tier entries skipped when read, by reason "
+                                   "(missing, symlink, not_regular, unreadable, truncated, corrupt, foreign, forged)",
+                                   labels=["model_name", "reason"])
+    for model, s in stats.items():
+        for key, count in sorted(s.kv_tiers.get("disk", {}).items()):
+            if key.startswith("rejected_"):
+                rejected.add_metric([model, key.removeprefix("rejected_")], float(count))
+    yield rejected
 
 
 class ServerMetrics:

@@ -2,26 +2,36 @@
 says what a file holds), an SQLite index (least recently used first, bounded in bytes across
 every layout in DIR), written by a thread of its own so the step loop never waits on a disk.
 The index row is added after a file's rename. Where a pool of reader threads is asked for, a
-prefix is read ahead by it (file reads and the CRC release the GIL). Pure Python (no torch)."""
+prefix is read ahead by it (file reads and the CRC release the GIL). Pure Python (no torch).
+
+Nothing in DIR is trusted (kv_disk_dir.py, kv_disk_index.py): an entry that is not a good block
+file of this block, model and layout is skipped, counted by reason and its block recomputed; an
+unusable index is rebuilt; an error of the writer thread is logged and counted, and it goes on."""
 from __future__ import annotations
 
+import errno
 import logging
-import os
 import queue
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlxr.engine.kv.block_file import Layout, read_block_into, sweep_temporaries, write_block
+from mlxr.engine.kv.block_file import BlockIdentity, BlockRejected, Layout, private_open, read_block_into, write_block
+from mlxr.engine.kv.disk_dir import (layout_directory, private_directory, remove_block_file, seal_key,
+                                     sweep_temporaries)
+from mlxr.engine.kv.disk_index import connect, open_index
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_BYTES = 512 << 20  # blocks queued for writing; past it new ones are dropped
 READ_THREADS = 8  # the read-ahead pool where one is asked for (read_threads); none by default
+# A write failing with these is the file system's, not one file's: disk writes turn off.
+DISK_WIDE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 @dataclass
@@ -29,25 +39,27 @@ class DiskCounters:
     hits: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
-    skipped_files: int = 0  # corrupt, truncated or mismatched: recomputed instead
-    write_errors: int = 0
+    skipped_files: int = 0  # refused when read (any reason): recomputed instead
+    write_errors: int = 0  # any error of the writer thread (it goes on)
     dropped_writes: int = 0  # the writer was behind by MAX_PENDING_BYTES
+    rejected: Counter = field(default_factory=Counter)  # skipped_files by BlockRejected.reason
 
 
-# A batch to write: the blocks' hashes, their payload buffers (a callable, so the bytes are taken
-# once the device copy is done), and what to wait on first.
-WriteBatch = tuple[list[bytes], Callable[[], list[memoryview]], Callable[[], None] | None]
+# A batch to write: the blocks (hash, parent, tokens), their payload buffers (a callable, so the
+# bytes are taken once the device copy is done), and what to wait on first.
+WriteBatch = tuple[list[BlockIdentity], Callable[[], list[memoryview]], Callable[[], None] | None]
 
 
 class DiskStore:
     def __init__(self, root: Path, layout: Layout, block_bytes: int, max_bytes: int,
                  read_threads: int | None = None) -> None:
         self.root, self.layout, self.block_bytes, self.max_bytes = Path(root), layout, block_bytes, max_bytes
-        self.dir = self.root / layout.key()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.db_path = self.root / "index.sqlite"
+        private_directory(self.root)
+        self.dir = layout_directory(self.root, layout.key())
+        self.key = seal_key(self.root)
+        self.db_path = open_index(self.root)
         self.counters = DiskCounters()
-        self.opener: Callable = open  # where files are opened for writing (tests inject a full disk)
+        self.opener: Callable = private_open  # where files are opened for writing (tests inject a full disk)
         self._lock = threading.Lock()
         self._resident: set[bytes] = set()
         self._pending: set[bytes] = set()
@@ -69,11 +81,7 @@ class DiskStore:
 
     # --- index --------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.db_path, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE IF NOT EXISTS blocks (layout TEXT, hash BLOB, bytes INTEGER, "
-                   "last_used REAL, PRIMARY KEY (layout, hash))")
-        return db
+        return connect(self.db_path)
 
     def _load_index(self) -> None:
         sweep_temporaries(self.dir)
@@ -152,9 +160,11 @@ class DiskStore:
             else:
                 future, into = pending
                 future.result()
-        except (OSError, ValueError) as e:
-            log.warning("KV disk tier: skipping %s (%s); the block is recomputed", self._path(h).name, e)
+        except BlockRejected as e:
+            log.warning("KV disk tier: skipping %s (%s: %s); the block is recomputed", self._path(h).name,
+                        e.reason, e)
             self.counters.skipped_files += 1
+            self.counters.rejected[e.reason] += 1
             self._forget(h)
             return None
         self.counters.hits += 1
@@ -163,7 +173,7 @@ class DiskStore:
         return into
 
     def _read_into(self, h: bytes, into: memoryview) -> None:
-        read_block_into(self._path(h), self.layout, h, into)
+        read_block_into(self._path(h), self.layout, h, into, self.key)
 
     def _forget(self, h: bytes) -> None:
         with self._lock:
@@ -175,7 +185,7 @@ class DiskStore:
         return self.writes_enabled and h not in self._resident and h not in self._pending
 
     def submit(self, batch: WriteBatch) -> None:
-        hashes = batch[0]
+        hashes = [block.hash for block in batch[0]]
         size = len(hashes) * self.block_bytes
         with self._lock:
             if self._pending_bytes + size > MAX_PENDING_BYTES:
@@ -207,43 +217,54 @@ class DiskStore:
                 kind, item = self._queue.get()
                 if kind == "stop":
                     return
-                if kind == "mark":
-                    item.set()
-                elif kind == "write":
-                    self._write_batch(db, *item)
-                elif kind == "touch":
-                    now, key = time.time(), self.layout.key()
-                    db.executemany("UPDATE blocks SET last_used = ? WHERE layout = ? AND hash = ?",
-                                   [(now, key, h) for h in item])
-                    db.commit()
-                elif kind == "forget":
-                    self._delete(db, [(self.layout.key(), item)])
+                try:
+                    self._handle(db, kind, item)
+                except Exception as e:  # noqa: BLE001 - the writer outlives any one error
+                    self.counters.write_errors += 1
+                    log.error("KV disk tier: the writer's %s failed (%s: %s); it goes on", kind, type(e).__name__, e)
+                    db.rollback()
         finally:
             db.close()
 
-    def _write_batch(self, db: sqlite3.Connection, hashes: list[bytes], payloads, wait) -> None:
+    def _handle(self, db: sqlite3.Connection, kind: str, item) -> None:
+        if kind == "mark":
+            item.set()
+        elif kind == "write":
+            self._write_batch(db, *item)
+        elif kind == "touch":
+            now, key = time.time(), self.layout.key()
+            db.executemany("UPDATE blocks SET last_used = ? WHERE layout = ? AND hash = ?",
+                           [(now, key, h) for h in item])
+            db.commit()
+        elif kind == "forget":
+            self._delete(db, [(self.layout.key(), item)])
+
+    def _write_batch(self, db: sqlite3.Connection, blocks: list[BlockIdentity], payloads, wait) -> None:
         try:
             if wait is not None:
                 wait()
             buffers = payloads()
-            for h, buf in zip(hashes, buffers):
+            for block, buf in zip(blocks, buffers):
                 if self.writes_enabled:
-                    self._write_one(db, h, buf)
+                    self._write_one(db, block, buf)
         finally:
             with self._lock:
-                self._pending.difference_update(hashes)
-                self._pending_bytes -= len(hashes) * self.block_bytes
+                self._pending.difference_update(block.hash for block in blocks)
+                self._pending_bytes -= len(blocks) * self.block_bytes
         self._evict(db)
 
-    def _write_one(self, db: sqlite3.Connection, h: bytes, payload: memoryview) -> None:
-        final = self._path(h)
+    def _write_one(self, db: sqlite3.Connection, block: BlockIdentity, payload: memoryview) -> None:
+        h, final = block.hash, self._path(block.hash)
         try:
-            write_block(final, self.layout, h, payload, self.opener)
+            write_block(final, self.layout, block, payload, self.key, self.opener)
         except OSError as e:
             self.counters.write_errors += 1
-            self.writes_enabled = False
-            log.error("KV disk tier: writing %s failed (%s); disk writes are off, the cache on disk "
-                      "stays readable and nothing is lost", final.name, e)
+            if e.errno in DISK_WIDE_ERRORS:
+                self.writes_enabled = False
+                log.error("KV disk tier: writing %s failed (%s); disk writes are off, the cache on disk "
+                          "stays readable and nothing is lost", final.name, e)
+            else:
+                log.warning("KV disk tier: writing %s failed (%s); the block stays off the disk", final.name, e)
             return
         size = final.stat().st_size
         db.execute("INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?)", (self.layout.key(), h, size, time.time()))
@@ -275,8 +296,9 @@ class DiskStore:
             path = self.root / layout / f"{h.hex()}.kvb" if well_formed else None
             got = db.execute("SELECT bytes FROM blocks WHERE layout = ? AND hash = ?", (layout, h)).fetchone()
             db.execute("DELETE FROM blocks WHERE layout = ? AND hash = ?", (layout, h))
-            if path is not None:
-                path.unlink(missing_ok=True)
+            if path is not None and (why := remove_block_file(path)) is not None:
+                self.counters.write_errors += 1
+                log.warning("KV disk tier: cannot remove %s (%s); it is left, out of the index", path, why)
             with self._lock:
                 if got is not None:
                     self.total_bytes -= got[0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Phase:
     saves: list[tuple[int, int]] = field(default_factory=list)  # (device block, host slot)
-    persists: list[tuple[bytes, int]] = field(default_factory=list)  # (block hash, device block)
+    persists: list[tuple[object, int]] = field(default_factory=list)  # (block identity, device block)
     loads: list[tuple[object, int]] = field(default_factory=list)  # (host slot or payload, device block)
     # What the phase has touched so far: device blocks loaded into, host slots loaded from.
     _loaded: set[int] = field(default_factory=set)
@@ -27,7 +27,7 @@ class Phase:
             # Saves run first: not after a load into its block, nor before a load of its slot.
             # (Two saves to one slot keep their order: saves are sorted stably, copied in order.)
             return op[1] not in self._loaded and op[2] not in self._slots_read
-        return op[2] not in self._loaded  # ("persist", hash, block) | ("load", source, block)
+        return op[2] not in self._loaded  # ("persist", identity, block) | ("load", source, block)
 
     def add(self, op: tuple) -> None:
         kind, a, b = op

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mlxr.engine.kv.block_file import REASONS, BlockIdentity
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.kv.disk import DiskStore
 from mlxr.engine.kv.staging import StagedRow, StagingRows, one_thread
@@ -92,7 +93,7 @@ class KVTiers:
             self.staging = StagingRows(rows, self.block_shape, self.dtype, self.cuda)
         self._row_of: dict[bytes, int] = {}  # read ahead, not yet looked up
         self.preloaded = 0  # blocks a restart's preload put on the device (kv/preload.py)
-        # ("save", device block, host slot) | ("load", source, device block) | ("persist", hash, device block)
+        # ("save", device block, host slot) | ("load", source, device block) | ("persist", identity, device block)
         self._ops: list[tuple] = []
 
     # --- the block manager's hooks -------------------------------------------------------------
@@ -101,10 +102,11 @@ class KVTiers:
         if self.host is not None and self.host.get(h) is None:
             self._ops.append(("save", block, self.host.assign(h)))
 
-    def committed(self, h: bytes, block: int) -> None:
-        """A block was computed and published: write it to disk unless it is there."""
+    def committed(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...]) -> None:
+        """A block was computed and published (hashed as block_hash(parent, tokens)): write it
+        to disk unless it is there; its file holds parent and tokens, so a read can check them."""
         if self.disk is not None and self.disk.wants(h):
-            self._ops.append(("persist", h, block))
+            self._ops.append(("persist", BlockIdentity(h, parent, tokens), block))
 
     def prefetch(self, hashes: list[bytes]) -> None:
         """A chain of blocks the device misses: start reading those that only the disk has, each
@@ -269,7 +271,7 @@ class KVTiers:
             staged[pos : pos + count].copy_(src[first : first + count], non_blocking=True)
         return staged
 
-    def _persist(self, persists: list[tuple[bytes, int]]) -> None:
+    def _persist(self, persists: list[tuple[BlockIdentity, int]]) -> None:
         blocks = self._gather([block for _, block in persists])
         wait = None
         if self.cuda:
@@ -279,7 +281,7 @@ class KVTiers:
             event.record(self.stream)
             blocks, wait = host, event.synchronize
         rows = blocks.view(len(persists), -1).view(torch.uint8)
-        self.disk.submit(([h for h, _ in persists], lambda: [memoryview(r.numpy()) for r in rows], wait))
+        self.disk.submit(([block for block, _ in persists], lambda: [memoryview(r.numpy()) for r in rows], wait))
 
     # --- figures -------------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, int]]:
@@ -294,7 +296,8 @@ class KVTiers:
             out["disk"] = {"hits": c.hits, "bytes_read": c.bytes_read, "bytes_written": c.bytes_written,
                            "blocks": self.disk.num_blocks, "skipped_files": c.skipped_files,
                            "write_errors": c.write_errors, "dropped_writes": c.dropped_writes,
-                           "writes_enabled": int(self.disk.writes_enabled), "preloaded_blocks": self.preloaded}
+                           "writes_enabled": int(self.disk.writes_enabled), "preloaded_blocks": self.preloaded,
+                           **{f"rejected_{reason}": c.rejected[reason] for reason in REASONS}}
         if out:
             out["restore"] = vars(self.times).copy()
         return out

@@ -33,7 +33,7 @@ class LowerTiers(Protocol):
 
     def evicted(self, h: bytes, block: int) -> None: ...
 
-    def committed(self, h: bytes, block: int) -> None: ...
+    def committed(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...]) -> None: ...
 
     def prefetch(self, hashes: list[bytes]) -> None: ...
 
@@ -229,9 +229,10 @@ class BlockManager:
         while len(seq.block_hashes) < full:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
-            h = block_hash(parent, self._block_tokens(seq, i))
+            tokens = self._block_tokens(seq, i)
+            h = block_hash(parent, tokens)
             seq.block_hashes.append(h)
-            self._publish(h, seq.block_table[i])
+            self._publish(h, seq.block_table[i], parent, tokens)
 
     def commit_blocks(self, blocks: list[int], token_ids: list[int]) -> None:
         """Publish the hashes of caller-owned blocks (take_blocks) that now hold token_ids' KV,
@@ -242,15 +243,17 @@ class BlockManager:
         parent = None
         bs = self.block_size
         for i in range(min(len(token_ids) // bs, len(blocks))):
-            parent = block_hash(parent, tuple(token_ids[i * bs: (i + 1) * bs]))
-            self._publish(parent, blocks[i])
+            tokens = tuple(token_ids[i * bs: (i + 1) * bs])
+            h = block_hash(parent, tokens)
+            self._publish(h, blocks[i], parent, tokens)
+            parent = h
 
-    def _publish(self, h: bytes, block: int) -> None:
+    def _publish(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...]) -> None:
         if h not in self.cached and block not in self.hash_of:
             self.cached[h] = block
             self.hash_of[block] = h
             if self.tiers is not None:
-                self.tiers.committed(h, block)
+                self.tiers.committed(h, block, parent, tokens)
 
     def _block_tokens(self, seq: Request, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
