@@ -2,7 +2,6 @@
 and the check that gives a clear 400 before a request reaches the engine core. No torch here."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -22,7 +21,6 @@ MAX_SPEC_BYTES = 64 * 1024  # a schema, regex or grammar as text
 MAX_CHOICES = 1024
 MAX_CHOICE_CHARS = 1024
 MAX_JSON_DEPTH = 64  # nesting of the schema document itself
-CHECK_TIMEOUT_S = 10.0
 
 # llguidance's parser limits (its defaults are generous for server use): fuel bounds the work
 # of building the lexer and of each token's mask, so a hostile regex is refused or cut short,
@@ -167,11 +165,21 @@ class _Checked:
 _CHECKED = _Checked()
 
 
+def checked_before(spec: StructuredOutputsParams) -> bool:
+    return spec_key(spec) in _CHECKED
+
+
+def mark_checked(spec: StructuredOutputsParams) -> None:
+    """spec passed check() elsewhere (its worker process: check_process.py)."""
+    _CHECKED.add(spec_key(spec))
+
+
 def check(spec: StructuredOutputsParams) -> str:
     """The grammar text of spec if llguidance accepts it; else InvalidParameterError naming
     the problem (an invalid or unsatisfiable schema, a bad regex or grammar, one that fails on
-    its first tokens: trial.py). Bounded time: the text is bounded and llguidance's limits
-    bound the compile and each step."""
+    its first tokens: trial.py). The text is bounded and llguidance's limits bound the compile
+    and each step, but a step may still take seconds with the GIL held: a request's checks run
+    in check_process.py, which stops them at its budget."""
     grammar = grammar_text(spec)
     text = grammar if spec.reasoning is None else after_reasoning(grammar, *spec.reasoning)
     key = spec_key(spec)
@@ -188,15 +196,6 @@ def check(spec: StructuredOutputsParams) -> str:
         raise InvalidParameterError(PARAM, problem)
     _CHECKED.add(key)
     return text
-
-
-async def check_off_loop(spec: StructuredOutputsParams) -> None:
-    """check() on a worker thread, refused once it passes CHECK_TIMEOUT_S (llguidance drops the
-    GIL while it builds, so the event loop and the engine thread keep running meanwhile)."""
-    try:
-        await asyncio.wait_for(asyncio.to_thread(check, spec), CHECK_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise InvalidParameterError(PARAM, f"the grammar did not compile within {CHECK_TIMEOUT_S:.0f} s") from None
 
 
 def _first_line(error: str) -> str:

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
+from mlxr.server.chat_plan import check_forced_calls
 from mlxr.server.ollama import generation, modelfile
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
@@ -114,6 +115,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         held.session.trace.prompt_tokens = len(prompt_ids)
         constraint = structured_outputs(body.format)
         if planned is not None and planned.plan is not None:  # a chat reply may reason first
+            await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)
         params = replace(sampling_params(body.options, budget), logprobs=top_n, structured_outputs=constraint)
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
-from mlxr.server.chat_plan import ChatPlan, plan_chat
+from mlxr.server.chat_plan import ChatPlan, check_forced_calls, plan_chat
 from mlxr.server.prompt_work import check_prompt_chars, off_loop
 from mlxr.server.openai.strict_schema import strict_tool
 from mlxr.server.openai.structured import structured_outputs
@@ -143,4 +143,5 @@ async def render_plan(tokenizer: Any, context_length: int, field: str, messages:
     ids, plan = await off_loop(run)
     if not ids:
         raise InvalidParameterError(field, "the rendered prompt is empty")
+    await check_forced_calls(plan)
     return ids, plan
