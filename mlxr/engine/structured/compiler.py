@@ -26,6 +26,7 @@ import llguidance
 
 from mlxr.engine.structured.grammar import check, parser_limits, spec_key
 from mlxr.engine.structured.matcher import GrammarState
+from mlxr.engine.structured.trial import parser_failure
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
 
@@ -66,7 +67,8 @@ class GrammarCompiler:
         matcher = llguidance.LLMatcher(self.ll_tokenizer(), text, limits=parser_limits(), log_level=0)
         matcher.compute_bitmask()  # the lexer's first states are built here, not in the step loop
         if matcher.is_error():
-            raise InvalidParameterError("structured_outputs", matcher.get_error()[:500])
+            error = matcher.get_error()
+            raise InvalidParameterError("structured_outputs", parser_failure(error) or error[:500])
         with self._lock:
             self._cache[key] = text
             while len(self._cache) > CACHE_SIZE:

@@ -21,6 +21,9 @@ MAX_SPEC_BYTES = 64 * 1024  # a schema, regex or grammar as text
 MAX_CHOICES = 1024
 MAX_CHOICE_CHARS = 1024
 MAX_JSON_DEPTH = 64  # nesting of the schema document itself
+# An allOf's members' anyOf/oneOf choices multiply: llguidance expands every combination, and
+# 2**11 (eleven pairs) made a grammar that panics it. 2**8 compile in ~0.5 s on bytes.
+MAX_SCHEMA_COMBINATIONS = 256
 
 # llguidance's parser limits (its defaults are generous for server use): fuel bounds the work
 # of building the lexer and of each token's mask, so a hostile regex is refused or cut short,
@@ -84,7 +87,23 @@ def _schema_text(schema: dict | str) -> str:
     for pattern in schema_patterns(doc):
         _regexes_bounded(f"json schema pattern {pattern[:40]!r}", pattern)
     _numbers_bounded(doc)
+    _combinations_bounded(doc)
     return text
+
+
+def _combinations_bounded(doc: object) -> None:
+    for node in schema_objects(doc):
+        members = node.get("allOf")
+        if not isinstance(members, list):
+            continue
+        product = 1
+        for member in members:
+            if isinstance(member, dict):
+                choices = [member.get(k) for k in ("anyOf", "oneOf")]
+                product *= max([1, *(len(c) for c in choices if isinstance(c, list))])
+        if product > MAX_SCHEMA_COMBINATIONS:
+            raise InvalidParameterError(PARAM, f"json schema: an allOf whose members' anyOf/oneOf choices make {product} "
+                                               f"combinations (at most MAX_SCHEMA_COMBINATIONS={MAX_SCHEMA_COMBINATIONS})")
 
 
 # llguidance keeps numeric bounds as 64-bit integers: beyond them it clamps (a 200 whose number
