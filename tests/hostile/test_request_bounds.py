@@ -3,22 +3,28 @@ the server answers others throughout. One server for the module (a tiny random L
 from __future__ import annotations
 
 import json
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from server_harness import tiny_llama_server
+from server_harness import server_log, tiny_llama_server
 from slow_grammars import slow_tools
 
 BUDGET_S = 3.0  # the server's grammar-check budget here (10 s by default)
 
 
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def base_url(home):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MLXR_GRAMMAR_CHECK_BUDGET_S", str(BUDGET_S))
-        with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
+        with tiny_llama_server(home) as url:
             yield url
 
 
@@ -189,3 +195,27 @@ def test_a_long_string_input_is_not_capped_by_the_item_count(base_url, name):
 def test_a_nul_in_a_model_path_is_a_400_naming_the_field(base_url, route, body, field):
     r = httpx.post(base_url + route, json={**body, "stream": False}, timeout=60)
     expect_400(r, field, "NUL")
+
+
+# --- T14: an unknown Modelfile parameter is a 400; a cut blob upload logs one line ----------
+
+def test_an_unknown_modelfile_parameter_is_a_400_naming_it(base_url, name):
+    r = httpx.post(base_url + "/api/create", timeout=60,
+                   json={"model": "param-test", "from": name, "parameters": {"temprature": 0.5}, "stream": False})
+    expect_400(r, "parameters.temprature", "unknown")
+
+
+def test_a_blob_upload_cut_by_its_client_is_one_log_line_without_a_traceback(base_url, home):
+    host, port = base_url.removeprefix("http://").split(":")
+    digest = "sha256:" + "ab" * 32
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(f"POST /api/blobs/{digest} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 1000000\r\n"
+                  "Content-Type: application/octet-stream\r\n\r\n".encode() + b"x" * 5000)
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while "cut by its client" not in server_log(home) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = server_log(home)
+    assert "cut by its client after 5000 bytes" in log
+    assert "Traceback" not in log and "ClientDisconnect" not in log
+    assert not list((home / "blobs").glob(".upload-*"))

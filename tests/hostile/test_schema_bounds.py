@@ -38,3 +38,15 @@ def test_the_trial_reports_a_parser_panic_instead_of_leaving_it_to_the_engine():
 
 def test_a_few_combinations_still_pass():
     assert check(StructuredOutputsParams(json={"allOf": [pair(i) for i in range(3)]}))
+
+
+@pytest.mark.parametrize("schema,words", [
+    ('{"type": "string", "pattern": "^(a{100}){1000}$"}', "nests counted repetitions"),
+    ('{"allOf": [%s]}', "combinations"),
+])
+def test_an_inline_json_schema_in_a_lark_grammar_gets_a_schemas_bounds(schema, words):
+    import json
+    if "%s" in schema:
+        schema = schema % ", ".join(json.dumps(pair(i)) for i in range(11))
+    with pytest.raises(InvalidParameterError, match=words):
+        check(StructuredOutputsParams(grammar=f"start: obj\nobj: %json {schema}"))

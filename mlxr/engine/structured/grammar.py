@@ -82,13 +82,18 @@ def _schema_text(schema: dict | str) -> str:
         raise InvalidParameterError(PARAM, f"json schema is not valid JSON: {e}") from None
     if not isinstance(doc, (dict, bool)):
         raise InvalidParameterError(PARAM, "json schema must be a JSON object")
+    _schema_bounded(doc, "json schema")
+    return text
+
+
+def _schema_bounded(doc: object, what: str) -> None:
+    """A parsed schema's bounds: nesting, its patterns' counted repetitions, numbers, combinations."""
     if json_depth(doc) > MAX_JSON_DEPTH:
-        raise InvalidParameterError(PARAM, f"json schema nests deeper than {MAX_JSON_DEPTH} levels")
+        raise InvalidParameterError(PARAM, f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
     for pattern in schema_patterns(doc):
-        _regexes_bounded(f"json schema pattern {pattern[:40]!r}", pattern)
+        _regexes_bounded(f"{what} pattern {pattern[:40]!r}", pattern)
     _numbers_bounded(doc)
     _combinations_bounded(doc)
-    return text
 
 
 def _combinations_bounded(doc: object) -> None:
@@ -125,11 +130,27 @@ _BIG_NUMBER = re.compile(r"\d{16,}|\d[eE]\+?(1[6-9]|[2-9]\d|\d{3,})")
 
 
 def _lark_bounded(text: str) -> str:
-    """A Lark grammar's inline %json schemas get the same numeric bound, conservatively: no
-    16-digit number (or exponent of 16 or more) anywhere in a grammar that holds one."""
+    """A Lark grammar's inline %json schemas get a JSON schema's bounds; the numeric one also
+    conservatively: no 16-digit number (or exponent of 16 or more) in a grammar that holds one."""
     if "%json" in text and _BIG_NUMBER.search(text):
         raise InvalidParameterError(PARAM, "grammar: a %json schema's numbers must lie within +-2^53")
+    for doc in _inline_schemas(text):
+        _schema_bounded(doc, "grammar: a %json schema")
     return text
+
+
+_INLINE_JSON = re.compile(r"%json\s*")
+
+
+def _inline_schemas(text: str) -> list[object]:
+    """The schemas after each `%json` that parse as JSON (llguidance reports those that do not)."""
+    decoder, found = json.JSONDecoder(), []
+    for m in _INLINE_JSON.finditer(text):
+        try:
+            found.append(decoder.raw_decode(text, m.end())[0])
+        except ValueError:
+            continue
+    return found
 
 
 def json_depth(doc: object) -> int:
