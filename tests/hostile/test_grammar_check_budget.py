@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from slow_grammars import slow_parameters
+from slow_grammars import slow_union_schema
 
 from mlxr.engine.structured import check_process
 from mlxr.engine.structured.check_process import CheckBudget, GrammarBudgetError, GrammarChecks, check_bounded
@@ -15,9 +15,7 @@ from mlxr.types import StructuredOutputsParams
 
 
 def slow_union(tools: int) -> StructuredOutputsParams:
-    calls = [{"type": "object", "properties": {"name": {"const": f"{c}_tool"}, "arguments": slow_parameters()},
-              "required": ["name", "arguments"]} for c in "abcdefgh"[:tools]]
-    return StructuredOutputsParams(json={"anyOf": calls})
+    return StructuredOutputsParams(json=slow_union_schema(tools))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from server_harness import server_log, tiny_llama_server
-from slow_grammars import slow_tools
+from slow_grammars import slow_tools, slow_union_schema
 
 BUDGET_S = 3.0  # the server's grammar-check budget here (10 s by default)
 
@@ -81,6 +81,25 @@ def test_slow_forced_call_checks_stop_at_the_budget_and_plain_chats_do_not_wait(
         expect_400(f.result(), "did not finish within 3 s", "GRAMMAR_CHECK_BUDGET_S")
     assert answered < BUDGET_S + 4, answered
     assert waits and max(waits) < 2.0, waits  # before: a plain chat waited for the prompt pool's checks
+
+
+def test_slow_response_format_checks_are_stopped_and_the_registry_keeps_answering(base_url, name):
+    schema = {"type": "json_schema", "json_schema": {"name": "slow", "schema": slow_union_schema(4)}}
+    body = {"model": name, "messages": [{"role": "user", "content": "x"}], "response_format": schema, "max_tokens": 4}
+    with ThreadPoolExecutor(8) as pool:
+        start = time.monotonic()
+        hostile = [pool.submit(httpx.post, base_url + "/v1/chat/completions", json=body, timeout=300) for _ in range(8)]
+        worst = 0.0
+        while not all(f.done() for f in hostile):
+            t0 = time.monotonic()
+            assert httpx.get(base_url + "/api/tags", timeout=60).status_code == 200
+            worst = max(worst, time.monotonic() - t0)
+            time.sleep(0.05)
+        answered = time.monotonic() - start
+    for f in hostile:
+        expect_400(f.result(), "did not finish within 3 s")
+    assert answered < BUDGET_S + 4, answered  # every check stopped at the budget, none left running
+    assert worst < 1.0, worst  # before: eight such requests held /api/tags for 16.7 s
 
 
 # --- T6: every rendered prompt is bounded in characters before it is tokenized --------------
