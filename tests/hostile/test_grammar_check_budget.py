@@ -68,3 +68,22 @@ def test_waiting_for_a_busy_process_counts_against_the_budget():
         pool.check(StructuredOutputsParams(regex="x+y"), CheckBudget(0.5))
     assert time.monotonic() - start < 1.0
     pool._slots.put(worker)
+
+
+def test_the_engine_core_compiles_an_admitted_grammar_without_checking_it_again():
+    # A core process never saw the admission's check: before, it ran the whole check again on
+    # its compile thread, the GIL held for seconds (every stream's step waiting).
+    from conftest import fixture_model
+
+    from mlxr.engine.structured.compiler import GrammarCompiler
+    from mlxr.loader.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_hf_dir(fixture_model("tiny-llama").hf_dir)
+    compiler = GrammarCompiler(tok, tok.vocab_size)
+    compiler.ll_tokenizer()
+    spec = StructuredOutputsParams(json=slow_union_schema(2, n=8500))  # its check: ~4 s
+    assert not check_process.checked_before(spec)
+    start = time.monotonic()
+    compiler.compile(spec)
+    assert time.monotonic() - start < 1.0
+    compiler.shutdown()

@@ -214,6 +214,15 @@ def mark_checked(spec: StructuredOutputsParams) -> None:
     _CHECKED.add(spec_key(spec))
 
 
+def admitted_text(spec: StructuredOutputsParams) -> str:
+    """The grammar text of a spec that passed check() at admission (the frontend's Processor
+    checks every request before the engine core sees it). The core builds it without checking
+    again: in a core process of its own the check's steps held the GIL for seconds (5 s for a
+    schema the admission budget let through), stalling every stream's step."""
+    grammar = grammar_text(spec)
+    return grammar if spec.reasoning is None else after_reasoning(grammar, *spec.reasoning)
+
+
 def check(spec: StructuredOutputsParams) -> str:
     """The grammar text of spec if llguidance accepts it; else InvalidParameterError naming
     the problem (an invalid or unsatisfiable schema, a bad regex or grammar, one that fails on
