@@ -49,6 +49,12 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("MLXR_MODEL_SLOT_WAIT_S", "float, seconds", "120",
            "How long a request for a model that is not loaded waits for a busy slot "
            "(--max-loaded-models) before a 503 with Retry-After; read once at import."),
+    Switch("MLXR_MAX_PROMPT_CHARS", "int, > 0", "4194304",
+           "Characters of any rendered prompt (chat template, Ollama template, raw prompt) above "
+           "which a request is a 400 before tokenizing; read per request, anything else keeps the default."),
+    Switch("MLXR_GRAMMAR_CHECK_BUDGET_S", "float, seconds", "10",
+           "One time budget for all of a request's grammar checks (response_format, forced tool "
+           "calls); a check past it is stopped and the request is a 400; read per request."),
     # Engine
     Switch("MLXR_NUM_THREADS", "int, 1-1024", "every CPU the process may use",
            "CPU threads for the model's math when --threads is not given (generate, run, bench, serve)."),

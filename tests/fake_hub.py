@@ -3,7 +3,10 @@
 It answers what huggingface_hub and mlxr.pull ask: `GET /api/models/OWNER/REPO[/revision/REV]`
 (model_info with `blobs=True`: commit sha and siblings with size, blobId and LFS sha256) and
 `GET/HEAD /OWNER/REPO/resolve/REV/PATH` (ETag, X-Repo-Commit, Content-Length, Range -> 206).
-Transfers can be slowed (to kill a client mid-download) and every request is recorded.
+Transfers can be slowed (to kill a client mid-download), or cut short: with `short_by` set, every
+GET of a file ignores Range and answers 200 with all but the file's last `short_by` bytes (its
+Content-Length saying so), and `short_step` bytes fewer are cut at each answer after. Every
+request is recorded.
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ class FakeHub:
         self.requests: list[Seen] = []
         self.chunk = 1 << 20
         self.delay_s = 0.0
+        self.short_by = 0
+        self.short_step = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -107,7 +112,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             headers = {"ETag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Repo-Commit": COMMIT,
                        "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
             start = 0
-            if seen.range and (m := re.fullmatch(r"bytes=(\d+)-", seen.range)):
+            if hub.short_by > 0 and body:
+                data = data[:len(data) - hub.short_by]
+                hub.short_by = max(1, hub.short_by - hub.short_step)
+            elif seen.range and (m := re.fullmatch(r"bytes=(\d+)-", seen.range)):
                 start = int(m.group(1))
                 headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
             status = 206 if start else 200

@@ -20,7 +20,10 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from mlxr.errors import DownloadError
 
 Progress = Callable[[int, int], None]  # (bytes done, total)
-ATTEMPTS = 5  # consecutive transfers that add no byte before giving up
+ATTEMPTS = 5  # consecutive transfers that bring the file no further before giving up
+# Bytes one download may receive in all, as a multiple of the file's size (plus a chunk): a hub
+# that restarts every transfer from 0 and gains a byte each time would otherwise send size**2.
+MAX_DOWNLOAD_RESENDS = 3
 _CHUNK = 1 << 20
 _TIMEOUT = httpx2.Timeout(30.0, read=120.0)
 
@@ -48,14 +51,7 @@ def fetch(url: str, dest: Path, expected: Expected, progress: Progress, verifyin
     partial = dest.with_name(dest.name + ".partial")
     dest.parent.mkdir(parents=True, exist_ok=True)
     _check_space(dest.parent, expected.size - _size(partial))
-    stalled = 0
-    while (have := _size(partial)) != expected.size:
-        try:
-            _transfer(url, partial, have, expected.size, progress)
-        except (httpx2.TransportError, DownloadError) as e:
-            stalled = 0 if _size(partial) > have else stalled + 1
-            if stalled >= ATTEMPTS:
-                raise DownloadError(f"cannot download {dest.name}: {e}") from None
+    _fill(url, partial, expected.size, progress, dest.name)
     verifying()
     if not _matches(partial, expected):
         partial.unlink(missing_ok=True)
@@ -64,7 +60,36 @@ def fetch(url: str, dest: Path, expected: Expected, progress: Progress, verifyin
     os.replace(partial, dest)
 
 
-def _transfer(url: str, partial: Path, start: int, size: int, progress: Progress) -> None:
+@dataclass
+class _Tally:
+    received: int = 0  # bytes of every transfer of this download
+
+
+def _fill(url: str, partial: Path, size: int, progress: Progress, name: str) -> None:
+    """Transfers until `partial` holds `size` bytes. A transfer that ends short without an error
+    (a server that ignores Range and sends fewer bytes than it listed) counts like one that
+    fails: ATTEMPTS in a row that reach no further than before end it, and so do more bytes
+    received than MAX_DOWNLOAD_RESENDS times the file."""
+    tally, stalled, furthest = _Tally(), 0, _size(partial)
+    while (have := _size(partial)) != size:
+        problem = f"the server sent {have} of its {size} bytes and ended the transfer"
+        try:
+            _transfer(url, partial, have, size, progress, tally)
+        except (httpx2.TransportError, DownloadError) as e:
+            problem = str(e)
+        now = _size(partial)
+        stalled = 0 if now > furthest else stalled + 1
+        furthest = max(furthest, now)
+        if now != size and stalled >= ATTEMPTS:
+            raise DownloadError(f"cannot download {name}: {problem} ({ATTEMPTS} transfers in a row "
+                                "brought it no further)")
+        if now != size and tally.received > MAX_DOWNLOAD_RESENDS * size + _CHUNK:
+            raise DownloadError(f"cannot download {name}: {tally.received} bytes received for a file of {size} "
+                                f"(at most MAX_DOWNLOAD_RESENDS={MAX_DOWNLOAD_RESENDS} times its size): "
+                                "the server keeps restarting it")
+
+
+def _transfer(url: str, partial: Path, start: int, size: int, progress: Progress, tally: _Tally) -> None:
     if start > size:
         start = _truncate(partial)
     headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
@@ -79,6 +104,7 @@ def _transfer(url: str, partial: Path, start: int, size: int, progress: Progress
         with open(partial, "ab") as out:
             for chunk in r.iter_bytes():
                 done += len(chunk)
+                tally.received += len(chunk)
                 if done > size:
                     _truncate(partial)
                     raise DownloadError(f"the server sent more than the {size} bytes it listed")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlxr.engine.structured.grammar import check
+from mlxr.engine.structured.check_process import GrammarBudgetError, check_bounded
 from mlxr.errors import InvalidParameterError
 from mlxr.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
 from mlxr.tools import ToolFormat, format_for_template, template_messages
@@ -16,6 +16,7 @@ from mlxr.types import StructuredOutputsParams
 # chat_template: a template sent in the request is refused, as vLLM does (the model's own renders).
 _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "chat_template"})
 MAX_TEMPLATE_KWARGS = 32
+MAX_TOOLS = 128  # tools in one request (OpenAI's limit): a forced call's grammar checks each
 
 
 @dataclass
@@ -26,6 +27,8 @@ class ChatPlan:
     markers: ThinkMarkers | None = None  # None: no reasoning to split off
     prompt_text: str = ""
     tool_names: list[str] = field(default_factory=list)
+    # (field, a forced tool's own call schema): checked one by one when the union fails, to name the tool
+    call_schemas: list[tuple[str, StructuredOutputsParams]] = field(default_factory=list)
     reasoning: tuple[str, str] | None = None  # markers a constrained reply may reason between first
 
     def constraint_for(self, other: StructuredOutputsParams | None) -> StructuredOutputsParams | None:
@@ -42,6 +45,8 @@ def _tool_function(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_tools(tools: list[dict[str, Any]] | None) -> None:
+    if tools is not None and len(tools) > MAX_TOOLS:
+        raise InvalidParameterError("tools", f"at most {MAX_TOOLS} tools a request (MAX_TOOLS), got {len(tools)}")
     names = [_tool_function(t).get("name") if isinstance(t, dict) else None for t in tools or []]
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name:
@@ -80,28 +85,35 @@ def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, na
     return StructuredOutputsParams(json={"type": "array", "minItems": 1, "items": {"anyOf": list(schemas.values())}})
 
 
-def _checked(spec: StructuredOutputsParams, fmt: ToolFormat, tools: list[dict[str, Any]],
-             names: list[str]) -> StructuredOutputsParams:
-    """spec if a reply can follow its grammar; else a 400 naming the tool whose parameters it
-    cannot follow (a schema that matches nothing or never finishes), or `tools` when only their
-    union fails. The engine's own check of spec then finds it checked already."""
+def _call_schemas(fmt: ToolFormat, tools: list[dict[str, Any]],
+                  names: list[str]) -> list[tuple[str, StructuredOutputsParams]]:
+    functions = [(i, _tool_function(t)) for i, t in enumerate(tools)]
+    return [(f"tools[{i}].function.parameters", StructuredOutputsParams(json=fmt.call_schema(f["name"], f.get("parameters"))))
+            for i, f in functions if f.get("name") in names]
+
+
+async def check_forced_calls(plan: ChatPlan) -> None:
+    """A 400 unless a reply can follow the forced call's grammar: naming the tool whose
+    parameters it cannot follow (a schema that matches nothing or never finishes), or `tools`
+    when only their union fails. In worker processes, within the request's one grammar-check
+    budget (engine/structured/check_process.py); the engine's own check then finds it checked."""
+    if not plan.forced or plan.constraint is None:
+        return
     try:
-        return _check(spec)
+        await check_bounded(plan.constraint)
+        return
+    except GrammarBudgetError:
+        raise
     except InvalidParameterError as e:
         problem = _reason(e)
-    for i, f in enumerate(_tool_function(t) for t in tools):
-        if f.get("name") in names:
-            try:
-                _check(StructuredOutputsParams(json=fmt.call_schema(f["name"], f.get("parameters"))))
-            except InvalidParameterError as e:
-                raise InvalidParameterError(f"tools[{i}].function.parameters",
-                                            f"as a forced call's schema: {_reason(e)}") from None
+    for param, spec in plan.call_schemas:
+        try:
+            await check_bounded(spec)
+        except GrammarBudgetError:
+            raise
+        except InvalidParameterError as e:
+            raise InvalidParameterError(param, f"as a forced call's schema: {_reason(e)}") from None
     raise InvalidParameterError("tools", f"as the forced calls' schema: {problem}")
-
-
-def _check(spec: StructuredOutputsParams) -> StructuredOutputsParams:
-    check(spec)
-    return spec
 
 
 def _reason(e: InvalidParameterError) -> str:
@@ -123,7 +135,8 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
               tool_choice: Any = None, parallel: bool | None = None, thinking: bool | None = None,
               template_kwargs: dict[str, Any] | None = None, add_generation_prompt: bool = True,
               other_constraint: bool = False) -> ChatPlan:
-    """Render the prompt text; raises InvalidParameterError for a bad tool_choice."""
+    """Render the prompt text; raises InvalidParameterError for a bad tool_choice. A forced
+    call's grammar is checked after, on the event loop: check_forced_calls."""
     _check_tools(tools)
     source = tokenizer.template_source
     fmt = format_for_template(source)
@@ -136,7 +149,8 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
             raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with response_format")
         constraint = _call_constraint(fmt, tools or [], mode, name, parallel)
         forced = [name] if mode == "named" else plan.tool_names
-        plan.forced, plan.constraint = True, _checked(constraint, fmt, tools or [], forced)
+        plan.forced, plan.constraint = True, constraint
+        plan.call_schemas = _call_schemas(fmt, tools or [], forced)
     shown, shown_tools = template_messages(messages, fmt, tools if mode != "none" else None)
     kwargs = _template_kwargs(template_kwargs, thinking, template_toggles_thinking(source))
     plan.prompt_text = tokenizer.apply_chat_template(

@@ -14,7 +14,7 @@ import torch
 from mlxr.engine.frontend.core_client import InprocClient
 from mlxr.engine.frontend.llm_engine import LLMEngine
 from mlxr.engine.frontend.output_collector import OutputCollector
-from mlxr.engine.structured.grammar import check_off_loop
+from mlxr.engine.structured.check_process import check_bounded
 from mlxr.errors import EngineDeadError, OverloadedError
 from mlxr.types import EngineStats, RequestOutput, SamplingParams, TokenLogprobs
 
@@ -83,7 +83,7 @@ class AsyncEngine:
         gathers stream_interval tokens at least, except the first and the last.
         Admission errors (invalid prompt, too long, overloaded) raise before the first yield."""
         if params.structured_outputs is not None:  # off the engine thread, which serves the others
-            await check_off_loop(params.structured_outputs)
+            await check_bounded(params.structured_outputs)
         loop = asyncio.get_running_loop()
         sink = _Sink(loop, OutputCollector(loop, stream_interval))
         accepted: Future = Future()

@@ -1,6 +1,7 @@
 """Compiles grammars off the step loop: a worker thread builds llguidance's view of the vocabulary
-once (seconds for a 262k vocabulary), checks each distinct grammar once (its text cached by
-content hash, bounded), and compiles a matcher of its own for every request.
+once (seconds for a 262k vocabulary), builds each distinct grammar's text once (cached by
+content hash, bounded; admission checked it: grammar.admitted_text), and compiles a matcher
+of its own for every request.
 
 Why not a copy of one cached matcher: LLMatcher.deep_copy shares the original's lexer behind
 one mutex (llguidance 1.9: the Python copy clones the Rust Parser, which keeps its Arc; only
@@ -24,8 +25,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
 
-from mlxr.engine.structured.grammar import check, parser_limits, spec_key
+from mlxr.engine.structured.grammar import admitted_text, parser_limits, spec_key
 from mlxr.engine.structured.matcher import GrammarState
+from mlxr.engine.structured.trial import parser_failure
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
 
@@ -62,11 +64,12 @@ class GrammarCompiler:
             if text is not None:
                 self._cache.move_to_end(key)
         if text is None:
-            text = check(spec)
+            text = admitted_text(spec)
         matcher = llguidance.LLMatcher(self.ll_tokenizer(), text, limits=parser_limits(), log_level=0)
         matcher.compute_bitmask()  # the lexer's first states are built here, not in the step loop
         if matcher.is_error():
-            raise InvalidParameterError("structured_outputs", matcher.get_error()[:500])
+            error = matcher.get_error()
+            raise InvalidParameterError("structured_outputs", parser_failure(error) or error[:500])
         with self._lock:
             self._cache[key] = text
             while len(self._cache) > CACHE_SIZE:

@@ -2,7 +2,6 @@
 and the check that gives a clear 400 before a request reaches the engine core. No torch here."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -22,7 +21,9 @@ MAX_SPEC_BYTES = 64 * 1024  # a schema, regex or grammar as text
 MAX_CHOICES = 1024
 MAX_CHOICE_CHARS = 1024
 MAX_JSON_DEPTH = 64  # nesting of the schema document itself
-CHECK_TIMEOUT_S = 10.0
+# An allOf's members' anyOf/oneOf choices multiply: llguidance expands every combination, and
+# 2**11 (eleven pairs) made a grammar that panics it. 2**8 compile in ~0.5 s on bytes.
+MAX_SCHEMA_COMBINATIONS = 256
 
 # llguidance's parser limits (its defaults are generous for server use): fuel bounds the work
 # of building the lexer and of each token's mask, so a hostile regex is refused or cut short,
@@ -81,12 +82,33 @@ def _schema_text(schema: dict | str) -> str:
         raise InvalidParameterError(PARAM, f"json schema is not valid JSON: {e}") from None
     if not isinstance(doc, (dict, bool)):
         raise InvalidParameterError(PARAM, "json schema must be a JSON object")
-    if json_depth(doc) > MAX_JSON_DEPTH:
-        raise InvalidParameterError(PARAM, f"json schema nests deeper than {MAX_JSON_DEPTH} levels")
-    for pattern in schema_patterns(doc):
-        _regexes_bounded(f"json schema pattern {pattern[:40]!r}", pattern)
-    _numbers_bounded(doc)
+    _schema_bounded(doc, "json schema")
     return text
+
+
+def _schema_bounded(doc: object, what: str) -> None:
+    """A parsed schema's bounds: nesting, its patterns' counted repetitions, numbers, combinations."""
+    if json_depth(doc) > MAX_JSON_DEPTH:
+        raise InvalidParameterError(PARAM, f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
+    for pattern in schema_patterns(doc):
+        _regexes_bounded(f"{what} pattern {pattern[:40]!r}", pattern)
+    _numbers_bounded(doc)
+    _combinations_bounded(doc)
+
+
+def _combinations_bounded(doc: object) -> None:
+    for node in schema_objects(doc):
+        members = node.get("allOf")
+        if not isinstance(members, list):
+            continue
+        product = 1
+        for member in members:
+            if isinstance(member, dict):
+                choices = [member.get(k) for k in ("anyOf", "oneOf")]
+                product *= max([1, *(len(c) for c in choices if isinstance(c, list))])
+        if product > MAX_SCHEMA_COMBINATIONS:
+            raise InvalidParameterError(PARAM, f"json schema: an allOf whose members' anyOf/oneOf choices make {product} "
+                                               f"combinations (at most MAX_SCHEMA_COMBINATIONS={MAX_SCHEMA_COMBINATIONS})")
 
 
 # llguidance keeps numeric bounds as 64-bit integers: beyond them it clamps (a 200 whose number
@@ -108,11 +130,27 @@ _BIG_NUMBER = re.compile(r"\d{16,}|\d[eE]\+?(1[6-9]|[2-9]\d|\d{3,})")
 
 
 def _lark_bounded(text: str) -> str:
-    """A Lark grammar's inline %json schemas get the same numeric bound, conservatively: no
-    16-digit number (or exponent of 16 or more) anywhere in a grammar that holds one."""
+    """A Lark grammar's inline %json schemas get a JSON schema's bounds; the numeric one also
+    conservatively: no 16-digit number (or exponent of 16 or more) in a grammar that holds one."""
     if "%json" in text and _BIG_NUMBER.search(text):
         raise InvalidParameterError(PARAM, "grammar: a %json schema's numbers must lie within +-2^53")
+    for doc in _inline_schemas(text):
+        _schema_bounded(doc, "grammar: a %json schema")
     return text
+
+
+_INLINE_JSON = re.compile(r"%json\s*")
+
+
+def _inline_schemas(text: str) -> list[object]:
+    """The schemas after each `%json` that parse as JSON (llguidance reports those that do not)."""
+    decoder, found = json.JSONDecoder(), []
+    for m in _INLINE_JSON.finditer(text):
+        try:
+            found.append(decoder.raw_decode(text, m.end())[0])
+        except ValueError:
+            continue
+    return found
 
 
 def json_depth(doc: object) -> int:
@@ -167,11 +205,30 @@ class _Checked:
 _CHECKED = _Checked()
 
 
+def checked_before(spec: StructuredOutputsParams) -> bool:
+    return spec_key(spec) in _CHECKED
+
+
+def mark_checked(spec: StructuredOutputsParams) -> None:
+    """spec passed check() elsewhere (its worker process: check_process.py)."""
+    _CHECKED.add(spec_key(spec))
+
+
+def admitted_text(spec: StructuredOutputsParams) -> str:
+    """The grammar text of a spec that passed check() at admission (the frontend's Processor
+    checks every request before the engine core sees it). The core builds it without checking
+    again: in a core process of its own the check's steps held the GIL for seconds (5 s for a
+    schema the admission budget let through), stalling every stream's step."""
+    grammar = grammar_text(spec)
+    return grammar if spec.reasoning is None else after_reasoning(grammar, *spec.reasoning)
+
+
 def check(spec: StructuredOutputsParams) -> str:
     """The grammar text of spec if llguidance accepts it; else InvalidParameterError naming
     the problem (an invalid or unsatisfiable schema, a bad regex or grammar, one that fails on
-    its first tokens: trial.py). Bounded time: the text is bounded and llguidance's limits
-    bound the compile and each step."""
+    its first tokens: trial.py). The text is bounded and llguidance's limits bound the compile
+    and each step, but a step may still take seconds with the GIL held: a request's checks run
+    in check_process.py, which stops them at its budget."""
     grammar = grammar_text(spec)
     text = grammar if spec.reasoning is None else after_reasoning(grammar, *spec.reasoning)
     key = spec_key(spec)
@@ -188,15 +245,6 @@ def check(spec: StructuredOutputsParams) -> str:
         raise InvalidParameterError(PARAM, problem)
     _CHECKED.add(key)
     return text
-
-
-async def check_off_loop(spec: StructuredOutputsParams) -> None:
-    """check() on a worker thread, refused once it passes CHECK_TIMEOUT_S (llguidance drops the
-    GIL while it builds, so the event loop and the engine thread keep running meanwhile)."""
-    try:
-        await asyncio.wait_for(asyncio.to_thread(check, spec), CHECK_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise InvalidParameterError(PARAM, f"the grammar did not compile within {CHECK_TIMEOUT_S:.0f} s") from None
 
 
 def _first_line(error: str) -> str:

@@ -47,8 +47,8 @@ def byte_vocabulary() -> llguidance.LLTokenizer:
 def trial_error(text: str, limits: llguidance.LLParserLimits) -> str | None:
     """Why a request under the grammar `text` would fail on its first tokens, or None."""
     root = llguidance.LLMatcher(byte_vocabulary(), text, limits=limits, log_level=0)
-    if root.is_error():  # does not build on bytes alone: not this check's to judge
-        return None
+    if root.is_error():  # does not build on bytes alone: not this check's to judge, unless the
+        return parser_failure(root.get_error())  # parser itself failed, as it will on any vocabulary
     root.compute_bitmask()
     forced = _take_forced(root)
     if root.is_error():
@@ -81,6 +81,16 @@ def _take_forced(matcher: llguidance.LLMatcher) -> list[int]:
 def allowed_bytes(mask: bytes) -> list[int]:
     bits = int.from_bytes(mask, "little")
     return [b for b in range(256) if bits >> b & 1]
+
+
+def parser_failure(error: str) -> str | None:
+    """llguidance's panic (an assertion of its own, such as a grammar past 65,526 symbols) as a
+    message without its backtrace; None for any other error."""
+    first = next((line.strip() for line in error.splitlines() if line.strip()), "")
+    if not first.startswith("panic"):
+        return None
+    return ("the grammar is larger than the parser can hold (a schema's allOf of anyOf/oneOf "
+            "choices multiplies them); simplify it")
 
 
 _ROW = re.compile(r"Current row has (\d+) items; max is (\d+)")

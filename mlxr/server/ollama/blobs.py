@@ -7,6 +7,7 @@ hard link (a copy across file systems) of its blobs under the names the client g
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -15,9 +16,11 @@ from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
 from mlxr.errors import InvalidParameterError
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
 MAX_FILES = 128
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
@@ -50,15 +53,19 @@ async def push_blob(digest: str, request: Request) -> Response:
         return Response(status_code=200)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = folder / f".upload-{uuid.uuid4().hex}"
-    h = hashlib.sha256()
+    h, size = hashlib.sha256(), 0
     try:
         with open(tmp, "wb") as out:
             async for chunk in request.stream():
                 h.update(chunk)
                 out.write(chunk)
+                size += len(chunk)
         if f"sha256-{h.hexdigest()}" != final.name:
             raise InvalidParameterError("digest", f"digest mismatch: the body hashes to sha256:{h.hexdigest()}")
         os.replace(tmp, final)
+    except ClientDisconnect:  # the client's doing, not the server's: one line, no traceback
+        log.warning("blob upload %s cut by its client after %d bytes; nothing kept", final.name, size)
+        return Response(status_code=400)
     finally:
         tmp.unlink(missing_ok=True)
     return Response(status_code=201)

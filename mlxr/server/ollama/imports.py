@@ -37,6 +37,8 @@ def local_path(ref: str, field: str) -> Path | None:
             raise unusable(ref, field) from None
     else:
         return None
+    if "\x00" in str(path):  # the OS refuses it deep in the import, as a ValueError (a 500)
+        raise InvalidParameterError(field, "names a path holding a NUL character, which no path may hold")
     if not path.is_absolute():
         raise InvalidParameterError(field, f"{ref!r}: give an absolute path (the server's directory is not yours)")
     return path

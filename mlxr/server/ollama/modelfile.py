@@ -22,9 +22,11 @@ def settings_of(body: CreateRequest, base: ModelSettings | None = None) -> Model
     parameters = body.parameters
     if parameters is not None:
         try:
-            Options.model_validate(parameters)
+            options = Options.model_validate(parameters)
         except ValidationError as e:
             raise InvalidParameterError("parameters", _first_problem(e)) from None
+        for name in options.model_extra or {}:  # a request's unknown option is logged; a model's is kept
+            raise InvalidParameterError(f"parameters.{name}", f"unknown Modelfile parameter {name!r}")
     new = checked_settings(body.system, body.template, parameters, body.messages)
     if new.template is not None:
         render_go_template(new.template, "", "")  # a 400 now, not at every request

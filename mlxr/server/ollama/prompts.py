@@ -13,13 +13,16 @@ from mlxr.errors import InvalidParameterError
 from mlxr.loader.chat_template import default_template_for
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
+from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, prompt_chars_cap
 
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.S)
 _FIELD = re.compile(r"\.(System|Prompt|Response)")
 _IF = re.compile(r"if\s+\.(System|Prompt|Response)")
 
 
-def generate_prompt_ids(req: GenerateRequest, tokenizer: Any) -> list[int]:
+def generate_prompt_ids(req: GenerateRequest, tokenizer: Any, context_length: int) -> list[int]:
+    """The prompt's ids; its rendered text is bounded (prompt_work.max_prompt_chars) before
+    it is tokenized, and an Ollama template while it renders."""
     if req.suffix:
         raise InvalidParameterError("suffix", "fill-in-the-middle (insert) is not supported")
     if req.images:
@@ -28,19 +31,27 @@ def generate_prompt_ids(req: GenerateRequest, tokenizer: Any) -> list[int]:
     if req.raw:
         text, specials = req.prompt, True
     elif req.template:
-        text, specials = render_go_template(req.template, req.system or "", req.prompt), True
+        limit = max_prompt_chars(tokenizer, context_length)
+        text, specials = render_go_template(req.template, req.system or "", req.prompt, limit), True
     elif has_chat_template(tokenizer):
         system = [{"role": "system", "content": req.system}] if req.system else []
         messages = [*system, {"role": "user", "content": req.prompt}]
         text, specials = tokenizer.apply_chat_template(messages, add_generation_prompt=True), False
     else:
         text, specials = (f"{req.system}\n\n{req.prompt}" if req.system else req.prompt), True
+    check_prompt_chars(tokenizer, context_length, text, "prompt")
     # A continuation (context) already starts with BOS.
     return prefix + tokenizer.encode(text, add_special_tokens=specials and not prefix)
 
 
-def chat_prompt_ids(req: ChatRequest, tokenizer: Any) -> list[int]:
-    return tokenizer.encode(chat_plan(req, tokenizer).prompt_text, add_special_tokens=False)
+def chat_prompt_ids(req: ChatRequest, tokenizer: Any, context_length: int) -> list[int]:
+    return planned_ids(chat_plan(req, tokenizer), tokenizer, context_length)
+
+
+def planned_ids(plan: ChatPlan, tokenizer: Any, context_length: int) -> list[int]:
+    """The rendered chat prompt's ids, its characters bounded before it is tokenized."""
+    check_prompt_chars(tokenizer, context_length, plan.prompt_text, "messages")
+    return tokenizer.encode(plan.prompt_text, add_special_tokens=False)
 
 
 def chat_plan(req: ChatRequest, tokenizer: Any) -> ChatPlan:
@@ -73,10 +84,14 @@ def _template_message(message: ChatMessage, index: int) -> dict[str, Any]:
     return out
 
 
-def render_go_template(template: str, system: str, prompt: str) -> str:
+def render_go_template(template: str, system: str, prompt: str, max_chars: int | None = None) -> str:
+    """The template's text; past max_chars (a template may copy the prompt at each
+    `{{ .Prompt }}`) a 400 as soon as the text grows past it, not after it is built."""
+    limit = prompt_chars_cap() if max_chars is None else max_chars
     values = {"System": system, "Prompt": prompt, "Response": ""}
     parts = _split_actions(template)
     out: list[str] = []
+    size = len(template)
     keep = [True]  # one entry per open `if`
     for i, part in enumerate(parts):
         if i % 2 == 0:
@@ -87,6 +102,10 @@ def render_go_template(template: str, system: str, prompt: str) -> str:
             break  # generation continues from here
         if field:
             out.append(values[field.group(1)] if all(keep) else "")
+            size += len(out[-1])
+            if size > limit:
+                raise InvalidParameterError("template", f"renders more than {limit} characters "
+                                                        f"(the prompt's bound; MAX_PROMPT_CHARS {prompt_chars_cap()})")
         elif cond:
             keep.append(bool(values[cond.group(1)]))
         elif part == "end" and len(keep) > 1:

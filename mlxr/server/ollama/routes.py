@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
+from mlxr.server.chat_plan import check_forced_calls
 from mlxr.server.ollama import generation, modelfile
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
@@ -28,7 +29,7 @@ from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import (
     Options, context_window, log_ignored, max_tokens, num_threads, sampling_params,
 )
-from mlxr.server.ollama.prompts import chat_prompt_ids, generate_prompt_ids
+from mlxr.server.ollama.prompts import generate_prompt_ids, planned_ids
 from mlxr.server.ollama.structured import structured_outputs
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
@@ -67,7 +68,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     if not body.prompt:
         return await _load_only(held, body.model, {"response": ""})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_prompt(ids, body.options, window)
-    return await _start(held, body, arrival, chat=False, ids=lambda tok: generate_prompt_ids(body, tok),
+    return await _start(held, body, arrival, chat=False, ids=lambda tok: generate_prompt_ids(body, tok, held.served.context_length),
                         fit=fit, top_n=top_n)
 
 
@@ -81,20 +82,21 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     await _use_threads(held, body.options)
     if not body.messages:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
-    fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window)
-    planned = _Planned(body)
+    fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window,
+                                                                                   held.served.context_length)
+    planned = _Planned(body, held.served.context_length)
     return await _start(held, body, arrival, chat=True, ids=planned.ids, fit=fit, top_n=top_n, planned=planned)
 
 
 class _Planned:
     """Renders a chat prompt and keeps its plan (tools, thinking) to read the reply with."""
 
-    def __init__(self, body: ChatRequest) -> None:
-        self.body, self.plan = body, None
+    def __init__(self, body: ChatRequest, context_length: int) -> None:
+        self.body, self.plan, self.context_length = body, None, context_length
 
     def ids(self, tokenizer: Any) -> list[int]:
         self.plan = chat_plan(self.body, tokenizer)
-        return tokenizer.encode(self.plan.prompt_text, add_special_tokens=False)
+        return planned_ids(self.plan, tokenizer, self.context_length)
 
 
 # (tokenizer, prompt ids, window) -> prompt ids that fit the window
@@ -114,6 +116,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         held.session.trace.prompt_tokens = len(prompt_ids)
         constraint = structured_outputs(body.format)
         if planned is not None and planned.plan is not None:  # a chat reply may reason first
+            await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)
         params = replace(sampling_params(body.options, budget), logprobs=top_n, structured_outputs=constraint)
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)

@@ -37,7 +37,7 @@ def fit_prompt(ids: list[int], options: Options | None, window: int) -> list[int
     return cut
 
 
-def fit_chat(req: ChatRequest, tokenizer: Any, options: Options | None, window: int) -> list[int]:
+def fit_chat(req: ChatRequest, tokenizer: Any, options: Options | None, window: int, context_length: int) -> list[int]:
     """Drops the fewest oldest non-system messages that make the prompt fit (binary search:
     the rendered length shrinks as more are dropped)."""
     limit = prompt_limit(options, window)
@@ -46,7 +46,7 @@ def fit_chat(req: ChatRequest, tokenizer: Any, options: Options | None, window: 
     def render(n_dropped: int) -> list[int]:
         gone = set(droppable[:n_dropped])
         kept = [m for i, m in enumerate(req.messages) if i not in gone]
-        return chat_prompt_ids(req.model_copy(update={"messages": kept}), tokenizer)
+        return chat_prompt_ids(req.model_copy(update={"messages": kept}), tokenizer, context_length)
 
     lo, hi = 0, len(droppable)
     best = render(hi)

@@ -4,8 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
-from mlxr.server.chat_plan import ChatPlan, plan_chat
+from mlxr.server.chat_plan import ChatPlan, check_forced_calls, plan_chat
 from mlxr.server.prompt_work import check_prompt_chars, off_loop
+from mlxr.server.tool_history import check_tool_calls
 from mlxr.server.openai.strict_schema import strict_tool
 from mlxr.server.openai.structured import structured_outputs
 from mlxr.server.openai.schemas import (
@@ -102,6 +103,7 @@ def encode_inputs(tokenizer: Any, raw: Any, param: str, context_length: int) -> 
 
 def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
     d = m.model_dump(exclude_none=True)
+    check_tool_calls(d.get("tool_calls"), f"messages.{i}")
     if isinstance(m.content, list):
         texts = []
         for j, part in enumerate(m.content):
@@ -143,4 +145,5 @@ async def render_plan(tokenizer: Any, context_length: int, field: str, messages:
     ids, plan = await off_loop(run)
     if not ids:
         raise InvalidParameterError(field, "the rendered prompt is empty")
+    await check_forced_calls(plan)
     return ids, plan

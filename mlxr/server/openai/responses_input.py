@@ -1,13 +1,14 @@
 """The Responses API's request: its body, and its input items as chat messages and tools."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, _Body
 from mlxr.server.openai.strict_schema import strict_schema, strict_tool
+from mlxr.server.tool_history import check_arguments
 from mlxr.types import StructuredOutputsParams
 
 MAX_ITEMS = 4096
@@ -31,7 +32,8 @@ class Reasoning(_Body):
 
 class ResponsesRequest(_Body):
     model: str | None = Field(None, max_length=512)
-    input: str | list[dict[str, Any]] = Field(..., max_length=MAX_ITEMS)
+    # A string's bound is the rendered prompt's (prompt_work.max_prompt_chars), not the items'.
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=MAX_ITEMS)]
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = Field(None, max_length=512)
     tool_choice: str | dict[str, Any] | None = None
@@ -90,6 +92,9 @@ def _item_message(i: int, item: dict[str, Any], messages: list[dict[str, Any]]) 
             raise InvalidParameterError(where, f"unknown role {role!r}")
         messages.append({"role": "system" if role == "developer" else role, "content": _text(item.get("content"), where)})
     elif kind == "function_call":
+        if not isinstance(item.get("name"), str) or not item["name"]:
+            raise InvalidParameterError(f"{where}.name", "a function_call needs the function's name")
+        check_arguments(item.get("arguments"), f"{where}.arguments")
         call = {"id": item.get("call_id"), "type": "function",
                 "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}
         last = messages[-1] if messages else None
