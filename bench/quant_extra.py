@@ -35,7 +35,7 @@ MID = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidde
 
 def kernel_rows(types: list[str], ms: list[int], repeats: int, device: str = "cpu") -> list[dict]:
     from mlxr.ops.quant.quant import qmatmul
-    from mlxr.ops.quant.quant_types import quant_type
+    from mlxr.ops.quant.block_types import quant_type
 
     sys.path.insert(0, str(ROOT / "tests"))
     from quant_blocks import F16_FIELDS, random_blocks

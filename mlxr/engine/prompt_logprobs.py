@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from mlxr.ops import sampling as ops
+from mlxr.ops.sampling import sampling as ops
 from mlxr.engine.records import TokenLogprob
 from mlxr.engine.sampler import LOGPROB_FLOOR
 

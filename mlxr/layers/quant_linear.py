@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from mlxr.ops.quant.quant import dequantize_rows, qmatmul
-from mlxr.ops.quant.quant_types import quant_type
+from mlxr.ops.quant.block_types import quant_type
 
 
 @dataclass

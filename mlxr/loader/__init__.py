@@ -171,6 +171,6 @@ def kept_types(device: torch.device, quantization: str) -> Collection[str]:
     decoded a Q4_1 file at 13 tok/s against 56 with its weights expanded to 16 bits at load
     (2-core AMD EPYC, bench/cpu_vs_llama_cpp.py, 2026-11-24, before quant.c took Q4_1).
     `--quantization gguf` keeps every type."""
-    from mlxr.ops.quant.quant_types import CPU_INT_TYPES, KEPT_TYPES
+    from mlxr.ops.quant.block_types import CPU_INT_TYPES, KEPT_TYPES
 
     return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else CPU_INT_TYPES

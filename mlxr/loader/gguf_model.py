@@ -15,7 +15,7 @@ from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
 from mlxr.loader.tokenizer import Tokenizer
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_gguf
-from mlxr.ops.quant.quant_types import KEPT_TYPES
+from mlxr.ops.quant.block_types import KEPT_TYPES
 
 log = logging.getLogger(__name__)
 

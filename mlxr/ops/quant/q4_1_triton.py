@@ -1,4 +1,4 @@
-"""Q4_1's GEMV tiles for quant_extra_triton's `_gemv_kernel`, read from the raw 20-byte blocks
+"""Q4_1's GEMV tiles for extra_triton's `_gemv_kernel`, read from the raw 20-byte blocks
 (fp16 d and m, then 16 quant bytes: byte j holds weight j in its low nibble and weight j + 16 in
 its high one) as 32-bit words: each word is loaded once and its 8 weights dequantized in its
 thread. `_q4_1_tile` keeps a word's 8 weights together; `_q4_1_halves` (the default) splits
@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mlxr.ops.quant.quant_blocks_triton import _half
+from mlxr.ops.quant.blocks_triton import _half
 
 
 @triton.jit

@@ -29,7 +29,7 @@ def apply_token_bitmask_(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     word i is token 32 * i + j, as llguidance and xgrammar pack them); tokens past 32 * W too."""
     rows, vocab = logits.shape
     if use_triton(logits, bitmask) and logits.dtype == torch.float32:
-        from mlxr.ops.bitmask_triton import apply_token_bitmask_triton
+        from mlxr.ops.sampling.bitmask_triton import apply_token_bitmask_triton
         apply_token_bitmask_triton(logits, bitmask)
         return
     if bitmask.device.type == "cpu" and sys.byteorder == "little":

@@ -1,6 +1,6 @@
-"""Dispatch for the extra GGUF types kept quantized (quant_types.EXTRA_TYPES: Q4_1, Q5_1, Q2_K,
+"""Dispatch for the extra GGUF types kept quantized (block_types.EXTRA_TYPES: Q4_1, Q5_1, Q2_K,
 Q3_K, IQ4_NL, IQ4_XS): the C kernels of quant_extra.c on CPU, Triton on CUDA
-(quant_extra_triton.py), the torch reference otherwise. quant.py sends these types here.
+(extra_triton.py), the torch reference otherwise. quant.py sends these types here.
 
 CPU: the kernel reads each weight byte once (decode); from CPU_GEMM_MIN_ROWS rows, dequantizing
 once and torch's fp32 GEMM is faster than its per-row fp32 dots (bench/quant_extra.py --m)."""
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mlxr.ops.backend import use_triton
-from mlxr.ops.quant import quant_cpu
-from mlxr.ops.quant.quant_types import EXTRA_TYPES
+from mlxr.ops.quant import cpu as quant_cpu
+from mlxr.ops.quant.block_types import EXTRA_TYPES
 
 CPU_GEMM_MIN_ROWS = 8
 
@@ -28,10 +28,10 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
         weight = quant_cpu.dequantize_cpu(raw, qtype, k)
         return F.linear(x.float(), weight).to(x.dtype)
     if not x.is_cpu and use_triton(x, raw):
-        from mlxr.ops.quant.quant_extra_triton import qmatmul_extra_triton
+        from mlxr.ops.quant.extra_triton import qmatmul_extra_triton
 
         return qmatmul_extra_triton(x, raw, qtype, k)
-    from mlxr.ops.quant.quant_reference import qmatmul_reference
+    from mlxr.ops.quant.reference import qmatmul_reference
 
     return qmatmul_reference(x, raw, qtype, k)
 
@@ -40,6 +40,6 @@ def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -
     """Rows of the weight in float32: an embedding lookup."""
     if raw.is_cpu and quant_cpu.available("quant_extra"):
         return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
-    from mlxr.ops.quant.quant_reference import dequantize_rows as reference_rows
+    from mlxr.ops.quant.reference import dequantize_rows as reference_rows
 
     return reference_rows(raw, rows, qtype, k)

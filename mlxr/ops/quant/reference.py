@@ -1,7 +1,7 @@
 """Pure-torch dequantization of GGUF blocks, bit-exact to gguf-py's numpy dequantizer.
 
 A quantized weight is a uint8 tensor (N, K // block_elems * block_bytes) holding each output
-channel's blocks as the GGUF file stores them (mlxr/ops/quant/quant_types.py). Everything here is
+channel's blocks as the GGUF file stores them (mlxr/ops/quant/block_types.py). Everything here is
 vectorised over all blocks at once and runs on any device torch runs on.
 
 Float32 results equal `gguf.quants.dequantize` bit for bit: the same operations in the same
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.ops.quant.quant_reference_extra import EXTRA_DEQUANT
-from mlxr.ops.quant.quant_types import quant_type
+from mlxr.ops.quant.reference_extra import EXTRA_DEQUANT
+from mlxr.ops.quant.block_types import quant_type
 
 
 def _f16(b: torch.Tensor) -> torch.Tensor:

@@ -18,13 +18,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if weight.dtype in _GEMV_DTYPES and x.dtype == weight.dtype and use_triton(x, weight):
         rows = x.numel() // x.shape[-1]
         if rows == 1:
-            from mlxr.ops.gemv_triton import gemv_triton
+            from mlxr.ops.linear.gemv_triton import gemv_triton
 
             y = gemv_triton(x, weight)
             return y if bias is None else y + bias
         cfg = _rows_config(rows, weight, vocab) if x.is_contiguous() else None
         if cfg is not None:
-            from mlxr.ops.gemm_rows_triton import gemm_rows_triton
+            from mlxr.ops.linear.gemm_rows_triton import gemm_rows_triton
 
             y = gemm_rows_triton(x, weight, **cfg)
             return y if bias is None else y + bias
@@ -32,7 +32,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def _rows_config(rows: int, weight: torch.Tensor, vocab: bool) -> dict | None:
-    from mlxr.ops.gemm_rows_triton import rows_config
+    from mlxr.ops.linear.gemm_rows_triton import rows_config
 
     cfg = rows_config(rows, *weight.shape, vocab=vocab)
     return cfg if cfg is not None and weight.stride(1) == 1 and _hopper(weight.device) else None

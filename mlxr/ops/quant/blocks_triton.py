@@ -1,4 +1,4 @@
-"""Device helpers shared by the GGUF block kernels (quant_triton.py, quant_wgemv_triton.py):
+"""Device helpers shared by the GGUF block kernels (core_triton.py, wgemv_triton.py):
 decoding a weight tile from its raw blocks, and the split-K tail.
 
 How a tile is read. Every type is walked in *units* of 32 weights (one block of the 32-weight
@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mlxr.ops.quant.quant_types import QUANT_TYPES
+from mlxr.ops.quant.block_types import QUANT_TYPES
 
 _CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
 

@@ -20,7 +20,7 @@ def activation_reference(x: torch.Tensor, kind: str) -> torch.Tensor:
 def gated_activation(gate: torch.Tensor, up: torch.Tensor, kind: str) -> torch.Tensor:
     """act(gate) * up for two [..., I] inputs."""
     if not gate.is_cpu and gate.dtype == up.dtype and gate.shape == up.shape and use_triton(gate, up):
-        from mlxr.ops.activation_triton import gated_activation_triton
+        from mlxr.ops.activation.activation_triton import gated_activation_triton
 
         return gated_activation_triton(gate, up, kind)
     return activation_reference(gate, kind) * up

@@ -1,4 +1,4 @@
-"""Per-type unit decoding of the word-stream GEMV (quant_wgemv_triton.py): a lane's loads and
+"""Per-type unit decoding of the word-stream GEMV (wgemv_triton.py): a lane's loads and
 scale work for its unit of 64 weights (_ws_row), its words prepared so that each byte is a value
 (_ws_prep), and the x columns each stream multiplies (_ws_xcol). The unit layout of each GGUF type
 is described at _ws_row."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mlxr.ops.quant.quant_wgemv_words_triton import _funnel, _funnel4, _half_f32, _i8_f32, _u8_f32, _words, _words4
+from mlxr.ops.quant.wgemv_words_triton import _funnel, _funnel4, _half_f32, _i8_f32, _u8_f32, _words, _words4
 
 
 @triton.jit

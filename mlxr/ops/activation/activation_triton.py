@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.activation import KINDS
+from mlxr.ops.activation.activation import KINDS
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 BLOCK = 1024

@@ -1,19 +1,19 @@
 """Triton kernels for GGUF-quantized weights kept in their raw block layout.
 
 A weight is a uint8 tensor (N, K // block_elems * block_bytes): row n is output channel n's
-GGUF blocks as the file stores them (mlxr/ops/quant/quant_types.py). Nothing is repacked.
+GGUF blocks as the file stores them (mlxr/ops/quant/block_types.py). Nothing is repacked.
 
-How a tile is read from its blocks, and the split-K tail: quant_blocks_triton.py.
+How a tile is read from its blocks, and the split-K tail: blocks_triton.py.
 
 Kernels and the paths of `qmatmul_triton` (x has M rows):
 - `dequantize_triton`: writes the dense (N, K) matrix. In float32 it is bit-exact to gguf-py
-  (and to mlxr/ops/quant/quant_reference.py): all products of the dequantization are exact in float32,
+  (and to mlxr/ops/quant/reference.py): all products of the dequantization are exact in float32,
   so whether the compiler contracts `(d*sc)*q - dmin*m` into an FMA does not change the result
   (the FMA's single rounding equals the subtraction's). bfloat16/float16 outputs are that float32
   value rounded to nearest (the GPU's conversion; the CPU interpreter truncates instead).
 - M <= FMA_MAX_M where the weight's rows are whole 32-bit words and its base 16-byte aligned
   (`wgemv_fits`; `qgemv_triton`'s default there): the word-stream kernel `_wgemv_kernel` (in
-  quant_wgemv_triton.py): one warp per few output channels, each weight word turned into floats with one
+  wgemv_triton.py): one warp per few output channels, each weight word turned into floats with one
   PRMT per weight (inline PTX on the GPU; under the interpreter plain integer ops giving the same
   bits, and tests run the PTX branches there with the two instructions emulated). Its GPU speed is
   not measured yet (bench/quant_kernels.py --sweep times it beside the kernel below).
@@ -39,7 +39,7 @@ Kernels and the paths of `qmatmul_triton` (x has M rows):
   dequant+matmul; 2048 rows 526 vs 83 us): the in-register dequantization of every weight tile
   for every row tile costs more than writing and re-reading the bf16 weight once, and cuBLAS's
   GEMM is far ahead of this Triton GEMM. GEMM_DEQUANT_MIN_M holds the switch.
-- Split-K: see quant_blocks_triton.py (`_finish`).
+- Split-K: see blocks_triton.py (`_finish`).
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ import triton.language as tl
 
 from mlxr.ops.backend import interpreting, sm_count, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant.quant_blocks_triton import _CODES, _cols, _deq, _finish, _pieces, _raw
-from mlxr.ops.quant.quant_types import QUANT_TYPES, quant_type
+from mlxr.ops.quant.blocks_triton import _CODES, _cols, _deq, _finish, _pieces, _raw
+from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type
 
 _X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -283,7 +283,7 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
                  config: dict | None = None) -> torch.Tensor:
     """x (..., k) with at most 16 rows @ W^T -> (..., N) in x.dtype; W streamed once, float32 sums.
 
-    Up to FMA_MAX_M rows where `wgemv_fits`: the word-stream kernel (quant_wgemv_triton.py); else up to _FMA_ROWS[qtype]
+    Up to FMA_MAX_M rows where `wgemv_fits`: the word-stream kernel (wgemv_triton.py); else up to _FMA_ROWS[qtype]
     rows: CUDA-core FMAs in float32; more: tensor cores on the dequantized tile in x's dtype (IEEE
     float32 dot for float32 x). `config` (benchmarks, tests) overrides the launch: kind ('ws',
     'fma' or 'dot'; 'ws' where the weight does not allow it: the default kernel), bn (ws: output
@@ -297,7 +297,7 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
     cfg = dict(config or {})
     kind = cfg.get("kind", "ws")
     if kind == "ws":
-        from mlxr.ops.quant.quant_wgemv_triton import wgemv_fits, wgemv_triton
+        from mlxr.ops.quant.wgemv_triton import wgemv_fits, wgemv_triton
 
         if wgemv_fits(raw, qtype, m):
             return wgemv_triton(x2, raw, qtype, k, out, cfg).reshape(*x.shape[:-1], n)

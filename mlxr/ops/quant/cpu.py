@@ -14,8 +14,8 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu_build import load_library
-from mlxr.ops.quant.quant_types import CPU_INT_TYPES, quant_type
+from mlxr.ops.cpu.cpu_build import load_library
+from mlxr.ops.quant.block_types import CPU_INT_TYPES, quant_type
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 

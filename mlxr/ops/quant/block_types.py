@@ -35,8 +35,8 @@ QUANT_TYPES: dict[str, QuantType] = {
 }
 
 
-# Kept quantized by their own kernels (mlxr/ops/quant/quant_extra.py: quant_extra.c, Triton in
-# quant_extra_triton.py); their codes (after the core types') are quant_extra.c's.
+# Kept quantized by their own kernels (mlxr/ops/quant/extra.py: quant_extra.c, Triton in
+# extra_triton.py); their codes (after the core types') are quant_extra.c's.
 EXTRA_TYPES: dict[str, QuantType] = {
     t.name: t
     for t in (

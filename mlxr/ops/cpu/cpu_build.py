@@ -117,7 +117,7 @@ def selected_march() -> str:
 
 
 def _source(name: str) -> Path:
-    return Path(__file__).parent / LIBRARIES[name]
+    return Path(__file__).parent.parent / LIBRARIES[name]
 
 
 def _target(name: str, march: str, compiler: str, flags: list[str]) -> Path:

@@ -1,4 +1,4 @@
-"""The word-stream GEMV for GGUF blocks and x of 1..4 rows, in Triton (quant_triton.qgemv_triton
+"""The word-stream GEMV for GGUF blocks and x of 1..4 rows, in Triton (core_triton.qgemv_triton
 dispatches here).
 
 A program (one warp) owns R output channels and walks K in steps of 32 units of 64 weights, a
@@ -23,11 +23,11 @@ import triton.language as tl
 
 from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant.quant_blocks_triton import _CODES, _finish
-from mlxr.ops.quant.quant_triton import FMA_MAX_M, _split
-from mlxr.ops.quant.quant_types import QUANT_TYPES
-from mlxr.ops.quant.quant_wgemv_units_triton import _ws_piece, _ws_row, _ws_xcol
-from mlxr.ops.quant.quant_wgemv_words_triton import _byte_val, _split8
+from mlxr.ops.quant.blocks_triton import _CODES, _finish
+from mlxr.ops.quant.core_triton import FMA_MAX_M, _split
+from mlxr.ops.quant.block_types import QUANT_TYPES
+from mlxr.ops.quant.wgemv_units_triton import _ws_piece, _ws_row, _ws_xcol
+from mlxr.ops.quant.wgemv_words_triton import _byte_val, _split8
 
 # The word-stream kernel (_wgemv_kernel) for 1..FMA_MAX_M rows: per type, (output channels per
 # program, num_warps) by rows of x, and the programs split-K aims at per multiprocessor.

@@ -1,5 +1,5 @@
 """Triton kernels for the extra types kept quantized (GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
-IQ4_XS; bitsandbytes' NF4), on weights in their raw block layout (quant_types.py).
+IQ4_XS; bitsandbytes' NF4), on weights in their raw block layout (block_types.py).
 
 Each weight is computed from gathers by its column: block = col // block_elems, then the type's
 fields (quant bytes one by one, a block's fp16/fp32 scales as one 16- or 32-bit word). Every
@@ -15,7 +15,7 @@ as bitsandbytes rounds it).
   rows: a row's output is bit-identical alone or inside any batch of up to 16 (speculative
   decoding's verify rows must match a plain decode row; the tests check it, and that the sm_90
   code reduces a row from the same layouts at 1, 9 and 16 rows). Q4_1 (SmolLM2's type) takes
-  its tile from 32-bit quant words (quant_q4_1_triton.py; `_q4_1_tile`: 8 weights a load and a
+  its tile from 32-bit quant words (q4_1_triton.py; `_q4_1_tile`: 8 weights a load and a
   thread, its scales once a block; the compiler then moves the tile through shared memory into
   the accumulators' layout): its sm_90 loop is 67 instructions for 8 weights a thread at one row
   where the per-weight gathers take 180. By default the same words are split into their low and
@@ -23,7 +23,7 @@ as bitsandbytes rounds it).
   and x is read in vector loads (a verify row of 9: 2 loads a row and tile instead of 8).
   Launched with programmatic dependent launch (pdl_triton.py), as the other decode kernels are.
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
-  same choice as quant_triton.py's GEMM_DEQUANT_MIN_M for the core types).
+  same choice as core_triton.py's GEMM_DEQUANT_MIN_M for the core types).
 bench/probes/extra_gemv.py sweeps the GEMV's launch at SmolLM2's shapes (the choice of
 _GEMV_BN and _GEMV_WARPS); bench/quant_extra.py --device cuda measures the types.
 """
@@ -37,10 +37,10 @@ import triton.language as tl
 
 from mlxr.ops.backend import sm_count, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant.quant_blocks_triton import _finish, _half
-from mlxr.ops.quant.quant_q4_1_triton import _accumulate_halves, _q4_1_halves, _q4_1_tile
-from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES, NF4_VALUES
-from mlxr.ops.quant.quant_types import EXTRA_TYPES
+from mlxr.ops.quant.blocks_triton import _finish, _half
+from mlxr.ops.quant.q4_1_triton import _accumulate_halves, _q4_1_halves, _q4_1_tile
+from mlxr.ops.quant.reference_extra import IQ4_KVALUES, NF4_VALUES
+from mlxr.ops.quant.block_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
 _BN, _BK = 16, 256  # the dequantize kernel's tile
@@ -215,7 +215,7 @@ def _gemv_kernel(x_ptr, w_ptr, h_ptr, v_ptr, kv_ptr, out_ptr, part_ptr, cnt_ptr,
     of the tile's shape, each reduced alone at the end. No tensor of the sums has a rows dimension, so
     a row's arithmetic (its loads, the tile's layout, its reduction) is the same code whatever
     MB is: row r's output is bit-identical for any MB. Split-K (SPLIT): the tile's last program
-    adds the splits' [MP, BN] partials in split order (quant_blocks_triton._finish), also the
+    adds the splits' [MP, BN] partials in split order (blocks_triton._finish), also the
     same for every MB."""
     wait_for_inputs(PDL)
     pid_n = tl.program_id(0)

@@ -3,7 +3,7 @@
 A decode step of a small model on the CPU spends as much time in Python (module calls, the
 launchers' checks, ctypes argument conversion) as in its kernels (SmolLM2-135M, 2 threads: ~8
 of ~18 ms a token). `record(fn)` runs fn once and keeps, in order, every call into the native
-libraries (mlxr/ops/cpu_build.py) with its arguments and every torch op that computes; `replay()`
+libraries (mlxr/ops/cpu/cpu_build.py) with its arguments and every torch op that computes; `replay()`
 repeats just those. It is correct when fn's work depends only on the contents of tensors that
 stay where they were (static inputs, weights, the KV cache, the tensors fn allocated, which the
 plan keeps alive): pointers and shapes are baked in, as in a CUDA graph. The recording refuses
@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mlxr.ops.cpu_build import loaded_libraries
+from mlxr.ops.cpu.cpu_build import loaded_libraries
 
 # Tensor methods that read values on the host: the Python after them may branch on the data.
 _HOST_READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__complex__",

@@ -1,4 +1,4 @@
-"""Word-level helpers of the word-stream GEMV (quant_wgemv_triton.py): a prepared byte as
+"""Word-level helpers of the word-stream GEMV (wgemv_triton.py): a prepared byte as
 float32 (one PRMT on the GPU), 32-bit words at 2-byte aligned addresses (one funnel shift), tuples
 of words and in-thread splits, and the fp16/uint8/int8 fields of a word as float32."""
 from __future__ import annotations
