@@ -26,7 +26,7 @@ from mlxr.types import RequestMetrics, SamplingParams
 
 
 def tokenizer_of(model: str):
-    from mlxr.loader.tokenizer import Tokenizer
+    from mlxr.tokenizer.tokenizer import Tokenizer
     from mlxr.testing.fixtures import fixture_paths
 
     return Tokenizer.from_hf_dir(fixture_paths(model).hf_dir)

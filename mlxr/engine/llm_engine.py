@@ -35,7 +35,7 @@ class EngineParts:
 
     model: torch.nn.Module
     args: ModelArgs
-    tokenizer: object  # mlxr.loader.tokenizer.Tokenizer (engine never imports the loader)
+    tokenizer: object  # mlxr.tokenizer.tokenizer.Tokenizer (engine never imports the loader)
     dtype: torch.dtype
     device: torch.device
     model_digest: str = ""  # keys the disk tier's blocks (engine_factory.model_digest)

@@ -15,7 +15,7 @@ from mlxr.layers.fused_linear import fuse_projections
 from mlxr.layers.linear import store_weights_as
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
 from mlxr.loader.resolve import ModelSource, resolve_model
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 from mlxr.models import build_model, canonical_model_type
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
 from mlxr.loader.experts import stack_experts
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
 

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from mlxr.errors import InvalidParameterError
-from mlxr.loader.chat_template import default_template_for
+from mlxr.chat.template import default_template_for
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.reply_parser import Reply, ReplyParser, parse_reply
-from mlxr.tools import Piece
+from mlxr.chat.tools import Piece
 
 
 def _message(reply: Reply) -> dict[str, Any]:

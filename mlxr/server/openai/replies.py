@@ -7,7 +7,7 @@ from typing import Any
 
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.reply_parser import Reply, ReplyParser, parse_reply
-from mlxr.tools import Piece, ToolCall
+from mlxr.chat.tools import Piece, ToolCall
 
 
 def needs_parsing(plan: ChatPlan) -> bool:

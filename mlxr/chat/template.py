@@ -25,7 +25,7 @@ from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from mlxr.errors import MLXRError, TemplateError
-from mlxr.loader.template_limits import (
+from mlxr.chat.template_limits import (
     BUDGET,
     MAX_OUTPUT_CHARS,
     MAX_RANGE,

@@ -17,9 +17,9 @@ from mlxr.errors import (
     TemplateError,
 )
 from mlxr.formats.json_file import MAX_JSON_BYTES, read_json_object
-from mlxr.loader.chat_template import ChatTemplate, default_template_for
-from mlxr.loader.gguf_vocab import vocab_from_gguf_metadata
-from mlxr.loader.sentencepiece_file import load_sentencepiece_model
+from mlxr.chat.template import ChatTemplate, default_template_for
+from mlxr.tokenizer.gguf_vocab import vocab_from_gguf_metadata
+from mlxr.tokenizer.sentencepiece_file import load_sentencepiece_model
 
 log = logging.getLogger(__name__)
 

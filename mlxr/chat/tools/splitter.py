@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxr.tools.calls import MAX_CALLS, ToolCall, calls_from_json, calls_from_json_prefix
-from mlxr.tools.formats import ToolFormat
+from mlxr.chat.tools.calls import MAX_CALLS, ToolCall, calls_from_json, calls_from_json_prefix
+from mlxr.chat.tools.formats import ToolFormat
 
 
 @dataclass

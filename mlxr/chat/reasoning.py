@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxr.tools.splitter import Piece, held_suffix
+from mlxr.chat.tools.splitter import Piece, held_suffix
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
-from mlxr.loader.gguf_pre_tokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec
-from mlxr.loader.gguf_unigram import build_t5_unigram
-from mlxr.loader.gguf_wordpiece import build_wordpiece
+from mlxr.tokenizer.gguf_pre_tokenizers import PreTokenizerSpec, build_pre_tokenizer, pre_tokenizer_spec
+from mlxr.tokenizer.gguf_unigram import build_t5_unigram
+from mlxr.tokenizer.gguf_wordpiece import build_wordpiece
 
 log = logging.getLogger(__name__)
 

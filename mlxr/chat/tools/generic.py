@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlxr.tools.formats import ToolFormat, register
+from mlxr.chat.tools.formats import ToolFormat, register
 
 GENERIC = register(ToolFormat(
     name="generic", starts=("<tool_call>",), end="</tool_call>", renders_tools=False,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlxr.tools.formats import ToolFormat
-from mlxr.tools.generic import call_text, response_text, tools_prompt
+from mlxr.chat.tools.formats import ToolFormat
+from mlxr.chat.tools.generic import call_text, response_text, tools_prompt
 
 
 def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote
 
-from mlxr.tools.calls import ToolCall, calls_from_json
+from mlxr.chat.tools.calls import ToolCall, calls_from_json
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def registered() -> list[ToolFormat]:
 
 
 def format_for_template(source: str | None) -> ToolFormat:
-    from mlxr.tools.generic import GENERIC
+    from mlxr.chat.tools.generic import GENERIC
 
     for fmt in _REGISTRY:
         if fmt.renders_tools and source and fmt.detect(source):

@@ -10,7 +10,7 @@ from tokenizers import Regex, normalizers
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.json_file import MAX_JSON_BYTES
-from mlxr.loader.gguf_vocab import build_sentencepiece_bpe, build_sentencepiece_unigram
+from mlxr.tokenizer.gguf_vocab import build_sentencepiece_bpe, build_sentencepiece_unigram
 
 MAX_MODEL_BYTES = MAX_JSON_BYTES  # the largest model file read: as for the tokenizer's JSON files
 
