@@ -6,7 +6,7 @@ CUDA the fused Triton kernels (ops/moe/moe_triton.py) do the grouping and both G
 sync (SiLU models). Elsewhere, or with MLXR_KERNELS=reference, every expert runs over every token
 and the router's weights (zero where not chosen) mix the results: E/k times the work, but again
 no host sync, so CUDA graphs can capture it. Expert weights a GGUF file holds quantized stay
-as its blocks (QuantStacked), multiplied per expert by the quantized matmul kernels.
+as its blocks (quant_linear.QuantStacked), multiplied per expert by the quantized matmul kernels.
 """
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ from torch import nn
 
 from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import ACTIVATIONS
-from mlxr.layers.quant_linear import PackedWeight
 from mlxr.ops.activation.activation import gated_activation
 from mlxr.ops.backend import use_triton
-from mlxr.ops.quant.quant import qmatmul
 
 
 class Stacked(nn.Module):
@@ -32,19 +30,6 @@ class Stacked(nn.Module):
     def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
         """rows @ W_e^T"""
         return rows @ self.weight[e].t()
-
-
-class QuantStacked(nn.Module):
-    """Stacked expert weights kept as a GGUF file's blocks, [E, out, row bytes] uint8."""
-
-    def __init__(self, packed: PackedWeight) -> None:
-        super().__init__()
-        self.register_buffer("raw", packed.raw, persistent=False)
-        self.qtype = packed.qtype
-        self.in_features = packed.shape[-1]
-
-    def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
-        return qmatmul(rows, self.raw[e], self.qtype, self.in_features)
 
 
 class Experts(nn.Module):

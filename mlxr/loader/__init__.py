@@ -5,7 +5,6 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -45,12 +44,6 @@ def default_dtypes(device: torch.device) -> tuple[torch.dtype, torch.dtype]:
 
 def default_device() -> torch.device:
     return torch.device("cpu")
-
-
-def to_torch(array: np.ndarray, dtype: str = "F32") -> torch.Tensor:
-    if dtype == "BF16":  # raw bits from the safetensors reader
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 QUANTIZATION_MODES = ("auto", "gguf", "none", "fp8")

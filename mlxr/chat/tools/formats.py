@@ -1,7 +1,7 @@
 """Tool-call formats: how a family's replies mark a call, how its template is recognised, and
 the registry they join. A new format is one module that calls `register` (listed in
-__init__.py); the first registered format whose `detect` accepts a template wins, and a
-template that renders no tools gets GENERIC (tools described in the system prompt)."""
+__init__.py); choice.py picks the first registered format whose `detect` accepts a template,
+and GENERIC (tools described in the system prompt) for a template that renders no tools."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,15 +68,6 @@ def register(fmt: ToolFormat) -> ToolFormat:
 
 def registered() -> list[ToolFormat]:
     return list(_REGISTRY)
-
-
-def format_for_template(source: str | None) -> ToolFormat:
-    from mlxr.chat.tools.generic import GENERIC
-
-    for fmt in _REGISTRY:
-        if fmt.renders_tools and source and fmt.detect(source):
-            return fmt
-    return GENERIC
 
 
 def format_named(name: str) -> ToolFormat | None:

@@ -6,7 +6,6 @@ import torch.nn.functional as F
 
 from mlxr.ops.backend import use_triton
 
-KINDS = ("silu", "gelu_tanh")
 
 
 def activation_reference(x: torch.Tensor, kind: str) -> torch.Tensor:

@@ -5,10 +5,10 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.activation.activation import KINDS
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 BLOCK = 1024
+KINDS = ("silu", "gelu_tanh")  # the activations the kernel computes (GELU: tanh approximation)
 
 
 @triton.jit

@@ -1,5 +1,6 @@
 """Device helpers shared by the GGUF block kernels (core_triton.py, wgemv_triton.py):
-decoding a weight tile from its raw blocks, and the split-K tail.
+decoding a weight tile from its raw blocks, the split-K tail and its host-side split
+(`_split`), and the row limit of the CUDA-core GEMVs (FMA_MAX_M).
 
 How a tile is read. Every type is walked in *units* of 32 weights (one block of the 32-weight
 types, one eighth of a K-quant super-block). A program loads, per unit and row, one run of 16
@@ -20,12 +21,27 @@ split-K launches concurrently.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
+from mlxr.ops.backend import sm_count
 from mlxr.ops.quant.block_types import QUANT_TYPES
 
 _CODES = {name: t.code for name, t in QUANT_TYPES.items()}  # Q4_0 0, Q5_0 1, Q8_0 2, Q4_K 3, Q5_K 4, Q6_K 5
+# Rows of x the CUDA-core FMA kernel can take (per type, core_triton's _FMA_ROWS picks; above:
+# tensor cores); the word-stream GEMV (wgemv_triton.py) takes up to as many.
+FMA_MAX_M = 4
+
+
+def _split(n_tiles: int, n_iters: int, device: torch.device, split: int | None, per_sm: int) -> tuple[int, int]:
+    """(programs along K, steps each): enough programs for the GPU, no empty split."""
+    if split is None:
+        want = per_sm * sm_count(device)
+        split = 1 if n_tiles >= want else -(-want // n_tiles)
+    split = max(1, min(split, n_iters))
+    per = -(-n_iters // split)
+    return -(-n_iters // per), per
 
 
 @triton.jit

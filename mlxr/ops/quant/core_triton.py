@@ -47,15 +47,13 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.backend import interpreting, sm_count, ticket_counters
+from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant.blocks_triton import _CODES, _cols, _deq, _finish, _pieces, _raw
 from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type
+from mlxr.ops.quant.blocks_triton import FMA_MAX_M, _CODES, _cols, _deq, _finish, _pieces, _raw, _split
 
 _X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# Rows of x the CUDA-core FMA kernel can take (per type, _FMA_ROWS picks; above: tensor cores).
-FMA_MAX_M = 4
 # Rows of x from which qmatmul_triton dequantizes to a buffer and calls torch.matmul. On an H200
 # that beat the fused tensor-core GEMM at every size measured (128..2048 rows, 2048..32000 x
 # 2048..5632, bf16 x: 1.2x to 7x; bench/results/quant_kernels_*.json "gemm_paths"), so it is
@@ -246,16 +244,6 @@ def _out(out: torch.Tensor | None, x: torch.Tensor, m: int, n: int) -> torch.Ten
     assert out.shape == (m, n) and out.dtype == x.dtype and out.is_contiguous(), (tuple(out.shape), out.dtype)
     assert out.device == x.device
     return out
-
-
-def _split(n_tiles: int, n_iters: int, device: torch.device, split: int | None, per_sm: int) -> tuple[int, int]:
-    """(programs along K, steps each): enough programs for the GPU, no empty split."""
-    if split is None:
-        want = per_sm * sm_count(device)
-        split = 1 if n_tiles >= want else -(-want // n_tiles)
-    split = max(1, min(split, n_iters))
-    per = -(-n_iters // split)
-    return -(-n_iters // per), per
 
 
 def dequantize_triton(raw: torch.Tensor, qtype: str, k: int, out_dtype: torch.dtype = torch.bfloat16,

@@ -23,9 +23,8 @@ import triton.language as tl
 
 from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
-from mlxr.ops.quant.blocks_triton import _CODES, _finish
-from mlxr.ops.quant.core_triton import FMA_MAX_M, _split
 from mlxr.ops.quant.block_types import QUANT_TYPES
+from mlxr.ops.quant.blocks_triton import FMA_MAX_M, _CODES, _finish, _split
 from mlxr.ops.quant.wgemv_units_triton import _ws_piece, _ws_row, _ws_xcol
 from mlxr.ops.quant.wgemv_words_triton import _byte_val, _split8
 
