@@ -100,6 +100,16 @@ def test_qwen2() -> None:
     assert swa.sliding_window == 4096 and swa.sliding_layers == (False,) * 20 + (True,) * 2
 
 
+def test_qwen2_declares_its_defaults() -> None:
+    """What config.json leaves out comes from qwen2.py's declaration, not from formats/: no
+    window unless use_sliding_window says so, a 32k context, biases on q/k/v."""
+    cfg = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
+    a = args_from_hf({**cfg, "model_type": "qwen2", "sliding_window": 4096})
+    assert a.sliding_window is None and a.max_position_embeddings == 32768 and a.attention_bias
+    plain = args_from_hf({**cfg, "model_type": "qwen3", "sliding_window": 4096})
+    assert plain.sliding_window == 4096 and plain.max_position_embeddings == 4096 and not plain.attention_bias
+
+
 def test_gemma3_text() -> None:
     a = args_from_hf(GEMMA3_270M)
     assert a.model_type == "gemma3" and a.tie_word_embeddings and a.hidden_act == "gelu_pytorch_tanh"

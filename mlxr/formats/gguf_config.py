@@ -60,7 +60,7 @@ def args_from_gguf(
         rope_scaling=_rope_scaling(m, rope_freqs, head_dim, theta),
         max_position_embeddings=m.pos_int("context_length", 4096),
         tie_word_embeddings=not has_output_tensor,
-        attention_bias=arch == "qwen2",
+        attention_bias=False,
         hidden_act="silu",
         sliding_window=window,
         sliding_layers=sliding,

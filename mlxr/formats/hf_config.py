@@ -41,8 +41,7 @@ def _build(cfg: dict, arch: Any, model_type: str) -> ModelArgs:
     if cfg.get("mlp_bias"):
         raise UnsupportedModelError("mlp_bias=true is not supported")
     theta, scaling, local_theta = _rope(cfg, arch)
-    qwen2 = arch.name == "qwen2"
-    sliding_window, sliding_layers = (arch.hf_sliding or sliding_from_config)(cfg, layers, **({"flag_rules": True} if qwen2 else {}))
+    sliding_window, sliding_layers = (arch.hf_sliding or sliding_from_config)(cfg, layers)
     return ModelArgs(
         model_type=arch.name,
         vocab_size=_pos_int(cfg, "vocab_size"),
@@ -55,9 +54,9 @@ def _build(cfg: dict, arch: Any, model_type: str) -> ModelArgs:
         rms_norm_eps=_pos_float(cfg, "rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=scaling,
-        max_position_embeddings=_pos_int(cfg, "max_position_embeddings", 32768 if arch.name == "qwen2" else arch.hf_max_positions),
+        max_position_embeddings=_pos_int(cfg, "max_position_embeddings", arch.hf_max_positions),
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
-        attention_bias=True if arch.name == "qwen2" else _bool(cfg, "attention_bias", False),
+        attention_bias=_bool(cfg, "attention_bias", False),
         hidden_act=activation(cfg, "silu"),
         sliding_window=sliding_window,
         sliding_layers=sliding_layers,
