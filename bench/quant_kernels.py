@@ -37,8 +37,8 @@ import triton.testing  # noqa: E402
 from common import RESULTS, device_name, median, print_table  # noqa: E402
 from mlxr.ops.quant import core_triton as qt  # noqa: E402
 from mlxr.ops.quant import wgemv_triton as wst  # noqa: E402
-from mlxr.ops.quant.reference import qmatmul_reference  # noqa: E402
 from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type  # noqa: E402
+from mlxr.ops.quant.reference import qmatmul_reference  # noqa: E402
 
 TYPES = list(QUANT_TYPES)
 MS = [1, 4, 16, 128, 512]

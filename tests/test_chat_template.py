@@ -10,13 +10,13 @@ import pytest
 from tokenizers import AddedToken, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from mlxr.errors import TemplateError
 from mlxr.chat.template import (
     CHATML_TEMPLATE,
     GEMMA_TEMPLATE,
     ChatTemplate,
     default_template_for,
 )
+from mlxr.errors import TemplateError
 from mlxr.tokenizer.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")

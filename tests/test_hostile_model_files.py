@@ -13,8 +13,8 @@ from conftest import fixture_model
 
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf_config import args_from_gguf
-from mlxr.models import gguf_architecture
 from mlxr.loader import load_model
+from mlxr.models import gguf_architecture
 from mlxr.registry import Registry
 
 FIXTURE = fixture_model("tiny-llama")  # 2 layers

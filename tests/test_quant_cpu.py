@@ -12,8 +12,8 @@ from gguf.quants import dequantize
 
 from mlxr.layers.quant_linear import PackedWeight, QuantEmbedding, QuantLinear
 from mlxr.ops.quant import cpu as quant_cpu
-from mlxr.ops.quant.quant import CPU_GEMM_MIN_ROWS
 from mlxr.ops.quant.block_types import CPU_INT_TYPES
+from mlxr.ops.quant.quant import CPU_GEMM_MIN_ROWS
 
 if not quant_cpu.available():
     pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)

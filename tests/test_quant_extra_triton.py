@@ -18,8 +18,8 @@ if not torch.cuda.is_available():
 
 from quant_blocks import random_blocks, reference_dequantize  # noqa: E402
 
-from mlxr.ops.quant.extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
 from mlxr.ops.quant.block_types import EXTRA_TYPES  # noqa: E402
+from mlxr.ops.quant.extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="interpreter")),

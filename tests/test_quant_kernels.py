@@ -13,8 +13,8 @@ if not torch.cuda.is_available():
     # Must precede the first import of a kernel module: @triton.jit reads it then.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from mlxr.ops.quant.reference import dequantize, dequantize_rows, qmatmul_reference  # noqa: E402
 from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type  # noqa: E402
+from mlxr.ops.quant.reference import dequantize, dequantize_rows, qmatmul_reference  # noqa: E402
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
 

@@ -24,7 +24,6 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from mlxr.errors import MLXRError, TemplateError
 from mlxr.chat.template_limits import (
     BUDGET,
     MAX_OUTPUT_CHARS,
@@ -39,6 +38,7 @@ from mlxr.chat.template_limits import (
     checked_loop,
     new_budget,
 )
+from mlxr.errors import MLXRError, TemplateError
 
 
 class _LimitedCodeGenerator(CodeGenerator):

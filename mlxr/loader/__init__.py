@@ -14,8 +14,8 @@ from mlxr.layers.fused_linear import fuse_projections
 from mlxr.layers.linear import store_weights_as
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
 from mlxr.loader.resolve import ModelSource, resolve_model
-from mlxr.tokenizer.tokenizer import Tokenizer
 from mlxr.models import build_model, canonical_model_type
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 LoadProgress = Callable[[int, int], None]  # (tensors placed, tensors in the checkpoint)

@@ -15,9 +15,9 @@ import numpy as np
 
 from mlxr.errors import InvalidParameterError, ModelFormatError, ModelNotFoundError
 from mlxr.quantize.encode import encode, encoded_nbytes
-from mlxr.quantize.mix import FILE_TYPES, Choice, FileType, TypePlanner
 from mlxr.quantize.gguf_source import GGUFSource
 from mlxr.quantize.hf_source import HFSource
+from mlxr.quantize.mix import FILE_TYPES, Choice, FileType, TypePlanner
 from mlxr.quantize.source import Source, SourceTensor
 
 log = logging.getLogger(__name__)

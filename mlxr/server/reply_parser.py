@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlxr.chat.reasoning import ReasoningSplitter
-from mlxr.server.chat_plan import ChatPlan
 from mlxr.chat.tools import CallSplitter, Piece, ToolCall
+from mlxr.server.chat_plan import ChatPlan
 
 
 class ReplyParser:

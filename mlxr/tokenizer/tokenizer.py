@@ -11,13 +11,13 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken
 
+from mlxr.chat.template import ChatTemplate, default_template_for
 from mlxr.errors import (
     InvalidParameterError,
     ModelFormatError,
     TemplateError,
 )
 from mlxr.formats.json_file import MAX_JSON_BYTES, read_json_object
-from mlxr.chat.template import ChatTemplate, default_template_for
 from mlxr.tokenizer.gguf_vocab import vocab_from_gguf_metadata
 from mlxr.tokenizer.sentencepiece_file import load_sentencepiece_model
 

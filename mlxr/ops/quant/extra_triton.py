@@ -37,10 +37,10 @@ import triton.language as tl
 
 from mlxr.ops.backend import sm_count, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
+from mlxr.ops.quant.block_types import EXTRA_TYPES
 from mlxr.ops.quant.blocks_triton import _finish, _half
 from mlxr.ops.quant.q4_1_triton import _accumulate_halves, _q4_1_halves, _q4_1_tile
 from mlxr.ops.quant.reference_extra import IQ4_KVALUES, NF4_VALUES
-from mlxr.ops.quant.block_types import EXTRA_TYPES
 
 GEMV_MAX_M = 16
 _BN, _BK = 16, 256  # the dequantize kernel's tile

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.ops.quant.reference_extra import EXTRA_DEQUANT
 from mlxr.ops.quant.block_types import quant_type
+from mlxr.ops.quant.reference_extra import EXTRA_DEQUANT
 
 
 def _f16(b: torch.Tensor) -> torch.Tensor:

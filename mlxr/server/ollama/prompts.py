@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlxr.errors import InvalidParameterError
 from mlxr.chat.template import default_template_for
+from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
 
