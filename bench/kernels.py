@@ -17,8 +17,8 @@ import triton
 import triton.testing
 
 from common import device_name, print_table, write_result
-from mlxr.ops.activation import activation_reference
-from mlxr.ops.activation_triton import gated_activation_triton
+from mlxr.ops.activation.activation import activation_reference
+from mlxr.ops.activation.activation_triton import gated_activation_triton
 from mlxr.ops.attention.attn_metadata import AttnMetadata
 from mlxr.ops.attention.paged_attention import paged_attention_reference, paged_decode_reference, write_kv
 from mlxr.ops.attention.paged_decode_triton import paged_decode_triton

@@ -37,7 +37,7 @@ from bench.llama_server import LlamaServer  # noqa: E402
 from bench.spec_decode import TASKS, chat_ids  # noqa: E402
 from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
 from mlxr.formats.gguf import open_gguf  # noqa: E402
-from mlxr.loader.tokenizer import Tokenizer  # noqa: E402
+from mlxr.tokenizer.tokenizer import Tokenizer  # noqa: E402
 
 
 def run_record(tokens: list[int], t0: float, t_first: float, t_end: float, drafted: int = 0, accepted: int = 0) -> dict:

@@ -75,8 +75,8 @@ def bench_model(name: str, runs: int, batch: int) -> dict:
 def bench_kernels(repeats: int = 50, ms: tuple[int, ...] = (1,), types: list[str] | None = None) -> list[dict]:
     import numpy as np
 
-    from mlxr.ops.quant.quant_cpu import qmatmul_cpu
-    from mlxr.ops.quant.quant_types import QUANT_TYPES
+    from mlxr.ops.quant.block_types import QUANT_TYPES
+    from mlxr.ops.quant.cpu import qmatmul_cpu
 
     rows = []
     rng = np.random.default_rng(0)

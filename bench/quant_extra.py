@@ -34,8 +34,8 @@ MID = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidde
 
 
 def kernel_rows(types: list[str], ms: list[int], repeats: int, device: str = "cpu") -> list[dict]:
+    from mlxr.ops.quant.block_types import quant_type
     from mlxr.ops.quant.quant import qmatmul
-    from mlxr.ops.quant.quant_types import quant_type
 
     sys.path.insert(0, str(ROOT / "tests"))
     from quant_blocks import F16_FIELDS, random_blocks
@@ -60,8 +60,8 @@ def kernel_rows(types: list[str], ms: list[int], repeats: int, device: str = "cp
 
 
 def f16_source() -> Path:
-    from mlxr.testing.fixtures import CONFIGS, FixtureSpec, _llama_config, fixture_paths
     from mlxr.testing import fixture_tokenizer as ft
+    from mlxr.testing.fixtures import CONFIGS, FixtureSpec, _llama_config, fixture_paths
 
     CONFIGS.setdefault("bench-mid", FixtureSpec("llama", _llama_config(**MID), ft.LLAMA, weight_std=0.02,
                                                 gguf_type="f16"))

@@ -1,4 +1,4 @@
-"""GGUF block kernels (mlxr/ops/quant/quant_triton.py) on the GPU: achieved GB/s of weight bytes (and
+"""GGUF block kernels (mlxr/ops/quant/core_triton.py) on the GPU: achieved GB/s of weight bytes (and
 TFLOP/s from 128 rows) of qmatmul_triton beside bf16 torch.matmul on the dequantized weight.
 
 Each time is the median of 50 CUDA-event-timed replays of a CUDA graph that runs the op once per
@@ -35,10 +35,10 @@ import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
 from common import RESULTS, device_name, median, print_table  # noqa: E402
-from mlxr.ops.quant import quant_triton as qt  # noqa: E402
-from mlxr.ops.quant import quant_wgemv_triton as wst  # noqa: E402
-from mlxr.ops.quant.quant_reference import qmatmul_reference  # noqa: E402
-from mlxr.ops.quant.quant_types import QUANT_TYPES, quant_type  # noqa: E402
+from mlxr.ops.quant import core_triton as qt  # noqa: E402
+from mlxr.ops.quant import wgemv_triton as wst  # noqa: E402
+from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type  # noqa: E402
+from mlxr.ops.quant.reference import qmatmul_reference  # noqa: E402
 
 TYPES = list(QUANT_TYPES)
 MS = [1, 4, 16, 128, 512]

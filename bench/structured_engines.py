@@ -22,7 +22,7 @@ from structured_overhead import SCHEMA as ROWS_SCHEMA, cpu_model
 from mlxr.bundled_models import bundled_path
 from mlxr.engine.structured.grammar import JSON_STYLE
 from mlxr.formats.gguf import open_gguf
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 SCHEMAS = {
     "small": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENVIRONMENT = "environment"  # read from the process environment at run time
-BUILD = "build"  # a C preprocessor name, set by the build (mlxr/ops/cpu_build.py) or by the source itself
+BUILD = "build"  # a C preprocessor name, set by the build (mlxr/ops/cpu/cpu_build.py) or by the source itself
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ except ModelNotFoundError:
 @pytest.fixture(scope="module")
 def tokenizer():
     from mlxr.formats.gguf import open_gguf
-    from mlxr.loader.tokenizer import Tokenizer
+    from mlxr.tokenizer.tokenizer import Tokenizer
 
     with open_gguf(SMOLLM2) as f:
         assert f.metadata["tokenizer.ggml.pre"] == "smollm"

@@ -10,14 +10,14 @@ import pytest
 from tokenizers import AddedToken, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from mlxr.errors import TemplateError
-from mlxr.loader.chat_template import (
+from mlxr.chat.template import (
     CHATML_TEMPLATE,
     GEMMA_TEMPLATE,
     ChatTemplate,
     default_template_for,
 )
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.errors import TemplateError
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -123,7 +123,7 @@ def test_defaults_by_architecture() -> None:
 def test_default_is_logged_and_only_used_without_a_template(tmp_path: Path, caplog: Any) -> None:
     path = _make_tokenizer_dir(tmp_path / "gemma", None)
     (path / "config.json").write_text(json.dumps({"model_type": "gemma3_text"}))
-    with caplog.at_level(logging.INFO, logger="mlxr.loader.tokenizer"):
+    with caplog.at_level(logging.INFO, logger="mlxr.tokenizer.tokenizer"):
         tok = Tokenizer.from_hf_dir(path)
     assert "built-in" in caplog.text and tok.chat_template is None
     assert tok.apply_chat_template([{"role": "user", "content": "hi"}]).startswith("<s><start_of_turn>")

@@ -1,4 +1,4 @@
-"""CPU decode graphs: a forward recorded as its native calls (mlxr/ops/cpu_plan.py) and replayed by
+"""CPU decode graphs: a forward recorded as its native calls (mlxr/ops/cpu/cpu_plan.py) and replayed by
 the engine on the CPU (mlxr/engine/worker/cpu_graphs.py). Replays must give the eager path's bits."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine.worker.cpu_graphs import CPU_GRAPH_MAX_ROWS, CpuDecodeGraphs
-from mlxr.ops.cpu_plan import PlanUnsupported, record
+from mlxr.ops.cpu.cpu_plan import PlanUnsupported, record
 from mlxr.ops.norm.norm_cpu import rms_norm_cpu
 
 
@@ -74,7 +74,7 @@ def test_a_forward_that_reads_values_on_the_host_is_refused():
 
 
 def test_a_kernel_that_fails_in_a_replay_raises():
-    from mlxr.ops.cpu_plan import NativePlan
+    from mlxr.ops.cpu.cpu_plan import NativePlan
 
     statuses = iter([3])
     plan = NativePlan()
@@ -110,7 +110,7 @@ def test_another_threads_native_calls_stay_out_of_a_recording():
 
 
 def _library_functions() -> dict:
-    from mlxr.ops.cpu_build import loaded_libraries
+    from mlxr.ops.cpu.cpu_build import loaded_libraries
     return {(id(lib), name): f for lib in loaded_libraries() for name, f in vars(lib).items() if callable(f)}
 
 

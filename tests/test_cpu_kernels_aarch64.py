@@ -19,8 +19,8 @@ import pytest
 from debian_tools import ensure_commands
 from quant_blocks import F16_FIELDS, random_blocks, reference_dequantize
 
-from mlxr.ops import cpu_build
-from mlxr.ops.cpu_build import FLAGS, TARGETS, march_flags
+from mlxr.ops.cpu import cpu_build
+from mlxr.ops.cpu.cpu_build import FLAGS, TARGETS, march_flags
 
 CC, QEMU, OBJDUMP = "aarch64-linux-gnu-gcc", "qemu-aarch64", "aarch64-linux-gnu-objdump"
 SYSROOT = "/usr/aarch64-linux-gnu"

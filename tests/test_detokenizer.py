@@ -9,7 +9,7 @@ import pytest
 
 from mlxr.engine.frontend.detokenizer import IncrementalDetokenizer, StopStringMatcher, StreamDetokenizer, make_detokenizer
 from mlxr.errors import InvalidParameterError
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 TEXTS = [
     "Hello, world! This is a plain sentence.",

@@ -12,10 +12,9 @@ import pytest
 
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import open_gguf
-from mlxr.formats.gguf_config import args_from_gguf_file
-from mlxr.formats.hf_config import args_from_hf_config
 from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.loader.gguf_weights import iter_gguf_hf_weights
+from mlxr.models.model_args import args_from_gguf, args_from_hf
 from mlxr.testing.fixtures import CONFIGS, FixturePaths, fixture_paths, write_fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,7 +35,7 @@ def test_gguf_maps_back_to_the_same_hf_weights(name: str) -> None:
     p = paths(name)
     want = hf_weights(p)
     with open_gguf(p.gguf_path) as f:
-        got = dict(iter_gguf_hf_weights(f, args_from_gguf_file(f)))
+        got = dict(iter_gguf_hf_weights(f, args_from_gguf(f)))
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key].dtype == np.float32
@@ -46,9 +45,9 @@ def test_gguf_maps_back_to_the_same_hf_weights(name: str) -> None:
 @pytest.mark.parametrize("name", TINY)
 def test_gguf_and_hf_config_give_the_same_args(name: str) -> None:
     p = paths(name)
-    hf = args_from_hf_config(json.loads((p.hf_dir / "config.json").read_text()))
+    hf = args_from_hf(json.loads((p.hf_dir / "config.json").read_text()))
     with open_gguf(p.gguf_path) as f:
-        gg = args_from_gguf_file(f)
+        gg = args_from_gguf(f)
     diff = {fld.name for fld in dataclasses.fields(hf) if fld.compare and getattr(hf, fld.name) != getattr(gg, fld.name)}
     # llama.cpp also stops on <|endoftext|>, which config.json does not list
     assert diff <= {"eos_token_ids"} and set(hf.eos_token_ids) <= set(gg.eos_token_ids)
@@ -60,7 +59,7 @@ def test_f16_gguf_is_close(tmp_path: Path) -> None:
     with open_gguf(p.gguf_path) as f:
         assert f.tensor_info("token_embd.weight").ggml_type == "F16"
         assert f.tensor_info("output_norm.weight").ggml_type == "F32"
-        got = dict(iter_gguf_hf_weights(f, args_from_gguf_file(f)))
+        got = dict(iter_gguf_hf_weights(f, args_from_gguf(f)))
     for key, value in want.items():
         np.testing.assert_allclose(got[key], value, rtol=1e-3, atol=1e-4, err_msg=key)
 
@@ -118,7 +117,7 @@ def test_mapping_errors_name_the_tensor(tmp_path: Path, change: dict, fragment: 
     bad = _rewrite(paths("tiny-llama").gguf_path, tmp_path / "bad.gguf", **change)
     with open_gguf(bad) as f, pytest.raises(ModelFormatError, match=fragment.replace(".", r"\.")):
         # A layer past the declared count is refused as the config is read (before any mapping).
-        list(iter_gguf_hf_weights(f, args_from_gguf_file(f)))
+        list(iter_gguf_hf_weights(f, args_from_gguf(f)))
 
 
 # ---- Hugging Face transformers as the reference -----------------------------------------

@@ -71,7 +71,7 @@ def test_one_row_takes_the_fp8_gemv_on_unrounded_activations(dtype, monkeypatch)
     activations stay in their dtype (no per-token rounding to E4M3)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("needs FP8 tensor cores")
-    import mlxr.ops.gemv_triton as gemv_module
+    import mlxr.ops.linear.gemv_triton as gemv_module
 
     torch.manual_seed(1)
     w, b, x = torch.randn(2560, 2048), torch.randn(2560), torch.randn(1, 1, 2048)

@@ -11,7 +11,7 @@ from gguf.quants import dequantize
 
 from mlxr.formats.gguf import open_gguf
 from mlxr.formats.gguf_types import supported_ggml_types
-from mlxr.ops.quant.quant_types import KEPT_TYPES
+from mlxr.ops.quant.block_types import KEPT_TYPES
 
 _PLAIN = {"I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64, "F64": np.float64}
 # gguf-py knows these names but cannot dequantize them (activation-only or new types).

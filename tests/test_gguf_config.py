@@ -8,13 +8,17 @@ import pytest
 
 from mlxr.config import RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.formats import gguf_config
 from mlxr.formats.gguf import open_gguf
-from mlxr.formats.gguf_config import (
-    args_from_gguf,
-    args_from_gguf_file,
-    llama3_factors,
-    llama3_scaling_from_factors,
-)
+from mlxr.formats.gguf_config import llama3_factors, llama3_scaling_from_factors
+from mlxr.models import gguf_architecture
+from mlxr.models.model_args import args_from_gguf as args_from_gguf_file
+
+
+def args_from_gguf(metadata: dict, **readings) -> object:
+    """formats' reader given the declaration the model table picks for `metadata`."""
+    return gguf_config.args_from_gguf(metadata, declaration=gguf_architecture(metadata), **readings)
+
 
 LLAMA_META = {
     "general.architecture": "llama",

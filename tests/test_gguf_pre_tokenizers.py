@@ -15,8 +15,8 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from mlxr.loader import gguf_pre_tokenizers as ours
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer import gguf_pre_tokenizers as ours
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer  # noqa: E402

@@ -15,8 +15,8 @@ from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from mlxr.errors import ModelFormatError, UnsupportedModelError
-from mlxr.loader.gguf_vocab import vocab_from_gguf_metadata
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.gguf_vocab import vocab_from_gguf_metadata
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. I'm sure they'll say it's fine, don't you think?",
@@ -217,7 +217,7 @@ def test_bad_metadata_is_rejected(change: dict[str, Any], error: type[Exception]
 def test_a_huge_sentencepiece_piece_loads_in_bounded_time() -> None:
     # A 2M-character piece once made merge derivation quadratic (the load never finished).
     script = (
-        "from mlxr.loader.tokenizer import Tokenizer\n"
+        "from mlxr.tokenizer.tokenizer import Tokenizer\n"
         "tokens = ['<unk>', '<s>', '</s>', '\u2581', 'a', 'b', 'ab', 'a' * 2_000_000]\n"
         "tok = Tokenizer.from_gguf_metadata({'tokenizer.ggml.model': 'llama',\n"
         "    'tokenizer.ggml.tokens': tokens, 'tokenizer.ggml.scores': [0.0] * 8,\n"

@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer  # noqa: E402

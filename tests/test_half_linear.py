@@ -77,7 +77,7 @@ def test_more_rows_than_decode_take_the_upcast_path() -> None:
 
 
 def test_without_a_compiler_stored_linear_falls_back_to_torch(monkeypatch, tmp_path) -> None:
-    from mlxr.ops import cpu_build as build
+    from mlxr.ops.cpu import cpu_build as build
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))

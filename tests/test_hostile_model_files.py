@@ -14,6 +14,7 @@ from conftest import fixture_model
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf_config import args_from_gguf
 from mlxr.loader import load_model
+from mlxr.models import gguf_architecture
 from mlxr.registry import Registry
 
 FIXTURE = fixture_model("tiny-llama")  # 2 layers
@@ -70,7 +71,7 @@ def test_gguf_embedding_length_of_2_64_minus_1():
     metadata = {"general.architecture": "llama", "llama.embedding_length": 2**64 - 1,
                 "llama.attention.head_count": 4, "llama.block_count": 2, "llama.feed_forward_length": 128}
     with pytest.raises(ModelFormatError, match="hidden_size"):
-        args_from_gguf(metadata, has_output_tensor=True, vocab_size=512)
+        args_from_gguf(metadata, has_output_tensor=True, vocab_size=512, declaration=gguf_architecture(metadata))
 
 
 @pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json"])

@@ -19,7 +19,7 @@ from mlxr.errors import UnsupportedModelError
 from mlxr.layers.quant_linear import QuantLinear
 from mlxr.llm import LLM
 from mlxr.ops.quant.quant import qmatmul
-from mlxr.ops.quant.quant_reference import dequantize
+from mlxr.ops.quant.reference import dequantize
 from mlxr.types import SamplingParams
 
 TABLE = torch.from_numpy(NF4_TABLE)

@@ -11,9 +11,9 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from mlxr.layers.quant_linear import PackedWeight, QuantEmbedding, QuantLinear
-from mlxr.ops.quant import quant_cpu
+from mlxr.ops.quant import cpu as quant_cpu
+from mlxr.ops.quant.block_types import CPU_INT_TYPES
 from mlxr.ops.quant.quant import CPU_GEMM_MIN_ROWS
-from mlxr.ops.quant.quant_types import CPU_INT_TYPES
 
 if not quant_cpu.available():
     pytest.skip("no C compiler for the CPU kernels", allow_module_level=True)
@@ -149,7 +149,7 @@ def test_kernel_builds_report_their_simd_level():
 @pytest.mark.parametrize("choice,path", [("portable", "portable"), ("avx2", "avx2"), ("bogus", None)])
 def test_mlxr_cpu_kernels_forces_a_path(monkeypatch, choice, path):
     """The dispatcher's override: every layer then runs that path (a bad value: native, logged)."""
-    from mlxr.ops import cpu_build as build
+    from mlxr.ops.cpu import cpu_build as build
 
     if choice == "avx2" and not HAS_AVX2:
         pytest.skip("no AVX2")
@@ -198,7 +198,7 @@ def test_packed_weight_rejects_a_wrong_byte_shape():
 
 
 def test_without_a_compiler_quantized_layers_fall_back_to_torch(monkeypatch, tmp_path):
-    from mlxr.ops import cpu_build as build
+    from mlxr.ops.cpu import cpu_build as build
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))
@@ -253,7 +253,7 @@ def test_decode_sized_matmuls_take_the_pool_and_prompts_openmp(env, policy, pool
     import subprocess
     import sys
 
-    code = ("import ctypes; from mlxr.ops.quant import quant_cpu; lib = quant_cpu.library(); "
+    code = ("import ctypes; from mlxr.ops.quant import cpu as quant_cpu; lib = quant_cpu.library(); "
             "lib.mlxr_pool_rows.argtypes = [ctypes.c_int64]; print([lib.mlxr_pool_rows(m) for m in (1, 8, 9, 128)])")
     environ = {k: v for k, v in os.environ.items() if k not in ("MLXR_POOL", "OMP_WAIT_POLICY")}
     environ |= ({"MLXR_POOL": env} if env else {}) | ({"OMP_WAIT_POLICY": policy} if policy else {})
@@ -273,7 +273,7 @@ def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
     x = np.random.default_rng(3).standard_normal((2, 512)).astype(np.float32)
     np.save(tmp_path / "raw.npy", raw)
     np.save(tmp_path / "x.npy", x)
-    code = ("import numpy as np, torch, sys; from mlxr.ops.quant import quant_cpu; torch.set_num_threads(2); "
+    code = ("import numpy as np, torch, sys; from mlxr.ops.quant import cpu as quant_cpu; torch.set_num_threads(2); "
             "d = sys.argv[1]; y = quant_cpu.qmatmul_cpu(torch.from_numpy(np.load(d + '/x.npy')), "
             "torch.from_numpy(np.load(d + '/raw.npy')), 'Q4_K', 512); np.save(d + '/y.npy', y.numpy())")
     outputs = []
@@ -286,7 +286,7 @@ def test_the_pool_instead_of_openmp_gives_the_same_results(tmp_path):
 
 @pytest.mark.parametrize("vendor, hint", [("GenuineIntel", 2), ("AuthenticAMD", 0), ("", 0)])
 def test_the_weight_prefetch_hint_follows_the_cpu_vendor(monkeypatch, vendor, hint):
-    from mlxr.ops import cpu_build as build
+    from mlxr.ops.cpu import cpu_build as build
 
     monkeypatch.setattr(build, "_cpuinfo_field", lambda name: f"{name}\t: {vendor}" if name == "vendor_id" else "")
     flags = build.build_flags("native")
@@ -296,7 +296,7 @@ def test_the_weight_prefetch_hint_follows_the_cpu_vendor(monkeypatch, vendor, hi
 def test_builds_with_either_prefetch_hint_give_identical_matmuls(monkeypatch, tmp_path):
     """The hint changes only where weight lines are cached: both builds (separate libraries)
     return the same bits for decode rows and a prompt tile."""
-    from mlxr.ops import cpu_build as build
+    from mlxr.ops.cpu import cpu_build as build
 
     raw = torch.from_numpy(random_blocks("Q4_K", 300, 1024, seed=3))
     x = torch.randn(9, 1024)

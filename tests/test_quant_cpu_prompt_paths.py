@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from mlxr.ops.quant import quant_cpu
-from mlxr.ops.quant.quant_types import CPU_INT_TYPES
+from mlxr.ops.quant import cpu as quant_cpu
+from mlxr.ops.quant.block_types import CPU_INT_TYPES
 from test_quant_cpu import TYPES, gguf_dequant, kernel_activations, random_blocks
 
 if not quant_cpu.available():
@@ -97,7 +97,7 @@ def test_pool_helpers_stop_spinning_while_other_processes_want_the_cores(tmp_pat
     import subprocess
     import sys
 
-    code = ("import ctypes, time, torch; from mlxr.ops.quant import quant_cpu; torch.set_num_threads(2); "
+    code = ("import ctypes, time, torch; from mlxr.ops.quant import cpu as quant_cpu; torch.set_num_threads(2); "
             "lib = quant_cpu.library(); lib.mlxr_pool_backoffs.restype = ctypes.c_int64; "
             "raw = torch.randint(0, 256, (512, 544), dtype=torch.uint8); x = torch.randn(1, 512); "
             "end = time.time() + 4\n"

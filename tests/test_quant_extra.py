@@ -8,9 +8,10 @@ import pytest
 import torch
 from quant_blocks import random_blocks, reference_dequantize
 
-from mlxr.ops.quant import quant, quant_cpu
-from mlxr.ops.quant.quant_reference import dequantize
-from mlxr.ops.quant.quant_types import CPU_INT_TYPES, EXTRA_TYPES
+from mlxr.ops.quant import cpu as quant_cpu
+from mlxr.ops.quant import quant
+from mlxr.ops.quant.block_types import CPU_INT_TYPES, EXTRA_TYPES
+from mlxr.ops.quant.reference import dequantize
 
 TYPES = list(EXTRA_TYPES)
 MARCHES = ["native", "x86-64"]  # the host's vector build and the portable one

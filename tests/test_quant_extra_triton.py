@@ -18,8 +18,8 @@ if not torch.cuda.is_available():
 
 from quant_blocks import random_blocks, reference_dequantize  # noqa: E402
 
-from mlxr.ops.quant.quant_extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
-from mlxr.ops.quant.quant_types import EXTRA_TYPES  # noqa: E402
+from mlxr.ops.quant.block_types import EXTRA_TYPES  # noqa: E402
+from mlxr.ops.quant.extra_triton import dequantize_extra_triton, qmatmul_extra_triton  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(not INTERPRETED, reason="interpreter")),
@@ -64,7 +64,7 @@ def _no_dequantize(*args, **kwargs):
 @pytest.mark.parametrize("qtype,k", _gemv_shapes())
 def test_gemv_any_k_and_up_to_16_rows_against_gguf_py_without_dequantizing(qtype: str, k: int, device: str,
                                                                             monkeypatch) -> None:
-    import mlxr.ops.quant.quant_extra_triton as qet
+    import mlxr.ops.quant.extra_triton as qet
 
     n = 12 if device == "cpu" else 1000  # not a multiple of the channel tile
     raw = random_blocks(qtype, n, k, seed=k)
@@ -111,8 +111,8 @@ import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from mlxr.ops.quant import quant_extra_triton as qet
-from mlxr.ops.quant.quant_types import EXTRA_TYPES
+from mlxr.ops.quant import extra_triton as qet
+from mlxr.ops.quant.block_types import EXTRA_TYPES
 
 qtype, k, split, aligned_args = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 halves = len(sys.argv) > 6 and sys.argv[6] == "1"

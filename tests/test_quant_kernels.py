@@ -13,8 +13,8 @@ if not torch.cuda.is_available():
     # Must precede the first import of a kernel module: @triton.jit reads it then.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from mlxr.ops.quant.quant_reference import dequantize, dequantize_rows, qmatmul_reference  # noqa: E402
-from mlxr.ops.quant.quant_types import QUANT_TYPES, quant_type  # noqa: E402
+from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type  # noqa: E402
+from mlxr.ops.quant.reference import dequantize, dequantize_rows, qmatmul_reference  # noqa: E402
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
 
@@ -139,15 +139,15 @@ def test_reference_matmul_is_fp32_product():
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
-from mlxr.ops.quant.quant_triton import (  # noqa: E402
+from mlxr.ops.quant.core_triton import (  # noqa: E402
     dequantize_triton,
     qgemv_triton,
     qmatmul_dequant_triton,
     qmatmul_fused_triton,
     qmatmul_triton,
 )
-from mlxr.ops.quant.quant_wgemv_triton import wgemv_fits  # noqa: E402
-from mlxr.ops.quant.quant_wgemv_words_triton import _byte_val, _funnel  # noqa: E402
+from mlxr.ops.quant.wgemv_triton import wgemv_fits  # noqa: E402
+from mlxr.ops.quant.wgemv_words_triton import _byte_val, _funnel  # noqa: E402
 
 
 def _truncate_bf16(t: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 
 from mlxr.layers.quant_linear import QuantEmbedding, QuantLinear
 from mlxr.llm import LLM
-from mlxr.ops.quant import quant_cpu
+from mlxr.ops.quant import cpu as quant_cpu
 from mlxr.types import SamplingParams
 from paged_probe import paged_logits
 

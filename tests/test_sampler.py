@@ -9,7 +9,7 @@ import torch
 
 from conftest import cached_llm, fixture_model
 from mlxr.engine.worker.sampler import SampledToken, Sampler, SamplingState, make_generator
-from mlxr.ops.sampling import inverse_cdf_sample
+from mlxr.ops.sampling.sampling import inverse_cdf_sample
 from mlxr.types import SamplingParams
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""The sampling ops on their own (mlxr/ops/sampling.py) against their definitions."""
+"""The sampling ops on their own (mlxr/ops/sampling/sampling.py) against their definitions."""
 from __future__ import annotations
 
 import pytest
@@ -20,7 +20,7 @@ def _nucleus_by_full_sort(logits: torch.Tensor, top_p: list[float]) -> torch.Ten
 
 @pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (the nucleus is most of the vocabulary) to peaked
 def test_top_p_on_the_cpu_keeps_the_nucleus_of_a_full_sort(scale) -> None:
-    from mlxr.ops.sampling import NUCLEUS_FIRST, apply_top_k_top_p
+    from mlxr.ops.sampling.sampling import NUCLEUS_FIRST, apply_top_k_top_p
 
     vocab = 40 * NUCLEUS_FIRST
     logits = torch.randn(5, vocab, generator=torch.Generator().manual_seed(int(scale * 10))) * scale
@@ -33,7 +33,7 @@ def test_top_p_on_the_cpu_keeps_the_nucleus_of_a_full_sort(scale) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sanitize_gives_a_new_float32_tensor_without_nan_or_inf(dtype) -> None:
-    from mlxr.ops.sampling import sanitize
+    from mlxr.ops.sampling.sampling import sanitize
 
     logits = torch.tensor([[1.0, float("nan"), float("inf"), float("-inf")]], dtype=dtype)
     before = logits.clone()

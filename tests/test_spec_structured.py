@@ -14,7 +14,7 @@ from conftest import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine.structured.compiler import GrammarCompiler
 from mlxr.engine.structured.manager import StructuredOutputManager
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 from mlxr.types import StructuredOutputsParams as SO
 
 PATTERN = "(abc (def|ghi) ){5}xyz"  # "abc " forced, then a choice the lookup drafts

@@ -69,7 +69,7 @@ def test_a_ready_request_is_held_at_most_hold_s_and_only_while_idle(monkeypatch)
     from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
     from mlxr.engine.structured.compiler import GrammarCompiler
     from mlxr.engine.structured.manager import StructuredOutputManager, _Pending
-    from mlxr.loader.tokenizer import Tokenizer
+    from mlxr.tokenizer.tokenizer import Tokenizer
 
     monkeypatch.setattr(manager_module, "HOLD_S", 0.05)
     tok = Tokenizer.from_hf_dir(fixture_model("tiny-llama").hf_dir)

@@ -18,7 +18,7 @@ from mlxr.engine.structured.chooser import PARALLEL_ROWS, TRIALS
 from mlxr.engine.structured.compiler import GrammarCompiler
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.structured.matcher import MAX_THREADS, THREADS_ENV, advance_all, threads_from_env
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 from mlxr.types import StructuredOutputsParams as SO
 
 ROWS = PARALLEL_ROWS + 4

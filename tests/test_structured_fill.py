@@ -13,7 +13,7 @@ from conftest import fixture_model
 from structured_schemas import SCHEMAS
 from mlxr.engine.structured.compiler import GrammarCompiler
 from mlxr.engine.structured.fill import PARALLEL_ROWS, TRIALS, MaskFiller
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 from mlxr.types import StructuredOutputsParams as SO
 
 ROWS = 2 * PARALLEL_ROWS

@@ -17,7 +17,7 @@ from conftest import cached_llm, fixture_model
 from structured_schemas import SCHEMAS
 from mlxr import LLM, SamplingParams
 from mlxr.errors import InvalidParameterError
-from mlxr.ops.sampling import apply_token_bitmask_
+from mlxr.ops.sampling.sampling import apply_token_bitmask_
 from mlxr.types import StructuredOutputsParams as SO
 
 PROMPT = "Hello"

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from structured_schemas import SCHEMAS
+from mlxr.chat.tools.generic import GENERIC
 from mlxr.engine.structured.grammar import check, grammar_text, parser_limits
 from mlxr.engine.structured.trial import trial_error
 from mlxr.errors import InvalidParameterError
-from mlxr.tools.generic import GENERIC
 from mlxr.types import StructuredOutputsParams as SO
 
 THINK = ("<think>", "</think>")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlxr.loader.tokenizer import Tokenizer
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mlxr.loader.chat_template import CHATML_TEMPLATE, GEMMA_TEMPLATE, render_chat_template
-from mlxr.reasoning import ReasoningSplitter, markers_for_template
-from mlxr.tools import CallSplitter, format_for_template, format_named, registered, template_messages
+from mlxr.chat.reasoning import ReasoningSplitter, markers_for_template
+from mlxr.chat.template import CHATML_TEMPLATE, GEMMA_TEMPLATE, render_chat_template
+from mlxr.chat.tools import CallSplitter, format_for_template, format_named, registered, template_messages
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

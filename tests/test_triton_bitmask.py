@@ -9,7 +9,7 @@ import pytest
 import torch
 from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
-from mlxr.ops.bitmask_triton import apply_token_bitmask_triton  # noqa: E402
+from mlxr.ops.sampling.bitmask_triton import apply_token_bitmask_triton  # noqa: E402
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -31,7 +31,7 @@ def test_matches_llguidance(device, rows, vocab, words):
 def test_one_compiled_variant_serves_every_shape_and_alignment():
     """Row counts, vocabularies, mask widths and views at odd offsets: one compile in all, so a
     constrained step never compiles while serving (the warm-up compiles it)."""
-    from mlxr.ops.bitmask_triton import _bitmask_kernel
+    from mlxr.ops.sampling.bitmask_triton import _bitmask_kernel
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")

@@ -9,8 +9,8 @@ from triton_grid import DEVICES, INTERPRETED  # first: it picks the interpreter 
 from mlxr.layers.mlp import GatedMLP  # noqa: E402
 from mlxr.layers.norm import GemmaRMSNorm, RMSNorm  # noqa: E402
 from mlxr.layers.rope import inverse_frequencies  # noqa: E402
-from mlxr.ops.activation import activation_reference, gated_activation  # noqa: E402
-from mlxr.ops.activation_triton import gated_activation_triton  # noqa: E402
+from mlxr.ops.activation.activation import activation_reference, gated_activation  # noqa: E402
+from mlxr.ops.activation.activation_triton import gated_activation_triton  # noqa: E402
 from mlxr.ops.attention.paged_attention import write_kv  # noqa: E402
 from mlxr.ops.norm.rms_norm import rms_norm, rms_norm_reference  # noqa: E402
 from mlxr.ops.norm.rms_norm_triton import rms_norm_triton  # noqa: E402

@@ -1,4 +1,4 @@
-"""The Triton batch product (mlxr/ops/gemm_rows_triton.py) against an fp64 ground truth: on the
+"""The Triton batch product (mlxr/ops/linear/gemm_rows_triton.py) against an fp64 ground truth: on the
 CPU interpreter without CUDA (fp16: the interpreter multiplies bf16 tiles as raw integers), on
 the GPU (`gpu`) in both 16-bit types; its measured configuration table; and the dispatcher."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
-from mlxr.ops.gemm_rows_triton import MAX_ROWS, MIN_ROWS, gemm_rows_triton, rows_config  # noqa: E402
-from mlxr.ops.linear import linear  # noqa: E402
+from mlxr.ops.linear.gemm_rows_triton import MAX_ROWS, MIN_ROWS, gemm_rows_triton, rows_config  # noqa: E402
+from mlxr.ops.linear.linear import linear  # noqa: E402
 
 
 def cases(device: str) -> list[tuple[int, int, int, dict]]:
@@ -50,7 +50,7 @@ def test_the_table_keeps_cublas_where_it_was_measured_ahead():
 def test_the_dispatcher_takes_the_kernel_for_a_decode_batch(monkeypatch):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the batch kernel is dispatched on Hopper only")
-    import mlxr.ops.gemm_rows_triton as mod
+    import mlxr.ops.linear.gemm_rows_triton as mod
 
     calls = []
     real = mod.gemm_rows_triton

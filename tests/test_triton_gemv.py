@@ -6,8 +6,8 @@ import pytest
 import torch
 from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
-from mlxr.ops.gemv_triton import gemv_triton  # noqa: E402
-from mlxr.ops.linear import linear  # noqa: E402
+from mlxr.ops.linear.gemv_triton import gemv_triton  # noqa: E402
+from mlxr.ops.linear.linear import linear  # noqa: E402
 
 
 
@@ -37,12 +37,12 @@ def test_gemv_matches_fp64(device, dtype, m):
 @pytest.mark.parametrize("device", DEVICES)
 def test_linear_dispatcher_takes_the_gemv_for_one_row_only(device, monkeypatch):
     calls = []
-    import mlxr.ops.gemv_triton as mod
+    import mlxr.ops.linear.gemv_triton as mod
 
     real = mod.gemv_triton
     monkeypatch.setattr(mod, "gemv_triton", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     if device == "cpu":  # the dispatcher takes Triton only for CUDA tensors; call it as it would
-        monkeypatch.setattr("mlxr.ops.linear.use_triton", lambda *t: True)
+        monkeypatch.setattr("mlxr.ops.linear.linear.use_triton", lambda *t: True)
     w = torch.randn(24, 64).bfloat16().to(device)
     b = torch.randn(24).bfloat16().to(device)
     x1, x3 = torch.randn(1, 64).bfloat16().to(device), torch.randn(3, 64).bfloat16().to(device)

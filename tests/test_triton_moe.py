@@ -7,7 +7,7 @@ import torch
 from triton_grid import DEVICES  # first: it picks the interpreter before a kernel module loads
 
 from mlxr.layers.moe import SparseMoE  # noqa: E402
-from mlxr.ops.moe_triton import align_by_expert, fused_moe_silu  # noqa: E402
+from mlxr.ops.moe.moe_triton import align_by_expert, fused_moe_silu  # noqa: E402
 from paged_probe import rel_err  # noqa: E402
 
 

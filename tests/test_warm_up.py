@@ -108,7 +108,7 @@ def test_a_wave_prefills_a_batch_of_rows_off_the_multiples_of_16(model_dir):
     from types import SimpleNamespace
 
     from mlxr.engine.core.warm_up import waves
-    from mlxr.ops.gemm_rows_triton import MAX_ROWS, MIN_ROWS
+    from mlxr.ops.linear.gemm_rows_triton import MAX_ROWS, MIN_ROWS
 
     llm = LLM(model_dir, dtype="float32")
     core = llm.engine.core.core

@@ -24,7 +24,7 @@ import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import cpu_model, median, print_table, write_result
 from prefill_matmul import SHAPES, weights
 
-from mlxr.ops.quant import quant_cpu
+from mlxr.ops.quant import cpu as quant_cpu
 
 # quant.c reads both variables on every call, so one process can alternate the paths.
 ARMS = {"amx": {"MLXR_AMX": "1", "MLXR_VNNI_PANELS": "1"},

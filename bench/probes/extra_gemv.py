@@ -1,4 +1,4 @@
-"""The extra types' decode GEMV (quant_extra_triton.qmatmul_extra_triton, up to 16 rows of x in
+"""The extra types' decode GEMV (quant/extra_triton.qmatmul_extra_triton, up to 16 rows of x in
 one program) against the path SmolLM2's K = 576 linears took before it: dequantize the whole
 weight (dequantize_extra_triton, in x's dtype) + torch's matmul. SmolLM2-135M's merged decode
 matrices (n x k): qkv 960x576 (9 + 2*3 heads of 64), o 576x576, gate_up 3072x576, down 576x1536.
@@ -31,12 +31,12 @@ from common import device_name, print_table, write_result
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # quant_blocks: random blocks of any type
 from quant_blocks import random_blocks  # noqa: E402
 
-from mlxr.ops.quant.quant_extra_triton import (  # noqa: E402
+from mlxr.ops.quant.extra_triton import (  # noqa: E402
     dequantize_extra_triton,
     gemv_config,
     qmatmul_extra_triton,
 )
-from mlxr.ops.quant.quant_types import EXTRA_TYPES  # noqa: E402
+from mlxr.ops.quant.block_types import EXTRA_TYPES  # noqa: E402
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 LAYERS = 30  # SmolLM2-135M: a step runs each shape once a layer

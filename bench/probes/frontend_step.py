@@ -26,8 +26,8 @@ from mlxr.types import RequestMetrics, SamplingParams
 
 
 def tokenizer_of(model: str):
-    from mlxr.loader.tokenizer import Tokenizer
     from mlxr.testing.fixtures import fixture_paths
+    from mlxr.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer.from_hf_dir(fixture_paths(model).hf_dir)
 

@@ -1,4 +1,4 @@
-"""The batched-decode products on a GPU: cuBLAS (F.linear) beside mlxr/ops/gemm_rows_triton.py over
+"""The batched-decode products on a GPU: cuBLAS (F.linear) beside mlxr/ops/linear/gemm_rows_triton.py over
 its launch configurations, for the TinyLlama shape's five matrices at the given batch rows. Each
 is timed as calls inside a CUDA graph with the weights cycled through enough copies to miss L2
 (as in a step, which reads each weight once), and reported in us and GB/s of weight bytes,
@@ -32,7 +32,7 @@ def configs(m: int, quick: bool) -> list[dict]:
 
 
 def sweep_shape(m: int, n: int, k: int, quick: bool) -> dict:
-    from mlxr.ops.gemm_rows_triton import gemm_rows_triton
+    from mlxr.ops.linear.gemm_rows_triton import gemm_rows_triton
 
     ws = weights(n, k, warm=False)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

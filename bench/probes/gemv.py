@@ -69,7 +69,7 @@ def best_config(fn_for, ws) -> tuple[float, str]:
 
 
 def plain_rows(m: int, warm: bool) -> list[dict]:
-    from mlxr.ops.gemv_triton import gemv_triton
+    from mlxr.ops.linear.gemv_triton import gemv_triton
 
     rows = []
     for name, (n, k) in SHAPES.items():

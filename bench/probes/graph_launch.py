@@ -2,7 +2,7 @@
 CUDAGraph.replay) with the device idle before it, by padded batch size, beside the graph's
 device time: at batch 1 a speculating step's launch sits on its critical path (the device
 waits for the host), where a plain step's is hidden behind the step before it. The bundled
-SmolLM2 Q4_1; --gemv-max-m moves the Q4_1 GEMV's row limit (quant_extra_triton.GEMV_MAX_M).
+SmolLM2 Q4_1; --gemv-max-m moves the Q4_1 GEMV's row limit (quant/extra_triton.GEMV_MAX_M).
 Found (H100, graph_launch-20261125T100751Z): 5-25 us a launch, against 2.0-2.9 ms of replay.
 
   python bench/probes/graph_launch.py [--reps 50] [--gemv-max-m M]
@@ -55,13 +55,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 9, 16, 64])
     ap.add_argument("--gemv-max-m", type=int, default=None,
-                    help="quant_extra_triton.GEMV_MAX_M for this run (rows above it dequantize + cuBLAS)")
+                    help="extra_triton.GEMV_MAX_M for this run (rows above it dequantize + cuBLAS)")
     ap.add_argument("--kernels", type=int, default=0, help="also list this many largest kernels per size")
     args = ap.parse_args()
     if args.gemv_max_m is not None:
-        from mlxr.ops.quant import quant_extra_triton
+        from mlxr.ops.quant import extra_triton
 
-        quant_extra_triton.GEMV_MAX_M = args.gemv_max_m
+        extra_triton.GEMV_MAX_M = args.gemv_max_m
     llm = LLM(str(smollm2_135m_path()), device="cuda", engine_process=False)
     graphs = llm.engine.core.core.runner.graphs
     rows = []

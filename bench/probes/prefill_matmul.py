@@ -21,9 +21,9 @@ import torch
 import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
 from common import cpu_model, median, print_table, write_result
 
-from mlxr.ops import cpu_build
-from mlxr.ops.quant import quant_cpu
-from mlxr.ops.quant.quant_types import QUANT_TYPES
+from mlxr.ops.cpu import cpu_build
+from mlxr.ops.quant import cpu as quant_cpu
+from mlxr.ops.quant.block_types import QUANT_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -48,7 +48,7 @@ def build_cpu_kernels(device: str | None) -> None:
     request. Off a terminal they build on first use as before (with a log line)."""
     if not on_terminal() or (device or "cpu") != "cpu":
         return
-    from mlxr.ops.cpu_build import load_library, unbuilt_libraries
+    from mlxr.ops.cpu.cpu_build import load_library, unbuilt_libraries
 
     missing = unbuilt_libraries()
     for i, name in enumerate(missing, 1):

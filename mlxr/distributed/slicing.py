@@ -8,7 +8,7 @@ from torch import nn
 
 from mlxr.layers.fp8_linear import FP8Linear
 from mlxr.layers.quant_linear import QuantEmbedding, QuantLinear
-from mlxr.ops.quant.quant_types import quant_type
+from mlxr.ops.quant.block_types import quant_type
 
 Ranges = list[tuple[int, int]]
 

@@ -1,10 +1,8 @@
-"""GGUF metadata -> ModelArgs, following llama.cpp's conventions for each architecture.
+"""GGUF metadata -> ModelArgs, following llama.cpp's conventions, with the architecture's
+declaration (models/arch.py) for the fields only it has and what its files leave out.
 
-What GGUF does not store is filled the way llama.cpp does: Gemma 3 sliding layers are every
-layer but each 6th, local rope theta is 10000, and the attention scale is head_dim ** -0.5
-(n_embd / n_head for the 62-layer 27B). Llama 3 rope scaling is stored as a `rope_freqs`
-tensor of per-frequency divisors, which `llama3_scaling_from_factors` turns back into
-RopeScaling.
+The `llama3` rope scaling is stored as a `rope_freqs` tensor of per-frequency divisors, which
+`llama3_scaling_from_factors` turns back into RopeScaling.
 """
 from __future__ import annotations
 
@@ -20,9 +18,6 @@ from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.gguf import GGUFFile
 from mlxr.formats.limits import check_layer_count, check_layers_present, check_sizes
 
-ARCHITECTURES = ("llama", "qwen2", "gemma3")
-_GEMMA3_SWA_PATTERN = 6
-_GEMMA3_27B_LAYERS = 62
 # Token texts llama.cpp also treats as end of generation.
 _EOG_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
 
@@ -33,17 +28,14 @@ def args_from_gguf(
     has_output_tensor: bool,
     vocab_size: int | None = None,
     rope_freqs: Sequence[float] | None = None,
-    declaration: Any = None,
+    declaration: Any,
     tensors: Callable[[str], np.ndarray | None] | None = None,
 ) -> ModelArgs:
     """Build ModelArgs from GGUF metadata. `vocab_size` is token_embd's row count (it wins
     over the tokenizer's token count); `rope_freqs` is the `rope_freqs.weight` tensor.
-    `declaration` (models/arch.Architecture) adds the fields only its architecture has;
-    without it, only ARCHITECTURES are known."""
+    `declaration` (models/arch.Architecture: models.model_args.gguf_architecture finds it)
+    adds the fields only its architecture has."""
     arch = metadata.get("general.architecture")
-    if declaration is None and arch not in ARCHITECTURES:
-        raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported "
-                                    f"(supported: {', '.join(ARCHITECTURES)})")
     m = _Meta(metadata, arch, tensors)
     hidden = m.pos_int("embedding_length")
     heads = m.pos_int("attention.head_count")
@@ -52,11 +44,10 @@ def args_from_gguf(
         raise ModelFormatError(f"GGUF head_count {heads} is not a multiple of head_count_kv {kv_heads}")
     head_dim = m.pos_int("attention.key_length", m.pos_int("rope.dimension_count", hidden // heads))
     layers = check_layer_count(m.pos_int("block_count"), f"GGUF {arch}.block_count")
-    theta = m.pos_float("rope.freq_base", 1_000_000.0 if arch == "gemma3" else 10000.0)
-    gemma = arch == "gemma3"
-    window, sliding = _sliding(m, layers) if gemma else _uniform_window(m, layers)
+    theta = m.pos_float("rope.freq_base", declaration.default_rope_theta)
+    window, sliding = _uniform_window(m, layers)
     args = ModelArgs(
-        model_type=declaration.name if declaration is not None else arch,
+        model_type=declaration.name,
         vocab_size=_vocab_size(m, vocab_size),
         hidden_size=hidden,
         intermediate_size=m.pos_int("feed_forward_length"),
@@ -64,25 +55,23 @@ def args_from_gguf(
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
-        rms_norm_eps=m.pos_float("attention.layer_norm_rms_epsilon", 1e-6 if gemma else 1e-5),
+        rms_norm_eps=m.pos_float("attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=theta,
         rope_scaling=_rope_scaling(m, rope_freqs, head_dim, theta),
         max_position_embeddings=m.pos_int("context_length", 4096),
         tie_word_embeddings=not has_output_tensor,
-        attention_bias=arch == "qwen2",
-        hidden_act="gelu_pytorch_tanh" if gemma else "silu",
+        attention_bias=False,
+        hidden_act="silu",
         sliding_window=window,
         sliding_layers=sliding,
-        rope_local_base_freq=10000.0 if gemma else None,
-        query_pre_attn_scalar=_gemma3_query_scalar(layers, hidden, heads, head_dim) if gemma else None,
+        rope_local_base_freq=declaration.local_rope_theta,
         final_logit_softcapping=m.opt_float("final_logit_softcapping"),
         attn_logit_softcapping=m.opt_float("attn_logit_softcapping"),
         bos_token_id=_token_id(metadata, "tokenizer.ggml.bos_token_id"),
         eos_token_ids=_eos_ids(metadata),
         extra={"gguf_architecture": arch},
     )
-    args = args if declaration is None else replace(args, **declaration.gguf_fields(m))
-    return check_sizes(args, "GGUF")
+    return check_sizes(replace(args, **declaration.gguf_fields(m)), "GGUF")
 
 
 class _Meta:
@@ -136,27 +125,12 @@ def _vocab_size(m: _Meta, from_tensor: int | None) -> int:
     return m.pos_int("vocab_size")
 
 
-def _sliding(m: _Meta, layers: int) -> tuple[int, tuple[bool, ...]]:
-    window = m.pos_int("attention.sliding_window")
-    pattern = m.raw("attention.sliding_window_pattern")
-    if isinstance(pattern, list):
-        if len(pattern) != layers or not all(isinstance(p, bool) for p in pattern):
-            raise ModelFormatError(f"GGUF {m.arch}.attention.sliding_window_pattern must be {layers} booleans")
-        return window, tuple(pattern)
-    n = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 else _GEMMA3_SWA_PATTERN
-    return window, tuple((i + 1) % n != 0 for i in range(layers))
-
-
 def _uniform_window(m: _Meta, layers: int) -> tuple[int | None, tuple[bool, ...]]:
     """A window on every layer where the file names one (0 or absent: none)."""
     window = m.raw("attention.sliding_window")
     if not window:
         return None, ()
     return m.pos_int("attention.sliding_window"), (True,) * layers
-
-
-def _gemma3_query_scalar(layers: int, hidden: int, heads: int, head_dim: int) -> float:
-    return float(hidden // heads if layers == _GEMMA3_27B_LAYERS else head_dim)
 
 
 def _rope_scaling(
@@ -247,7 +221,7 @@ def _eos_ids(metadata: dict[str, Any]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def args_from_gguf_file(f: GGUFFile, declaration: Any = None) -> ModelArgs:
+def args_from_gguf_file(f: GGUFFile, declaration: Any) -> ModelArgs:
     """args_from_gguf with what only the tensors tell: vocab rows, lm_head, rope_freqs."""
     vocab = f.tensor_info("token_embd.weight").shape[0] if "token_embd.weight" in f else None
     rope_freqs = f.load("rope_freqs.weight") if "rope_freqs.weight" in f else None

@@ -1,11 +1,13 @@
-"""Hugging Face config.json -> ModelArgs, for the model types we run.
+"""Hugging Face config.json -> ModelArgs, with the architecture's declaration (models/arch.py)
+for what only it knows.
 
 Accepts both the classic keys (rope_theta, rope_scaling, rope_local_base_freq) and the
-transformers v5 `rope_parameters` form (flat, or per layer type for Gemma 3).
+transformers v5 `rope_parameters` form (flat, or per layer type).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -13,67 +15,22 @@ from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.limits import check_layer_count, check_sizes
 
-# config.json model_type -> canonical family
-MODEL_TYPES = {
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "qwen2",
-    "gemma3_text": "gemma3",
-    "gemma3": "gemma3",
-}
-_FAMILIES = frozenset(MODEL_TYPES.values())
-_MAX_POSITIONS_DEFAULT = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "gemma3": 131072}
-# Keys a multimodal Gemma 3 text_config usually omits: Gemma3TextConfig's defaults.
-_GEMMA3_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 262208,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "query_pre_attn_scalar": 256,
-    "rope_theta": 1_000_000.0,
-    "rms_norm_eps": 1e-6,
-    "sliding_window": 4096,
-    "bos_token_id": 2,
-    "eos_token_id": 1,
-}
 _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_tanh": "gelu_pytorch_tanh"}
 _SLIDING, _FULL = "sliding_attention", "full_attention"
 
 
-def args_from_hf_config(config: dict, arch: Any = None) -> ModelArgs:
-    """Build ModelArgs from a parsed config.json. Raises UnsupportedModelError for an
-    unknown model_type and ModelFormatError (naming the key) for a missing or bad value.
-
-    `arch` (models/arch.Architecture) adds the fields only its architecture has; without
-    it, only the families of MODEL_TYPES are known."""
+def args_from_hf_config(config: dict, arch: Any) -> ModelArgs:
+    """Build ModelArgs from a parsed config.json and its architecture's declaration
+    (models/arch.Architecture: models.model_args.args_from_hf finds it). Raises ModelFormatError
+    (naming the key) for a missing or bad value."""
     if not isinstance(config, dict):
         raise ModelFormatError("config.json must hold a JSON object")
-    model_type = config.get("model_type")
-    if arch is not None and arch.name not in _FAMILIES:
-        return replace(_build(dict(config), arch.name, model_type), **arch.hf_fields(config))
-    family = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
-    if family is None:
-        raise UnsupportedModelError(f"model_type {model_type!r} is not supported "
-                                    f"(supported: {', '.join(MODEL_TYPES)})")
-    cfg = _text_config(config) if model_type == "gemma3" else dict(config)
-    if family == "gemma3":
-        cfg = {**_GEMMA3_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-    return _build(cfg, family, model_type)
+    cfg = arch.hf_config(config)
+    args = replace(_build(cfg, arch, config.get("model_type")), **arch.hf_fields(cfg))
+    return check_sizes(args, "config.json")
 
 
-def _text_config(config: dict) -> dict:
-    text = config.get("text_config")
-    if not isinstance(text, dict):
-        raise ModelFormatError("config.json of model_type 'gemma3' lacks a text_config object")
-    merged = dict(text)
-    # Token ids and tying live at the top level of the multimodal config.
-    for key in ("bos_token_id", "eos_token_id", "tie_word_embeddings"):
-        if key not in merged and key in config:
-            merged[key] = config[key]
-    return merged
-
-
-def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
+def _build(cfg: dict, arch: Any, model_type: str) -> ModelArgs:
     hidden = _pos_int(cfg, "hidden_size")
     heads = _pos_int(cfg, "num_attention_heads")
     kv_heads = _pos_int(cfg, "num_key_value_heads", heads)
@@ -83,10 +40,10 @@ def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
     layers = check_layer_count(_pos_int(cfg, "num_hidden_layers"), "config.json num_hidden_layers")
     if cfg.get("mlp_bias"):
         raise UnsupportedModelError("mlp_bias=true is not supported")
-    theta, scaling, local_theta = _rope(cfg, family)
-    sliding_window, sliding_layers = _sliding(cfg, family, model_type, layers)
-    return check_sizes(ModelArgs(
-        model_type=family,
+    theta, scaling, local_theta = _rope(cfg, arch)
+    sliding_window, sliding_layers = (arch.hf_sliding or sliding_from_config)(cfg, layers)
+    return ModelArgs(
+        model_type=arch.name,
         vocab_size=_pos_int(cfg, "vocab_size"),
         hidden_size=hidden,
         intermediate_size=_pos_int(cfg, "intermediate_size"),
@@ -97,25 +54,24 @@ def _build(cfg: dict, family: str, model_type: str) -> ModelArgs:
         rms_norm_eps=_pos_float(cfg, "rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=scaling,
-        max_position_embeddings=_pos_int(cfg, "max_position_embeddings",
-                                         _MAX_POSITIONS_DEFAULT.get(model_type, _MAX_POSITIONS_DEFAULT.get(family, 4096))),
-        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", family == "gemma3"),
-        attention_bias=True if family == "qwen2" else _bool(cfg, "attention_bias", False),
-        hidden_act=_activation(cfg, family),
+        max_position_embeddings=_pos_int(cfg, "max_position_embeddings", arch.hf_max_positions),
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", False),
+        attention_bias=_bool(cfg, "attention_bias", False),
+        hidden_act=activation(cfg, "silu"),
         sliding_window=sliding_window,
         sliding_layers=sliding_layers,
         rope_local_base_freq=local_theta,
-        query_pre_attn_scalar=_opt_float(cfg, "query_pre_attn_scalar") if family == "gemma3" else None,
+        query_pre_attn_scalar=None,
         final_logit_softcapping=_opt_float(cfg, "final_logit_softcapping"),
         attn_logit_softcapping=_opt_float(cfg, "attn_logit_softcapping"),
         bos_token_id=_opt_token(cfg, "bos_token_id"),
         eos_token_ids=_eos_ids(cfg),
         extra={"hf_model_type": model_type},
-    ), "config.json")
+    )
 
 
-def _rope(cfg: dict, family: str) -> tuple[float, RopeScaling | None, float | None]:
-    """(theta of global layers, their scaling, theta of gemma3 sliding layers)."""
+def _rope(cfg: dict, arch: Any) -> tuple[float, RopeScaling | None, float | None]:
+    """(theta of global layers, their scaling, theta of sliding layers that have their own)."""
     params = cfg.get("rope_parameters")
     local_theta = None
     if isinstance(params, dict) and isinstance(params.get(_FULL), dict):
@@ -123,20 +79,16 @@ def _rope(cfg: dict, family: str) -> tuple[float, RopeScaling | None, float | No
         local_theta = _opt_float(local, "rope_theta") if isinstance(local, dict) else None
         params = params[_FULL]
     if isinstance(params, dict):
-        theta = _pos_float(params, "rope_theta", _pos_float(cfg, "rope_theta", _default_theta(family)))
+        theta = _pos_float(params, "rope_theta", _pos_float(cfg, "rope_theta", arch.default_rope_theta))
         scaling = _rope_scaling(params, "rope_parameters")
     else:
-        theta = _pos_float(cfg, "rope_theta", _default_theta(family))
+        theta = _pos_float(cfg, "rope_theta", arch.default_rope_theta)
         scaling = _rope_scaling(cfg.get("rope_scaling"), "rope_scaling")
     if scaling is not None and scaling.rope_type == "longrope":
         scaling = _longrope(cfg, params if isinstance(params, dict) else cfg.get("rope_scaling"))
-    if family == "gemma3":
-        local_theta = local_theta or _pos_float(cfg, "rope_local_base_freq", 10000.0)
+    if arch.local_rope_theta is not None:
+        local_theta = local_theta or _pos_float(cfg, "rope_local_base_freq", arch.local_rope_theta)
     return theta, scaling, local_theta
-
-
-def _default_theta(family: str) -> float:
-    return 1_000_000.0 if family == "gemma3" else 10000.0
 
 
 def _rope_scaling(raw: Any, key: str) -> RopeScaling | None:
@@ -184,12 +136,16 @@ def _factors(raw: dict, key: str) -> tuple[float, ...]:
     return tuple(float(v) for v in value)
 
 
-def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int | None, tuple[bool, ...]]:
+def sliding_from_config(cfg: dict, layers: int, *, flag_rules: bool = False,
+                        pattern: Callable[[dict, int], tuple[bool, ...]] | None = None,
+                        ) -> tuple[int | None, tuple[bool, ...]]:
+    """(sliding_window, per-layer sliding flags): the window of `sliding_window`, off where
+    `use_sliding_window` is false (or absent, with flag_rules), on the layers `layer_types`
+    names, else those of `pattern(cfg, layers)`, else from `max_window_layers` on where the flag
+    rules, else on every layer."""
     window = cfg.get("sliding_window")
-    qwen_rule = family == "qwen2" or "use_sliding_window" in cfg
-    if qwen_rule and not cfg.get("use_sliding_window", False):
-        window = None
-    if model_type == "llama":
+    flag_rules = flag_rules or "use_sliding_window" in cfg
+    if flag_rules and not cfg.get("use_sliding_window", False):
         window = None
     if window is None:
         return None, ()
@@ -197,17 +153,19 @@ def _sliding(cfg: dict, family: str, model_type: str, layers: int) -> tuple[int 
     layer_types = cfg.get("layer_types")
     if layer_types is not None:
         return window, _from_layer_types(layer_types, layers)
-    if family == "gemma3":
-        pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
-        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
-            raise ModelFormatError(f"sliding_window_pattern must be a positive integer, got {pattern!r}")
-        return window, tuple((i + 1) % pattern != 0 for i in range(layers))
-    if qwen_rule:
+    if pattern is not None:
+        return window, pattern(cfg, layers)
+    if flag_rules:
         first = cfg.get("max_window_layers") or 0
         if isinstance(first, bool) or not isinstance(first, int) or first < 0:
             raise ModelFormatError(f"max_window_layers must be a non-negative integer, got {first!r}")
         return window, tuple(i >= first for i in range(layers))
-    return window, (True,) * layers  # mistral: every layer
+    return window, (True,) * layers
+
+
+def no_sliding(cfg: dict, layers: int) -> tuple[None, tuple[bool, ...]]:
+    """For architectures without sliding windows, whatever config.json says."""
+    return None, ()
 
 
 def _from_layer_types(layer_types: Any, layers: int) -> tuple[bool, ...]:
@@ -219,8 +177,8 @@ def _from_layer_types(layer_types: Any, layers: int) -> tuple[bool, ...]:
     return tuple(t == _SLIDING for t in layer_types)
 
 
-def _activation(cfg: dict, family: str) -> str:
-    default = "gelu_pytorch_tanh" if family == "gemma3" else "silu"
+def activation(cfg: dict, default: str) -> str:
+    """The MLP activation (hidden_activation, else hidden_act, else `default`)."""
     key = "hidden_activation" if cfg.get("hidden_activation") is not None else "hidden_act"
     name = cfg.get(key) or default
     if name not in _ACTIVATIONS:

@@ -42,7 +42,7 @@ class FP8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] == 1 and x.dtype in (torch.bfloat16, torch.float16) and use_triton(x):
-            from mlxr.ops.gemv_triton import gemv_triton
+            from mlxr.ops.linear.gemv_triton import gemv_triton
 
             y = gemv_triton(rows, self.weight_fp8, scale=self.weight_scale).reshape(*x.shape[:-1], self.out_features)
             return y if self.bias is None else y + self.bias

@@ -14,7 +14,7 @@ from torch import nn
 
 from mlxr.ops.half_linear.half_linear_cpu import fits as half_linear_fits
 from mlxr.ops.half_linear.half_linear_cpu import half_linear_cpu
-from mlxr.ops.linear import linear
+from mlxr.ops.linear.linear import linear
 
 
 class Linear(nn.Linear):

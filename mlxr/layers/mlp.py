@@ -6,7 +6,7 @@ from torch import nn
 
 from mlxr.layers.fused_linear import merge_linears
 from mlxr.layers.linear import Linear
-from mlxr.ops.activation import gated_activation, gated_activation_cat
+from mlxr.ops.activation.activation import gated_activation, gated_activation_cat
 
 # Config activation name -> the ops' activation kind.
 ACTIVATIONS = {

@@ -2,11 +2,11 @@
 token; each expert is a gated MLP. Expert weights are stacked: gate/up [E, I, H], down [E, H, I].
 
 On the CPU the tokens are grouped by expert and each expert runs one matmul over its group. On
-CUDA the fused Triton kernels (ops/moe_triton.py) do the grouping and both GEMMs without a host
+CUDA the fused Triton kernels (ops/moe/moe_triton.py) do the grouping and both GEMMs without a host
 sync (SiLU models). Elsewhere, or with MLXR_KERNELS=reference, every expert runs over every token
 and the router's weights (zero where not chosen) mix the results: E/k times the work, but again
 no host sync, so CUDA graphs can capture it. Expert weights a GGUF file holds quantized stay
-as its blocks (QuantStacked), multiplied per expert by the quantized matmul kernels.
+as its blocks (quant_linear.QuantStacked), multiplied per expert by the quantized matmul kernels.
 """
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ from torch import nn
 
 from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import ACTIVATIONS
-from mlxr.layers.quant_linear import PackedWeight
-from mlxr.ops.activation import gated_activation
+from mlxr.ops.activation.activation import gated_activation
 from mlxr.ops.backend import use_triton
-from mlxr.ops.quant.quant import qmatmul
 
 
 class Stacked(nn.Module):
@@ -32,19 +30,6 @@ class Stacked(nn.Module):
     def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
         """rows @ W_e^T"""
         return rows @ self.weight[e].t()
-
-
-class QuantStacked(nn.Module):
-    """Stacked expert weights kept as a GGUF file's blocks, [E, out, row bytes] uint8."""
-
-    def __init__(self, packed: PackedWeight) -> None:
-        super().__init__()
-        self.register_buffer("raw", packed.raw, persistent=False)
-        self.qtype = packed.qtype
-        self.in_features = packed.shape[-1]
-
-    def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
-        return qmatmul(rows, self.raw[e], self.qtype, self.in_features)
 
 
 class Experts(nn.Module):
@@ -79,7 +64,7 @@ class SparseMoE(nn.Module):
         w = self.experts
         dense = isinstance(w.gate_proj, Stacked) and isinstance(w.up_proj, Stacked) and isinstance(w.down_proj, Stacked)
         if dense and self.act == "silu" and use_triton(x, w.gate_proj.weight):
-            from mlxr.ops.moe_triton import fused_moe_silu
+            from mlxr.ops.moe.moe_triton import fused_moe_silu
 
             return fused_moe_silu(x, w.gate_proj.weight, w.up_proj.weight, w.down_proj.weight, weights, ids)
         return self._dense(x, weights, ids)

@@ -1,4 +1,4 @@
-"""Linear and embedding layers whose weights stay in GGUF quantized blocks.
+"""Linear and embedding layers, and stacked experts, whose weights stay in GGUF quantized blocks.
 
 The weight is a uint8 buffer (N, K // block_elems * block_bytes), the file's bytes for each
 output row, so resident memory is the file's size. A tied lm_head shares the embedding's
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from mlxr.ops.quant.block_types import quant_type
 from mlxr.ops.quant.quant import dequantize_rows, qmatmul
-from mlxr.ops.quant.quant_types import quant_type
 
 
 @dataclass
@@ -66,6 +66,19 @@ class QuantEmbedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, {self.qtype}"
 
 
+class QuantStacked(nn.Module):
+    """Stacked expert weights kept as a GGUF file's blocks, [E, out, row bytes] uint8."""
+
+    def __init__(self, packed: PackedWeight) -> None:
+        super().__init__()
+        self.register_buffer("raw", packed.raw, persistent=False)
+        self.qtype = packed.qtype
+        self.in_features = packed.shape[-1]
+
+    def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
+        return qmatmul(rows, self.raw[e], self.qtype, self.in_features)
+
+
 def install_packed(model: nn.Module, packed: dict[str, PackedWeight], dtype: torch.dtype, tied: bool) -> None:
     """Replace the nn.Linear / nn.Embedding owning each packed `<module>.weight` by its quantized
     twin; with tied embeddings a packed embedding also becomes the lm_head."""
@@ -75,8 +88,6 @@ def install_packed(model: nn.Module, packed: dict[str, PackedWeight], dtype: tor
         parent = model.get_submodule(parent_path)
         old = getattr(parent, attr)
         if len(weight.shape) == 3:
-            from mlxr.layers.moe import QuantStacked  # stacked experts
-
             setattr(parent, attr, QuantStacked(weight))
         elif isinstance(old, nn.Embedding):
             setattr(parent, attr, QuantEmbedding(weight, dtype))

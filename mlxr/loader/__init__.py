@@ -5,7 +5,6 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -15,8 +14,8 @@ from mlxr.layers.fused_linear import fuse_projections
 from mlxr.layers.linear import store_weights_as
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
 from mlxr.loader.resolve import ModelSource, resolve_model
-from mlxr.loader.tokenizer import Tokenizer
 from mlxr.models import build_model, canonical_model_type
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 LoadProgress = Callable[[int, int], None]  # (tensors placed, tensors in the checkpoint)
@@ -45,12 +44,6 @@ def default_dtypes(device: torch.device) -> tuple[torch.dtype, torch.dtype]:
 
 def default_device() -> torch.device:
     return torch.device("cpu")
-
-
-def to_torch(array: np.ndarray, dtype: str = "F32") -> torch.Tensor:
-    if dtype == "BF16":  # raw bits from the safetensors reader
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 QUANTIZATION_MODES = ("auto", "gguf", "none", "fp8")
@@ -171,6 +164,6 @@ def kept_types(device: torch.device, quantization: str) -> Collection[str]:
     decoded a Q4_1 file at 13 tok/s against 56 with its weights expanded to 16 bits at load
     (2-core AMD EPYC, bench/cpu_vs_llama_cpp.py, 2026-11-24, before quant.c took Q4_1).
     `--quantization gguf` keeps every type."""
-    from mlxr.ops.quant.quant_types import CPU_INT_TYPES, KEPT_TYPES
+    from mlxr.ops.quant.block_types import CPU_INT_TYPES, KEPT_TYPES
 
     return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else CPU_INT_TYPES

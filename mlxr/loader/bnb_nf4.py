@@ -5,7 +5,7 @@ nibble) beside `X.weight.absmax`, `X.weight.quant_map` (the 16-value code) and
 `X.weight.quant_state.bitsandbytes__nf4` (JSON as uint8: quant_type, blocksize, dtype, shape,
 and with double quantization nested_blocksize, nested_dtype, nested_offset, whose absmax is then
 uint8 codes into `X.weight.nested_quant_map` scaled by `X.weight.nested_absmax`). Each weight
-becomes an "NF4" PackedWeight (ops/quant/quant_types.py): per 64 values the float32 absmax, computed
+becomes an "NF4" PackedWeight (ops/quant/block_types.py): per 64 values the float32 absmax, computed
 here as bitsandbytes does (code[q] * nested_absmax + offset), and the saved bytes unchanged.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.safetensors_dir import RawTensor
 from mlxr.layers.quant_linear import PackedWeight
-from mlxr.ops.quant.quant_reference_extra import NF4_VALUES
+from mlxr.ops.quant.reference_extra import NF4_VALUES
 
 log = logging.getLogger(__name__)
 BLOCK = 64  # the block size the NF4 kernels take

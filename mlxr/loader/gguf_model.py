@@ -12,10 +12,10 @@ from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
-from mlxr.loader.tokenizer import Tokenizer
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_gguf
-from mlxr.ops.quant.quant_types import KEPT_TYPES
+from mlxr.ops.quant.block_types import KEPT_TYPES
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

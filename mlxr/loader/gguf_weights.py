@@ -17,7 +17,7 @@ from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
 from mlxr.models import architecture
-from mlxr.ops.quant.quant_types import KEPT_TYPES
+from mlxr.ops.quant.block_types import KEPT_TYPES
 
 # GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
 _SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}

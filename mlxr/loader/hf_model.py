@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mlxr.config import ModelArgs
@@ -11,9 +12,9 @@ from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
 from mlxr.loader.experts import stack_experts
-from mlxr.loader.tokenizer import Tokenizer
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
 PREFIX_REWRITES = (
@@ -46,12 +47,17 @@ def hf_name(name: str) -> str | None:
     return name
 
 
+def to_torch(array: np.ndarray, dtype: str = "F32") -> torch.Tensor:
+    if dtype == "BF16":  # raw bits from the safetensors reader
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
 def _weights(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     return stack_experts(_checkpoint_tensors(model_dir, args), args)
 
 
 def _checkpoint_tensors(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
-    from mlxr.loader import to_torch
     from mlxr.loader.bnb_nf4 import group_nf4, nf4_bases
 
     tensors = iter_safetensors(model_dir)

@@ -9,8 +9,8 @@ from mlxr.formats.json_file import check_text_file
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import tensor_names
 from mlxr.loader.hf_model import hf_name, read_config
-from mlxr.loader.tokenizer import Tokenizer
 from mlxr.models.model_args import args_from_hf
+from mlxr.tokenizer.tokenizer import Tokenizer
 
 
 def check_loadable(facts: Any) -> None:

@@ -1,8 +1,9 @@
 """What the loaders must know about one architecture beyond the shared Llama anatomy.
 
 Each model file declares one `Architecture` next to its math (mlx-lm's habit of keeping config
-fields and checkpoint quirks with the model), so a new architecture is one file plus its test.
-Torch-free: formats/ takes these declarations as plain arguments.
+fields and checkpoint quirks with the model), so a new architecture is one file, its entry in
+models/__init__.py's table, and its test. Torch-free: formats/ takes these declarations as plain
+arguments and knows no architecture by name.
 """
 from __future__ import annotations
 
@@ -40,8 +41,20 @@ class Architecture:
     name: str  # canonical (ModelArgs.model_type after loading)
     hf_model_types: tuple[str, ...]  # config.json model_type values
     gguf_archs: tuple[str, ...] = ()  # GGUF general.architecture values
-    # config.json (dict) -> ModelArgs fields beyond the shared ones (formats/hf_config.py).
+    # config.json -> the keys formats/hf_config.py reads (a multimodal config's text part, with
+    # this architecture's defaults filled in).
+    hf_config: Callable[[dict], dict] = dict
+    # The keys above -> ModelArgs fields beyond the shared ones, or in place of them.
     hf_fields: Callable[[dict], dict[str, Any]] = _no_fields
+    # (the keys above, layer count) -> (sliding_window, per-layer sliding flags); None: the shared
+    # rule (formats/hf_config.sliding_from_config).
+    hf_sliding: Callable[[dict, int], tuple[int | None, tuple[bool, ...]]] | None = None
+    default_rope_theta: float = 10000.0  # where neither config.json nor the GGUF file gives one
+    # The RoPE theta of sliding layers that have their own (config.json rope_local_base_freq's
+    # default; GGUF stores none); None where every layer shares one theta.
+    local_rope_theta: float | None = None
+    # Default max_position_embeddings where config.json has none.
+    hf_max_positions: int = 4096
     # GGUF `<arch>.*` reader (formats/gguf_config._Meta) -> ModelArgs fields beyond the shared ones.
     gguf_fields: Callable[[Any], dict[str, Any]] = _no_fields
     # GGUF per-layer tensor base name -> HF parameter path inside the layer, beyond the common ones

@@ -1,10 +1,14 @@
 """Gemma 3 (text): sliding and global layers, q/k norms, scaled embeddings, four norms a block."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from mlxr.config import ModelArgs
+from mlxr.errors import ModelFormatError
+from mlxr.formats.hf_config import activation, boolean, optional_float, sliding_from_config
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
@@ -83,9 +87,87 @@ def _layer_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
             "self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,)}
 
 
+# Keys a multimodal Gemma 3 text_config usually omits: Gemma3TextConfig's defaults.
+_HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "query_pre_attn_scalar": 256, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "sliding_window": 4096,
+    "bos_token_id": 2, "eos_token_id": 1,
+}
+_SWA_PATTERN = 6  # every 6th layer is global where neither format says otherwise
+_27B_LAYERS = 62  # llama.cpp scales its attention by hidden / heads (GGUF stores no scalar)
+
+
+def _hf_config(config: dict) -> dict:
+    """The text model's keys (a multimodal config nests them in text_config), defaults filled."""
+    cfg = _text_config(config) if config.get("model_type") == "gemma3" else dict(config)
+    return {**_HF_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+
+
+def _text_config(config: dict) -> dict:
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise ModelFormatError("config.json of model_type 'gemma3' lacks a text_config object")
+    merged = dict(text)
+    # Token ids and tying live at the top level of the multimodal config.
+    for key in ("bos_token_id", "eos_token_id", "tie_word_embeddings"):
+        if key not in merged and key in config:
+            merged[key] = config[key]
+    return merged
+
+
+def _hf_fields(cfg: dict) -> dict[str, Any]:
+    return {"tie_word_embeddings": boolean(cfg, "tie_word_embeddings", True),
+            "hidden_act": activation(cfg, "gelu_pytorch_tanh"),
+            "query_pre_attn_scalar": optional_float(cfg, "query_pre_attn_scalar")}
+
+
+def _hf_pattern(cfg: dict, layers: int) -> tuple[bool, ...]:
+    pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", _SWA_PATTERN))
+    if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
+        raise ModelFormatError(f"sliding_window_pattern must be a positive integer, got {pattern!r}")
+    return tuple((i + 1) % pattern != 0 for i in range(layers))
+
+
+def _hf_sliding(cfg: dict, layers: int) -> tuple[int | None, tuple[bool, ...]]:
+    return sliding_from_config(cfg, layers, pattern=_hf_pattern)
+
+
+def _gguf_fields(m: Any) -> dict[str, Any]:
+    """What llama.cpp fills for Gemma 3 where the file is silent: every 6th layer global, RMSNorm
+    eps 1e-6, and an attention scale of head_dim ** -0.5 (n_embd / n_head for the 62-layer 27B)."""
+    layers, hidden, heads = m.pos_int("block_count"), m.pos_int("embedding_length"), m.pos_int("attention.head_count")
+    head_dim = m.pos_int("attention.key_length", m.pos_int("rope.dimension_count", hidden // heads))
+    window, sliding = _gguf_sliding(m, layers)
+    return {
+        "rms_norm_eps": m.pos_float("attention.layer_norm_rms_epsilon", 1e-6),
+        "hidden_act": "gelu_pytorch_tanh",
+        "sliding_window": window,
+        "sliding_layers": sliding,
+        "query_pre_attn_scalar": float(hidden // heads if layers == _27B_LAYERS else head_dim),
+    }
+
+
+def _gguf_sliding(m: Any, layers: int) -> tuple[int, tuple[bool, ...]]:
+    window = m.pos_int("attention.sliding_window")
+    pattern = m.raw("attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        if len(pattern) != layers or not all(isinstance(p, bool) for p in pattern):
+            raise ModelFormatError(f"GGUF {m.arch}.attention.sliding_window_pattern must be {layers} booleans")
+        return window, tuple(pattern)
+    n = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 else _SWA_PATTERN
+    return window, tuple((i + 1) % n != 0 for i in range(layers))
+
+
 MODEL = Gemma3ForCausalLM
 ARCH = Architecture(
     "gemma3", ("gemma3", "gemma3_text"), ("gemma3",),
+    hf_config=_hf_config,
+    hf_fields=_hf_fields,
+    hf_sliding=_hf_sliding,
+    default_rope_theta=1_000_000.0,
+    local_rope_theta=10000.0,
+    hf_max_positions=131072,
+    gguf_fields=_gguf_fields,
     gguf_tensors={
         "ffn_norm": "pre_feedforward_layernorm",
         "post_attention_norm": "post_attention_layernorm",

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from mlxr.config import ModelArgs
+from mlxr.formats.hf_config import no_sliding
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.fused_linear import merge_linears
 from mlxr.layers.linear import Linear, VocabProjection
@@ -167,4 +168,5 @@ class LlamaForCausalLM(nn.Module):
 
 
 MODEL = LlamaForCausalLM
-ARCH = Architecture("llama", ("llama", "tinyllama"), ("llama",), gguf_permuted_qk=True)
+ARCH = Architecture("llama", ("llama", "tinyllama"), ("llama",), gguf_permuted_qk=True,
+                    hf_sliding=no_sliding, hf_max_positions=2048)

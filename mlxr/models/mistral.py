@@ -9,4 +9,4 @@ from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaForCausalLM
 
 MODEL = LlamaForCausalLM
-ARCH = Architecture("mistral", ("mistral",), (), gguf_permuted_qk=True)
+ARCH = Architecture("mistral", ("mistral",), (), gguf_permuted_qk=True, hf_max_positions=131072)

@@ -14,9 +14,12 @@ import numpy as np
 
 from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import UnsupportedModelError
-from mlxr.formats.hf_config import args_from_hf_config
+from mlxr.models.model_args import args_from_hf
 
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gemma3": gguf.MODEL_ARCH.GEMMA3}
+# The architectures converted, by canonical name -> the family they convert as (llama.cpp writes
+# Mistral as "llama").
+_CONVERTED = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "gemma3": "gemma3"}
 ROPE_FREQS = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"
 # Checkpoint entries the converter drops: buffers, not parameters.
 _SKIPPED_SUFFIXES = (".rotary_emb.inv_freq",)
@@ -52,8 +55,11 @@ class HFToGGUF:
 
     def __init__(self, config: dict) -> None:
         self.config = config
-        self.args: ModelArgs = args_from_hf_config(config)
-        self.family = self.args.model_type
+        self.args: ModelArgs = args_from_hf(config)
+        if self.args.model_type not in _CONVERTED:
+            raise UnsupportedModelError(f"model_type {config.get('model_type')!r} is not supported by the "
+                                        f"quantizer (supported: {', '.join(_CONVERTED)})")
+        self.family = _CONVERTED[self.args.model_type]
         self.arch = GGUF_ARCH[self.family]
         self.arch_name = gguf.MODEL_ARCH_NAMES[self.arch]
         self._names = gguf.get_tensor_name_map(self.arch, self.args.num_hidden_layers)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlxr.ops.quant.quant_reference_extra import IQ4_KVALUES
+from mlxr.ops.quant.reference_extra import IQ4_KVALUES
 from mlxr.quantize.kquants import (QK_K, _affine_error, _by_chunks, _divide, _f16_bytes, _inverse,
                                    _least_squares_affine, _pack_nibbles, _pack_scales_mins, _quants,
                                    _to_6bit)

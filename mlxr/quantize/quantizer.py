@@ -13,10 +13,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from mlxr.errors import InvalidParameterError, ModelFormatError
+from mlxr.errors import InvalidParameterError, ModelFormatError, ModelNotFoundError
 from mlxr.quantize.encode import encode, encoded_nbytes
+from mlxr.quantize.gguf_source import GGUFSource
+from mlxr.quantize.hf_source import HFSource
 from mlxr.quantize.mix import FILE_TYPES, Choice, FileType, TypePlanner
-from mlxr.quantize.source import Source, SourceTensor, open_source
+from mlxr.quantize.source import Source, SourceTensor
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,16 @@ class QuantizeResult:
 
 
 Progress = Callable[[int, int, TensorReport], None]
+
+
+def open_source(path: str | os.PathLike[str]) -> Source:
+    """An HF model directory or a GGUF file with F32/F16/BF16 tensors."""
+    p = Path(path)
+    if p.is_dir():
+        return HFSource(p)
+    if p.is_file():
+        return GGUFSource(p)
+    raise ModelNotFoundError(f"{p} is neither a model directory nor a GGUF file")
 
 
 def quantize_model(

@@ -2,16 +2,12 @@
 tensors one at a time as float32 in llama.cpp's layout, plus the metadata to copy."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import gguf
 import numpy as np
-
-from mlxr.errors import ModelNotFoundError
 
 
 @dataclass(frozen=True)
@@ -32,15 +28,3 @@ class Source(Protocol):
 
     def close(self) -> None: ...
 
-
-def open_source(path: str | os.PathLike[str]) -> Source:
-    """An HF model directory or a GGUF file with F32/F16/BF16 tensors."""
-    from mlxr.quantize.gguf_source import GGUFSource
-    from mlxr.quantize.hf_source import HFSource
-
-    p = Path(path)
-    if p.is_dir():
-        return HFSource(p)
-    if p.is_file():
-        return GGUFSource(p)
-    raise ModelNotFoundError(f"{p} is neither a model directory nor a GGUF file")

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mlxr.chat.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
+from mlxr.chat.tools import ToolFormat, format_for_template, template_messages
 from mlxr.engine.structured.check_process import GrammarBudgetError, check_bounded
 from mlxr.errors import InvalidParameterError
-from mlxr.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
-from mlxr.tools import ToolFormat, format_for_template, template_messages
 from mlxr.types import StructuredOutputsParams
 
 # chat_template: a template sent in the request is refused, as vLLM does (the model's own renders).

@@ -44,7 +44,7 @@ class ServedModel:
     name: str  # registry name, "name:tag"
     record: object  # mlxr.registry.ModelRecord
     args: ModelArgs
-    tokenizer: object  # mlxr.loader.tokenizer.Tokenizer
+    tokenizer: object  # mlxr.tokenizer.tokenizer.Tokenizer
     engine: AsyncEngine
     loaded_at: float  # time.time()
     load_duration_s: float

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlxr.reasoning import ReasoningSplitter
+from mlxr.chat.reasoning import ReasoningSplitter
+from mlxr.chat.tools import CallSplitter, Piece, ToolCall
 from mlxr.server.chat_plan import ChatPlan
-from mlxr.tools import CallSplitter, Piece, ToolCall
 
 
 class ReplyParser:

@@ -76,7 +76,7 @@ def test_the_engine_core_compiles_an_admitted_grammar_without_checking_it_again(
     from conftest import fixture_model
 
     from mlxr.engine.structured.compiler import GrammarCompiler
-    from mlxr.loader.tokenizer import Tokenizer
+    from mlxr.tokenizer.tokenizer import Tokenizer
 
     tok = Tokenizer.from_hf_dir(fixture_model("tiny-llama").hf_dir)
     compiler = GrammarCompiler(tok, tok.vocab_size)

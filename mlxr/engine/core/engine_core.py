@@ -61,7 +61,7 @@ class CoreParts:
     args: ModelArgs
     dtype: torch.dtype
     device: torch.device
-    tokenizer: object | None = None  # mlxr.loader.tokenizer.Tokenizer (the engine never imports the loader)
+    tokenizer: object | None = None  # mlxr.tokenizer.tokenizer.Tokenizer: structured output's vocabulary
     model_digest: str = ""  # what the disk tier keys blocks by (the model's files and load options)
     # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
     # announces every step to its workers); it runs without step overlap.

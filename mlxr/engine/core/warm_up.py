@@ -34,7 +34,7 @@ def waves(core) -> list[list[tuple[int, SamplingParams]]]:
     # several requests (run eagerly) with token and request counts on either side of that.
     mixed = [[(min(n, room), GREEDY)] * k for n, k in ((16, seqs), (128, 8), (33, 3), (2, seqs - 1))]
     # A prefill of 33..63 requests at once: the vocabulary projection's logits rows take the
-    # Triton batch product (ops/gemm_rows_triton.py) with a row count off the multiples of 16.
+    # Triton batch product (ops/linear/gemm_rows_triton.py) with a row count off the multiples of 16.
     many = min(core.config.max_num_seqs, 33)
     return [
         *[[(n, GREEDY)] for n in singles],
@@ -69,12 +69,12 @@ def run_to_end(core) -> int:
 
 def warm_structured_mask(core) -> None:
     """Structured output's mask kernel, compiled once here rather than on the first constrained
-    step (one variant serves every shape: ops/bitmask_triton.py). No grammar is needed for it."""
+    step (one variant serves every shape: ops/sampling/bitmask_triton.py). No grammar is needed for it."""
     if core.parts.device.type != "cuda":
         return
     import torch
 
-    from mlxr.ops.sampling import apply_token_bitmask_
+    from mlxr.ops.sampling.sampling import apply_token_bitmask_
 
     vocab = core.parts.args.vocab_size
     logits = torch.zeros(1, vocab, dtype=torch.float32, device=core.parts.device)

@@ -17,7 +17,7 @@ import torch
 from mlxr.engine.records import TokenLogprob
 from mlxr.engine.worker.sampler import LOGPROB_FLOOR, LastTokens, Sampler, SamplingState, _has_processors
 from mlxr.engine.worker.transfers import to_device
-from mlxr.ops import sampling as ops
+from mlxr.ops.sampling import sampling as ops
 
 
 @dataclass

@@ -43,7 +43,7 @@ def compile_threads() -> int:
 
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int) -> None:
-        """tokenizer: mlxr.loader.tokenizer.Tokenizer (its tokenizer.json and stop ids);
+        """tokenizer: mlxr.tokenizer.tokenizer.Tokenizer (its tokenizer.json and stop ids);
         vocab_size: the model's logits width, which may pass the tokenizer's."""
         self._tokenizer, self.vocab_size = tokenizer, max(vocab_size, tokenizer.vocab_size)
         self._ll: llguidance.LLTokenizer | None = None

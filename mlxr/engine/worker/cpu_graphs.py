@@ -1,4 +1,4 @@
-"""The CPU's decode graphs: each padded batch size's forward recorded once (mlxr/ops/cpu_plan.py)
+"""The CPU's decode graphs: each padded batch size's forward recorded once (mlxr/ops/cpu/cpu_plan.py)
 and replayed as its native calls, without the modules' Python.
 
 Sizes are every row count up to CPU_GRAPH_MAX_ROWS, so no step is padded (a padding row costs
@@ -13,7 +13,7 @@ import logging
 import torch
 
 from mlxr.engine.worker.cuda_graphs import DecodeGraphs
-from mlxr.ops.cpu_plan import NativePlan, PlanUnsupported, record
+from mlxr.ops.cpu.cpu_plan import NativePlan, PlanUnsupported, record
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import torch
 
 from mlxr.engine.records import TokenLogprob
 from mlxr.engine.worker.sampler import LOGPROB_FLOOR
-from mlxr.ops import sampling as ops
+from mlxr.ops.sampling import sampling as ops
 
 # Positions whose logits exist at once: 256 x a 262k vocabulary is 268 MB of float32.
 LOGIT_ROWS = 256

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from mlxr.engine.worker.transfers import HostCopy, to_device
-from mlxr.ops import sampling as ops
+from mlxr.ops.sampling import sampling as ops
 from mlxr.types import SamplingParams
 
 # JSON cannot carry -inf; vLLM's OpenAI server reports impossible tokens with this value.

@@ -8,7 +8,7 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu_build import load_library
+from mlxr.ops.cpu.cpu_build import load_library
 
 _I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 MAX_HEAD_DIM = 1024  # the kernel's angle tables

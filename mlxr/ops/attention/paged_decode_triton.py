@@ -44,7 +44,7 @@ PART_TOKENS = 128
 # 64-request run so its greedy tokens differed from the run before it).
 MAX_PARTS = 64
 INLINE_MERGE_PARTS = 16  # a row of up to this many partitions is merged by its last program to finish
-INVARIANT_ROWS = 16  # batch-invariant up to this many rows at least (as quant_extra_triton's GEMV)
+INVARIANT_ROWS = 16  # batch-invariant up to this many rows at least (as quant/extra_triton's GEMV)
 
 
 # Neither the block tables' width nor the partition count (both change with the batch) is

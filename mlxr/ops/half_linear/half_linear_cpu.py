@@ -6,7 +6,7 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu_build import load_library
+from mlxr.ops.cpu.cpu_build import load_library
 
 
 def library(march: str | None = None) -> ctypes.CDLL | None:

@@ -5,7 +5,7 @@ import ctypes
 
 import torch
 
-from mlxr.ops.cpu_build import load_library
+from mlxr.ops.cpu.cpu_build import load_library
 
 
 def _library() -> ctypes.CDLL | None:

@@ -1,4 +1,4 @@
-/* CPU kernels for GGUF weights kept in their file block layout (see mlxr/ops/quant/quant_types.py).
+/* CPU kernels for GGUF weights kept in their file block layout (see mlxr/ops/quant/block_types.py).
  *
  * Matmul: y[m][n] = sum_k x[m][k] * W[n][k]. Activations are quantized per 32 columns to
  * 16 bits held as two int8 parts, xq = 256*hi + lo with one fp32 unit dx per 32 (hi is x
@@ -47,7 +47,7 @@
 #endif
 #endif
 
-/* Q4_1 (6) follows the quant_extra.c numbering (quant_types.py): its codes are Q4_0's, with a
+/* Q4_1 (6) follows the quant_extra.c numbering (block_types.py): its codes are Q4_0's, with a
  * per-block offset instead of the fixed 8. */
 enum { T_Q4_0 = 0, T_Q5_0 = 1, T_Q8_0 = 2, T_Q4_K = 3, T_Q5_K = 4, T_Q6_K = 5, T_Q4_1 = 6, N_TYPES = 7 };
 

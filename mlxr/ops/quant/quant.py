@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from mlxr.ops.backend import use_triton
-from mlxr.ops.quant import quant_cpu, quant_extra
-from mlxr.ops.quant.quant_types import CPU_INT_TYPES
+from mlxr.ops.quant import cpu as quant_cpu
+from mlxr.ops.quant import extra as quant_extra
+from mlxr.ops.quant.block_types import CPU_INT_TYPES
 
 # MLXR_KERNELS=reference (read once): dequantize + fp32 GEMM on the CPU too, a continuous
 # function of the activations, which tests compare at 1e-5 (the kernels round activations).
@@ -33,10 +34,10 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
     if quant_extra.is_extra(qtype):
         return quant_extra.qmatmul(x, raw, qtype, k)
     if use_triton(x, raw):
-        from mlxr.ops.quant.quant_triton import qmatmul_triton
+        from mlxr.ops.quant.core_triton import qmatmul_triton
 
         return qmatmul_triton(x, raw, qtype, k)
-    from mlxr.ops.quant.quant_reference import qmatmul_reference
+    from mlxr.ops.quant.reference import qmatmul_reference
 
     return qmatmul_reference(x, raw, qtype, k)
 
@@ -47,7 +48,7 @@ def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -
         return quant_extra.dequantize_rows(raw, rows, qtype, k)
     if raw.device.type == "cpu" and quant_cpu.available():
         return quant_cpu.dequantize_rows_cpu(raw, rows, qtype, k)
-    from mlxr.ops.quant.quant_reference import dequantize_rows as reference_rows
+    from mlxr.ops.quant.reference import dequantize_rows as reference_rows
 
     return reference_rows(raw, rows, qtype, k)
 
@@ -59,7 +60,7 @@ def _qmatmul_cpu(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torc
             return quant_cpu.qmatmul_cpu(x, raw, qtype, k)
         return quant_cpu.qmatmul_cpu(x.float(), raw, qtype, k).to(x.dtype)
     if not quant_cpu.available():
-        from mlxr.ops.quant.quant_reference import qmatmul_reference
+        from mlxr.ops.quant.reference import qmatmul_reference
 
         return qmatmul_reference(x, raw, qtype, k)
     weight = quant_cpu.dequantize_cpu(raw, qtype, k)

@@ -1,5 +1,5 @@
 /* CPU kernels for the extra block types kept quantized: GGUF's Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL,
- * IQ4_XS and bitsandbytes' NF4 (codes 6..12 of mlxr/ops/quant/quant_types.py EXTRA_TYPES).
+ * IQ4_XS and bitsandbytes' NF4 (codes 6..12 of mlxr/ops/quant/block_types.py EXTRA_TYPES).
  *
  * Matmul: y[m][n] = sum_k x[m][k] * W[n][k] with fp32 activations. Each weight block is
  * dequantized once into a small fp32 buffer (it stays in L1) and dotted with every activation

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mlxr.ops.gemv_triton import launch_config, row_dots
+from mlxr.ops.linear.gemv_triton import launch_config, row_dots
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 
 

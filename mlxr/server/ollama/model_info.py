@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mlxr.chat.template import default_template_for
 from mlxr.config import ModelArgs
-from mlxr.loader.chat_template import default_template_for
 from mlxr.server.model_manager import ServedModel
 from mlxr.server.ollama.durations import expiry_text
 
@@ -51,8 +51,8 @@ def read_model(record: Any) -> tuple[ModelArgs, str | None]:
             return args_from_gguf(f), template if isinstance(template, str) else None
     from mlxr.formats.json_file import check_text_file
     from mlxr.loader.hf_model import read_config
-    from mlxr.loader.tokenizer import Tokenizer
     from mlxr.models.model_args import args_from_hf
+    from mlxr.tokenizer.tokenizer import Tokenizer
 
     check_text_file(path / "chat_template.jinja")
     return args_from_hf(read_config(path)), Tokenizer.from_hf_dir(path).chat_template

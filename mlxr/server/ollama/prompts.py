@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mlxr.chat.template import default_template_for
 from mlxr.errors import InvalidParameterError
-from mlxr.loader.chat_template import default_template_for
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, prompt_chars_cap

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxr.chat.tools import Piece
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.reply_parser import Reply, ReplyParser, parse_reply
-from mlxr.tools import Piece
 
 
 def _message(reply: Reply) -> dict[str, Any]:

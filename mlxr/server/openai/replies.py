@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxr.chat.tools import Piece, ToolCall
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.reply_parser import Reply, ReplyParser, parse_reply
-from mlxr.tools import Piece, ToolCall
 
 
 def needs_parsing(plan: ChatPlan) -> bool:

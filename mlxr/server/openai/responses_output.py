@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from mlxr.tools import Piece
+from mlxr.chat.tools import Piece
 
 
 def _id(prefix: str) -> str:

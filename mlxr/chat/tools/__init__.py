@@ -1,0 +1,11 @@
+"""Tool calling: the formats families write calls in (one module each, in a registry), the
+messages a template is given, and the splitter that reads calls out of a reply."""
+from mlxr.chat.tools import generic, hermes, llama3, mistral  # noqa: F401 - each registers its format
+from mlxr.chat.tools.calls import ToolCall, new_call_id
+from mlxr.chat.tools.choice import format_for_template
+from mlxr.chat.tools.formats import ToolFormat, format_named, registered
+from mlxr.chat.tools.messages import template_messages
+from mlxr.chat.tools.splitter import CallSplitter, Piece
+
+__all__ = ["CallSplitter", "Piece", "ToolCall", "ToolFormat", "format_for_template", "format_named",
+           "new_call_id", "registered", "template_messages"]
