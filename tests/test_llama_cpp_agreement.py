@@ -1,5 +1,5 @@
 """The bundled chat model against llama.cpp on the same file (llama-cpp-python on CPU,
-installed apart, MLXR_LLAMA_CPP_SITE; see bench/llama_cpp_agreement.py): identical token ids,
+installed apart, MLXR_LLAMA_CPP_SITE; see bench/peers/llama_cpp_agreement.py): identical token ids,
 and teacher-forced top-1 over 321 positions of real text, with HF transformers on the
 dequantized file as the third opinion."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "peers"))
 from llama_cpp_agreement import add_site, measure  # noqa: E402
 from test_gguf_pre_tokenizers import TEXTS  # noqa: E402
 

@@ -5,7 +5,7 @@ bench/results/llama_cpp_cpu-*.json.
 
 llama-cpp-python is not a project dependency (it compiles llama.cpp); install it apart:
   python3 -m venv /tmp/lcpp && /tmp/lcpp/bin/pip install llama-cpp-python==0.3.36
-  .venv/bin/python bench/llama_cpp_cpu.py --site /tmp/lcpp/lib/python3.11/site-packages
+  .venv/bin/python bench/peers/llama_cpp_cpu.py --site /tmp/lcpp/lib/python3.11/site-packages
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, median, print_table, write_result
 from latency import prompt_ids
 from quant_cpu import model_file

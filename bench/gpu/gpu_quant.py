@@ -2,7 +2,7 @@
 in their blocks, Triton dequantize-and-multiply kernels) and as FP8 E4M3 from the bf16
 checkpoint, beside llama.cpp's CUDA figures for the same files (BENCHMARKS.md, H200).
 
-  python bench/gpu_quant.py            # writes the GGUF files once, then the sweep
+  python bench/gpu/gpu_quant.py            # writes the GGUF files once, then the sweep
 
 Single-stream decode: prompt 128, 256 generated; prefill: a 512-token prompt. Agreement: the
 fp32-activation run of each GGUF against the same file dequantized to fp32, teacher-forced
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, peer_figures, print_table, write_result
 from latency import bench_mlxr, prompt_ids
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 # llama.cpp CUDA on an H200, TinyLlama shape (BENCHMARKS.md): (decode, prefill 512) tok/s.
 

@@ -1,8 +1,8 @@
 """CPU speed of the extra kept-quantized types (Q4_1, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, NF4).
 
-  python bench/quant_extra.py --kernels-only              # kernel rows only (no llama.cpp)
-  python bench/quant_extra.py --site /tmp/lcpp/lib/python3.11/site-packages --runs 3
-  python bench/quant_extra.py --kernels-only --device cuda  # the Triton kernels (bf16 x)
+  python bench/kernels/quant_extra.py --kernels-only              # kernel rows only (no llama.cpp)
+  python bench/kernels/quant_extra.py --site /tmp/lcpp/lib/python3.11/site-packages --runs 3
+  python bench/kernels/quant_extra.py --kernels-only --device cuda  # the Triton kernels (bf16 x)
 
 Kernel rows: one (5632 x 2048) quantized matrix times --m activation rows (decode: m=1), median
 of --repeats, as GB/s of weight bytes, beside the core Q4_0 and Q4_K kernels for scale.
@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, median, print_table, sync, write_result
 from latency import bench_mlxr, prompt_ids
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES = ROOT / ".fixtures" / "bench-mid-quantized"
 # llama.cpp's LLAMA_FTYPE_MOSTLY_* of each type
 FTYPES = {"Q4_1": 3, "Q5_1": 9, "Q2_K": 10, "Q3_K": 11, "IQ4_NL": 25, "IQ4_XS": 30}

@@ -2,7 +2,7 @@
 time per step (a random walk through each grammar, the same tokens for both libraries where they
 agree), and the time to refuse or accept hostile specs. Writes bench/results/structured_engines-*.json.
 
-  python bench/structured_engines.py
+  python bench/peers/structured_engines.py
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 import xgrammar as xgr
 from transformers import PreTrainedTokenizerFast
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import median, print_table, write_result
 from structured_overhead import SCHEMA as ROWS_SCHEMA, cpu_model
 from mlxr.bundled_models import bundled_path

@@ -4,7 +4,7 @@ llama-perplexity: n_ctx tokens a chunk, BOS first, the second half scored), and 
 on the file dequantized to fp32 (the reference both approximate). Also each engine's scoring
 rate (tokens through the model a second, 2 threads).
 
-  python bench/perplexity_vs_llama_cpp.py --site /tmp/lcpp/lib/python3.11/site-packages
+  python bench/peers/perplexity_vs_llama_cpp.py --site /tmp/lcpp/lib/python3.11/site-packages
       [--models gemma3-270m smollm2:135m] [--text /usr/share/common-licenses/GPL-3] [--ctx 512]
       [--chunks 8]
 
@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import print_table, write_result
 from quant_cpu import model_file
 

@@ -1,13 +1,13 @@
 #!/bin/bash
-# Single-stream decode and prefill of 512 (bench/gpu_sweep.py's mlxr_figures, TinyLlama shape bf16)
+# Single-stream decode and prefill of 512 (bench/gpu/gpu_sweep.py's mlxr_figures, TinyLlama shape bf16)
 # of this tree and an older one, interleaved in one lease of the GPU machine: is this tree slower?
 # This tree runs twice: its default (the engine core in its own process on CUDA) and
 # MLXR_ENGINE_PROCESS=0 (in this process, as the old tree ran before the split).
 # The old tree's mlxr/ and bench/ go in the ignored .old/ (git archive <commit> mlxr bench | tar -x -C .old);
-#   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> OLD_COMMIT=<sha> bash bench/gpu_old_vs_new.sh [rounds]
+#   device call, carry [".old", ".whl"]:  MLXR_COMMIT=<sha> OLD_COMMIT=<sha> bash bench/gpu/old_vs_new.sh [rounds]
 #   (JSON: gpu_old_vs_new-*.json under $OUT, or bench/results without $OUT)
 #   ARMS="old new" BATCHES="1 256 64" ...: which arms run, which offline batches are timed (default: all three arms, 1)
-#   or ... bash bench/gpu_old_vs_new.sh profile   (bench/probes/prefill_profile.py in each tree, in-process)
+#   or ... bash bench/gpu/old_vs_new.sh profile   (bench/probes/prefill_profile.py in each tree, in-process)
 set -u
 R=$PWD; FIX=/root/sbs/fix
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
@@ -28,6 +28,7 @@ for round in $(seq ${1:-3}); do
     (cd $R/$tree/bench && env ${proc:+MLXR_ENGINE_PROCESS=$proc} PYTHONPATH=/tmp/site:$R/$tree timeout 150 python3 - $FIX/hf $arm ${BATCHES:-1} <<'PY' 2>&1 | grep '^{'
 import json, sys
 import torch
+sys.path.insert(0, "gpu")  # this tree's gpu_sweep.py (an older tree's lies in bench/ itself)
 from gpu_sweep import mlxr_figures
 from mlxr import LLM
 llm = LLM(sys.argv[1], dtype=torch.bfloat16, device="cuda", max_num_seqs=256, max_num_batched_tokens=8192,

@@ -3,7 +3,7 @@
 # fixture (HF dir and GGUF) through bench/greedy_identity.py on an older tree and on this one, on
 # CUDA in bf16 and fp32; this tree with the engine core in its own process and in-process.
 # The old tree's mlxr/ in the ignored .old/ (git archive <commit> mlxr bench pyproject.toml | tar -x -C .old);
-#   device call, carry [".old", ".whl"]:  bash bench/gpu_identity.sh   (token ids as JSON under $OUT)
+#   device call, carry [".old", ".whl"]:  bash bench/gpu/greedy_identity.sh   (token ids as JSON under $OUT)
 set -u -o pipefail
 R=$PWD; D=${OUT:-/tmp/identity}; mkdir -p $D
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null

@@ -12,8 +12,8 @@ looked up ("disk serial") or read ahead in parallel first ("disk read-ahead"), r
 interleaved: lookups and copies, per block. Run it with the repository on PYTHONPATH to measure
 this tree, or an older tree's to compare (the disk rows need this tree).
 
-  python bench/kv_tier_copies.py --device cpu --shape smollm2
-  python bench/kv_tier_copies.py --device cuda --shape smollm2 --dtype bfloat16
+  python bench/kernels/kv_tier_copies.py --device cpu --shape smollm2
+  python bench/kernels/kv_tier_copies.py --device cuda --shape smollm2 --dtype bfloat16
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, median, print_table, sync, write_result
 from mlxr.config import ModelArgs
 from mlxr.engine.kv_cache import KVCache

@@ -3,8 +3,8 @@ ceilings measured in the same run (device-to-device copy; bf16 matmul) and besid
 reference (or SDPA for prefill). Kernel times are CUDA-graph replays (triton's
 do_bench_cudagraph, median). Writes bench/results/kernels-*.json and prints a table last.
 
-  python bench/kernels.py                  # all kernels, default shapes
-  python bench/kernels.py --only sweep     # the attention kernels' launch knobs
+  python bench/kernels/kernels.py                  # all kernels, default shapes
+  python bench/kernels/kernels.py --only sweep     # the attention kernels' launch knobs
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.testing
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, print_table, write_result
 from mlxr.ops.activation import activation_reference
 from mlxr.ops.activation_triton import gated_activation_triton

@@ -3,16 +3,18 @@ gen 256), prefill of 512, batch 1/8/64/256 decode (prompt 128, gen 128), MLXR be
 transformers on the same weights in the same run, then the kernel microbenchmarks and a
 per-op profile. JSON to bench/results/gpu_sweep-*.json; a table last.
 
-  python bench/gpu_sweep.py [--quick | --skip-hf]
+  python bench/gpu/gpu_sweep.py [--quick | --skip-hf]
 """
 from __future__ import annotations
 
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, median, peer_figures, print_table, write_result
 from latency import bench_hf, bench_mlxr, model_paths, prompt_ids
 from throughput import run_hf, run_mlxr, workload
@@ -83,7 +85,7 @@ def main() -> None:
                                       "engine_process": engine_process, "runtime_compiles": compiles,
                                       "results": rows})
     if not a.skip_hf and not a.no_extras:
-        subprocess.run([sys.executable, "kernels.py"], check=False)
+        subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "kernels" / "kernels.py")], check=False)
     if not a.no_extras:
         subprocess.run([sys.executable, "-m", "mlxr.cli", "bench", "--model", ref, "--device", "cuda",
                         "--dtype", "bfloat16", "--gen-len", "32", "--profile"], check=False)

@@ -4,7 +4,7 @@ greedy tokens, both on --threads threads; MLXR also decodes 8 requests at once. 
 ratios per file, the CPU's model name and flags, the load average before and after (on a
 shared machine other work is not under our control: interleaving spreads it over both).
 
-  python bench/cpu_vs_llama_cpp.py --site /tmp/lcpp/lib/python3.11/site-packages [--rounds 3]
+  python bench/peers/cpu_vs_llama_cpp.py --site /tmp/lcpp/lib/python3.11/site-packages [--rounds 3]
       [--models gemma3-270m smollm2:135m tinyllama-shape-q4_k_m tinyllama-shape-q8_0]
 
 JSON to bench/results/<day>/cpu_vs_llama_cpp-*.json; a table last.
@@ -19,9 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import median, print_table, write_result
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]
 MODELS = ["gemma3-270m", "smollm2:135m", "tinyllama-shape-q4_k_m", "tinyllama-shape-q8_0"]
 
 
@@ -40,7 +41,7 @@ def one_run(engine: str, model: str, threads: int, site: str) -> dict:
         argv = ["quant_cpu.py", "--models", model, "--runs", "1", "--batch", "8", "--repeats", "6", "--types", "Q4_K",
                 "--threads", str(threads)]
     else:
-        argv = ["llama_cpp_cpu.py", "--models", model, "--runs", "1", "--threads", str(threads), "--site", site]
+        argv = ["peers/llama_cpp_cpu.py", "--models", model, "--runs", "1", "--threads", str(threads), "--site", site]
     with tempfile.TemporaryDirectory() as tmp:
         # OMP_WAIT_POLICY as `mlxr serve` sets it (config.openmp_environment)
         env = {**os.environ, "MLXR_BENCH_RESULTS": tmp, "OMP_WAIT_POLICY": "PASSIVE"}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # llama-server (CUDA, Hopper) from the carried llama.cpp tree (.peer/llama.cpp.tgz), built once per
 # machine into /root/sbs/llama.cpp/build/bin (where ../shared/peers/gpu_side_by_side.sh builds it);
-# ~5 min on 16 cores. From the repo root on the lent GPU machine:  bash bench/build_llama_server.sh
+# ~5 min on 16 cores. From the repo root on the lent GPU machine:  bash bench/gpu/build_llama_server.sh
 set -u
 W=/root/sbs; R=$PWD; B=$W/llama.cpp/build/bin
 mkdir -p $W

@@ -8,8 +8,8 @@ H200 holds) at TP=2 only. Weights are random, each rank drawing its own share on
 fresh process (a group per run). `--device cpu --tiny` runs the same code on small shapes with
 gloo (CI-sized); JSON to bench/results/tp_sweep-*.json.
 
-  python bench/tp_sweep.py --device cuda               # 8B TP=1 vs TP=2, then 70B on TP=2
-  python bench/tp_sweep.py --device cpu --tiny --runs 1
+  python bench/gpu/tp_sweep.py --device cuda               # 8B TP=1 vs TP=2, then 70B on TP=2
+  python bench/gpu/tp_sweep.py --device cpu --tiny --runs 1
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import msgspec
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_path  # noqa: E402,F401,I001  (bench/ on sys.path: common)
 from common import device_name, median, print_table, write_result  # noqa: E402
 
 from mlxr.config import ModelArgs  # noqa: E402

@@ -1,6 +1,6 @@
 #!/bin/sh
-# On the lent GPU machine, from the repo root: `sh bench/gpu_check.sh tests` runs every `gpu`
-# test (about 6 minutes on an H200 with 8 workers), `sh bench/gpu_check.sh sweep` the whole GPU
+# On the lent GPU machine, from the repo root: `sh bench/gpu/tests_or_sweep.sh tests` runs every `gpu`
+# test (about 6 minutes on an H200 with 8 workers), `sh bench/gpu/tests_or_sweep.sh sweep` the whole GPU
 # sweep; each fits one 10-minute device call. Set MLXR_COMMIT to the commit under test: the
 # machine's copy of the tree may carry a stale .git, which would stamp the results wrongly.
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
@@ -11,6 +11,6 @@ case "$1" in
       tests/test_triton_attention.py tests/test_triton_fused.py tests/test_triton_gemv.py tests/test_qkv_rope.py \
       tests/test_quant_kernels.py tests/test_fp8.py tests/test_sampler.py 2>&1 | tail -15 ;;
   sweep)
-    cd bench && timeout 540 python3 gpu_sweep.py 2>&1 | grep -v "Loading weights" ;;
-  *) echo "usage: sh bench/gpu_check.sh tests|sweep" >&2; exit 2 ;;
+    cd bench/gpu && timeout 540 python3 gpu_sweep.py 2>&1 | grep -v "Loading weights" ;;
+  *) echo "usage: sh bench/gpu/tests_or_sweep.sh tests|sweep" >&2; exit 2 ;;
 esac

@@ -6,8 +6,8 @@ through the public LLM API (prefix caching makes each step a short prefill). JSO
 bench/results/llama_cpp_agreement-*.json.
 
 llama-cpp-python is not a project dependency (it compiles llama.cpp); install it apart and
-point --site (or MLXR_LLAMA_CPP_SITE) at its site-packages, as for bench/llama_cpp_cpu.py:
-  .venv/bin/python bench/llama_cpp_agreement.py --models smollm2:135m gemma3-270m --site DIR
+point --site (or MLXR_LLAMA_CPP_SITE) at its site-packages, as for bench/peers/llama_cpp_cpu.py:
+  .venv/bin/python bench/peers/llama_cpp_agreement.py --models smollm2:135m gemma3-270m --site DIR
 """
 from __future__ import annotations
 
@@ -122,9 +122,10 @@ def main() -> None:
     ns = p.parse_args()
     add_site(ns.site)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_path  # noqa: F401,I001  (bench/ on sys.path: common)
     from common import cpu_model, print_table, write_result
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from test_gguf_pre_tokenizers import TEXTS
 
     rows = [measure(m, threads=ns.threads, probes=TEXTS) for m in ns.models]

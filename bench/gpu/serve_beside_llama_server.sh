@@ -2,14 +2,14 @@
 # bench/serve.py's load (256 streamed /v1/completions of 128 + 128 tokens at 16/s, 64/s and all at
 # once) against `mlxr serve` and then llama-server on the same TinyLlama-shape weights (bf16 HF
 # dir / F16 GGUF), in one device call, with MLXR's runtime-compile counter read after the load.
-# Uses the llama-server of bench/build_llama_server.sh (/root/sbs; built there if missing)
+# Uses the llama-server of bench/gpu/build_llama_server.sh (/root/sbs; built there if missing)
 # and the fixture that ../shared/peers/gpu_side_by_side.sh writes (made here if missing).
 # From the repo root, carrying .peer (serve_cmp.py, llama.cpp.tgz) and .whl:
-#   bash bench/gpu_serve_beside.sh
-# SERVE_EXTRA adds `mlxr serve` flags, e.g. SERVE_EXTRA="--stream-interval 8" bash bench/gpu_serve_beside.sh
+#   bash bench/gpu/serve_beside_llama_server.sh
+# SERVE_EXTRA adds `mlxr serve` flags, e.g. SERVE_EXTRA="--stream-interval 8" bash bench/gpu/serve_beside_llama_server.sh
 set -u
 W=/root/sbs; R=$PWD; B=$W/llama.cpp/build/bin
-bash bench/build_llama_server.sh || exit 1
+bash bench/gpu/build_llama_server.sh || exit 1
 export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
 [ -f $W/fix/model-f16.gguf ] || python3 -m mlxr.testing write --config tinyllama-shape --out $W/fix --gguf-type f16 | tail -1
 python3 -m mlxr.cli serve --model $W/fix/hf --device cuda --dtype bfloat16 --max-num-seqs 256 \

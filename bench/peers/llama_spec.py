@@ -18,8 +18,8 @@ figure). Per task: medians over rounds, the median of each round's on/off ratio 
 back to back: the ratio that a shared machine's changing load disturbs least), the best run;
 an engine's row: their means over tasks. Each run records the 1-minute load average.
 
-  python bench/llama_spec.py --python --mlxr cpu --threads 2                 (CPU)
-  python bench/llama_spec.py --server-bin B/llama-server --gpu --mlxr cuda   (GPU)
+  python bench/peers/llama_spec.py --python --mlxr cpu --threads 2                 (CPU)
+  python bench/peers/llama_spec.py --server-bin B/llama-server --gpu --mlxr cuda   (GPU)
 Writes bench/results/<day>/llama_spec-<stamp>.json."""
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import cpu_model, device_name, print_table, write_result  # noqa: E402
-from bench.llama_server import LlamaServer  # noqa: E402
+from bench.peers.llama_server import LlamaServer  # noqa: E402
 from bench.spec_decode import TASKS, chat_ids  # noqa: E402
 from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
 from mlxr.formats.gguf import open_gguf  # noqa: E402

@@ -2,10 +2,10 @@
 # The engine-core issue's GPU figures beside llama.cpp in one lease, in two device calls (from the
 # repo root, the llama.cpp tree carried in the ignored .peer/ as ../shared/peers/gpu_side_by_side.sh
 # says):
-#   call 1, carry [".peer", ".whl"]:  bash bench/gpu_14.sh peer   (build, llama-bench, llama-batched-bench;
+#   call 1, carry [".peer", ".whl"]:  bash bench/gpu/sweep_beside_llama_cpp.sh peer   (build, llama-bench, llama-batched-bench;
 #                                     their figures parsed into /root/sbs/peer_args)
-#   call 2 while the machine is warm, carry the same:  MLXR_COMMIT=<sha> bash bench/gpu_14.sh mlxr
-#                                     (bench/gpu_sweep.py --skip-hf --no-extras --runs 5 with those figures)
+#   call 2 while the machine is warm, carry the same:  MLXR_COMMIT=<sha> bash bench/gpu/sweep_beside_llama_cpp.sh mlxr
+#                                     (bench/gpu/gpu_sweep.py --skip-hf --no-extras --runs 5 with those figures)
 set -u
 R=$PWD; W=/root/sbs
 case "${1:-}" in
@@ -31,7 +31,7 @@ mlxr)
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
   export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
   [ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
-  cd bench && timeout 560 python3 gpu_sweep.py --skip-hf --no-extras --runs 5 --llama-cpp $(cat $W/peer_args) 2>&1 \
+  cd bench/gpu && timeout 560 python3 gpu_sweep.py --skip-hf --no-extras --runs 5 --llama-cpp $(cat $W/peer_args) 2>&1 \
     | grep -v "Loading weights" | tail -20 ;;
-*) echo "usage: bash bench/gpu_14.sh peer|mlxr" >&2; exit 2 ;;
+*) echo "usage: bash bench/gpu/sweep_beside_llama_cpp.sh peer|mlxr" >&2; exit 2 ;;
 esac
