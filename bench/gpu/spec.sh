@@ -20,8 +20,8 @@ export PYTHONPATH="/tmp/site:$R" PYTHONUNBUFFERED=1
 [ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; ls -la $G
 run_tests() {
-  timeout 250 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/test_quant_extra_triton.py tests/test_spec_structured.py \
-    tests/test_spec_decode.py tests/test_warm_up.py tests/test_jump_forward.py 2>&1 | tail -12
+  timeout 250 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/kernels/test_quant_extra_triton.py tests/engine/test_spec_structured.py \
+    tests/engine/test_spec_decode.py tests/engine/test_warm_up.py tests/engine/test_jump_forward.py 2>&1 | tail -12
 }
 run_bench() { timeout 330 python3 bench/spec_decode.py --device cuda --skip-draft --rounds 3 --batches 1 64 2>&1 | grep -v "Loading weights" | tail -25; }
 run_probes() {

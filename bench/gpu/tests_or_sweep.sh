@@ -7,9 +7,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 case "$1" in
   tests)
-    timeout 540 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf tests/test_gpu_engine.py \
-      tests/test_triton_attention.py tests/test_triton_fused.py tests/test_triton_gemv.py tests/test_qkv_rope.py \
-      tests/test_quant_kernels.py tests/test_fp8.py tests/test_sampler.py 2>&1 | tail -15 ;;
+    timeout 540 python3 -m pytest -q -p no:cacheprovider -m gpu -n 8 -rf tests/engine/test_gpu_engine.py \
+      tests/kernels/test_triton_attention.py tests/kernels/test_triton_fused.py tests/kernels/test_triton_gemv.py tests/kernels/test_qkv_rope.py \
+      tests/kernels/test_quant_kernels.py tests/kernels/test_fp8.py tests/engine/test_sampler.py 2>&1 | tail -15 ;;
   sweep)
     cd bench/gpu && timeout 540 python3 gpu_sweep.py 2>&1 | grep -v "Loading weights" ;;
   *) echo "usage: sh bench/gpu/tests_or_sweep.sh tests|sweep" >&2; exit 2 ;;

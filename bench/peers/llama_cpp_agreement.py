@@ -126,7 +126,7 @@ def main() -> None:
     from common import cpu_model, print_table, write_result
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-    from test_gguf_pre_tokenizers import TEXTS
+    from tokenizer_texts import TEXTS
 
     rows = [measure(m, threads=ns.threads, probes=TEXTS) for m in ns.models]
     print_table(rows, ["model", "tokens", "same_tokens", "positions", "top1_agreement", "probe_texts"])

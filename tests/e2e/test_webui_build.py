@@ -1,7 +1,7 @@
 """The built UI committed under mlxr/server/webui/static is what `npm run build` makes of webui/.
 
 Slow (npm ci when node_modules is missing, then a build): run it after changing webui/ with
-`pytest -m slow tests/test_webui_build.py`; `make webui` rebuilds."""
+`pytest -m slow tests/e2e/test_webui_build.py`; `make webui` rebuilds."""
 from __future__ import annotations
 
 import shutil

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "peers"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "peers"))
 from llama_cpp_agreement import add_site, measure  # noqa: E402
-from test_gguf_pre_tokenizers import TEXTS  # noqa: E402
+from tokenizer_texts import TEXTS  # noqa: E402
 
 add_site(None)  # MLXR_LLAMA_CPP_SITE
 pytest.importorskip("llama_cpp")

@@ -17,7 +17,7 @@ from server_harness import free_port, running_server
 
 from mlxr.registry import Registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPO = "test-org/Tiny-Llama-GGUF"
 NAME = "hf.co/test-org/tiny-llama-gguf:f32"
 

@@ -154,7 +154,7 @@ def test_gemv_gpu_code_reduces_every_row_in_one_layout_whatever_the_batch(qtype:
     lay a row's sums out differently because the batch grew."""
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    root = str(Path(__file__).resolve().parents[1])  # this tree's mlxr
+    root = str(Path(__file__).resolve().parents[2])  # this tree's mlxr
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     args = [qtype, str(k), str(int(split)), str(int(aligned)), "1,9,16", str(int(halves))]
     proc = subprocess.run([sys.executable, "-c", _REDUCE_LAYOUTS, *args],

@@ -7,16 +7,7 @@ import torch
 from conftest import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine import prompt_logprobs as plp
-
-PROMPT = [1, 7, 300, 45, 99, 12, 250, 3, 77, 180, 31, 64, 400, 9, 11, 222, 5, 88, 123, 301, 17, 42]
-
-
-def hf_prompt_logprobs(name: str, ids: list[int]) -> torch.Tensor:
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_pretrained(fixture_model(name).hf_dir, dtype=torch.float32).eval()
-    with torch.inference_mode():
-        return torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+from prompt_logprobs_reference import PROMPT, hf_prompt_logprobs
 
 
 def check_against(ref: torch.Tensor, ids: list[int], entries: list, top: int) -> None:

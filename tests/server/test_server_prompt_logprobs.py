@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 from server_harness import tiny_llama_server
-from test_prompt_logprobs import PROMPT, hf_prompt_logprobs
+from prompt_logprobs_reference import PROMPT, hf_prompt_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -139,7 +139,7 @@ def test_include_usage_in_last_chunk(client, model):
 
 
 def test_vllm_extras_and_ignored_fields(client, model):
-    # (response_format is enforced now: tests/test_server_structured.py)
+    # (response_format is enforced now: tests/server/test_server_structured.py)
     r = chat(client, model, max_tokens=6, user="someone",
              extra_body={"top_k": 5, "min_p": 0.01, "repetition_penalty": 1.1, "min_tokens": 6,
                          "ignore_eos": True, "stop_token_ids": [2]}, presence_penalty=0.5, frequency_penalty=0.5)

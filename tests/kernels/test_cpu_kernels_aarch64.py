@@ -24,7 +24,7 @@ from mlxr.ops.cpu_build import FLAGS, TARGETS, march_flags
 
 CC, QEMU, OBJDUMP = "aarch64-linux-gnu-gcc", "qemu-aarch64", "aarch64-linux-gnu-objdump"
 SYSROOT = "/usr/aarch64-linux-gnu"
-OPS = Path(__file__).resolve().parents[1] / "mlxr" / "ops"
+OPS = Path(__file__).resolve().parents[2] / "mlxr" / "ops"
 HARNESS = Path(__file__).resolve().parent / "aarch64" / "quant_harness.c"
 CORE = {"Q4_0": 0, "Q5_0": 1, "Q8_0": 2, "Q4_K": 3, "Q5_K": 4, "Q6_K": 5, "Q4_1": 6}
 EXTRA = {"Q4_1": 6, "Q5_1": 7, "Q2_K": 8, "Q3_K": 9, "IQ4_NL": 10, "IQ4_XS": 11}

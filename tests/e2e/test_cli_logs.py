@@ -11,7 +11,7 @@ from server_harness import free_port, server_process
 from tmux_terminal import Terminal
 
 MLXR = str(Path(sys.executable).parent / "mlxr")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STARTED = "Application startup complete"
 
 

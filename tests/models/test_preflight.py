@@ -16,7 +16,7 @@ from mlxr.errors import ModelFormatError
 from mlxr.loader.preflight import check_loadable
 from mlxr.registry import Registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _broken_copies(tmp_path: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ from fake_index import FakeIndex, build_wheel
 
 from mlxr.registry import Registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pull(ref: str, home: Path, index: FakeIndex, cwd: Path = ROOT, **pip_env: str) -> subprocess.CompletedProcess:

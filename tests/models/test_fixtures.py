@@ -19,7 +19,7 @@ from mlxr.loader.gguf_weights import iter_gguf_hf_weights
 from mlxr.testing.fixtures import CONFIGS, FixturePaths, fixture_paths, write_fixture
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[1] / ".fixtures"
+ROOT = Path(__file__).resolve().parents[2] / ".fixtures"
 TINY = ["tiny-llama", "tiny-llama-tied", "tiny-llama3", "tiny-qwen2", "tiny-gemma3"]
 
 

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from conftest import fixture_model
 from mlxr import LLM, SamplingParams
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [[1, 5, 9, 33, 70, 100, 7], [1, 44, 3, 99]]
 
 

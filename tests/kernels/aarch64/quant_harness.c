@@ -1,4 +1,4 @@
-/* Runs mlxr's quant kernels as built for another machine (tests/test_cpu_kernels_aarch64.py builds
+/* Runs mlxr's quant kernels as built for another machine (tests/kernels/test_cpu_kernels_aarch64.py builds
  * this with the sources for aarch64 and runs it under qemu). stdin: int32 type, n, k, row bytes,
  * library (0: quant.c's core types, 1: quant_extra.c's), count of products c, then c row counts
  * m, then n * row_bytes weight bytes and, per product, m * k floats; stdout: int32 quant.c's

@@ -75,7 +75,7 @@ def test_real_vocab_matches_transformers_with_smollm2s_pre_tokenizer(tokenizer) 
         get_gguf_tokenizer,
     )
 
-    from test_gguf_pre_tokenizers import TEXTS
+    from tokenizer_texts import TEXTS
 
     architecture, vocab, _ = get_gguf_tokenizer(str(SMOLLM2))
     backend, _ = convert_gguf_tokenizer(architecture, vocab)

@@ -15,7 +15,7 @@ from mlxr.loader.tokenizer import Tokenizer
 transformers = pytest.importorskip("transformers")
 from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer  # noqa: E402
 
-from test_gguf_pre_tokenizers import CORPUS, TEXTS  # noqa: E402
+from tokenizer_texts import CORPUS, TEXTS  # noqa: E402
 
 NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]

@@ -280,7 +280,7 @@ def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
 
 def test_constrained_rows_beside_speculating_ones():
     """A grammar request joins while rows speculate: the rows go on drafting beside it (its
-    masks cover each sampled position: tests/test_spec_structured.py), its JSON is valid and the
+    masks cover each sampled position: tests/engine/test_spec_structured.py), its JSON is valid and the
     same as without speculation, and every other row keeps the tokens it gets without
     speculation."""
     import json

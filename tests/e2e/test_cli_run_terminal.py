@@ -10,7 +10,7 @@ from conftest import fixture_model
 from tmux_terminal import Terminal
 
 MLXR = str(Path(sys.executable).parent / "mlxr")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _prompts(text: str) -> int:
