@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import FIXTURES, cached_llm
+from model_fixtures import FIXTURES, cached_llm
 from mlxr import SamplingParams
 from paged_probe import paged_logits, rel_err
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 
 PROMPT = [1, 7, 300, 45, 99, 12, 250, 3, 77, 180, 31, 64, 400, 9, 11, 222, 5, 88, 123, 301, 17, 42]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import cached_llm
+from model_fixtures import cached_llm
 from mlxr import SamplingParams
 from mlxr.loader.resolve import bundled_model_path
 from paged_probe import paged_logits, rel_err

@@ -8,7 +8,7 @@ from pathlib import Path
 import ollama
 import pytest
 
-from conftest import cached_llm
+from model_fixtures import cached_llm
 from mlxr import SamplingParams
 from mlxr.bundled_models import CHAT_MODEL, COMPLETION_MODEL, smollm2_135m_path
 from mlxr.errors import ModelNotFoundError

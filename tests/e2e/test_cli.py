@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 
 MLXR = [str(Path(sys.executable).parent / "mlxr")]
 

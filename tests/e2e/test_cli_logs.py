@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import free_port, server_process
 from tmux_terminal import Terminal
 

@@ -6,7 +6,7 @@ import json
 import math
 
 import torch
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from test_cli import run
 
 WORDS = "the cat sat on a mat while red dogs ran past green trees and blue birds sang".split()

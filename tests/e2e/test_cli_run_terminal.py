@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from tmux_terminal import Terminal
 
 MLXR = str(Path(sys.executable).parent / "mlxr")

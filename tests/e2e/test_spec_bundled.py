@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cached_llm
+from model_fixtures import cached_llm
 from mlxr import LLM, SamplingParams
 from mlxr.bundled_models import gemma3_270m_path, smollm2_135m_path
 from mlxr.errors import ModelNotFoundError

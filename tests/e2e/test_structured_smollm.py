@@ -10,7 +10,7 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from conftest import cached_llm
+from model_fixtures import cached_llm
 from mlxr import SamplingParams
 from mlxr.bundled_models import CHAT_MODEL, smollm2_135m_path
 from mlxr.errors import ModelNotFoundError

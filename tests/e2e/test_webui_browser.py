@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, fixture_model
+from model_fixtures import ROOT, fixture_model
 from playwright.sync_api import Page, expect, sync_playwright
 from server_harness import running_server
 from webui_browser import ConsoleErrors, launch

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT
+from model_fixtures import ROOT
 
 WEBUI = ROOT / "webui"
 STATIC = ROOT / "mlxr" / "server" / "webui" / "static"

@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import server_process, tiny_llama_server
 
 KEY = "webui-serving-key"

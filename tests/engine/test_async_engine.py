@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine.async_engine import AsyncEngine
 from mlxr.errors import ContextLengthError, EngineDeadError

@@ -10,7 +10,7 @@ import time
 import pytest
 import zmq
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr import SamplingParams
 from mlxr.engine.core_attach import AttachedClient, ProcessWatch, channel_addresses
 from mlxr.engine.core_channels import Channels

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine.async_engine import AsyncEngine
 from server_harness import server_process, stop_server

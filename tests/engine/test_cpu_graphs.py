@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine.cpu_graphs import CPU_GRAPH_MAX_ROWS, CpuDecodeGraphs
 from mlxr.ops.cpu_plan import PlanUnsupported, record

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.errors import ContextLengthError, OverloadedError
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr import SamplingParams
 from mlxr.errors import InvalidParameterError
 

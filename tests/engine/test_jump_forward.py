@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 import torch
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 
 from mlxr import LLM, SamplingParams
 from mlxr.config import EngineConfig

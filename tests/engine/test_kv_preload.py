@@ -80,7 +80,7 @@ def test_restarted_server_preloads_and_reports_it(tmp_path):
     import httpx
     import openai
 
-    from conftest import fixture_model
+    from model_fixtures import fixture_model
     from server_harness import running_server
     from test_kv_tiers_process import tier_metric
 

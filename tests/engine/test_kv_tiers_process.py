@@ -14,7 +14,7 @@ import httpx
 import openai
 import torch
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 from server_harness import ROOT, running_server
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 from test_engine_e2e import GREEDY, random_requests, staggered
 

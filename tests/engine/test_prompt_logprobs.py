@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.engine import prompt_logprobs as plp
 from prompt_logprobs_reference import PROMPT, hf_prompt_logprobs

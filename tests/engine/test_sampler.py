@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr.engine.sampler import SampledToken, Sampler, SamplingState, make_generator
 from mlxr.ops.sampling import inverse_cdf_sample
 from mlxr.types import SamplingParams

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from test_engine_e2e import staggered
 from mlxr import LLM, SamplingParams
 from mlxr.engine.spec_decode.ngram import NgramProposer

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr import LLM, SamplingParams
 
 SAMPLES = 20_000

@@ -9,7 +9,7 @@ import re
 import llguidance.torch as llg_torch
 import pytest
 import torch
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 
 from mlxr import LLM, SamplingParams
 from mlxr.engine.structured.compiler import GrammarCompiler

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from structured_schemas import SCHEMAS
 from mlxr import LLM, SamplingParams
 from mlxr.engine.structured import manager as manager_module

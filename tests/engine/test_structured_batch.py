@@ -11,7 +11,7 @@ import llguidance.torch as llg_torch
 import pytest
 import torch
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from structured_schemas import SCHEMAS
 from mlxr import LLM, SamplingParams
 from mlxr.engine.structured.chooser import PARALLEL_ROWS, TRIALS

@@ -9,7 +9,7 @@ import llguidance.torch as llg_torch
 import pytest
 import torch
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from structured_schemas import SCHEMAS
 from mlxr.engine.structured.compiler import GrammarCompiler
 from mlxr.engine.structured.fill import PARALLEL_ROWS, TRIALS, MaskFiller

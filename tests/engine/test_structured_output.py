@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from structured_schemas import SCHEMAS
 from mlxr import LLM, SamplingParams
 from mlxr.errors import InvalidParameterError

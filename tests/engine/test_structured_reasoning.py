@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr.engine.structured.compiler import GrammarCompiler
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams as SO

@@ -21,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[2]

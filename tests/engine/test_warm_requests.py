@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import scrape, server_log, tiny_llama_server
 
 from mlxr import LLM, SamplingParams

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 
 

@@ -91,7 +91,7 @@ def test_one_row_takes_the_fp8_gemv_on_unrounded_activations(dtype, monkeypatch)
 def test_fp8_model_follows_its_bf16_run():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("needs FP8 tensor cores")
-    from conftest import fixture_model
+    from model_fixtures import fixture_model
     from paged_probe import paged_logits
 
     from mlxr.llm import LLM

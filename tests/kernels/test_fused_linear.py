@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr.layers.fused_linear import merge_linears
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear
 from mlxr.loader import load_model

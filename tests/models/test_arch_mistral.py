@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from arch_check import PROMPT, check_greedy, check_logits, hf_model, llama_cpp_gguf
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from paged_probe import rel_err
 
 NAME = "tiny-mistral"

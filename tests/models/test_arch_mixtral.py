@@ -27,7 +27,7 @@ def test_32_greedy_tokens_match_hf(hf, source):
 def test_q8_0_gguf_keeps_expert_tensors_quantized():
     """llama.cpp's Q8_0 file: ffn_*_exps stay as the file's blocks, multiplied per expert by the
     quantized kernels, with the logits of the same file dequantized."""
-    from conftest import FIXTURES, cached_llm
+    from model_fixtures import FIXTURES, cached_llm
     from mlxr.layers.moe import QuantStacked
     from mlxr.testing.llama_cpp_convert import llama_cpp_gguf
     from paged_probe import paged_logits, rel_err

@@ -36,7 +36,7 @@ def test_q8_0_gguf_keeps_its_fused_tensors_quantized_split_by_rows(hf):
     """llama.cpp's Q8_0 file: attn_qkv and ffn_up (gate+up) blocks are split by rows, kept as
     blocks, and give the logits of the same file dequantized."""
     from arch_check import arch_fixture
-    from conftest import FIXTURES, cached_llm
+    from model_fixtures import FIXTURES, cached_llm
     from mlxr.layers.quant_linear import QuantLinear
     from mlxr.testing.llama_cpp_convert import llama_cpp_gguf
     from paged_probe import paged_logits, rel_err

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf_config import args_from_gguf

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from mlxr import SamplingParams
 from paged_probe import paged_logits, rel_err
 

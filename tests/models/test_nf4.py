@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from paged_probe import paged_logits
 from quant_blocks import NF4_TABLE
 from safetensors.torch import load_file, save_file

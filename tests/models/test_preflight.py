@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 
 from mlxr.errors import ModelFormatError
 from mlxr.loader.preflight import check_loadable

@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 import safetensors.numpy
-from conftest import cached_llm, fixture_model
+from model_fixtures import cached_llm, fixture_model
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from safetensors import safe_open
 
 from mlxr.errors import InvalidParameterError, ModelFormatError, ModelNotFoundError

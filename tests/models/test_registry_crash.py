@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 
 from mlxr.registry import Registry, bundled_model_path
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import running_server, server_log
 
 LLAMA = fixture_model("tiny-llama")

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import ollama
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import tiny_llama_server
 
 FIXTURE = fixture_model("tiny-llama")

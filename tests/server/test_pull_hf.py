@@ -11,7 +11,7 @@ from pathlib import Path
 
 import ollama
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from fake_hub import COMMIT, FakeHub, FakeRepo
 from server_harness import free_port, running_server
 

@@ -8,7 +8,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from fake_index import FakeIndex, build_wheel
 
 from mlxr.registry import Registry

@@ -17,7 +17,7 @@ import ollama
 import openai
 import pytest
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import ROOT, free_port, server_command, server_process, stop_server
 
 MODEL = "model-f32"  # the tiny-llama fixture's GGUF, as the registry names it

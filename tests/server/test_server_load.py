@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import httpx
 import openai
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import server_log, server_process, tiny_llama_server
 
 NUM_STREAMS = 32

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import ollama
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import server_log, tiny_llama_server
 
 OPTS = {"temperature": 0, "num_predict": 3}

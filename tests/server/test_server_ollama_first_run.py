@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import ollama
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import tiny_llama_server
 
 CONTEXT = 256  # the tiny-llama fixture's context length

@@ -11,7 +11,7 @@ import shutil
 import ollama
 import openai
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import running_server
 
 THINKING_TEMPLATE = (

@@ -8,7 +8,7 @@ import json
 import jsonschema
 import openai
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import running_server
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import server_process, stop_server
 
 # The first message picks the runaway; anything else renders normally.

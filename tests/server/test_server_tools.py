@@ -11,7 +11,7 @@ import ollama
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import running_server
 
 GREEDY = {"temperature": 0.0, "max_tokens": 128}
