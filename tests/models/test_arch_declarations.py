@@ -48,7 +48,7 @@ def test_unknown_architectures_are_refused_naming_the_supported_ones():
 
 
 def test_registry_imports_new_architectures_from_both_formats(tmp_path):
-    from arch_check import arch_fixture, llama_cpp_gguf
+    from hf_compare import arch_fixture, llama_cpp_gguf
     from mlxr.registry.registry import Registry
 
     reg = Registry(tmp_path / "home")
