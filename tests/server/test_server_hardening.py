@@ -10,13 +10,11 @@ import httpx
 import ollama
 import openai
 import pytest
-from server_harness import tiny_llama_server
 
 
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
-        yield url
+def base_url(shared_tiny_llama_url: str):
+    return shared_tiny_llama_url  # tests/server/conftest.py
 
 
 @pytest.fixture(scope="module")

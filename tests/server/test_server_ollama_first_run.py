@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-from collections.abc import Iterator
 
 import httpx
 import ollama
 import pytest
 from model_fixtures import fixture_model
-from server_harness import tiny_llama_server
 
 CONTEXT = 256  # the tiny-llama fixture's context length
 
 
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
-        yield url
+def base_url(shared_tiny_llama_url: str) -> str:
+    return shared_tiny_llama_url  # tests/server/conftest.py
 
 
 @pytest.fixture(scope="module")

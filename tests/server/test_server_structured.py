@@ -16,7 +16,6 @@ import jsonschema
 import ollama
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-from server_harness import tiny_llama_server
 
 from structured_schemas import FAST, SCHEMAS
 
@@ -24,9 +23,8 @@ ARGS = {"temperature": 1.0, "seed": 5, "max_tokens": 200}
 
 
 @pytest.fixture(scope="module")
-def base_url(tmp_path_factory):
-    with tiny_llama_server(tmp_path_factory.mktemp("home")) as url:
-        yield url
+def base_url(shared_tiny_llama_url: str):
+    return shared_tiny_llama_url  # tests/server/conftest.py
 
 
 
