@@ -30,9 +30,17 @@ def reference(x, w, bias, h, kh, pos, inv_freq, k_cache, v_cache, slots):
     return q.to(x.dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("with_bias", [False, True])
+def _fused_cases() -> list:
+    """The GPU runs every dtype with and without the bias; the interpreter (~10 s a case) one case
+    per kernel path (the bias is a compile-time branch, the dtypes share the code): each path with
+    a different dtype."""
+    cpu, gpu = DEVICES
+    grid = [(dtype, bias) for dtype in (torch.bfloat16, torch.float16) for bias in (False, True)]
+    return ([pytest.param("cpu", *case, marks=cpu.marks) for case in ((torch.bfloat16, False), (torch.float16, True))]
+            + [pytest.param("cuda", *case, marks=gpu.marks) for case in grid])
+
+
+@pytest.mark.parametrize(("device", "dtype", "with_bias"), _fused_cases())
 def test_fused_qkv_rope_matches_the_unfused_reference(device, dtype, with_bias):
     g = torch.Generator().manual_seed(int(with_bias))
     for h, kh, d, hidden in shapes(device):

@@ -293,6 +293,7 @@ def test_the_weight_prefetch_hint_follows_the_cpu_vendor(monkeypatch, vendor, hi
     assert f"-DMLXR_PREFETCH_HINT={hint}" in flags and sum(f.startswith("-DMLXR_PREFETCH_HINT") for f in flags) == 1
 
 
+@pytest.mark.slow  # two more builds of the C library (~30 s); a change to the hint or the build flags runs it
 def test_builds_with_either_prefetch_hint_give_identical_matmuls(monkeypatch, tmp_path):
     """The hint changes only where weight lines are cached: both builds (separate libraries)
     return the same bits for decode rows and a prompt tile."""
