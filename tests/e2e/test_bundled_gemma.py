@@ -55,6 +55,7 @@ def test_teacher_forced_128_tokens_match(hf, llm):
     assert agree >= 0.99
 
 
+@pytest.mark.slow  # ~80 s on 2 cores: the non-default mode; the default one below runs every time
 def test_dequantized_cpu_mode_fp16_weights_stays_close_to_hf(hf):
     """`quantization="none"` on CPU (fp32 activations, fp16 weight storage) against HF fp32."""
     from mlxr import LLM

@@ -186,10 +186,18 @@ def _gemv_shape(device: str, qtype: str) -> list[tuple[int, int]]:
     return [(300, 768), (2048, 2048)] if quant_type(qtype).block_elems == 256 else [(300, 96), (2048, 2048)]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+def _qgemv_cases() -> list:
+    """Every row count with every x dtype on the GPU. On the interpreter the row count picks the
+    kernel (word-stream, FMA, dot) and the dtype matters only to the dot kernel (float32 x takes
+    an IEEE dot): 1, 2 and 7 rows once each, the dtypes in turn, and 16 rows (dot) in every dtype."""
+    cpu, gpu = DEVICES
+    interpreted = [(1, torch.bfloat16), (2, torch.float16), (7, torch.float32)] + [(16, d) for d in X_DTYPES]
+    return ([pytest.param("cpu", m, dtype, marks=cpu.marks) for m, dtype in interpreted]
+            + [pytest.param("cuda", m, dtype, marks=gpu.marks) for m in (1, 2, 7, 16) for dtype in X_DTYPES])
+
+
 @pytest.mark.parametrize("qtype", TYPES)
-@pytest.mark.parametrize("m", [1, 2, 7, 16])
-@pytest.mark.parametrize("dtype", X_DTYPES)
+@pytest.mark.parametrize(("device", "m", "dtype"), _qgemv_cases())
 def test_triton_qgemv_matches_reference(device, qtype, m, dtype):
     for i, (n, k) in enumerate(_gemv_shape(device, qtype)):
         raw = raw_tensor(qtype, n, k, device, seed=i)

@@ -47,6 +47,7 @@ def quantized_bytes(llm: LLM) -> int:
     return total
 
 
+@pytest.mark.slow  # ~30 s; test_bundled_smollm2_q4_1_agrees_... runs the same check on the other bundled file
 def test_bundled_gemma_q4_k_m_agrees_with_its_fp32_dequantization():
     assert teacher_forced_agreement("gemma3-270m") >= MIN_AGREEMENT
 
