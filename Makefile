@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 HAS_CUDA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: run chat generate test install webui bench
+.PHONY: run chat generate test test-unit install webui bench
 
 # The last step compiles the C kernels now rather than as a pause at the first request.
 $(VENV)/.installed: pyproject.toml
@@ -38,6 +38,10 @@ generate: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not gpu and not slow" --durations=15
+
+# The pure-Python tier (tests/unit) in seconds; it fails if anything there imports torch.
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not gpu and not slow" tests/unit
 
 # The standard benchmark set (bench/sweep.py), one JSON under bench/results/<day>/.
 bench: $(VENV)/.installed

@@ -1,4 +1,4 @@
-"""Quantized GGUF inference on the CPU: MLXR alone on the GGUF files (bench/cpu_vs_llama_cpp.py
+"""Quantized GGUF inference on the CPU: MLXR alone on the GGUF files (bench/peers/cpu_vs_llama_cpp.py
 runs this and llama.cpp interleaved on the same files and gives the ratios).
 
   python bench/quant_cpu.py                 # Gemma 3 270M Q4_K_M + TinyLlama shape Q8_0/Q4_K_M
@@ -24,7 +24,7 @@ from latency import bench_mlxr, prompt_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 TINYLLAMA_DIR = ROOT / ".fixtures" / "tinyllama-quantized"
-MODELS = ["gemma3-270m", "tinyllama-shape-q8_0", "tinyllama-shape-q4_k_m"]  # llama.cpp beside them: bench/cpu_vs_llama_cpp.py
+MODELS = ["gemma3-270m", "tinyllama-shape-q8_0", "tinyllama-shape-q4_k_m"]  # llama.cpp beside them: bench/peers/cpu_vs_llama_cpp.py
 
 
 def model_file(name: str) -> str:

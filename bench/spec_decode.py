@@ -13,7 +13,7 @@ interleaved (the "off" runs are the same engine's requests with SamplingParams.s
     python bench/spec_decode.py --device cpu|cuda [--rounds 3] [--max-tokens 128] [--skip-draft] [--batches 1 64] [--json]
 Writes bench/results/spec_decode-<stamp>.json. Beside llama.cpp's own speculation on the same
 file and tasks (the n-gram part at batch 1, all engines interleaved in one run):
-bench/llama_spec.py --mlxr cpu|cuda with --python and/or --server-bin."""
+bench/peers/llama_spec.py --mlxr cpu|cuda with --python and/or --server-bin."""
 from __future__ import annotations
 
 import argparse

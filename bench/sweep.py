@@ -35,7 +35,7 @@ def cpu_parts(quick: bool, llama_site: str | None) -> list[tuple[str, list[str]]
     models = ["gemma3-270m"] if quick else ["gemma3-270m", "smollm2:135m", "tinyllama-shape-q4_k_m",
                                             "tinyllama-shape-q8_0"]
     if llama_site:  # run by run interleaved with llama.cpp (cpu_vs_llama_cpp.py)
-        parts.append(("cpu_vs_llama_cpp", ["cpu_vs_llama_cpp.py", "--site", llama_site, "--rounds",
+        parts.append(("cpu_vs_llama_cpp", ["peers/cpu_vs_llama_cpp.py", "--site", llama_site, "--rounds",
                                            "1" if quick else "3", "--models", *models]))
     else:
         parts.append(("quant_cpu", ["quant_cpu.py", "--models", *models, *runs]))
@@ -43,7 +43,7 @@ def cpu_parts(quick: bool, llama_site: str | None) -> list[tuple[str, list[str]]
 
 
 def cuda_parts(quick: bool) -> list[tuple[str, list[str]]]:
-    return [("gpu_sweep", ["gpu_sweep.py", *(["--quick"] if quick else [])]), ("gpu_quant", ["gpu_quant.py"])]
+    return [("gpu_sweep", ["gpu/gpu_sweep.py", *(["--quick"] if quick else [])]), ("gpu_quant", ["gpu/gpu_quant.py"])]
 
 
 def run_part(name: str, argv: list[str], scratch: Path, timeout: float) -> dict:

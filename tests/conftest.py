@@ -1,19 +1,20 @@
-"""Shared test fixtures: random-weight models written once per checkout under .fixtures/."""
+"""Shared test settings and fixtures, torch-free (tests/unit runs without torch): the models live in
+model_fixtures.py, torch is imported only where a test needs it."""
 from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
 import pytest
-import torch
+
+# Tests import these from model_fixtures: once folders have conftest.py files of their own, the
+# module named `conftest` is whichever pytest loaded last.
+from model_fixtures import FIXTURES
+
 
 # Tests reach into the engine core (runner, scheduler), so it runs in the test's process unless a
 # test asks for its own process (engine_process=True, or MLXR_ENGINE_PROCESS=1 for a server).
 os.environ.setdefault("MLXR_ENGINE_PROCESS", "0")
-
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / ".fixtures"
 
 # Nothing a test runs (in this process or in the mlxr processes it starts, which inherit the
 # environment) may write into the user's ~/.mlxr or ~/.cache/mlxr: the registry goes to a
@@ -23,31 +24,16 @@ os.environ["MLXR_CACHE_DIR"] = str(FIXTURES / "cache")
 
 
 def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:  # no torch for a run without GPU tests (tests/unit)
+        return
+    import torch
+
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
-
-
-def fixture_model(name: str, gguf_type: str | None = None):
-    from mlxr.testing.fixtures import fixture_paths
-
-    return fixture_paths(name, FIXTURES, gguf_type)
-
-
-_LLMS: dict = {}
-
-
-def cached_llm(model: str, **kwargs):
-    """One LLM per (model, knobs) for the whole session: loading is the slow part."""
-    from mlxr import LLM
-
-    key = (model, tuple(sorted(kwargs.items())))
-    if key not in _LLMS:
-        _LLMS[key] = LLM(model, dtype=torch.float32, **kwargs)
-    return _LLMS[key]
+    for item in gpu_items:
+        item.add_marker(skip)
 
 
 @pytest.fixture(scope="module")

@@ -101,7 +101,7 @@ def running_server(
 def tiny_llama_server(tmp_home: Path, *extra_args: str, api_key: str | None = None,
                       fixture: str = "tiny-llama") -> Iterator[str]:
     """running_server on a tiny random Llama fixture (GGUF), the server tests' model."""
-    from conftest import fixture_model
+    from model_fixtures import fixture_model
 
     gguf = str(fixture_model(fixture).gguf_path)
     with running_server(tmp_home, "--model", gguf, *extra_args, api_key=api_key) as url:

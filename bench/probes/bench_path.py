@@ -1,8 +1,7 @@
-"""Puts bench/ on sys.path, so a probe run as `python bench/probes/x.py` imports bench's shared
-modules (common, latency, throughput) as the scripts beside them do."""
+"""Puts bench/ and its shared folders on sys.path (bench/bench_folders.py), so a script run as
+`python bench/<folder>/x.py` imports bench's shared modules (common, latency, throughput, ...)."""
 import sys
 from pathlib import Path
 
-BENCH = str(Path(__file__).resolve().parent.parent)
-if BENCH not in sys.path:
-    sys.path.insert(0, BENCH)
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+import bench_folders  # noqa: E402,F401

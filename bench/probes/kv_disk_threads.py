@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_path  # noqa: E402,F401,I001  (bench/ on sys.path: common, kv_tier_copies)
 from common import cpu_model, median, print_table, write_result  # noqa: E402
 from kv_tier_copies import SHAPES, block_chain  # noqa: E402
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench_path  # noqa: E402,F401,I001  (bench/ on sys.path: common, kv_tier_copies)
 from common import cpu_model, device_name, median, print_table, sync, write_result  # noqa: E402
 from kv_tier_copies import SHAPES, block_chain, layout_args  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Where a long prompt's time to first token goes on the GPU: the TTFT loop of bench/latency.py
 (add a request, step until its first token is on the host) under torch.profiler, the kernels
 by device time and the host's time in each engine call. It uses only LLM, engine.add_request,
-engine.step and engine.has_unfinished, so an older tree runs it too (bench/gpu_old_vs_new.sh
+engine.step and engine.has_unfinished, so an older tree runs it too (bench/gpu/old_vs_new.sh
 profile): the 2026-11-28 H200 lease measured this tree's prefill of 512 ~15% slower than
 7f626b9's in both engine-process modes, cause not yet found.
 

@@ -3,7 +3,7 @@ cores (torch._scaled_mm, row-wise scales) with activations quantized per token o
 A single row of 16-bit activations (decode at batch 1) goes through the Triton GEMV instead,
 which reads the FP8 weights and keeps the activations unrounded: a matrix product for one row
 cannot use the tensor cores, and quantizing the row plus _scaled_mm is ten launches a layer
-where the GEMV is one (bench/gpu_quant.py: FP8 decode 344 tok/s before, bench/results/2026-11-24/README.md after).
+where the GEMV is one (bench/gpu/gpu_quant.py: FP8 decode 344 tok/s before, bench/results/2026-11-24/README.md after).
 
 The lm_head stays in the activation dtype, as vLLM's fp8 mode does: it is one matrix, and
 its rounding shows directly in the sampled tokens.

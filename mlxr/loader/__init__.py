@@ -162,7 +162,7 @@ def kept_types(device: torch.device, quantization: str) -> Collection[str]:
     """The GGUF types a load keeps quantized. On CPU under "auto", only those whose C kernels
     use integer dot products (quant.c, Q4_1 among them): the other extra types' plain C kernels
     decoded a Q4_1 file at 13 tok/s against 56 with its weights expanded to 16 bits at load
-    (2-core AMD EPYC, bench/cpu_vs_llama_cpp.py, 2026-11-24, before quant.c took Q4_1).
+    (2-core AMD EPYC, bench/peers/cpu_vs_llama_cpp.py, 2026-11-24, before quant.c took Q4_1).
     `--quantization gguf` keeps every type."""
     from mlxr.ops.quant.block_types import CPU_INT_TYPES, KEPT_TYPES
 

@@ -73,7 +73,7 @@ def test_waiting_for_a_busy_process_counts_against_the_budget():
 def test_the_engine_core_compiles_an_admitted_grammar_without_checking_it_again():
     # A core process never saw the admission's check: before, it ran the whole check again on
     # its compile thread, the GIL held for seconds (every stream's step waiting).
-    from conftest import fixture_model
+    from model_fixtures import fixture_model
 
     from mlxr.engine.structured.compiler import GrammarCompiler
     from mlxr.tokenizer.tokenizer import Tokenizer

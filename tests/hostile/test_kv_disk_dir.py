@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kv_dir_damage as damage
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from mlxr import LLM, SamplingParams
 from mlxr.errors import InvalidParameterError
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 
 import kv_dir_damage as damage
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import ROOT, free_port, scrape, server_command, server_process
 
 PROMPT = list(range(5, 205))  # 12 full blocks of 16

@@ -4,7 +4,7 @@ the frontend's (the `LLM` API or an API server) when the core runs in its own pr
 The frontend of a batch-256 decode builds as many short-lived objects a step as the core
 (outputs, deltas, text), and with Python's defaults it ran a full collection once per ~0.3 s
 that walked the tokenizer's vocabulary and everything else loaded: 70-94 ms pauses, one in
-nearly every batch-256 run of bench/gpu_sweep.py (H200, .probe GC callbacks, 2026-11-28),
+nearly every batch-256 run of bench/gpu/gpu_sweep.py (H200, .probe GC callbacks, 2026-11-28),
 where a run's decode lasts ~0.25 s."""
 from __future__ import annotations
 

@@ -206,7 +206,7 @@ def plan_partitions(span: int, n_seqs: int, n_kv: int, n_sms: int, block_n: int)
 def default_block_n(head_dim: int, dtype: torch.dtype) -> int:
     if dtype == torch.float32:  # twice the bytes a tile: the smaller tiles keep shared memory in bounds
         return 32 if head_dim >= 256 else 64
-    # Measured on an H200 (bench/kernels.py --only sweep): 128 beats 64 by 10-20% up to d=128.
+    # Measured on an H200 (bench/kernels/kernels.py --only sweep): 128 beats 64 by 10-20% up to d=128.
     return 64 if head_dim >= 256 else 128
 
 

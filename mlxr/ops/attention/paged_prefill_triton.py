@@ -118,7 +118,7 @@ def _prefill_kernel(
 
 
 def default_blocks(head_dim: int, g_pad: int, dtype: torch.dtype) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps), the fastest of bench/kernels.py's sweep on an H200."""
+    """(BLOCK_M, BLOCK_N, num_warps), the fastest of bench/kernels/kernels.py's sweep on an H200."""
     if head_dim >= 256:
         return max(64, g_pad), 32, 4
     if dtype == torch.float32:  # 128x128 fp32 tiles need more shared memory than Hopper has

@@ -12,7 +12,7 @@ Dispatch by CPU: the sources pick their kernels from what the build targets (qua
 VNNI + GFNI, else AVX2, else NEON with sdot, else NEON, else portable C), and the build targets
 the CPU at hand, so the choice is made on the machine that runs it. On aarch64 the target is one
 of two named ones, by /proc/cpuinfo's Features (asimddp: armv8.2-a+dotprod, else armv8-a), not
-native: those two are the builds tests/test_cpu_kernels_aarch64.py runs under qemu.
+native: those two are the builds tests/kernels/test_cpu_kernels_aarch64.py runs under qemu.
 MLXR_CPU_KERNELS=avx2|portable (x86), dotprod|neon|portable (aarch64) or native builds that
 target instead (tests use it to run every path this CPU can; a user, to rule a kernel out).
 """

@@ -16,7 +16,7 @@ Kernels and the paths of `qmatmul_triton` (x has M rows):
   wgemv_triton.py): one warp per few output channels, each weight word turned into floats with one
   PRMT per weight (inline PTX on the GPU; under the interpreter plain integer ops giving the same
   bits, and tests run the PTX branches there with the two instructions emulated). Its GPU speed is
-  not measured yet (bench/quant_kernels.py --sweep times it beside the kernel below).
+  not measured yet (bench/kernels/quant_kernels.py --sweep times it beside the kernel below).
 - Otherwise M <= _FMA_ROWS[type] (2 or 4; `qgemv_triton`, CUDA cores): each program owns BN output
   channels, streams their bytes once (the next step's loads issued before this step decodes),
   dequantizes in registers and accumulates each row of x with float32 FMAs into a [BN, units, 16]
@@ -192,7 +192,7 @@ def _qdot_kernel(x_ptr, w_ptr, h_ptr, out_ptr, part_ptr, cnt_ptr, M, N, n_iters,
 # --------------------------------------------------------------------------------------------
 # Launch configuration
 
-# Launch tables, chosen by bench/quant_kernels.py --sweep on an H200. Per type:
+# Launch tables, chosen by bench/kernels/quant_kernels.py --sweep on an H200. Per type:
 # _GEMV: the CUDA-core kernel's (BN output channels, U units per step, num_warps). Keeping x's
 #   [1, U, 16] loads (U*16) and, for the 2-byte aligned types, the scales' [BN, U, 1] loads
 #   (BN*U) under the thread count keeps the compiler from moving the weight tile through shared

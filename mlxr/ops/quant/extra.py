@@ -3,7 +3,7 @@ Q3_K, IQ4_NL, IQ4_XS): the C kernels of quant_extra.c on CPU, Triton on CUDA
 (extra_triton.py), the torch reference otherwise. quant.py sends these types here.
 
 CPU: the kernel reads each weight byte once (decode); from CPU_GEMM_MIN_ROWS rows, dequantizing
-once and torch's fp32 GEMM is faster than its per-row fp32 dots (bench/quant_extra.py --m)."""
+once and torch's fp32 GEMM is faster than its per-row fp32 dots (bench/kernels/quant_extra.py --m)."""
 from __future__ import annotations
 
 import torch

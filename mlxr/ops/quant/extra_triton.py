@@ -25,7 +25,7 @@ as bitsandbytes rounds it).
 - More rows: `dequantize_extra_triton` into a buffer of x's dtype, then torch.matmul (the
   same choice as core_triton.py's GEMM_DEQUANT_MIN_M for the core types).
 bench/probes/extra_gemv.py sweeps the GEMV's launch at SmolLM2's shapes (the choice of
-_GEMV_BN and _GEMV_WARPS); bench/quant_extra.py --device cuda measures the types.
+_GEMV_BN and _GEMV_WARPS); bench/kernels/quant_extra.py --device cuda measures the types.
 """
 from __future__ import annotations
 

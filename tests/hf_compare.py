@@ -1,0 +1,59 @@
+"""One model against HF transformers fp32 on a tiny random model: logits over a prompt and 16
+decode steps (||d||/||ref|| <= 1e-4) and 32 greedy tokens, from the safetensors directory or a
+GGUF (llama.cpp's own converter's, or MLXR's)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mlxr import SamplingParams
+from model_fixtures import FIXTURES
+from paged_probe import paged_logits, rel_err
+
+PROMPT = [7, 300, 45, 99, 12, 250, 3, 77, 180, 31, 64, 400, 9, 11, 222, 5, 88, 123, 301, 17, 42, 256, 19, 73]
+
+
+def arch_fixture(name: str):
+    """The HF directory of an architecture fixture (mlxr/testing/arch_fixtures.py)."""
+    from mlxr.testing.arch_fixtures import arch_fixture_dir
+
+    return arch_fixture_dir(name, FIXTURES)
+
+
+def llama_cpp_gguf(hf_dir, outtype: str = "f32") -> str:
+    """llama.cpp's GGUF of an HF fixture; skips where its converter cannot be fetched (no PyPI)."""
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable, llama_cpp_gguf
+
+    try:
+        return str(llama_cpp_gguf(hf_dir, FIXTURES, outtype))
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+
+
+def hf_model(hf_dir, **config_changes):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager",
+                                                **config_changes).eval()
+
+
+def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
+    with torch.inference_mode():
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
+def check_logits(hf, llm, prompt: list[int] = PROMPT, n_decode: int = 16) -> None:
+    ids = prompt + hf_greedy(hf, prompt, n_decode)
+    with torch.inference_mode():
+        ref = hf(torch.tensor([ids])).logits[0]
+    ours = paged_logits(llm, ids, len(prompt))
+    assert ours.shape == ref.shape
+    assert rel_err(ours[: len(prompt)], ref[: len(prompt)]) <= 1e-4
+    assert rel_err(ours[len(prompt):], ref[len(prompt):]) <= 1e-4
+
+
+def check_greedy(hf, llm, prompt: list[int] = PROMPT) -> None:
+    want = hf_greedy(hf, prompt, 32)
+    got = llm.generate([prompt], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))[0]
+    assert got.outputs[0].token_ids == want
