@@ -195,6 +195,12 @@ class StreamResult:
     started: float = 0.0
     ended: float = 0.0
     first_chunk: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+
+    def longest_wait_after(self, t: float) -> float:
+        """The longest the client went without news (a chunk, or the end) after time t."""
+        marks = [t, *(c for c in self.chunk_times if c > t), max(self.ended, t)]
+        return max(b - a for a, b in zip(marks, marks[1:]))
 
 
 def chat_body(model: str, rng: random.Random, max_tokens: tuple[int, int] = (16, 64)) -> dict:
@@ -240,6 +246,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, out: StreamResult, drop_aft
             out.kind, out.error = "failed", f"error event: {str(event['error'])[:200]}"
             return
         out.chunks += 1
+        out.chunk_times.append(time.monotonic())
         if out.first_chunk is None:
             out.first_chunk = time.monotonic()
             if started is not None:
