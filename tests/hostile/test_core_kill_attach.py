@@ -72,5 +72,12 @@ def test_requests_waiting_for_a_core_fail_fast_when_the_supervisor_gives_up(tmp_
         assert max(seconds) < ANSWER_WITHIN_S, f"requests answered after {seconds} s"
         assert proc.wait(30) == 1
     time.sleep(1.0)
-    left = [pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    left = [pid for pid in tree if running(pid)]
     assert not left, f"processes left behind: {left}"
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
