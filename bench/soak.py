@@ -25,7 +25,7 @@ import openai
 
 from common import cpu_model, print_table, write_result
 from soak_parts import (
-    CHAT_MODEL, HealthProbe, StreamResult, chat_body, engine_gauges, registry_check, start_server, still_alive,
+    CHAT_MODEL, HealthProbe, StreamResult, chat_body, registry_check, start_server, still_alive,
     stop_server, stream_chat, tree, tree_rss, wait_drained,
 )
 
