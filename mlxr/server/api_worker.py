@@ -66,6 +66,19 @@ def watch_supervisor(pid: int, grace_s: float, every_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="mlxr-supervisor-watch", daemon=True).start()
 
 
+def _server_class(base: type) -> type:
+    """uvicorn's server that, told to stop, first fails the attaches waiting for a core: the
+    graceful shutdown waits for in-flight requests, and no core comes for those any more."""
+    from mlxr.engine.frontend.attached_client import stop_attaching
+
+    class StoppingServer(base):
+        def handle_exit(self, sig, frame) -> None:
+            stop_attaching()
+            super().handle_exit(sig, frame)
+
+    return StoppingServer
+
+
 def main() -> int:
     import uvicorn
 
@@ -79,8 +92,8 @@ def main() -> int:
     config = launch.config
     app = create_app(config, Registry(Path(config.home)), launch.stats_every_s, launch.channels, launch.index)
     sock = listening_socket(config.host, config.port)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
-                                           timeout_graceful_shutdown=launch.shutdown_timeout_s))
+    server = _server_class(uvicorn.Server)(uvicorn.Config(app, log_config=None, access_log=False,
+                                                          timeout_graceful_shutdown=launch.shutdown_timeout_s))
     log.info("API server %d of %d (pid %d) listening on %s:%d", launch.index, config.api_servers, os.getpid(),
              config.host, config.port)
     server.run(sockets=[sock])

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 from pathlib import Path
 
 from mlxr.engine.frontend.core_client import ZmqClient
+
+# Set once this API process stops: the supervisor starts no core for it any more, so an attach
+# still waiting for one (a request that came in while a dead core was being replaced) would wait
+# out the whole graceful shutdown. Module-wide: a signal handler sets it, any thread reads it.
+_STOPPING = threading.Event()
+
+
+def stop_attaching() -> None:
+    """Make every attach still waiting for its core, and every later one, fail at once."""
+    _STOPPING.set()
 
 
 class ProcessWatch:
@@ -63,7 +74,9 @@ class AttachedClient(ZmqClient):
     def _exit_status(self) -> str | None:
         # Before its answer the core may still be loading or restarting: the supervisor, not
         # this process, decides when it has failed (and exits, which stops this process).
-        if self._watch is None or not self._watch.exited():
+        if self._watch is None:
+            return "this API process is stopping" if _STOPPING.is_set() else None
+        if not self._watch.exited():
             return None
         return f"the engine core process {self._watch.pid} exited"
 
