@@ -14,7 +14,7 @@ import time
 import httpx
 import psutil
 
-from conftest import fixture_model
+from model_fixtures import fixture_model
 from server_harness import server_process
 
 CORE = "mlxr.engine.core.core_proc"
