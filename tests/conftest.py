@@ -3,6 +3,7 @@ model_fixtures.py, torch is imported only where a test needs it."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -11,6 +12,13 @@ import pytest
 # module named `conftest` is whichever pytest loaded last.
 from model_fixtures import FIXTURES
 
+
+# Without a GPU the Triton kernels' tests run on Triton's CPU interpreter, which must be chosen
+# before anything imports triton (its own library functions are decorated at import): a test
+# folder collected before tests/kernels (the engine's) imports it. nvidia-smi, as the Makefile
+# looks for a GPU: this file stays torch-free.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Tests reach into the engine core (runner, scheduler), so it runs in the test's process unless a
 # test asks for its own process (engine_process=True, or MLXR_ENGINE_PROCESS=1 for a server).

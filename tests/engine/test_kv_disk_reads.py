@@ -15,7 +15,7 @@ import mlxr.engine.kv.staging as kv_staging
 import mlxr.engine.kv.tiers as kv_tiers
 from mlxr.engine.kv.staging import StagedRow
 from mlxr.engine.kv.tiers import KVTiers
-from test_kv_tier_copies import (DEVICES, SIZE, block_bytes, disk_hash, disk_store, random_cache, scramble, sync,
+from kv_tier_blocks import (DEVICES, SIZE, block_bytes, disk_hash, disk_store, random_cache, scramble, sync,
                                  write_blocks)
 
 

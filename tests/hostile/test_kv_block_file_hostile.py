@@ -15,7 +15,7 @@ import kv_dir_damage as damage
 from mlxr.engine.kv.block_file import (BlockIdentity, BlockRejected, Layout, header_limit, read_block_into,
                                        write_block)
 from mlxr.engine.kv.disk_dir import seal_key
-from test_kv_tier_copies import SIZE, disk_block, disk_hash, disk_store, random_cache, write_blocks
+from kv_tier_blocks import SIZE, disk_block, disk_hash, disk_store, random_cache, write_blocks
 
 LAYOUT = Layout("digest", "float32", 4, 2, 2, 8, "cpu")
 KEY = bytes(range(32))
