@@ -1,0 +1,156 @@
+"""POST /v1/messages (Anthropic's Messages API, streamed or not) and
+POST /v1/messages/count_tokens, on the chat plan the OpenAI routes use."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from mlxr.errors import InvalidParameterError, MLXRError
+from mlxr.server.anthropic.errors import ROUTE, error_body
+from mlxr.server.anthropic.history import anthropic_param, chat_messages, chat_tools, tool_choice
+from mlxr.server.anthropic.output import BlockBuilder, stop_reason, usage
+from mlxr.server.anthropic.schemas import Conversation, MessagesRequest
+from mlxr.server.chat_plan import ChatPlan
+from mlxr.server.openai.prompts import check_fits, render_plan
+from mlxr.server.openai.sse import stream_response
+from mlxr.server.reply_parser import ReplyParser
+from mlxr.server.session import Session, status_of
+from mlxr.types import RequestOutput, SamplingParams
+
+router = APIRouter()
+COUNT_ROUTE = ROUTE + "/count_tokens"
+
+
+@router.post(ROUTE)
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    session = await Session.open(request, body.model, ROUTE, "msg_")
+    try:
+        return await _respond(session, body)
+    except BaseException as e:
+        await session.fail(e)
+        raise
+
+
+@router.post(COUNT_ROUTE)
+async def count_tokens(body: Conversation, request: Request) -> Response:
+    session = await Session.open(request, body.model, COUNT_ROUTE, "msg_")
+    try:
+        ids, _ = await _render(session, body)
+    except BaseException as e:
+        await session.fail(e)
+        raise
+    await session.close(200)
+    return JSONResponse({"input_tokens": len(ids)})
+
+
+def _thinking(body: Conversation) -> bool | None:
+    """enabled / disabled turn the template's thinking on or off; absent leaves its default."""
+    return None if body.thinking is None else body.thinking.type == "enabled"
+
+
+async def _render(session: Session, body: Conversation) -> tuple[list[int], ChatPlan]:
+    served = session.served
+    choice, parallel = tool_choice(body.tool_choice)
+    try:
+        return await render_plan(served.tokenizer, served.context_length, "messages", chat_messages(body),
+                                 chat_tools(body), tool_choice=choice, parallel=parallel,
+                                 thinking=_thinking(body))
+    except InvalidParameterError as e:
+        raise anthropic_param(e) from None
+
+
+def _check_budget(body: MessagesRequest) -> None:
+    thinking = body.thinking
+    if thinking is None or thinking.type != "enabled":
+        return
+    if thinking.budget_tokens is None:
+        raise InvalidParameterError("thinking.budget_tokens", "is required when thinking is enabled")
+    if thinking.budget_tokens >= body.max_tokens:
+        raise InvalidParameterError("thinking.budget_tokens", f"must be less than max_tokens ({body.max_tokens})")
+
+
+def _params(body: MessagesRequest, plan: ChatPlan) -> SamplingParams:
+    return SamplingParams(max_tokens=body.max_tokens,
+                          temperature=1.0 if body.temperature is None else body.temperature,
+                          top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0,
+                          stop=body.stop_sequences, structured_outputs=plan.constraint_for(None))
+
+
+class _Run:
+    """One message being generated: its parser, content blocks and token counts."""
+
+    def __init__(self, session: Session, body: MessagesRequest, plan: ChatPlan, prompt_tokens: int) -> None:
+        self.session, self.body = session, body
+        self.parser, self.out = ReplyParser(plan), BlockBuilder()
+        self.prompt_tokens, self.tokens, self.cached = prompt_tokens, 0, 0
+        self.finish: str | None = None
+        self.stop: str | int | None = None
+
+    def apply(self, out: RequestOutput) -> None:
+        o = out.outputs[0]
+        self.tokens += len(o.token_ids)
+        self.cached = max(self.cached, out.num_cached_tokens)
+        self.out.add(self.parser.feed(o.text))
+        if o.finish_reason is not None:
+            self.finish, self.stop = o.finish_reason, o.stop_reason
+            self.out.add(self.parser.finish())
+            self.out.close()
+
+    def stop_fields(self) -> dict[str, Any]:
+        reason, sequence = stop_reason(self.finish, self.stop, self.body.stop_sequences, self.out.calls > 0)
+        return {"stop_reason": reason, "stop_sequence": sequence}
+
+    def message(self, done: bool) -> dict[str, Any]:
+        s = self.session
+        stop = self.stop_fields() if done else {"stop_reason": None, "stop_sequence": None}
+        return {"id": s.request_id, "type": "message", "role": "assistant", "model": s.model,
+                "content": self.out.blocks if done else [], **stop,
+                "usage": usage(self.prompt_tokens, self.tokens if done else 0, self.cached)}
+
+
+async def _respond(session: Session, body: MessagesRequest) -> Response:
+    _check_budget(body)
+    ids, plan = await _render(session, body)
+    check_fits(len(ids), session.served.context_length, body.max_tokens, param="messages")
+    session.start([ids], _params(body, plan))
+    first = await session.next()  # admission errors surface here, before any header is sent
+    run = _Run(session, body, plan, len(ids))
+    if body.stream:
+        return stream_response(session, _events(run, first))
+    item = first
+    while item is not None:
+        run.apply(item[1])
+        item = await session.next()
+    await session.close(200)
+    return JSONResponse(run.message(done=True))
+
+
+def _event(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+async def _events(run: _Run, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:
+    session = run.session
+    try:
+        if item is not None:
+            run.cached = item[1].num_cached_tokens
+        yield _event({"type": "message_start", "message": run.message(done=False)})
+        yield _event({"type": "ping"})
+        while item is not None:
+            run.apply(item[1])
+            if run.out.events:
+                yield b"".join(map(_event, run.out.events))
+                run.out.events.clear()
+            item = await session.next()
+        yield _event({"type": "message_delta", "delta": run.stop_fields(),
+                      "usage": {"output_tokens": run.tokens}})
+        yield _event({"type": "message_stop"})
+        session.outcome = (200, None)
+    except Exception as e:  # noqa: BLE001 - the status line is gone; report in-band
+        status = status_of(e)
+        session.outcome = (status, str(e) or type(e).__name__)
+        yield _event(error_body(status, e.message if isinstance(e, MLXRError) else "internal error"))
