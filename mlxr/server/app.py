@@ -151,7 +151,7 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
         alive = models.healthy()
         return JSONResponse({"status": "ok" if alive else "degraded"}, status_code=200 if alive else 503)
 
-    @app.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)  # Claude Code probes HEAD
+    @app.get("/", response_class=PlainTextResponse)
     async def root() -> str:
         return "Ollama is running"
 

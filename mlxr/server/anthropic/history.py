@@ -147,10 +147,12 @@ def chat_tools(body: Conversation) -> list[dict[str, Any]] | None:
     return tools
 
 
-def tool_choice(choice: ToolChoice | None) -> tuple[Any, bool | None]:
+def tool_choice(choice: ToolChoice | None, has_tools: bool) -> tuple[Any, bool | None]:
     """(the chat plan's tool_choice, its `parallel`)."""
     if choice is None:
         return None, None
+    if choice.type in ("any", "tool") and not has_tools:
+        raise InvalidParameterError("tool_choice", f"{choice.type!r} needs tools")
     parallel = False if choice.disable_parallel_tool_use else None
     if choice.type == "tool":
         if not choice.name:

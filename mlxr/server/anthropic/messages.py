@@ -54,7 +54,7 @@ def _thinking(body: Conversation) -> bool | None:
 
 async def _render(session: Session, body: Conversation) -> tuple[list[int], ChatPlan]:
     served = session.served
-    choice, parallel = tool_choice(body.tool_choice)
+    choice, parallel = tool_choice(body.tool_choice, bool(body.tools))
     try:
         return await render_plan(served.tokenizer, served.context_length, "messages", chat_messages(body),
                                  chat_tools(body), tool_choice=choice, parallel=parallel,
@@ -74,10 +74,15 @@ def _check_budget(body: MessagesRequest) -> None:
 
 
 def _params(body: MessagesRequest, plan: ChatPlan) -> SamplingParams:
-    return SamplingParams(max_tokens=body.max_tokens,
-                          temperature=1.0 if body.temperature is None else body.temperature,
-                          top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0,
-                          stop=body.stop_sequences, structured_outputs=plan.constraint_for(None))
+    try:
+        return SamplingParams(max_tokens=body.max_tokens,
+                              temperature=1.0 if body.temperature is None else body.temperature,
+                              top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0,
+                              stop=body.stop_sequences, structured_outputs=plan.constraint_for(None))
+    except InvalidParameterError as e:
+        if e.param != "stop":
+            raise
+        raise InvalidParameterError("stop_sequences", e.message.removeprefix("stop: ")) from None
 
 
 class _Run:
@@ -85,7 +90,7 @@ class _Run:
 
     def __init__(self, session: Session, body: MessagesRequest, plan: ChatPlan, prompt_tokens: int) -> None:
         self.session, self.body = session, body
-        self.parser, self.out = ReplyParser(plan), BlockBuilder()
+        self.parser, self.out = ReplyParser(plan), BlockBuilder(body.stream)
         self.prompt_tokens, self.tokens, self.cached = prompt_tokens, 0, 0
         self.finish: str | None = None
         self.stop: str | int | None = None

@@ -17,9 +17,10 @@ def tool_use_id() -> str:
 class BlockBuilder:
     """Pieces in, content blocks and (when streaming) events out."""
 
-    def __init__(self) -> None:
+    def __init__(self, streaming: bool) -> None:
         self.blocks: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self._streaming = streaming  # a whole reply keeps no events
         self._open: str | None = None  # the type of the last block while text may still join it
         self.calls = 0
 
@@ -34,10 +35,14 @@ class BlockBuilder:
     def close(self) -> None:
         self._close()
 
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self._streaming:
+            self.events.append(event)
+
     def _start(self, block: dict[str, Any]) -> int:
         self.blocks.append(block)
         index = len(self.blocks) - 1
-        self.events.append({"type": "content_block_start", "index": index, "content_block": dict(block)})
+        self._emit({"type": "content_block_start", "index": index, "content_block": dict(block)})
         return index
 
     def _text(self, kind: str, text: str) -> None:
@@ -49,20 +54,20 @@ class BlockBuilder:
         index = len(self.blocks) - 1
         delta_type, key = _DELTA[kind]
         self.blocks[index][key] += text
-        self.events.append({"type": "content_block_delta", "index": index, "delta": {"type": delta_type, key: text}})
+        self._emit({"type": "content_block_delta", "index": index, "delta": {"type": delta_type, key: text}})
 
     def _close(self) -> None:
         if self._open is not None:
             self._open = None
-            self.events.append({"type": "content_block_stop", "index": len(self.blocks) - 1})
+            self._emit({"type": "content_block_stop", "index": len(self.blocks) - 1})
 
     def _tool_use(self, call: ToolCall) -> None:
         block = {"type": "tool_use", "id": tool_use_id(), "name": call.name, "input": {}}
         index = self._start(block)
         block["input"] = call.arguments
-        self.events.append({"type": "content_block_delta", "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": call.arguments_json}})
-        self.events.append({"type": "content_block_stop", "index": index})
+        self._emit({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": call.arguments_json}})
+        self._emit({"type": "content_block_stop", "index": index})
         self.calls += 1
 
 
