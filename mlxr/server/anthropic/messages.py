@@ -12,12 +12,11 @@ from fastapi.responses import JSONResponse, Response
 from mlxr.errors import InvalidParameterError, MLXRError
 from mlxr.server.anthropic.errors import ROUTE, error_body
 from mlxr.server.anthropic.history import anthropic_param, chat_messages, chat_tools, tool_choice
-from mlxr.server.anthropic.output import BlockBuilder, stop_reason, usage
+from mlxr.server.anthropic.run import Run, first_params, thinking_budget
 from mlxr.server.anthropic.schemas import Conversation, MessagesRequest
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.sse import stream_response
-from mlxr.server.reply_parser import ReplyParser
 from mlxr.server.session import Session, status_of
 from mlxr.types import RequestOutput, SamplingParams
 
@@ -48,8 +47,10 @@ async def count_tokens(body: Conversation, request: Request) -> Response:
 
 
 def _thinking(body: Conversation) -> bool | None:
-    """enabled / disabled turn the template's thinking on or off; absent leaves its default."""
-    return None if body.thinking is None else body.thinking.type == "enabled"
+    """enabled / disabled turn the template's thinking on or off; absent, adaptive and
+    between_tools (the model decides) leave the template's default."""
+    kind = body.thinking.type if body.thinking else None
+    return {"enabled": True, "disabled": False}.get(kind or "")
 
 
 async def _render(session: Session, body: Conversation) -> tuple[list[int], ChatPlan]:
@@ -85,51 +86,18 @@ def _params(body: MessagesRequest, plan: ChatPlan) -> SamplingParams:
         raise InvalidParameterError("stop_sequences", e.message.removeprefix("stop: ")) from None
 
 
-class _Run:
-    """One message being generated: its parser, content blocks and token counts."""
-
-    def __init__(self, session: Session, body: MessagesRequest, plan: ChatPlan, prompt_tokens: int) -> None:
-        self.session, self.body = session, body
-        self.parser, self.out = ReplyParser(plan), BlockBuilder(body.stream)
-        self.prompt_tokens, self.tokens, self.cached = prompt_tokens, 0, 0
-        self.finish: str | None = None
-        self.stop: str | int | None = None
-
-    def apply(self, out: RequestOutput) -> None:
-        o = out.outputs[0]
-        self.tokens += len(o.token_ids)
-        self.cached = max(self.cached, out.num_cached_tokens)
-        self.out.add(self.parser.feed(o.text))
-        if o.finish_reason is not None:
-            self.finish, self.stop = o.finish_reason, o.stop_reason
-            self.out.add(self.parser.finish())
-            self.out.close()
-
-    def stop_fields(self) -> dict[str, Any]:
-        reason, sequence = stop_reason(self.finish, self.stop, self.body.stop_sequences, self.out.calls > 0)
-        return {"stop_reason": reason, "stop_sequence": sequence}
-
-    def message(self, done: bool) -> dict[str, Any]:
-        s = self.session
-        stop = self.stop_fields() if done else {"stop_reason": None, "stop_sequence": None}
-        return {"id": s.request_id, "type": "message", "role": "assistant", "model": s.model,
-                "content": self.out.blocks if done else [], **stop,
-                "usage": usage(self.prompt_tokens, self.tokens if done else 0, self.cached)}
-
-
 async def _respond(session: Session, body: MessagesRequest) -> Response:
     _check_budget(body)
     ids, plan = await _render(session, body)
     check_fits(len(ids), session.served.context_length, body.max_tokens, param="messages")
-    session.start([ids], _params(body, plan))
+    params, budget = _params(body, plan), thinking_budget(body, plan)
+    session.start([ids], first_params(params, budget, plan))
     first = await session.next()  # admission errors surface here, before any header is sent
-    run = _Run(session, body, plan, len(ids))
+    run = Run(session, body, plan, len(ids), params, budget)
     if body.stream:
         return stream_response(session, _events(run, first))
-    item = first
-    while item is not None:
-        run.apply(item[1])
-        item = await session.next()
+    async for _ in run.drive(first):
+        pass
     await session.close(200)
     return JSONResponse(run.message(done=True))
 
@@ -138,19 +106,17 @@ def _event(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
-async def _events(run: _Run, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:
+async def _events(run: Run, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:
     session = run.session
     try:
         if item is not None:
             run.cached = item[1].num_cached_tokens
         yield _event({"type": "message_start", "message": run.message(done=False)})
         yield _event({"type": "ping"})
-        while item is not None:
-            run.apply(item[1])
+        async for _ in run.drive(item):
             if run.out.events:
                 yield b"".join(map(_event, run.out.events))
                 run.out.events.clear()
-            item = await session.next()
         yield _event({"type": "message_delta", "delta": run.stop_fields(),
                       "usage": {"output_tokens": run.tokens}})
         yield _event({"type": "message_stop"})

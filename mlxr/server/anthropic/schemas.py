@@ -26,8 +26,9 @@ class ToolChoice(_Body):
 
 
 class Thinking(_Body):
-    type: Literal["enabled", "disabled"]
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = Field(None, ge=1)
+    display: Literal["summarized", "omitted"] | None = None  # ignored: reasoning is shown as written
 
 
 class Conversation(_Body):
