@@ -1,6 +1,6 @@
 """The Anthropic Messages API (/v1/messages, count_tokens) through the official anthropic client
-against a real server on a random-weight model, behind an API key (the client sends it as
-x-api-key). A random model writes no calls of its own: the tool tests force one."""
+against a real server on a random-weight model, behind an API key (sent as x-api-key or as a
+Bearer token). A random model writes no calls of its own: the tool tests force one."""
 from __future__ import annotations
 
 import anthropic
@@ -158,6 +158,9 @@ def test_api_key_as_x_api_key_or_bearer(base_url, model):
     bearer = httpx.post(base_url + "/v1/messages", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
     assert bearer.status_code == 200 and bearer.json()["type"] == "message"
     assert httpx.post(base_url + "/v1/messages", json=body, timeout=120).status_code == 401
+    # This client version sends its key as a Bearer token; earlier ones and Claude Code send x-api-key.
+    keyed = httpx.post(base_url + "/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=120)
+    assert keyed.status_code == 200 and keyed.json()["type"] == "message"
 
 
 def test_beta_query_and_anthropic_headers_are_accepted(client, model, base_url):
