@@ -16,8 +16,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
 from mlxr.errors import MLXRError
-from mlxr.server import admin, log_tail, openai, tokenize_route, warm_requests, webui
+from mlxr.server import admin, anthropic, log_tail, openai, tokenize_route, warm_requests, webui
 from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
+from mlxr.server.anthropic.errors import error_body as anthropic_error, is_anthropic_path
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.internal_errors import InternalErrors
 from mlxr.server.logs import ThroughputLogger
@@ -38,8 +39,10 @@ _UNION_MEMBER = re.compile(r"(str|int|float|bool)|\w+\[.*\]|function-\w+\[.*\]")
 
 
 def error_response(path: str, status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    """OpenAI's error shape under /v1, Ollama's everywhere else."""
-    if path.startswith("/v1"):
+    """Anthropic's shape on its routes, OpenAI's elsewhere under /v1, Ollama's everywhere else."""
+    if is_anthropic_path(path):
+        body = anthropic_error(status, message)
+    elif path.startswith("/v1"):
         body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     else:
         body = {"error": message}
@@ -153,6 +156,7 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
         return "Ollama is running"
 
     app.include_router(openai.router)
+    app.include_router(anthropic.router)
     app.include_router(admin.router)
     app.include_router(log_tail.router)
     app.include_router(tokenize_route.router)

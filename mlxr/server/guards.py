@@ -105,6 +105,7 @@ class Guard:
     def _authorized(self, headers: Headers) -> bool:
         given = headers.get("authorization", "")
         token = given[7:].strip().encode() if given[:7].lower() == "bearer " else b""
+        token = token or headers.get("x-api-key", "").strip().encode()  # Anthropic's clients send this
         # Compare against every key so timing does not say which prefix matched.
         return any([hmac.compare_digest(token, k) for k in self.keys])
 

@@ -195,6 +195,14 @@ class Session:
         interval = self.request.app.state.config.stream_interval
         self._stream = merge_streams(self.served.engine, self.request_id, prompts, params, interval)
 
+    async def restart(self, prompt: list[int], params: SamplingParams, tag: str) -> None:
+        """Submit a reply's next engine request once the last has ended (the Anthropic API's
+        thinking budget continues the reply past the reasoning it closed)."""
+        assert self._stream is not None, "start() first"
+        await self._stream.aclose()
+        interval = self.request.app.state.config.stream_interval
+        self._stream = merge_streams(self.served.engine, f"{self.request_id}-{tag}", [prompt], params, interval)
+
     async def next(self) -> tuple[int, RequestOutput] | None:
         """The next output (prompt index, delta), or None when every request finished.
         Raises ClientDisconnected (after aborting) when the client went away."""
