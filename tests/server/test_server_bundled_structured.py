@@ -61,3 +61,13 @@ def without_unique_items(schema: dict) -> dict:
     text = json.dumps(schema).replace(', "uniqueItems": true', "")
     return json.loads(text)
 
+
+def test_echoed_logprobs_offsets_index_the_returned_text(client):
+    r = client.completions.create(model="gemma3-270m", prompt="The capital of France is", echo=True, logprobs=1,
+                                  max_tokens=4, temperature=0)
+    choice = r.choices[0]
+    lp, text = choice.logprobs, choice.text
+    assert text.startswith("The capital of France is") and lp.tokens[0] == "<bos>" and lp.text_offset[0] == 0
+    for token, offset in zip(lp.tokens[1:], lp.text_offset[1:]):
+        assert text[offset:offset + len(token)] == token, (token, offset, text)
+    assert lp.text_offset == sorted(lp.text_offset)
