@@ -60,3 +60,38 @@ def test_show_reports_tools_and_thinking_from_the_template(base_url, model, shar
     name = plain.list().models[0].model
     assert plain.show(name).capabilities == ["completion"]  # its template renders no tools
 
+
+def test_vllm_tokenize_and_detokenize(base_url, model):
+    text = "Hello world, 123"
+    admin = httpx.post(base_url + "/admin/tokenize", json={"model": model, "text": text}).json()
+    r = httpx.post(base_url + "/tokenize", json={"model": model, "prompt": text, "return_token_strs": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tokens"] == [t["id"] for t in admin["tokens"]] and body["count"] == len(body["tokens"])
+    assert body["max_model_len"] > 0 and len(body["token_strs"]) == body["count"]
+    back = httpx.post(base_url + "/detokenize", json={"tokens": body["tokens"]}).json()  # the default model
+    assert back["prompt"].strip() == text
+    chat = httpx.post(base_url + "/tokenize", json={"model": model, "messages": ASK}).json()
+    rendered = httpx.post(base_url + "/detokenize", json={"model": model, "tokens": chat["tokens"]}).json()
+    assert "Weather in Paris?" in rendered["prompt"] and chat["token_strs"] is None
+    alone = httpx.post(base_url + "/tokenize", json={"prompt": "Weather in Paris?"}).json()
+    assert chat["count"] > alone["count"]  # the template's markers around it
+
+
+def test_vllm_tokenizer_info(base_url, model):
+    info = httpx.get(base_url + "/tokenizer_info", params={"model": model}).json()
+    assert info["tokenizer_class"] and info["chat_template"] == TEMPLATE
+    assert info["model_max_length"] > 0 and "eos_token" in info and "bos_token" in info
+
+
+@pytest.mark.parametrize("route, body, param", [
+    ("/tokenize", {"prompt": "x" * 200_000}, "prompt"),  # the prompt bound of /v1/completions
+    ("/tokenize", {}, "prompt"),
+    ("/tokenize", {"prompt": "a", "messages": ASK}, "prompt"),
+    ("/detokenize", {"tokens": [1 << 30]}, "tokens"),
+    ("/detokenize", {"tokens": []}, "tokens"),
+])
+def test_vllm_tokenizer_routes_refuse_what_is_out_of_bounds(base_url, route, body, param):
+    r = httpx.post(base_url + route, json=body, timeout=60)
+    assert r.status_code == 400 and param in r.json()["error"], r.text
+
