@@ -95,3 +95,15 @@ def test_vllm_tokenizer_routes_refuse_what_is_out_of_bounds(base_url, route, bod
     r = httpx.post(base_url + route, json=body, timeout=60)
     assert r.status_code == 400 and param in r.json()["error"], r.text
 
+
+def test_chat_usage_counts_cached_prompt_tokens(client, model):
+    long = [{"role": "user", "content": "Tell me about the weather in Paris in spring. " * 4}]
+    first = client.chat.completions.create(model=model, messages=long, max_tokens=2, temperature=0)
+    second = client.chat.completions.create(model=model, messages=long, max_tokens=2, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < second.usage.prompt_tokens
+    stream = list(client.chat.completions.create(model=model, messages=long, max_tokens=2, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert stream[-1].usage.prompt_tokens_details.cached_tokens == cached
+
