@@ -107,3 +107,29 @@ def test_chat_usage_counts_cached_prompt_tokens(client, model):
                                                  stream=True, stream_options={"include_usage": True}))
     assert stream[-1].usage.prompt_tokens_details.cached_tokens == cached
 
+
+def test_a_response_cut_by_max_output_tokens_is_incomplete_item_and_all(client, model):
+    r = client.responses.create(model=model, input="Write a long story.", max_output_tokens=16, temperature=1.0)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert [item.status for item in r.output] == ["incomplete"]
+    events = list(client.responses.create(model=model, input="Write a long story.", max_output_tokens=16,
+                                          stream=True))
+    assert [e.item.status for e in events if e.type == "response.output_item.done"] == ["incomplete"]
+    assert events[-1].type == "response.incomplete" and events[-1].response.output[0].status == "incomplete"
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forced_call_cut_by_max_tokens_is_an_incomplete_call(client, model, choice):
+    r = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], tool_choice=choice,
+                                       max_tokens=40, temperature=1.0, seed=1, reasoning_effort="none")
+    c = r.choices[0]
+    assert c.finish_reason == "length" and c.message.content is None
+    [call] = c.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments.startswith('{"city": "')
+    chunks = list(client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], tool_choice=choice,
+                                                 max_tokens=40, temperature=1.0, seed=1, reasoning_effort="none",
+                                                 stream=True))
+    streamed = [d.function for ch in chunks for d in (ch.choices[0].delta.tool_calls or []) if ch.choices]
+    assert streamed[0].name == "get_weather" and "".join(f.arguments or "" for f in streamed) == call.function.arguments
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["length"]
+
