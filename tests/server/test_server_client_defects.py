@@ -133,3 +133,15 @@ def test_a_forced_call_cut_by_max_tokens_is_an_incomplete_call(client, model, ch
     assert streamed[0].name == "get_weather" and "".join(f.arguments or "" for f in streamed) == call.function.arguments
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["length"]
 
+
+def test_every_error_response_has_a_log_line(base_url, home, client, model):
+    assert httpx.get(base_url + "/no/such/route").status_code == 404
+    assert httpx.post(base_url + "/v1/chat/completions", json={"model": model, "messages": "x"}).status_code == 400
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=ASK)
+    lines = [json.loads(line) for line in server_log(home).splitlines() if line.startswith("{")]
+    errors = [(e["route"], e["status"], e["reason"]) for e in lines if e.get("msg") == "error response"]
+    assert ("/no/such/route", 404, "Not Found") in errors
+    assert any(route == "/v1/chat/completions" and status == 400 and "messages" in reason
+               for route, status, reason in errors)
+    assert any(status == 404 and "no-such-model" in reason for _, status, reason in errors)
