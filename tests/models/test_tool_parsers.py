@@ -58,7 +58,21 @@ def test_formats_split_calls_from_content(fmt, text, content, calls, chunked):
 def test_forced_reply_is_a_bare_call_or_list():
     assert split("generic", '{"name": "f", "arguments": {"a": 1}}', True, forced=True) == ("", [("f", {"a": 1})])
     assert split("hermes", '[{"name": "f", "arguments": {}}]', False, forced=True) == ("", [("f", {})])
-    assert split("hermes", '{"name": "f", "argu', False, forced=True) == ('{"name": "f", "argu', [])
+    assert split("hermes", '{"na', False, forced=True) == ('{"na', [])  # cut before a name: content
+
+
+@pytest.mark.parametrize("text, calls", [
+    ('{"name": "f", "argu', [("f", "")]),
+    ('{"name": "get_weather", "arguments": {"city": "Par', [("get_weather", '{"city": "Par')]),
+    ('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1', [("a", "{}"), ("b", '{"x": 1')]),
+    ('[{"name": "a", "arguments": {"k": 2}}, {"na', [("a", '{"k": 2}')]),
+])
+def test_a_forced_reply_cut_off_gives_its_calls_as_far_as_written(text, calls):
+    """max_tokens cut the call: the name and the arguments' partial text, as OpenAI gives them."""
+    s = CallSplitter(format_named("hermes"), forced=True)
+    pieces = s.feed(text) + s.finish()
+    assert [(p.call.name, p.call.arguments_json) for p in pieces if p.kind == "call"] == calls
+    assert not [p for p in pieces if p.kind == "content"]
 
 
 def test_call_ids_are_unique_and_arguments_json_round_trips():

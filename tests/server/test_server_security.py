@@ -23,7 +23,8 @@ GUARDED = [
     ("POST", "/v1/completions"), ("POST", "/v1/embeddings"), ("GET", "/metrics"),
     ("GET", "/admin/stats"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("POST", "/api/generate"),
     ("POST", "/api/chat"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/redoc"),
-    ("GET", "/"), ("GET", "/no/such/route"),
+    ("GET", "/"), ("GET", "/no/such/route"), ("POST", "/tokenize"), ("POST", "/detokenize"),
+    ("GET", "/tokenizer_info"),
 ]
 
 
@@ -54,6 +55,7 @@ def test_health_is_open_and_key_works(base_url):
     assert httpx.get(base_url + "/v1/models", headers=auth()).status_code == 200
     assert httpx.get(base_url + "/metrics", headers=auth()).status_code == 200
     assert httpx.get(base_url + "/openapi.json", headers=auth()).status_code == 200
+    assert httpx.post(base_url + "/tokenize", headers=auth(), json={"prompt": "hi"}).json()["count"] > 0
 
 
 def raw(base_url: str, request: bytes) -> bytes:

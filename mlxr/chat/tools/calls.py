@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +19,12 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     id: str = field(default_factory=new_call_id)
+    cut: str | None = None  # a call that max_tokens cut off: its arguments' text as far as written
 
     @property
     def arguments_json(self) -> str:
-        """OpenAI's `arguments`: the object as JSON text."""
-        return json.dumps(self.arguments, ensure_ascii=False)
+        """OpenAI's `arguments`: the object as JSON text (a cut call's partial text)."""
+        return self.cut if self.cut is not None else json.dumps(self.arguments, ensure_ascii=False)
 
 
 def call_from_object(obj: Any) -> ToolCall | None:
@@ -65,3 +67,37 @@ def calls_from_json_prefix(text: str) -> tuple[list[ToolCall], str] | None:
         return None
     calls = calls_from_json(json.dumps(value))
     return (calls, stripped[end:]) if calls else None
+
+
+_CUT_NAME = re.compile(r'\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def cut_calls(text: str, args_key: str = "arguments") -> list[ToolCall]:
+    """The calls of a forced reply that max_tokens cut off: those written whole, then the cut one
+    (its name, the text of its arguments so far) if its name was written; [] if none was."""
+    whole, rest = _whole_items(text)
+    m = _CUT_NAME.match(rest)
+    if m is None:
+        return whole
+    after = rest[m.end():]
+    key = re.match(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*', after)
+    return [*whole, ToolCall(json.loads(m.group(1)), {}, cut=after[key.end():] if key else "")]
+
+
+def _whole_items(text: str) -> tuple[list[ToolCall], str]:
+    """The calls a cut list holds whole, and the text of the one after them."""
+    rest = text.lstrip()
+    if not rest.startswith("["):
+        return [], rest
+    found, rest, decoder = [], rest[1:].lstrip(), json.JSONDecoder()
+    while len(found) < MAX_CALLS:
+        try:
+            value, end = decoder.raw_decode(rest)
+        except ValueError:
+            break
+        call = call_from_object(value)
+        if call is None:
+            break
+        found.append(call)
+        rest = rest[end:].lstrip().removeprefix(",").lstrip()
+    return found, rest

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxr.chat.tools.calls import MAX_CALLS, ToolCall, calls_from_json, calls_from_json_prefix
+from mlxr.chat.tools.calls import MAX_CALLS, ToolCall, calls_from_json, calls_from_json_prefix, cut_calls
 from mlxr.chat.tools.formats import ToolFormat
 
 
@@ -47,7 +47,9 @@ class CallSplitter:
 
     def finish(self) -> list[Piece]:
         if self.forced:
-            calls = calls_from_json(self._buf.strip())
+            # Unparsable under the call grammar means cut off (max_tokens): the call as far as
+            # written, as OpenAI gives one (finish_reason "length", the arguments' partial text).
+            calls = calls_from_json(self._buf.strip()) or cut_calls(self._buf, self.fmt.args_key)
             return self._give(calls) if calls else self._content(self._buf)
         out = self._scan(final=True)
         if self._marker is not None:  # a block the reply never closed: parse what there is

@@ -10,6 +10,7 @@ from collections import OrderedDict
 
 import llguidance
 
+from mlxr.engine.structured.json_bounds import bounded_schema
 from mlxr.engine.structured.reasoning_grammar import after_reasoning
 from mlxr.engine.structured.regex_bounds import check_regex, lark_regexes, schema_objects, schema_patterns
 from mlxr.engine.structured.trial import trial_error
@@ -83,7 +84,8 @@ def _schema_text(schema: dict | str) -> str:
     if not isinstance(doc, (dict, bool)):
         raise InvalidParameterError(PARAM, "json schema must be a JSON object")
     _schema_bounded(doc, "json schema")
-    return text
+    # the user's bounds are checked above; the ones added here (+-1e17) lie past that check's 2^53
+    return json.dumps(bounded_schema(doc), separators=(",", ":"))
 
 
 def _schema_bounded(doc: object, what: str) -> None:

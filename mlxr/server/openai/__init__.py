@@ -1,12 +1,13 @@
-"""The OpenAI-compatible API (/v1/...)."""
+"""The OpenAI-compatible API (/v1/...), and vLLM's tokenizer routes beside it."""
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from mlxr.server.openai import chat, completions, models, responses
+from mlxr.server.openai import chat, completions, models, responses, tokenize
 
 router = APIRouter(tags=["openai"])
 router.include_router(chat.router)
 router.include_router(completions.router)
 router.include_router(models.router)
 router.include_router(responses.router)
+router.include_router(tokenize.router)  # vLLM's /tokenize, /detokenize, /tokenizer_info

@@ -31,10 +31,13 @@ class Choices:
         self.n = n
         self.items = [Choice(i) for i in range(num_prompts * n)]
         self.prompt_tokens = 0
+        self.cached: dict[int, int] = {}  # prompt -> its tokens served from the prefix cache
 
     def apply(self, prompt_index: int, out: RequestOutput) -> list[tuple[Choice, CompletionOutput]]:
         """Fold one delta in; returns the (choice, delta) pairs that carry something new."""
         fresh = []
+        if out.num_cached_tokens:
+            self.cached[prompt_index] = out.num_cached_tokens
         for o in out.outputs:
             choice = self.items[prompt_index * self.n + o.index]
             new_finish = o.finish_reason is not None and choice.finish_reason is None
@@ -52,10 +55,12 @@ class Choices:
     def completion_tokens(self) -> int:
         return sum(len(c.token_ids) for c in self.items)
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict:
+        """OpenAI's usage, with the prompt tokens the prefix cache served (as Responses counts them)."""
         done = self.completion_tokens
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": done,
-                "total_tokens": self.prompt_tokens + done}
+                "total_tokens": self.prompt_tokens + done,
+                "prompt_tokens_details": {"cached_tokens": sum(self.cached.values())}}
 
 
 def _top(entry: TokenLogprobs, top_n: int) -> list[tuple[int, Logprob]]:

@@ -109,7 +109,9 @@ class _CompletionFormat:
             self.vllm_parts = [vllm_prompt_logprobs(ids, e, self.vllm_top) for ids, e in zip(prompts, scores)]
         if wants_echo:
             decode = lambda t: served.tokenizer.decode([t], skip_special_tokens=False)  # noqa: E731
-            parts = [echo_logprobs(ids, e, self.top_n, decode) for ids, e in zip(prompts, scores)]
+            shown = lambda t: served.tokenizer.decode([t], skip_special_tokens=True)  # noqa: E731
+            parts = [echo_logprobs(ids, e, self.top_n, decode, shown, text)
+                     for ids, e, text in zip(prompts, scores, self.echo)]
             self.echo_parts = [logprobs for logprobs, _ in parts]
             for c in self.choices.items:  # generated tokens' offsets go on from the prompt's (as vLLM's)
                 c.text_offset = parts[c.index // self.choices.n][1]

@@ -15,14 +15,21 @@ async def score_prompts(engine, prompts: list[list[int]], top: int) -> list[Entr
     return [(await engine.prompt_logprobs(ids, top))[1] for ids in prompts]
 
 
-def echo_logprobs(ids: list[int], entries: Entries, top_n: int, decode: Callable[[int], str]) -> tuple[dict, int]:
-    """The legacy logprobs object of the echoed prompt (the first token's logprob is null; the
-    others as generated tokens' are), and the offset the generated tokens' text goes on from."""
-    first = decode(ids[0])
-    after = Choice(0, text_offset=len(first))
-    rest = completion_logprobs(after, ids[1:], entries[1:], top_n)
-    head = {"tokens": [first], "token_logprobs": [None], "top_logprobs": [None], "text_offset": [0]}
-    return join_logprobs(head, rest), after.text_offset
+def echo_logprobs(ids: list[int], entries: Entries, top_n: int, decode: Callable[[int], str],
+                  shown: Callable[[int], str], text: str) -> tuple[dict, int]:
+    """The legacy logprobs object of the echoed prompt `text` (the first token's logprob is null;
+    the others as generated tokens' are), and the offset the generated tokens' text goes on from.
+    `decode` names a token (`<bos>` too); a token whose `shown` text is empty (a special token,
+    which the echoed prompt does not hold) adds nothing to the offsets, so they index `text`."""
+    rest = completion_logprobs(Choice(0), ids[1:], entries[1:], top_n)
+    head = {"tokens": [decode(ids[0])], "token_logprobs": [None], "top_logprobs": [None], "text_offset": [0]}
+    logprobs = join_logprobs(head, rest)
+    offsets, at = [], 0
+    for token, name in zip(ids, logprobs["tokens"]):
+        offsets.append(min(at, len(text)))
+        at += len(name) if shown(token) else 0
+    logprobs["text_offset"] = offsets
+    return logprobs, len(text)
 
 
 def join_logprobs(head: dict, rest: dict | None) -> dict:

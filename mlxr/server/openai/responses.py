@@ -66,7 +66,7 @@ class _Run:
         if o.finish_reason is not None:
             self.finish = o.finish_reason
             self.out.add(self.parser.finish())
-            self.out.close()
+            self.out.close("incomplete" if o.finish_reason == "length" else "completed")
 
     def response(self, done: bool) -> dict[str, Any]:
         s = self.session

@@ -29,8 +29,9 @@ class OutputBuilder:
             elif p.text:
                 self._text(p.kind, p.text)
 
-    def close(self) -> None:
-        self._close()
+    def close(self, status: str = "completed") -> None:
+        """status: "incomplete" when max_output_tokens cut the reply (the item it cut is too)."""
+        self._close(status)
 
     def _emit(self, kind: str, **fields: Any) -> None:
         self.events.append({"type": kind, **fields})
@@ -62,7 +63,7 @@ class OutputBuilder:
         extra = {"logprobs": []} if item_type == "message" else {}
         self._emit(delta, item_id=item["id"], output_index=index, content_index=0, delta=text, **extra)
 
-    def _close(self) -> None:
+    def _close(self, status: str = "completed") -> None:
         item, self._open = self._open, None
         if item is None:
             return
@@ -75,7 +76,7 @@ class OutputBuilder:
                        text=part["text"])
         self._emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
                    part=dict(part))
-        item["status"] = "completed"
+        item["status"] = status
         self._emit("response.output_item.done", output_index=index, item=_copy(item))
 
     def _function_call(self, call) -> None:
@@ -87,7 +88,7 @@ class OutputBuilder:
                    delta=item["arguments"])
         self._emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                    name=call.name, arguments=item["arguments"])
-        item["status"] = "completed"
+        item["status"] = "completed" if call.cut is None else "incomplete"  # cut by max_output_tokens
         self._emit("response.output_item.done", output_index=index, item=_copy(item))
 
 

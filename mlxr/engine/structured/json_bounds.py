@@ -1,0 +1,64 @@
+"""A JSON schema's open-ended literals bounded before llguidance compiles it, so every schema's
+output ends. A number with no bounds of its own took digits until max_tokens on a sampled model
+(`"score": 1.0000000000...`), and a string without maxLength text without end.
+
+What is added, only where the schema says nothing itself:
+- "number": at most NUMBER_FRACTION_DIGITS digits after the point (a multipleOf of 1e-10:
+  llguidance refuses finer steps, "too many digits") and no exponent (llguidance writes none
+  under a multipleOf), with minimum/maximum at +-1e17 (17 integer digits, what a double holds);
+- "integer": minimum/maximum at +-1e17;
+- "string": maxLength STRING_MAX_CHARS (a schema's own maxLength overrides it).
+Whitespace is already bounded: grammar.JSON_STYLE allows none outside strings.
+
+"uniqueItems" (which llguidance does not implement: it refused the schema with a 400) is taken
+out of the grammar: the schema is accepted and its arrays' items are not kept apart."""
+from __future__ import annotations
+
+import copy
+
+NUMBER_FRACTION_DIGITS = 10
+NUMBER_STEP = 1e-10  # 10 ** -NUMBER_FRACTION_DIGITS
+INTEGER_BOUND = 10 ** 17
+STRING_MAX_CHARS = 8192
+# Keywords whose values are JSON data, not schemas: a {"type": "number"} there is a value.
+_DATA_KEYS = ("const", "enum", "default", "examples")
+_LOWER = ("minimum", "exclusiveMinimum")
+_UPPER = ("maximum", "exclusiveMaximum")
+
+
+def bounded_schema(doc: object) -> object:
+    """A copy of the parsed schema doc with the bounds above, without uniqueItems."""
+    doc = copy.deepcopy(doc)
+    for node in _schema_nodes(doc):
+        if isinstance(node.get("uniqueItems"), bool):  # not a property named so
+            node.pop("uniqueItems")
+        types = node.get("type")
+        types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+        if "enum" in node or "const" in node:  # already finite; a bound could exclude a listed value
+            continue
+        if "number" in types or "integer" in types:
+            _bound_number(node, "number" in types)
+        if "string" in types and "maxLength" not in node:
+            node["maxLength"] = STRING_MAX_CHARS
+    return doc
+
+
+def _bound_number(node: dict, fractional: bool) -> None:
+    if not any(k in node for k in _LOWER):
+        node["minimum"] = -INTEGER_BOUND
+    if not any(k in node for k in _UPPER):
+        node["maximum"] = INTEGER_BOUND
+    if fractional and "multipleOf" not in node:
+        node["multipleOf"] = NUMBER_STEP
+
+
+def _schema_nodes(doc: object):
+    """Every dict in doc outside the data keywords (const, enum, default, examples), no recursion."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(v for k, v in node.items() if k not in _DATA_KEYS and isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, (dict, list)))

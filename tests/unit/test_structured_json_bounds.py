@@ -1,0 +1,62 @@
+"""A JSON schema's open-ended literals are bounded before llguidance compiles it
+(mlxr/engine/structured/json_bounds.py): a number's digits, a string's length; uniqueItems is
+accepted. Checked on llguidance's own matcher over a vocabulary of single bytes."""
+from __future__ import annotations
+
+import llguidance
+import pytest
+
+from mlxr.engine.structured.grammar import check, grammar_text
+from mlxr.engine.structured.json_bounds import STRING_MAX_CHARS, bounded_schema
+from mlxr.engine.structured.trial import byte_vocabulary
+from mlxr.types import StructuredOutputsParams as SO
+
+SCORE = {"type": "object", "properties": {"score": {"type": "number"}, "n": {"type": "integer"},
+                                          "s": {"type": "string"}}, "required": ["score", "n", "s"]}
+
+
+def follows(schema: dict, text: str) -> bool:
+    m = llguidance.LLMatcher(byte_vocabulary(), grammar_text(SO(json=schema)), log_level=0)
+    return m.consume_tokens(list(text.encode())) and not m.is_error()
+
+
+@pytest.mark.parametrize("text", ['{"score": 1.5, "n": 3, "s": "ab"}', '{"score": -0.0000000001, "n": -7, "s": ""}',
+                                  '{"score": 12345678901234567, "n": 100000000000000000, "s": "x"}'])
+def test_ordinary_numbers_and_strings_still_follow(text):
+    assert follows(SCORE, text)
+
+
+@pytest.mark.parametrize("text", [
+    '{"score": 1.' + "0" * 11,  # the digits a sampled model wrote until max_tokens
+    '{"score": 1' + "1" * 17,  # 18 integer digits
+    '{"score": 1e5',  # no exponent
+    '{"score": 1.5, "n": 1' + "0" * 18,
+    '{"score": 1.5, "n": 3, "s": "' + "a" * (STRING_MAX_CHARS + 1),
+])
+def test_unbounded_literals_are_cut_off(text):
+    assert not follows(SCORE, text)
+
+
+def test_a_schemas_own_bounds_win():
+    own = {"type": "object", "properties": {"x": {"type": "number", "multipleOf": 0.5, "maximum": 3},
+                                            "s": {"type": "string", "maxLength": 9000}}, "required": ["x", "s"]}
+    assert follows(own, '{"x": 2.5, "s": "' + "a" * 9000 + '"}')
+    assert not follows(own, '{"x": 3.5')
+
+
+def test_data_keywords_and_property_names_are_left_alone():
+    doc = {"type": "object", "properties": {"uniqueItems": {"const": {"type": "number"}}},
+           "default": {"type": "string"}, "enum": [{"type": "number"}]}
+    assert bounded_schema(doc) == doc
+
+
+def test_listed_values_keep_their_digits():
+    listed = {"type": "object", "properties": {"pi": {"type": "number", "const": 3.14159265358979},
+                                               "e": {"type": "number", "enum": [2.718281828459045]}}, "required": ["pi", "e"]}
+    assert follows(listed, '{"pi": 3.14159265358979, "e": 2.718281828459045}')
+
+
+def test_unique_items_is_accepted():
+    spec = SO(json={"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 3}, "uniqueItems": True})
+    check(spec)
+    assert follows(spec.json, "[1, 2]")
