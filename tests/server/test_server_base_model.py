@@ -1,5 +1,6 @@
 """A base model (no chat template in its files) served as a new user meets it: /api/generate
-sends the prompt raw and /api/show says it is a base model."""
+sends the prompt raw, /api/show says it is a base model, and a request that sets no token bound
+stops at `--max-tokens-default` on every API. The start-up banner says where everything is."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import ollama
 import openai
 import pytest
 from model_fixtures import fixture_model
-from server_harness import server_process
+from server_harness import server_log, server_process
 
+BOUND = 3  # --max-tokens-default of this module's server
 GREEDY = {"temperature": 0, "repeat_penalty": 1.0}
 
 
@@ -31,7 +33,7 @@ def _base_model_dir(root: Path) -> Path:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     home = tmp_path_factory.mktemp("home")
     model = _base_model_dir(tmp_path_factory.mktemp("models"))
-    with server_process(home, "--model", str(model)) as (url, _):
+    with server_process(home, "--model", str(model), "--max-tokens-default", str(BOUND)) as (url, _):
         yield url, home
 
 
@@ -71,3 +73,38 @@ def test_show_marks_a_chat_model(shared_tiny_llama_url: str) -> None:
     show = c.show(c.list().models[0].model)
     assert show.capabilities == ["completion", "chat"]
     assert show.modelinfo["mlxr.chat_template"] == "model"
+
+
+def test_no_bound_in_the_request_stops_at_the_default_on_ollama(client: ollama.Client, name: str) -> None:
+    gen = client.generate(name, "Once upon a time", options=GREEDY)
+    assert (gen.eval_count, gen.done_reason) == (BOUND, "length")
+    chat = client.chat(name, [{"role": "user", "content": "Hello"}], options=GREEDY)
+    assert (chat.eval_count, chat.done_reason) == (BOUND, "length")
+    streamed = list(client.generate(name, "Once upon a time", options=GREEDY, stream=True))
+    assert (streamed[-1].eval_count, streamed[-1].done_reason) == (BOUND, "length")
+
+
+def test_no_bound_in_the_request_stops_at_the_default_on_openai(served: tuple[str, Path], name: str) -> None:
+    c = openai.OpenAI(base_url=served[0] + "/v1", api_key="x", max_retries=0, timeout=60)
+    chat = c.chat.completions.create(model=name, messages=[{"role": "user", "content": "Hello"}], temperature=0)
+    assert (chat.usage.completion_tokens, chat.choices[0].finish_reason) == (BOUND, "length")
+    # OpenAI's own default for /v1/completions is 16 tokens; an explicit null gets the server's.
+    done = c.completions.create(model=name, prompt="Once upon a time", max_tokens=None, temperature=0)
+    assert (done.usage.completion_tokens, done.choices[0].finish_reason) == (BOUND, "length")
+    resp = c.responses.create(model=name, input="Hello", temperature=0)
+    assert resp.usage.output_tokens == BOUND and resp.status == "incomplete"
+    assert resp.incomplete_details.reason == "max_output_tokens"
+
+
+def test_a_bound_in_the_request_wins(client: ollama.Client, name: str) -> None:
+    gen = client.generate(name, "Once upon a time", options={**GREEDY, "num_predict": BOUND + 2})
+    assert gen.eval_count == BOUND + 2
+
+
+def test_banner_says_where_everything_is(served: tuple[str, Path], name: str) -> None:
+    url, home = served
+    log = server_log(home)
+    assert f"mlxr serve: ready on {url}" in log
+    for line in (f"OpenAI API:  {url}/v1", f"Ollama API:  {url}", f"web UI:      {url}/ui/",
+                 f"models:      {name} (cpu)", "API key:     not required", f"reply bound: {BOUND} tokens"):
+        assert line in log

@@ -34,6 +34,7 @@ from mlxr.server.ollama.structured import structured_outputs
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
+from mlxr.server.reply_budget import default_max_tokens
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
@@ -112,7 +113,8 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         window = context_window(body.options, held.served.context_length)
         if fit is not None and len(prompt_ids) >= window:
             prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
-        budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
+        budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt",
+                            default_max_tokens(held.request))
         held.session.trace.prompt_tokens = len(prompt_ids)
         constraint = structured_outputs(body.format)
         if planned is not None and planned.plan is not None:  # a chat reply may reason first
