@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from mlxr.cli.options import (
-    add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads,
+    add_device_options, add_log_format_option, add_threads_option, check_path_exists, home_dir, use_threads,
 )
 from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
 from mlxr.errors import MLXRError
@@ -201,6 +201,7 @@ def draft_model_path(registry, ns: argparse.Namespace) -> str | None:
     """--draft-model as a path the loader reads (a registry name is resolved)."""
     if ns.draft_model is None:
         return None
+    check_path_exists(ns.draft_model)
     path = Path(ns.draft_model).expanduser()
     return str(path) if path.exists() else str(registry.resolve(ns.draft_model).path)
 
@@ -212,6 +213,7 @@ def register_models(registry, models: list[str]) -> tuple[str, ...]:
         return tuple(r.name for r in registry.ensure_all_bundled())
     names = []
     for m in models:
+        check_path_exists(m)
         path = Path(m).expanduser()
         names.append(registry.import_model(path).name if path.exists() else registry.resolve(m).name)
     return tuple(dict.fromkeys(names))

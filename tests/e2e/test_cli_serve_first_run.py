@@ -1,5 +1,5 @@
-"""`mlxr serve` before it serves anything: its help and a port another server holds
-(subprocesses, as a user runs them)."""
+"""`mlxr serve` before it serves anything: its help, a port another server holds, a model path
+that is not there (subprocesses, as a user runs them)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 MLXR = [str(Path(sys.executable).parent / "mlxr")]
 
@@ -51,3 +53,18 @@ def test_a_taken_port_fails_at_once_with_one_error_line(tmp_path: Path) -> None:
     assert res.stderr.strip() == (f"error: port {port} on 127.0.0.1 is already in use (another mlxr or ollama "
                                   "serve?); pick another with --port")
     assert took < 2.0  # the bundled models are not loaded first
+
+
+@pytest.mark.parametrize(("args", "path"), [
+    (["serve", "--model", "/missing/path"], "/missing/path"),
+    (["serve", "--model", "./missing.gguf"], "./missing.gguf"),
+    (["generate", "--model", "/missing/path", "hi"], "/missing/path"),
+    (["run", "/missing/path"], "/missing/path"),
+])
+def test_a_missing_model_path_is_named_as_such(args: list[str], path: str, tmp_path: Path) -> None:
+    from server_harness import free_port
+
+    extra = ["--port", str(free_port()), "--home", str(tmp_path)] if args[0] == "serve" else []
+    res = run([*args, *extra], timeout=60, cwd=tmp_path, input="")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == f"error: no such file or directory: {path}"

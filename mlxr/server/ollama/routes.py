@@ -111,7 +111,9 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         tokenizer = held.served.tokenizer
         prompt_ids = await off_loop(ids, tokenizer)
         window = context_window(body.options, held.served.context_length)
+        truncated_from = None
         if fit is not None and len(prompt_ids) >= window:
+            truncated_from = len(prompt_ids)
             prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt",
                             default_max_tokens(held.request))
@@ -121,7 +123,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
             await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)
         params = replace(sampling_params(body.options, budget), logprobs=top_n, structured_outputs=constraint)
-        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
+        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, truncated_from=truncated_from)
         job.plan = planned.plan if planned else None
         return await generation.run(job, body.stream)
     except BaseException as e:
