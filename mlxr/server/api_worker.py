@@ -20,6 +20,7 @@ from mlxr.config import ServerConfig
 
 log = logging.getLogger("mlxr.server.api_worker")
 BACKLOG = 4096  # a burst of hundreds of streams connects at once
+MAX_API_SERVERS = 16  # here, not in supervisor.py: `mlxr serve` checks it without importing torch
 
 
 class WorkerLaunch(msgspec.Struct):

@@ -3,6 +3,7 @@ are, what it serves on which device, whether a key is needed and how long a repl
 A human reads it on the terminal; the logs say the same in their own lines."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -33,4 +34,6 @@ def banner_lines(config: Any, served: Sequence[Any], max_tokens_default: int) ->
 
 
 def print_banner(config: Any, served: Sequence[Any], max_tokens_default: int, out: TextIO | None = None) -> None:
-    print("\n".join(banner_lines(config, served, max_tokens_default)), file=out or sys.stdout, flush=True)
+    # A closed or broken standard output (a daemon, `| head`) is no reason not to serve.
+    with contextlib.suppress(OSError, ValueError):
+        print("\n".join(banner_lines(config, served, max_tokens_default)), file=out or sys.stdout, flush=True)

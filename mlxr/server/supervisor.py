@@ -29,7 +29,6 @@ from mlxr.server.api_worker import WorkerLaunch, listening_socket
 from mlxr.server.model_manager import model_spec
 
 log = logging.getLogger("mlxr.server.supervisor")
-MAX_API_SERVERS = 16
 MAX_CORE_RESTARTS = 3
 RESTART_WINDOW_S = 60.0
 WATCH_EVERY_S = 0.1

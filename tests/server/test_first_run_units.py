@@ -46,3 +46,13 @@ def test_template_origin() -> None:
     assert template_origin("{{ messages }}", "llama") == "model"
     assert template_origin(None, "gemma3") == "built-in"
     assert template_origin(None, "llama") == "none"
+
+
+def test_a_closed_standard_output_does_not_stop_the_server() -> None:
+    import io
+
+    from mlxr.server.banner import print_banner
+
+    out = io.StringIO()
+    out.close()
+    print_banner(SimpleNamespace(host="127.0.0.1", port=1, api_keys=()), [], 8, out)  # no ValueError
