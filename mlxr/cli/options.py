@@ -87,6 +87,20 @@ def home_dir(option: Path | str | None) -> Path:
     return Path(raw).expanduser().absolute()
 
 
+_PATH_STARTS = ("/", "./", "../", "~", ".\\")
+_MODEL_FILE_ENDS = (".gguf", ".safetensors", ".json")
+
+
+def check_path_exists(ref: str) -> None:
+    """A model written as a path (absolute, relative from a dot, from ~, or a model file's
+    name) that is not on disk: ModelNotFoundError saying so, not "not a valid model name"."""
+    from mlxr.errors import ModelNotFoundError
+
+    looks_like_path = ref.startswith(_PATH_STARTS) or ref.lower().endswith(_MODEL_FILE_ENDS)
+    if looks_like_path and not Path(ref).expanduser().exists():
+        raise ModelNotFoundError(f"no such file or directory: {ref}")
+
+
 def model_path(ref: str) -> str:
     """A registry name (`mlxr list`) becomes its path; paths and the bundled name pass through."""
     from mlxr.errors import ModelNotFoundError
@@ -95,6 +109,7 @@ def model_path(ref: str) -> str:
 
     if ref in BUNDLED_MODELS or Path(ref).expanduser().exists():
         return ref
+    check_path_exists(ref)
     try:
         return str(Registry(home_dir(None)).resolve(ref).path)
     except ModelNotFoundError:

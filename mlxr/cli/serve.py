@@ -2,41 +2,53 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
-from mlxr.cli.options import add_device_options, add_log_format_option, add_threads_option, home_dir, use_threads
+from mlxr.cli.options import (
+    add_device_options, add_log_format_option, add_threads_option, check_path_exists, home_dir, use_threads,
+)
 from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
 from mlxr.errors import MLXRError
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
+DEFAULT_MAX_TOKENS = 2048  # server/reply_budget.py's (not imported here: it imports FastAPI)
 
 
 def register(sub: argparse._SubParsersAction) -> dict:
-    s = sub.add_parser("serve", help="serve models over HTTP (OpenAI and Ollama APIs)")
+    s = sub.add_parser("serve", help="serve models over HTTP (OpenAI and Ollama APIs)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     s.add_argument("--model", "-m", action="append", default=[],
-                   help="registry name or model path (imported first); repeatable; default: the bundled model")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT)
+                   help="registry name or model path (imported first); repeatable; none: the bundled models")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback only by default)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (Ollama's, so Ollama clients find it)")
     key = s.add_mutually_exclusive_group()
     key.add_argument("--api-key", default=None, help="Bearer key required on every route but /health")
     key.add_argument("--api-key-file", default=None, help="file holding the API key (one line)")
     s.add_argument("--allow-unauthenticated", action="store_true",
                    help="allow a non-loopback --host without an API key")
-    s.add_argument("--home", default=None, help="data directory (default $MLXR_HOME or ~/.mlxr)")
+    s.add_argument("--home", default=None, help="data directory (None: $MLXR_HOME, else ~/.mlxr)")
     add_device_options(s)
     add_parallel_options(s)
     add_threads_option(s)
     s.add_argument("--keep-alive", default="5m", type=parse_duration,
                    help="unload idle models after this (\"5m\", seconds, -1 = never)")
-    s.add_argument("--max-loaded-models", type=int, default=2)
-    s.add_argument("--max-num-seqs", type=int, default=64)
-    s.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    s.add_argument("--max-model-len", type=int, default=None)
-    s.add_argument("--kv-cache-gb", type=float, default=1.0)
+    s.add_argument("--max-loaded-models", type=int, default=2,
+                   help="models held in memory at once; loading another unloads the least recently used")
+    s.add_argument("--max-num-seqs", type=int, default=64, help="requests a model runs at once, per step")
+    s.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                   help="tokens one engine step processes at most (prefill chunks and decode tokens)")
+    s.add_argument("--max-model-len", type=int, default=None,
+                   help="context length in tokens (None: the model's own, as far as the KV cache holds)")
+    s.add_argument("--max-tokens-default", type=max_tokens_default, default=DEFAULT_MAX_TOKENS,
+                   help="tokens a reply may run to when the request sets no max_tokens / max_completion_tokens "
+                        "/ max_output_tokens / num_predict (the context's remainder when less; 0: no bound)")
+    s.add_argument("--kv-cache-gb", type=float, default=1.0, help="device memory for the KV cache, in GB")
     s.add_argument("--num-kv-blocks", type=int, default=None, help="device KV blocks (overrides --kv-cache-gb)")
     s.add_argument("--kv-host-cache-gb", type=float, default=0.0,
                    help="host memory for prefix-cache blocks the device evicts (0 = off)")
@@ -79,6 +91,26 @@ def register(sub: argparse._SubParsersAction) -> dict:
 def fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why (host, port) cannot be listened on, or None: bound and let go at once (uvicorn binds
+    it again once the models are loaded)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (OSError, OverflowError) as e:
+        return f"cannot listen on {host}:{port}: {e}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's: a TIME_WAIT port is free
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is already in use (another mlxr or ollama serve?); "
+                        "pick another with --port")
+            return f"cannot listen on {host}:{port}: {e.strerror or e}"
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -131,8 +163,15 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
     )
 
 
+def max_tokens_default(text: str) -> int:
+    value = int(text) if text.strip().isdecimal() else -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--max-tokens-default: {text!r} is not a whole number (0: no bound)")
+    return value
+
+
 def api_servers(text: str) -> int:
-    from mlxr.server.supervisor import MAX_API_SERVERS
+    from mlxr.server.api_worker import MAX_API_SERVERS
 
     value = int(text) if str(text).strip().isdecimal() else 0
     if not 1 <= value <= MAX_API_SERVERS:
@@ -162,6 +201,7 @@ def draft_model_path(registry, ns: argparse.Namespace) -> str | None:
     """--draft-model as a path the loader reads (a registry name is resolved)."""
     if ns.draft_model is None:
         return None
+    check_path_exists(ns.draft_model)
     path = Path(ns.draft_model).expanduser()
     return str(path) if path.exists() else str(registry.resolve(ns.draft_model).path)
 
@@ -173,6 +213,7 @@ def register_models(registry, models: list[str]) -> tuple[str, ...]:
         return tuple(r.name for r in registry.ensure_all_bundled())
     names = []
     for m in models:
+        check_path_exists(m)
         path = Path(m).expanduser()
         names.append(registry.import_model(path).name if path.exists() else registry.resolve(m).name)
     return tuple(dict.fromkeys(names))
@@ -192,6 +233,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     if not is_loopback(ns.host) and not keys and not ns.allow_unauthenticated:
         return fail(f"refusing to listen on {ns.host} without an API key: pass --api-key or "
                     "--api-key-file, or --allow-unauthenticated if you mean it")
+    if (problem := port_problem(ns.host, ns.port)) is not None:
+        return fail(problem)  # before any model loads: a second server fails in a moment
     from mlxr.registry import Registry
     from mlxr.server.logs import setup_logging
 
@@ -204,7 +247,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         return fail(str(e))
     if config.api_servers > 1:
         return _supervise(config, registry, ns)
-    return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every)
+    return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every, ns.max_tokens_default)
 
 
 def _supervise(config, registry, ns: argparse.Namespace) -> int:
@@ -214,7 +257,7 @@ def _supervise(config, registry, ns: argparse.Namespace) -> int:
         return fail(f"--api-servers {config.api_servers} needs the engine core in its own process, "
                     "but MLXR_ENGINE_PROCESS=0 keeps it in this one: unset it or set it to 1")
     return run_supervisor(config, registry, ns.shutdown_timeout, ns.log_stats_every,
-                          LogSettings(_log_level(ns), ns.log_format))
+                          LogSettings(_log_level(ns), ns.log_format), ns.max_tokens_default)
 
 
 def _log_level(ns: argparse.Namespace) -> str:
@@ -223,12 +266,15 @@ def _log_level(ns: argparse.Namespace) -> str:
     return "INFO" if level.upper() == "WARNING" else level
 
 
-def run_server(config, registry, shutdown_timeout: float, stats_every_s: float = 5.0) -> int:
+def run_server(config, registry, shutdown_timeout: float, stats_every_s: float = 5.0,
+               max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
     import uvicorn
 
     from mlxr.server.app import create_app
+    from mlxr.server.banner import print_banner
 
-    app = create_app(config, registry, stats_every_s)
+    app = create_app(config, registry, stats_every_s, max_tokens_default=max_tokens,
+                     ready=lambda served: print_banner(config, served, max_tokens))
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: stop accepting, let in-flight
     # requests (streams included) finish, then the app's lifespan shuts the engines down.
     uvicorn.run(app, host=config.host, port=config.port, log_config=None,

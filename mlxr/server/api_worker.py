@@ -20,6 +20,7 @@ from mlxr.config import ServerConfig
 
 log = logging.getLogger("mlxr.server.api_worker")
 BACKLOG = 4096  # a burst of hundreds of streams connects at once
+MAX_API_SERVERS = 16  # here, not in supervisor.py: `mlxr serve` checks it without importing torch
 
 
 class WorkerLaunch(msgspec.Struct):
@@ -31,6 +32,8 @@ class WorkerLaunch(msgspec.Struct):
     log_format: str
     shutdown_timeout_s: float
     stats_every_s: float
+    max_tokens_default: int = 2048  # reply_budget.DEFAULT_MAX_TOKENS (not imported: FastAPI)
+    banner: bool = False  # print the start-up banner when ready (one process of the N)
 
 
 def listening_socket(host: str, port: int, listen: bool = True) -> socket.socket:
@@ -90,7 +93,13 @@ def main() -> int:
     setup_logging(launch.log_level, launch.log_format)
     watch_supervisor(launch.supervisor_pid, launch.shutdown_timeout_s + 5)
     config = launch.config
-    app = create_app(config, Registry(Path(config.home)), launch.stats_every_s, launch.channels, launch.index)
+    ready = None
+    if launch.banner:
+        from mlxr.server.banner import print_banner
+
+        ready = lambda served: print_banner(config, served, launch.max_tokens_default)  # noqa: E731
+    app = create_app(config, Registry(Path(config.home)), launch.stats_every_s, launch.channels, launch.index,
+                     launch.max_tokens_default, ready)
     sock = listening_socket(config.host, config.port)
     server = _server_class(uvicorn.Server)(uvicorn.Config(app, log_config=None, access_log=False,
                                                           timeout_graceful_shutdown=launch.shutdown_timeout_s))

@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import re
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,8 +24,9 @@ from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-e
 from mlxr.server.internal_errors import InternalErrors
 from mlxr.server.logs import REQUEST_LOGGER, ThroughputLogger
 from mlxr.server.metrics import ServerMetrics
-from mlxr.server.model_manager import ModelManager
+from mlxr.server.model_manager import ModelManager, ServedModel
 from mlxr.server.openapi_doc import install_openapi
+from mlxr.server.reply_budget import DEFAULT_MAX_TOKENS
 from mlxr.server.session import CLIENT_CLOSED, ClientDisconnected
 
 # FastAPI >= 0.16x asks OpenTelemetry's global providers whether to trace on every request (an
@@ -35,6 +37,7 @@ _NO_OTEL = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
 
 log = logging.getLogger(__name__)
 errors_log = logging.getLogger(REQUEST_LOGGER)
+Ready = Callable[[list[ServedModel]], None]
 # How pydantic names a union member in an error's location: "str", "list[int]", ...
 _UNION_MEMBER = re.compile(r"(str|int|float|bool)|\w+\[.*\]|function-\w+\[.*\]")
 
@@ -106,9 +109,12 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
 
 
 def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
-               attached: dict[str, tuple[str, str]] | None = None, api_server_index: int = 0) -> FastAPI:
+               attached: dict[str, tuple[str, str]] | None = None, api_server_index: int = 0,
+               max_tokens_default: int = DEFAULT_MAX_TOKENS, ready: Ready | None = None) -> FastAPI:
     """attached: the engine cores' channels of this API process under a supervisor
-    (`--api-servers N`); None: the process loads its models itself."""
+    (`--api-servers N`); None: the process loads its models itself. max_tokens_default: a
+    reply's bound where the request sets none (reply_budget.py). ready: called with the
+    preloaded models once they are loaded and warm (the start-up banner)."""
     models = ModelManager(config, registry, attached)
     tail = log_tail.LogTail()
     snapshot = lambda: admin.engine_snapshot(models)  # noqa: E731
@@ -120,6 +126,8 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
         _import_stream_backend()
         served = [await models.acquire(name) for name in config.preload]
         await warm_requests.warm_up(app, served)
+        if ready is not None:
+            ready(served)
         # After the warm-up: its requests are not the users' throughput (and the counters it
         # leaves behind start over).
         tasks.append(asyncio.create_task(ThroughputLogger(snapshot, stats_every_s).run()))
@@ -134,6 +142,7 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
     app = FastAPI(title="MLXR", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   **_NO_OTEL)
     app.state.config = config
+    app.state.max_tokens_default = max_tokens_default
     app.state.log_tail = tail
     app.state.models = models
     app.state.registry = registry

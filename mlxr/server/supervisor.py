@@ -29,7 +29,6 @@ from mlxr.server.api_worker import WorkerLaunch, listening_socket
 from mlxr.server.model_manager import model_spec
 
 log = logging.getLogger("mlxr.server.supervisor")
-MAX_API_SERVERS = 16
 MAX_CORE_RESTARTS = 3
 RESTART_WINDOW_S = 60.0
 WATCH_EVERY_S = 0.1
@@ -42,7 +41,7 @@ class LogSettings:
 
 
 def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, stats_every_s: float,
-                   logging_: LogSettings) -> int:
+                   logging_: LogSettings, max_tokens_default: int = 2048) -> int:
     """Serve config.preload through config.api_servers API processes; returns the exit status."""
     # Bound, not listening: the port is ours (a clear error now if taken), and the kernel hands
     # connections only to the API processes' listening sockets.
@@ -66,7 +65,7 @@ def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, st
             for index in range(config.api_servers):
                 channels = {name: core.channels[index] for name, core in cores.items()}
                 launch = WorkerLaunch(index, config, channels, os.getpid(), logging_.level, logging_.format,
-                                      shutdown_timeout_s, stats_every_s)
+                                      shutdown_timeout_s, stats_every_s, max_tokens_default, banner=index == 0)
                 workers.append(_start_worker(launch))
             log.info("supervising %d API processes (pids %s) and %d engine cores (pids %s)", len(workers),
                      [w.pid for w in workers], len(cores), [c.pid for c in cores.values()])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import math
 
 import httpx
@@ -98,3 +99,24 @@ def test_long_chat_drops_the_oldest_messages_keeping_system_and_latest(client: o
                               add_special_tokens=False)) for k in range(1, len(messages))]
     fitting = [n for n in lengths if n <= CONTEXT - 8]
     assert fitting and r.prompt_eval_count == max(fitting)  # as many recent messages as fit
+
+
+def test_a_truncated_prompt_says_so_in_the_reply(base_url: str, name: str) -> None:
+    long_prompt = " ".join(f"word{i}" for i in range(400))
+    options = {"num_predict": 8, "temperature": 0}
+    r = httpx.post(base_url + "/api/generate", json={"model": name, "prompt": long_prompt, "raw": True,
+                                                     "stream": False, "options": options}, timeout=60)
+    body = r.json()
+    cut = body["prompt_truncated"]
+    assert cut["kept_tokens"] == body["prompt_eval_count"] == CONTEXT - 8 and cut["prompt_tokens"] > CONTEXT
+    assert r.headers["x-mlxr-prompt-truncated"] == f"{cut['prompt_tokens']} {CONTEXT - 8}"
+    messages = [{"role": "user", "content": long_prompt}]
+    with httpx.stream("POST", base_url + "/api/chat", json={"model": name, "messages": messages, "options": options},
+                      timeout=60) as s:
+        lines = [line for line in s.iter_lines() if line]
+        assert "x-mlxr-prompt-truncated" in s.headers
+    final = json.loads(lines[-1])
+    assert final["done"] and final["prompt_truncated"]["kept_tokens"] == final["prompt_eval_count"]
+    short = httpx.post(base_url + "/api/generate", json={"model": name, "prompt": "Hi", "stream": False,
+                                                         "options": options}, timeout=60)
+    assert "prompt_truncated" not in short.json() and "x-mlxr-prompt-truncated" not in short.headers

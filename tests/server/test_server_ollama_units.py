@@ -44,6 +44,14 @@ def test_num_ctx_and_num_predict() -> None:
         max_tokens(Options(num_predict=0), 10, 100, "prompt")
 
 
+def test_num_predict_unset_takes_the_servers_default_within_the_window() -> None:
+    assert max_tokens(None, 10, 256, "prompt", default=64) == 64
+    assert max_tokens(Options(), 200, 256, "prompt", default=64) == 56  # the window's remainder
+    assert max_tokens(Options(num_predict=100), 10, 256, "prompt", default=64) == 100  # the request wins
+    assert max_tokens(Options(num_predict=-1), 10, 256, "prompt", default=64) == 246
+    assert max_tokens(None, 10, 256, "prompt", default=0) == 246  # 0: no bound
+
+
 def test_sampling_params_defaults_and_names() -> None:
     p = sampling_params(None, 7)
     assert (p.max_tokens, p.temperature, p.top_k, p.top_p, p.repetition_penalty) == (7, 0.8, 40, 0.9, 1.1)

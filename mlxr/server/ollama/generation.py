@@ -24,6 +24,7 @@ from mlxr.server.session import SessionStream, status_of
 from mlxr.types import Logprob, RequestOutput, SamplingParams, TokenLogprobs
 
 NDJSON = "application/x-ndjson"
+TRUNCATED_HEADER = "X-MLXR-Prompt-Truncated"  # "<prompt tokens> <kept tokens>"
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Job:
     arrival: float  # time.perf_counter() when the request arrived
     top_logprobs: int | None = None  # None: no logprobs; else alternatives per token
     plan: ChatPlan | None = None  # chat: how the reply is read (tools, thinking)
+    truncated_from: int | None = None  # the prompt's tokens before it was cut to fit num_ctx
 
 
 @dataclass
@@ -105,6 +107,8 @@ def final_object(job: Job, tally: Tally, text: str, message: dict[str, Any] | No
             "done_reason": "length" if tally.finish_reason == "length" else "stop", **take_logprobs(job, tally)}
     if not job.chat:
         body["context"] = job.prompt_ids + tally.token_ids
+    if job.truncated_from is not None:
+        body["prompt_truncated"] = {"prompt_tokens": job.truncated_from, "kept_tokens": len(job.prompt_ids)}
     return body | {
         "total_duration": ns(end - job.arrival),
         "load_duration": ns(job.hold.load_s),
@@ -124,14 +128,22 @@ async def run(job: Job, stream: bool) -> Response:
     tally = Tally()
     if stream:
         session.stop_watching()
-        return SessionStream(session, _ndjson(job, tally, item), media_type=NDJSON)
+        return _marked(job, SessionStream(session, _ndjson(job, tally, item), media_type=NDJSON))
     while item is not None:
         tally.add(item[1])
         item = await session.next()
     await job.hold.finish()
     await job.hold.unload_if_asked()
     text = "".join(tally.parts)
-    return JSONResponse(final_object(job, tally, text, whole_message(job.plan, text) if job.chat else None))
+    message = whole_message(job.plan, text) if job.chat else None
+    return _marked(job, JSONResponse(final_object(job, tally, text, message)))
+
+
+def _marked(job: Job, response: Response) -> Response:
+    """A prompt cut to fit says so in a header too (a streamed reply's final line comes last)."""
+    if job.truncated_from is not None:
+        response.headers[TRUNCATED_HEADER] = f"{job.truncated_from} {len(job.prompt_ids)}"
+    return response
 
 
 async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:

@@ -116,13 +116,17 @@ def context_window(options: Options | None, context_length: int) -> int:
     return num_ctx
 
 
-def max_tokens(options: Options | None, prompt_tokens: int, window: int, prompt_field: str) -> int:
+def max_tokens(options: Options | None, prompt_tokens: int, window: int, prompt_field: str,
+               default: int = 0) -> int:
     """num_predict as a token budget: -1 and -2 fill the window; larger values are clamped
-    to what is left of the window (the request then ends with done_reason "length")."""
+    to what is left of the window (the request then ends with done_reason "length"). Unset:
+    `default` (--max-tokens-default; 0: the window) within what is left."""
     if prompt_tokens >= window:
         raise ContextLengthError(prompt_tokens, window, param=prompt_field)
     room = window - prompt_tokens
     wanted = options.num_predict if options else None
+    if wanted is None and default > 0:
+        return min(default, room)
     if wanted is None or wanted in (-1, -2):
         return room
     if wanted < 1:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlxr.chat.template import default_template_for
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
@@ -33,7 +32,7 @@ def generate_prompt_ids(req: GenerateRequest, tokenizer: Any, context_length: in
     elif req.template:
         limit = max_prompt_chars(tokenizer, context_length)
         text, specials = render_go_template(req.template, req.system or "", req.prompt, limit), True
-    elif has_chat_template(tokenizer):
+    elif tokenizer.chat_template is not None:  # a base model's prompt goes in raw, as Ollama's does
         system = [{"role": "system", "content": req.system}] if req.system else []
         messages = [*system, {"role": "user", "content": req.prompt}]
         text, specials = tokenizer.apply_chat_template(messages, add_generation_prompt=True), False
@@ -63,11 +62,6 @@ def chat_plan(req: ChatRequest, tokenizer: Any) -> ChatPlan:
     if thinking and plan.markers is None:
         raise InvalidParameterError("think", f"{req.model!r} does not support thinking")
     return plan
-
-
-def has_chat_template(tokenizer: Any) -> bool:
-    arch = getattr(tokenizer, "architecture", None)
-    return tokenizer.chat_template is not None or (arch is not None and default_template_for(arch) is not None)
 
 
 def _template_message(message: ChatMessage, index: int) -> dict[str, Any]:

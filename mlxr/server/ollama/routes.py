@@ -34,6 +34,7 @@ from mlxr.server.ollama.structured import structured_outputs
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
+from mlxr.server.reply_budget import default_max_tokens
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
@@ -110,16 +111,19 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         tokenizer = held.served.tokenizer
         prompt_ids = await off_loop(ids, tokenizer)
         window = context_window(body.options, held.served.context_length)
+        truncated_from = None
         if fit is not None and len(prompt_ids) >= window:
+            truncated_from = len(prompt_ids)
             prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
-        budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt")
+        budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt",
+                            default_max_tokens(held.request))
         held.session.trace.prompt_tokens = len(prompt_ids)
         constraint = structured_outputs(body.format)
         if planned is not None and planned.plan is not None:  # a chat reply may reason first
             await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)
         params = replace(sampling_params(body.options, budget), logprobs=top_n, structured_outputs=constraint)
-        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n)
+        job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, truncated_from=truncated_from)
         job.plan = planned.plan if planned else None
         return await generation.run(job, body.stream)
     except BaseException as e:

@@ -14,6 +14,7 @@ from mlxr.server.openai.replies import StreamedReply, finish_reason, message
 from mlxr.server.openai.prompts import check_fits, check_unsupported, render_chat, sampling_params
 from mlxr.server.openai.schemas import ChatCompletionRequest
 from mlxr.server.openai.sse import events, stream_response
+from mlxr.server.reply_budget import reply_budget
 from mlxr.server.session import Session
 from mlxr.types import CompletionOutput, RequestOutput
 
@@ -41,7 +42,8 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     check_unsupported(body)
     served = session.served
     ids, plan = await render_chat(served.tokenizer, body, served.context_length)
-    max_tokens = body.max_completion_tokens or body.max_tokens
+    asked = body.max_completion_tokens or body.max_tokens
+    max_tokens = reply_budget(session.request, asked, len(ids), served.context_length)
     top_n = _top_logprobs(body)
     params = sampling_params(body, max_tokens, top_n)
     if plan.constraint is not None and params.structured_outputs is not None:

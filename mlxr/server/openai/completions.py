@@ -11,6 +11,7 @@ from mlxr.server.openai.prompts import check_fits, check_unsupported, encode_inp
 from mlxr.server.openai.schemas import CompletionRequest
 from mlxr.server.openai.sse import events, stream_response
 from mlxr.server.prompt_work import off_loop
+from mlxr.server.reply_budget import reply_budget
 from mlxr.server.session import Session
 from mlxr.types import CompletionOutput, RequestOutput
 
@@ -43,7 +44,8 @@ async def _complete(session: Session, body: CompletionRequest) -> Response:
     if len(prompts) * body.n > 64:
         raise InvalidParameterError("n", f"{len(prompts)} prompts x n={body.n} is over 64 choices")
     generates = body.max_tokens != 0
-    params = sampling_params(body, body.max_tokens, body.logprobs) if generates else None
+    budget = reply_budget(session.request, body.max_tokens, max(map(len, prompts), default=0), served.context_length)
+    params = sampling_params(body, budget, body.logprobs) if generates else None
     for ids in prompts:
         check_fits(len(ids), served.context_length, body.max_tokens)
     choices = Choices(len(prompts), body.n)

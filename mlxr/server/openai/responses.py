@@ -18,6 +18,7 @@ from mlxr.server.openai.responses_input import (
 )
 from mlxr.server.openai.responses_output import OutputBuilder, response_object, usage
 from mlxr.server.openai.sse import error_chunk, stream_response
+from mlxr.server.reply_budget import reply_budget
 from mlxr.server.reply_parser import ReplyParser
 from mlxr.server.session import Session, status_of
 from mlxr.types import RequestOutput, SamplingParams, StructuredOutputsParams
@@ -80,7 +81,8 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
     constraint = text_constraint(body)
     ids, plan = await _render(session, body, constraint)
     check_fits(len(ids), session.served.context_length, body.max_output_tokens, param="input")
-    params = SamplingParams(max_tokens=body.max_output_tokens, seed=body.seed,
+    budget = reply_budget(session.request, body.max_output_tokens, len(ids), session.served.context_length)
+    params = SamplingParams(max_tokens=budget, seed=body.seed,
                             temperature=1.0 if body.temperature is None else body.temperature,
                             top_p=1.0 if body.top_p is None else body.top_p,
                             structured_outputs=plan.constraint_for(constraint))
