@@ -102,9 +102,12 @@ def test_a_bound_in_the_request_wins(client: ollama.Client, name: str) -> None:
 
 
 def test_banner_says_where_everything_is(served: tuple[str, Path], name: str) -> None:
+    """A server whose output is a file logs its banner as one JSON line among the others."""
     url, home = served
-    log = server_log(home)
-    assert f"mlxr serve: ready on {url}" in log
-    for line in (f"OpenAI API:  {url}/v1", f"Ollama API:  {url}", f"web UI:      {url}/ui/",
-                 f"models:      {name} (cpu)", "API key:     not required", f"reply bound: {BOUND} tokens"):
-        assert line in log
+    records = [json.loads(line) for line in server_log(home).splitlines() if line.startswith("{")]
+    ready = [r for r in records if r["msg"] == f"mlxr serve: ready on {url}"]
+    assert len(ready) == 1
+    fields = ready[0]
+    assert (fields["OpenAI API"], fields["Ollama API"], fields["web UI"]) == (f"{url}/v1", url, f"{url}/ui/")
+    assert fields["models"] == f"{name} (cpu)" and fields["API key"] == "not required"
+    assert fields["reply bound"].startswith(f"{BOUND} tokens")
