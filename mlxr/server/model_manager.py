@@ -23,6 +23,7 @@ from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.engine_factory import ModelSpec, attach_engine, build_engine
 from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype
+from mlxr.loader.sampling_defaults import SamplingDefaults, model_sampling_defaults
 
 log = logging.getLogger(__name__)
 TOUCH_EVERY_S = 1.0
@@ -54,6 +55,8 @@ class ServedModel:
     # The keep_alive of the latest request (None: the server's default). As in Ollama, the
     # latest one wins: the timer restarts from it when any request ends.
     keep_alive_s: float | None = field(default=None)
+    # Sampling values the model asks for where a request sets none (its files, preset, Modelfile).
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
 
     @property
     def context_length(self) -> int:
@@ -162,7 +165,8 @@ class ModelManager:
         engine = AsyncEngine(built.engine)
         took = time.perf_counter() - t0
         log.info("loaded model %s in %.2fs", record.name, took)
-        return ServedModel(record.name, record, built.args, built.tokenizer, engine, time.time(), took, None)
+        return ServedModel(record.name, record, built.args, built.tokenizer, engine, time.time(), took, None,
+                           sampling=model_sampling_defaults(record))
 
     def touch(self, served: ServedModel, keep_alive_s: float | None) -> None:
         """A request arrived with this keep_alive: it becomes the model's latest one."""

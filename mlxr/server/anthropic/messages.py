@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError, MLXRError
+from mlxr.loader.sampling_defaults import SamplingDefaults
 from mlxr.server.anthropic.errors import ROUTE, error_body
 from mlxr.server.anthropic.history import anthropic_param, chat_messages, chat_tools, tool_choice
 from mlxr.server.anthropic.run import Run, first_params, thinking_budget
@@ -74,11 +75,14 @@ def _check_budget(body: MessagesRequest) -> None:
         raise InvalidParameterError("thinking.budget_tokens", f"must be less than max_tokens ({body.max_tokens})")
 
 
-def _params(body: MessagesRequest, plan: ChatPlan) -> SamplingParams:
+def _params(body: MessagesRequest, plan: ChatPlan, d: SamplingDefaults) -> SamplingParams:
+    """A field the request leaves out takes the model's default, else Anthropic's."""
     try:
         return SamplingParams(max_tokens=body.max_tokens,
-                              temperature=1.0 if body.temperature is None else body.temperature,
-                              top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0,
+                              temperature=d.get("temperature", 1.0) if body.temperature is None else body.temperature,
+                              top_p=d.get("top_p", 1.0) if body.top_p is None else body.top_p,
+                              top_k=d.get("top_k", 0) if body.top_k is None else body.top_k,
+                              min_p=d.get("min_p", 0.0), repetition_penalty=d.get("repetition_penalty", 1.0),
                               stop=body.stop_sequences, structured_outputs=plan.constraint_for(None))
     except InvalidParameterError as e:
         if e.param != "stop":
@@ -90,7 +94,7 @@ async def _respond(session: Session, body: MessagesRequest) -> Response:
     _check_budget(body)
     ids, plan = await _render(session, body)
     check_fits(len(ids), session.served.context_length, body.max_tokens, param="messages")
-    params, budget = _params(body, plan), thinking_budget(body, plan)
+    params, budget = _params(body, plan, session.served.sampling), thinking_budget(body, plan)
     session.start([ids], first_params(params, budget, plan))
     first = await session.next()  # admission errors surface here, before any header is sent
     run = Run(session, body, plan, len(ids), params, budget)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mlxr.errors import InvalidParameterError
+from mlxr.loader.sampling_defaults import model_sampling_defaults
 from mlxr.registry import parse_name
 from mlxr.pull import is_remote, parse_ref
 from mlxr.server.ollama import blobs, imports, modelfile
@@ -41,9 +42,11 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     served = request.app.state.models.served.get(record.name)
     if served is not None:
         args, template, ctx = served.args, served.tokenizer.chat_template, served.context_length
+        sampling = served.sampling
     else:
         (args, template), ctx = await asyncio.to_thread(read_model, record), record.context_length
-    return show_payload(record, args, template, ctx, modelfile.show_fields(record.settings))
+        sampling = await asyncio.to_thread(model_sampling_defaults, record)
+    return show_payload(record, args, template, ctx, modelfile.show_fields(record.settings), sampling)
 
 
 @router.post("/api/copy")

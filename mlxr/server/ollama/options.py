@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, ConfigDict
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.loader.sampling_defaults import SamplingDefaults
 from mlxr.server.text_fields import CheckedText
 from mlxr.types import SamplingParams
 
@@ -136,15 +137,17 @@ def max_tokens(options: Options | None, prompt_tokens: int, window: int, prompt_
     return min(wanted, room)
 
 
-def sampling_params(options: Options | None, budget: int) -> SamplingParams:
-    """Raises InvalidParameterError naming the Ollama option (options.<key>)."""
+def sampling_params(options: Options | None, budget: int, model: SamplingDefaults | None = None) -> SamplingParams:
+    """Raises InvalidParameterError naming the Ollama option (options.<key>). An option the
+    request leaves out takes the model's default (its files, preset or Modelfile), else Ollama's."""
     o = options or Options()
-    pick = lambda key: DEFAULTS.get(key) if getattr(o, key) is None else getattr(o, key)  # noqa: E731
+    fallback = {**DEFAULTS, **(model.values if model else {})}
+    pick = lambda key: fallback.get(key) if getattr(o, key) is None else getattr(o, key)  # noqa: E731
     seed = None if o.seed is None or o.seed == -1 else o.seed  # Ollama: -1 = random
     try:
         return SamplingParams(
             max_tokens=budget, temperature=pick("temperature"), top_k=pick("top_k"),
-            top_p=pick("top_p"), min_p=o.min_p or 0.0, repetition_penalty=pick("repeat_penalty"),
+            top_p=pick("top_p"), min_p=pick("min_p") or 0.0, repetition_penalty=pick("repeat_penalty"),
             presence_penalty=o.presence_penalty or 0.0, frequency_penalty=o.frequency_penalty or 0.0,
             seed=seed, stop=o.stop,
         )

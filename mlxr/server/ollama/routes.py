@@ -122,7 +122,8 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         if planned is not None and planned.plan is not None:  # a chat reply may reason first
             await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)
-        params = replace(sampling_params(body.options, budget), logprobs=top_n, structured_outputs=constraint)
+        params = replace(sampling_params(body.options, budget, held.served.sampling), logprobs=top_n,
+                         structured_outputs=constraint)
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, truncated_from=truncated_from)
         job.plan = planned.plan if planned else None
         return await generation.run(job, body.stream)

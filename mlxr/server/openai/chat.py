@@ -45,7 +45,7 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     asked = body.max_completion_tokens or body.max_tokens
     max_tokens = reply_budget(session.request, asked, len(ids), served.context_length)
     top_n = _top_logprobs(body)
-    params = sampling_params(body, max_tokens, top_n)
+    params = sampling_params(body, max_tokens, top_n, served.sampling)
     if plan.constraint is not None and params.structured_outputs is not None:
         raise InvalidParameterError("tool_choice", "a forced tool call cannot be combined with another constraint")
     params = replace(params, structured_outputs=plan.constraint_for(params.structured_outputs))

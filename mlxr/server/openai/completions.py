@@ -45,7 +45,7 @@ async def _complete(session: Session, body: CompletionRequest) -> Response:
         raise InvalidParameterError("n", f"{len(prompts)} prompts x n={body.n} is over 64 choices")
     generates = body.max_tokens != 0
     budget = reply_budget(session.request, body.max_tokens, max(map(len, prompts), default=0), served.context_length)
-    params = sampling_params(body, budget, body.logprobs) if generates else None
+    params = sampling_params(body, budget, body.logprobs, served.sampling) if generates else None
     for ids in prompts:
         check_fits(len(ids), served.context_length, body.max_tokens)
     choices = Choices(len(prompts), body.n)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.loader.sampling_defaults import SamplingDefaults
 from mlxr.server.chat_plan import ChatPlan, check_forced_calls, plan_chat
 from mlxr.server.prompt_work import check_prompt_chars, off_loop
 from mlxr.server.tool_history import check_tool_calls
@@ -18,17 +19,22 @@ from mlxr.server.openai.schemas import (
 from mlxr.types import SamplingParams
 
 
-def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-    """Raises InvalidParameterError naming the field for anything out of range."""
+def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int | None,
+                    defaults: SamplingDefaults | None = None) -> SamplingParams:
+    """Raises InvalidParameterError naming the field for anything out of range. A field the
+    request leaves out takes the model's default (its files, preset or Modelfile), else the
+    OpenAI API's."""
+    d = defaults or SamplingDefaults()
     return SamplingParams(
         n=body.n,
         max_tokens=max_tokens,
         min_tokens=body.min_tokens,
-        temperature=1.0 if body.temperature is None else body.temperature,
-        top_k=body.top_k or 0,
-        top_p=1.0 if body.top_p is None else body.top_p,
-        min_p=body.min_p or 0.0,
-        repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+        temperature=d.get("temperature", 1.0) if body.temperature is None else body.temperature,
+        top_k=d.get("top_k", 0) if body.top_k is None else body.top_k,
+        top_p=d.get("top_p", 1.0) if body.top_p is None else body.top_p,
+        min_p=d.get("min_p", 0.0) if body.min_p is None else body.min_p,
+        repetition_penalty=d.get("repetition_penalty", 1.0) if body.repetition_penalty is None
+        else body.repetition_penalty,
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         seed=body.seed,

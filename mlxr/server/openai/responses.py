@@ -82,9 +82,12 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
     ids, plan = await _render(session, body, constraint)
     check_fits(len(ids), session.served.context_length, body.max_output_tokens, param="input")
     budget = reply_budget(session.request, body.max_output_tokens, len(ids), session.served.context_length)
+    d = session.served.sampling
     params = SamplingParams(max_tokens=budget, seed=body.seed,
-                            temperature=1.0 if body.temperature is None else body.temperature,
-                            top_p=1.0 if body.top_p is None else body.top_p,
+                            temperature=d.get("temperature", 1.0) if body.temperature is None else body.temperature,
+                            top_p=d.get("top_p", 1.0) if body.top_p is None else body.top_p,
+                            top_k=d.get("top_k", 0), min_p=d.get("min_p", 0.0),
+                            repetition_penalty=d.get("repetition_penalty", 1.0),
                             structured_outputs=plan.constraint_for(constraint))
     session.start([ids], params)
     first = await session.next()  # admission errors surface here, before any header is sent
