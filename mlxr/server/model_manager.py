@@ -157,6 +157,7 @@ class ModelManager:
 
     def _load(self, record) -> ServedModel:
         t0 = time.perf_counter()
+        log.info("loading model %s (%s, %s)", record.name, record.quantization, record.path.name)
         spec = model_spec(self.config, record.path)
         if self.attached is not None:
             built = attach_engine(spec, self.config.engine, self.attached[record.name])
