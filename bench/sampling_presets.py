@@ -85,12 +85,14 @@ def score_in_process(llm, chat: bool, setting: dict, samples: int) -> float:
     return sum(hits) / len(hits)
 
 
-def choose(samples: int) -> list[dict]:
+def choose(samples: int, models: list[str]) -> list[dict]:
     from mlxr import LLM
     from mlxr.bundled_models import CHAT_MODEL, COMPLETION_MODEL
 
     rows = []
     for model, chat in ((CHAT_MODEL, True), (COMPLETION_MODEL, False)):
+        if model.split(":")[0] not in models:
+            continue
         llm = LLM(model)
         try:
             for name, setting in CANDIDATES.items():
@@ -142,8 +144,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=5, help="sampled replies per question and setting")
     ap.add_argument("--server", help="a running server's URL: check its shipped defaults instead")
+    ap.add_argument("--models", default="smollm2,gemma3-270m",
+                    help="which bundled models to ask (gemma3-270m's 262k vocabulary makes it slow)")
     args = ap.parse_args()
-    rows = check_server(args.server, args.samples) if args.server else choose(args.samples)
+    rows = check_server(args.server, args.samples) if args.server else choose(args.samples, args.models.split(","))
     columns = ["model", "route", "setting", "score"] if args.server else ["model", "setting", "score"]
     print_table(rows, columns)
     write_result("sampling_presets", {"cpu": cpu_model(), "samples": args.samples, "questions": len(QUESTIONS),
