@@ -31,6 +31,7 @@ class ToolFormat:
     bare_json: bool = False
     args_key: str = "arguments"  # the key the family writes a call's arguments under
     renders_tools: bool = True  # False: tools and tool turns are rendered by messages.py
+    string_arguments: bool = False  # the template joins a past call's arguments as JSON text
     parse: Callable[[str, Tools], list[ToolCall] | None] | None = None  # None: JSON calls
     partial: Callable[[str, Tools], list[Partial]] | None = None  # None: JSON calls
 
