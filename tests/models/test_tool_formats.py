@@ -177,3 +177,16 @@ def test_an_unknown_template_that_renders_calls_gets_its_own_markers():
     content, streamed, calls = fold(pieces)
     assert content == "A" and [(c.name, c.arguments) for c in calls] == [("add", {"a": 1})]
     assert streamed[0][2] == calls[0].arguments_json
+
+
+def test_a_long_call_fed_token_by_token_is_read_in_linear_time():
+    """A block being written is read again only as it grows by a part of its length: a 40 kB
+    call fed a character at a time (one reading per character took ~50 s) stays well under."""
+    import time
+
+    text = "line of code = 1\n" * 2400
+    reply = "<tool_call>" + json.dumps({"name": "note", "arguments": {"text": text}}) + "</tool_call>"
+    start = time.perf_counter()
+    _, streamed, calls = fold(run("hermes", list(reply)))
+    assert time.perf_counter() - start < 15
+    assert calls[0].arguments == {"text": text} and streamed[0][2] == calls[0].arguments_json

@@ -18,6 +18,9 @@ from mlxr.chat.tools.formats import ToolFormat
 from mlxr.chat.tools.json_stream import Partial, held_suffix
 
 
+PREVIEW_STEP = 64  # a block being written is read again once it grows by 1/64 of its length
+
+
 @dataclass
 class Piece:
     kind: str  # "content" | "reasoning" | "call_start" | "call_args" | "call"
@@ -41,11 +44,12 @@ class CallSplitter:
         self._space = ""  # whitespace after a call, sent only if more content follows
         self._started: list[ToolCall] = []  # the calls of the block being read that were started
         self._sent: list[str] = []  # the arguments text sent for each
+        self._previewed = 0  # the length of the block's text when it was last read
 
     def feed(self, text: str) -> list[Piece]:
         self._buf += text
         if self.forced:
-            return self._stream(self.fmt.preview(self._buf, self.tools, json_only=True))
+            return self._preview(self._buf, json_only=True)
         return self._scan(final=False)
 
     def finish(self) -> list[Piece]:
@@ -74,7 +78,7 @@ class CallSplitter:
                 i = self._buf.find(end) if end else -1
                 if i < 0:
                     body = self._buf[:len(self._buf) - held_suffix(self._buf, (end,))] if end else self._buf
-                    out += self._stream(self.fmt.preview(body, self.tools))
+                    out += self._preview(body)
                     break
                 out += self._close_block(self._buf[:i], closed=True)
                 self._buf = self._buf[i + len(end):]
@@ -99,7 +103,7 @@ class CallSplitter:
                         if final:
                             self._at_start = False
                             continue
-                        out += self._stream(self.fmt.preview(head, self.tools, json_only=True))
+                        out += self._preview(head, json_only=True)
                         break
                     out += self._give(found[0])
                     self._buf = found[1]
@@ -122,11 +126,20 @@ class CallSplitter:
         return out
 
     def _close_block(self, body: str, closed: bool) -> list[Piece]:
-        marker, self._marker = self._marker or "", None
+        marker, self._marker, self._previewed = self._marker or "", None, 0
         calls = self.fmt.parse_block(body, self.tools)
         if calls or self._started:
             return self._give(calls or [])
         return self._content(marker + body + (self.fmt.end or "" if closed else ""))
+
+    def _preview(self, body: str, json_only: bool = False) -> list[Piece]:
+        """Pieces for a block still being written, read again only once it has grown by a
+        1/PREVIEW_STEP part: each reading scans all of it, so a long call costs O(n) readings
+        of O(n) at most PREVIEW_STEP per doubling, not one per token."""
+        if len(body) - self._previewed < max(1, len(body) // PREVIEW_STEP):
+            return []
+        self._previewed = len(body)
+        return self._stream(self.fmt.preview(body, self.tools, json_only=json_only))
 
     def _room(self) -> int:
         return max(self.max_calls - self._calls, 0)
@@ -156,7 +169,7 @@ class CallSplitter:
         """The block's calls, each started call finished with the rest of its arguments."""
         calls = calls[:self._room()]
         started, sent = self._started, self._sent
-        self._started, self._sent = [], []
+        self._started, self._sent, self._previewed = [], [], 0
         out: list[Piece] = []
         for i, call in enumerate(calls):
             if i < len(started):
