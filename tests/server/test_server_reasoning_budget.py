@@ -100,3 +100,14 @@ def test_ollama_think_level_bounds_the_reasoning(base_url, model):
     assert high.message.thinking and not high.message.content  # "high": max_tokens alone
     with pytest.raises(ollama.ResponseError, match="think"):
         client.chat(model=model, messages=ASK, think="extreme")
+
+
+def test_completions_thinking_token_budget_forces_the_end_marker(base_url, model):
+    body = {"model": model, "prompt": PROMPT, "temperature": 0.0, "max_tokens": 14, "thinking_token_budget": 5}
+    r = httpx.post(base_url + "/v1/completions", json=body, timeout=120).json()
+    reasoning = raw_reasoning(base_url, model, 5)
+    text = r["choices"][0]["text"]
+    assert text.startswith(reasoning + "</think>") and len(text) > len(reasoning + "</think>")
+    assert r["usage"]["completion_tokens"] == 14
+    r = httpx.post(base_url + "/v1/completions", json={**body, "n": 2}, timeout=120)
+    assert r.status_code == 400 and "thinking_token_budget" in r.text

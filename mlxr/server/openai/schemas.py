@@ -137,6 +137,7 @@ class CompletionRequest(SamplingFields):
     logprobs: Annotated[int, Strict()] | None = Field(None, ge=0, le=MAX_LOGPROBS)  # false is not 0
     echo: bool = False
     suffix: str | None = None
+    thinking_token_budget: int | None = None  # vLLM's extra: reasoning tokens before the end marker is forced
 
 
 class EmbeddingRequest(_Body):
