@@ -125,3 +125,13 @@ def test_a_long_call_fed_token_by_token_is_read_in_linear_time():
     _, streamed, calls = fold(run("hermes", list(reply)))
     assert time.perf_counter() - start < 15
     assert calls[0].arguments == {"text": text} and streamed[0][2] == calls[0].arguments_json
+
+
+def test_pythonic_calls_only_open_the_reply():
+    s = CallSplitter(format_named("pythonic"), tools=TOOLS)
+    fed = [p for ch in "See [1] and [add(a=1)] here." for p in s.feed(ch)]
+    assert "".join(p.text for p in fed) == "See [1] and [add(a=1)] here."  # streamed, never held
+    assert not [p for p in fed + s.finish() if p.kind.startswith("call")]
+    s = CallSplitter(format_named("pythonic"), tools=TOOLS)
+    pieces = [p for ch in '  [add(a=1, b=2)]' for p in s.feed(ch)] + s.finish()
+    assert [(p.call.name, p.call.arguments) for p in pieces if p.kind == "call"] == [("add", {"a": 1, "b": 2})]

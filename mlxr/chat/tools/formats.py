@@ -32,6 +32,7 @@ class ToolFormat:
     args_key: str = "arguments"  # the key the family writes a call's arguments under
     renders_tools: bool = True  # False: tools and tool turns are rendered by messages.py
     string_arguments: bool = False  # the template joins a past call's arguments as JSON text
+    opens_reply: bool = False  # a call block only opens the reply (Llama 4's list of calls)
     parse: Callable[[str, Tools], list[ToolCall] | None] | None = None  # None: JSON calls
     partial: Callable[[str, Tools], list[Partial]] | None = None  # None: JSON calls
 

@@ -61,6 +61,6 @@ def partial(body: str, tools: Tools) -> list[Partial]:
 
 
 PYTHONIC = register(ToolFormat(
-    name="pythonic", starts=("[",), end=None, parse=parse, partial=partial,
+    name="pythonic", starts=("[",), end=None, parse=parse, partial=partial, opens_reply=True,
     detect=lambda template: "[func_name1(" in template,
 ))

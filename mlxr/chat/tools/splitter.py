@@ -45,6 +45,7 @@ class CallSplitter:
         self._started: list[ToolCall] = []  # the calls of the block being read that were started
         self._sent: list[str] = []  # the arguments text sent for each
         self._previewed = 0  # the length of the block's text when it was last read
+        self._said = False  # content other than whitespace was given (formats whose calls open the reply)
 
     def feed(self, text: str) -> list[Piece]:
         self._buf += text
@@ -115,6 +116,9 @@ class CallSplitter:
         return out
 
     def _open_block(self) -> list[Piece]:
+        if self.fmt.opens_reply and (self._said or self._buf.strip()[:1] not in ("", *(m[:1] for m in self.fmt.starts))):
+            self._said = True  # calls only open the reply: the rest is content as it comes
+            return self._content(self._buf_taken())
         hits = [(self._buf.find(m), m) for m in self.fmt.starts if m in self._buf]
         if not hits:
             keep = held_suffix(self._buf, self.fmt.starts)
@@ -124,6 +128,10 @@ class CallSplitter:
         out = self._content(self._buf[:i])
         self._buf, self._marker = self._buf[i + len(marker):], marker
         return out
+
+    def _buf_taken(self) -> str:
+        text, self._buf = self._buf, ""
+        return text
 
     def _close_block(self, body: str, closed: bool) -> list[Piece]:
         marker, self._marker, self._previewed = self._marker or "", None, 0
