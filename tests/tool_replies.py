@@ -49,6 +49,9 @@ REPLIES = [
      [("get_weather", {"city": "Oslo", "days": 10})]),
     ("mistral", '[TOOL_CALLS][{"name": "note", "arguments": {"text": "é\\u00e9 \\"q\\"", "tags": [1, [2, {}]]}}]',
      "", [("note", {"text": 'éé "q"', "tags": [1, [2, {}]]})]),
+    ("hermes", '<tool_call>{"name": "note", "arguments": {"text": "a\\ud83d\\ude00b\\n\\t\\\\ \\/x", "n": -0.5e-3, '
+               '"z": [true,false,null,{"k":[]}]}}</tool_call>',
+     "", [("note", {"text": "a\U0001F600b\n\t\\ /x", "n": -0.0005, "z": [True, False, None, {"k": []}]})]),
     ("generic", 'Hm <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> done', "Hm  done",
      [("add", {"a": 1, "b": 2})]),
 ]
