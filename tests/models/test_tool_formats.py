@@ -135,3 +135,30 @@ def test_pythonic_calls_only_open_the_reply():
     s = CallSplitter(format_named("pythonic"), tools=TOOLS)
     pieces = [p for ch in '  [add(a=1, b=2)]' for p in s.feed(ch)] + s.finish()
     assert [(p.call.name, p.call.arguments) for p in pieces if p.kind == "call"] == [("add", {"a": 1, "b": 2})]
+
+
+def test_past_calls_reach_each_template_as_it_joins_them():
+    """DeepSeek V3.1's template joins a past call's arguments as text ('<｜tool▁sep｜>' + arguments):
+    it gets JSON text; templates that iterate the arguments (Qwen3-Coder's |items) get an object.
+    The rendered past call reads back as the same call."""
+    from mlxr.chat.template import render_chat_template
+    from mlxr.chat.tools import template_messages
+
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                   "name": "get_weather", "arguments": '{"city": "Oslo", "days": 2}'}}]}]
+    deepseek = ("{% for m in messages %}{% if m.tool_calls %}{% for t in m.tool_calls %}"
+                "{{ '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + t['function']['name'] + '<｜tool▁sep｜>' "
+                "+ t['function']['arguments'] + '<｜tool▁call▁end｜><｜tool▁calls▁end｜>' }}{% endfor %}"
+                "{% else %}{{ m.content }}{% endif %}{% endfor %}{{ tools | length }}")
+    qwen = ("{% for m in messages %}{% if m.tool_calls %}{% for t in m.tool_calls %}<tool_call>\n<function="
+            "{{ t.function.name }}>\n{% for k, v in t.function.arguments|items %}<parameter={{ k }}>\n{{ v }}\n"
+            "</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}"
+            "{% endfor %}{{ tools | length }}")
+    for template, marker in ((deepseek, "<｜tool▁calls▁begin｜>"), (qwen, "<tool_call>")):
+        fmt = format_for_template(template)
+        messages, tools = template_messages(history, fmt, [{"type": "function", "function": {"name": "get_weather"}}])
+        text = render_chat_template(template, messages, tools=tools, bos_token="")
+        pieces = run(fmt.name, list(text.split("weather?", 1)[1]))
+        assert [(p.call.name, p.call.arguments) for p in pieces if p.kind == "call"] == \
+            [("get_weather", {"city": "Oslo", "days": 2})], (fmt.name, text)
