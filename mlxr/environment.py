@@ -55,6 +55,10 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("MLXR_GRAMMAR_CHECK_BUDGET_S", "float, seconds", "10",
            "One time budget for all of a request's grammar checks (response_format, forced tool "
            "calls); a check past it is stopped and the request is a 400; read per request."),
+    Switch("MLXR_REASONING_EFFORT_TOKENS", "level=int list, comma-separated", "minimal=256,low=1024,medium=4096",
+           "Reasoning tokens per effort level (Responses reasoning.effort, Chat Completions "
+           "reasoning_effort, Ollama think levels) before the end of the reasoning is forced; "
+           "\"high\" is bounded by max_tokens alone; read per request, a level given badly keeps its default."),
     # Engine
     Switch("MLXR_NUM_THREADS", "int, 1-1024", "every CPU the process may use",
            "CPU threads for the model's math when --threads is not given (generate, run, bench, serve)."),

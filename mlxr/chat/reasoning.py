@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxr.chat.tools.splitter import Piece, held_suffix
+from mlxr.chat.tools.json_stream import held_suffix
+from mlxr.chat.tools.splitter import Piece
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from mlxr.chat.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
 from mlxr.chat.tools import ToolFormat, format_for_template, template_messages
+from mlxr.chat.tools.calls import MAX_CALLS
 from mlxr.engine.structured.check_process import GrammarBudgetError, check_bounded
 from mlxr.errors import InvalidParameterError
 from mlxr.types import StructuredOutputsParams
@@ -27,6 +28,8 @@ class ChatPlan:
     markers: ThinkMarkers | None = None  # None: no reasoning to split off
     prompt_text: str = ""
     tool_names: list[str] = field(default_factory=list)
+    tool_params: dict[str, Any] = field(default_factory=dict)  # name -> parameters schema
+    max_calls: int = MAX_CALLS  # 1 where parallel_tool_calls is false
     # (field, a forced tool's own call schema): checked one by one when the union fails, to name the tool
     call_schemas: list[tuple[str, StructuredOutputsParams]] = field(default_factory=list)
     reasoning: tuple[str, str] | None = None  # markers a constrained reply may reason between first
@@ -144,6 +147,9 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
     plan = ChatPlan(markers=markers_for_template(source))
     if mode != "none":
         plan.fmt, plan.tool_names = fmt, [_tool_function(t).get("name", "") for t in tools or []]
+        plan.tool_params = {_tool_function(t).get("name", ""): _tool_function(t).get("parameters") or {}
+                            for t in tools or []}
+        plan.max_calls = 1 if parallel is False else MAX_CALLS
     if mode in ("required", "named"):
         if other_constraint:
             raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with response_format")

@@ -1,5 +1,6 @@
 """One choice's reply, read back with its ChatPlan: reasoning split off first, then tool calls
-out of what remains. Streaming and whole replies go through the same feed/finish."""
+out of what remains. Streaming and whole replies go through the same feed/finish; a whole
+reply keeps the "call" pieces only (the call_start / call_args pieces are for streams)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ from mlxr.server.chat_plan import ChatPlan
 class ReplyParser:
     def __init__(self, plan: ChatPlan) -> None:
         self._think = ReasoningSplitter(plan.markers, plan.prompt_text) if plan.markers else None
-        self._calls = CallSplitter(plan.fmt, plan.forced) if plan.fmt else None
+        self._calls = (CallSplitter(plan.fmt, plan.forced, plan.tool_params or None, plan.max_calls)
+                       if plan.fmt else None)
 
     def feed(self, text: str) -> list[Piece]:
         return self._route(self._think.feed(text) if self._think else [Piece("content", text)])
@@ -43,7 +45,7 @@ class Reply:
                 self.calls.append(p.call)
             elif p.kind == "reasoning":
                 self.reasoning += p.text
-            else:
+            elif p.kind == "content":
                 self.content += p.text
 
 

@@ -39,7 +39,9 @@ CASES = [
     ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {}}]', "", [("f", {})]),
     # malformed or plain: content, never a crash
     ("hermes", "<tool_call>{not json}</tool_call> after", "<tool_call>{not json}</tool_call> after", []),
-    ("hermes", '<tool_call>{"name": "f", "arguments": {', '<tool_call>{"name": "f", "arguments": {', []),
+    # a call whose arguments began streams from there: a reply cut inside it ends it as a cut call
+    ("hermes", '<tool_call>{"name": "f", "arguments": {', "", [("f", {})]),
+    ("hermes", '<tool_call>{"name": "f", "argu', '<tool_call>{"name": "f", "argu', []),
     ("hermes", 'a <tool_ca', "a <tool_ca", []),
     ("generic", '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>{"arguments": {}}</tool_call>', []),
     ("llama3_json", '{"name": "f", "parameters": ', '{"name": "f", "parameters": ', []),

@@ -1,7 +1,13 @@
 """Tool-call formats: how a family's replies mark a call, how its template is recognised, and
 the registry they join. A new format is one module that calls `register` (listed in
-__init__.py); choice.py picks the first registered format whose `detect` accepts a template,
-and GENERIC (tools described in the system prompt) for a template that renders no tools."""
+__init__.py, whose order is the order `detect` is tried in); choice.py picks the first
+registered format whose `detect` accepts a template, then one inferred from the template's
+own markers (inferred.py), and GENERIC (tools described in the system prompt) for a template
+that renders no tools.
+
+A format whose block is not JSON calls gives `parse` (the block's text and the tools'
+parameter schemas -> calls, None when not calls) and `partial` (the text of a block not
+closed yet -> the calls so far, json_stream.Partial: name, the arguments' canonical prefix)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +15,9 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 from mlxr.chat.tools.calls import ToolCall, calls_from_json
+from mlxr.chat.tools.json_stream import Partial, partial_json_calls
+
+Tools = dict[str, Any] | None  # a request's tools: name -> parameters schema
 
 
 @dataclass(frozen=True)
@@ -22,10 +31,24 @@ class ToolFormat:
     bare_json: bool = False
     args_key: str = "arguments"  # the key the family writes a call's arguments under
     renders_tools: bool = True  # False: tools and tool turns are rendered by messages.py
+    string_arguments: bool = False  # the template joins a past call's arguments as JSON text
+    opens_reply: bool = False  # a call block only opens the reply (Llama 4's list of calls)
+    parse: Callable[[str, Tools], list[ToolCall] | None] | None = None  # None: JSON calls
+    partial: Callable[[str, Tools], list[Partial]] | None = None  # None: JSON calls
 
-    def parse_block(self, body: str) -> list[ToolCall] | None:
+    def parse_block(self, body: str, tools: Tools = None) -> list[ToolCall] | None:
         """The calls in the text between a start marker and the end (None: not calls)."""
+        if self.parse is not None:
+            return self.parse(body, tools)
         return calls_from_json(body.strip())
+
+    def preview(self, body: str, tools: Tools = None, json_only: bool = False, final: bool = False) -> list[Partial]:
+        """The calls of a block still being written (json_only: the text is JSON calls, as a
+        forced call's grammar writes them, whatever the family's own format; final: the
+        reply ends here, cut off)."""
+        if self.partial is not None and not json_only:
+            return self.partial(body, tools)
+        return partial_json_calls(body, (self.args_key, "arguments", "parameters"), final)
 
     def call_schema(self, name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
         """A JSON schema for one call of `name` in this family's key names."""

@@ -20,7 +20,7 @@ def template_messages(messages: list[dict[str, Any]], fmt: ToolFormat,
     """(messages, tools) to render with the template the format was chosen for."""
     messages = [_with_object_arguments(m) for m in messages]
     if fmt.renders_tools:
-        return messages, tools
+        return ([_with_text_arguments(m) for m in messages] if fmt.string_arguments else messages), tools
     plain = _merge_user_turns([_plain_turn(m) for m in messages])
     if tools:
         plain = _with_system_text(plain, tools_prompt(tools))
@@ -46,6 +46,18 @@ def _with_object_arguments(message: dict[str, Any]) -> dict[str, Any]:
                 pass  # left as the client sent it
         fixed.append({**call, "type": "function", "function": fn})
     return {**message, "tool_calls": fixed}
+
+
+def _with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
+    if not message.get("tool_calls"):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        fn = dict(call["function"])
+        if not isinstance(fn.get("arguments"), str):
+            fn["arguments"] = json.dumps(fn.get("arguments", {}), ensure_ascii=False)
+        calls.append({**call, "function": fn})
+    return {**message, "tool_calls": calls}
 
 
 def _plain_turn(message: dict[str, Any]) -> dict[str, Any]:

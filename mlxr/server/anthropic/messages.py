@@ -13,11 +13,12 @@ from mlxr.errors import InvalidParameterError, MLXRError
 from mlxr.loader.sampling_defaults import SamplingDefaults
 from mlxr.server.anthropic.errors import ROUTE, error_body
 from mlxr.server.anthropic.history import anthropic_param, chat_messages, chat_tools, tool_choice
-from mlxr.server.anthropic.run import Run, first_params, thinking_budget
+from mlxr.server.anthropic.run import Run, thinking_budget
 from mlxr.server.anthropic.schemas import Conversation, MessagesRequest
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.sse import stream_response
+from mlxr.server.reasoning_budget import BudgetedReply
 from mlxr.server.session import Session, status_of
 from mlxr.types import RequestOutput, SamplingParams
 
@@ -94,10 +95,10 @@ async def _respond(session: Session, body: MessagesRequest) -> Response:
     _check_budget(body)
     ids, plan = await _render(session, body)
     check_fits(len(ids), session.served.context_length, body.max_tokens, param="messages")
-    params, budget = _params(body, plan, session.served.sampling), thinking_budget(body, plan)
-    session.start([ids], first_params(params, budget, plan))
-    first = await session.next()  # admission errors surface here, before any header is sent
-    run = Run(session, body, plan, len(ids), params, budget)
+    steps = BudgetedReply(session, plan, _params(body, plan, session.served.sampling), thinking_budget(body))
+    steps.start(ids)
+    first = await steps.next()  # admission errors surface here, before any header is sent
+    run = Run(session, body, plan, len(ids), steps)
     if body.stream:
         return stream_response(session, _events(run, first))
     async for _ in run.drive(first):

@@ -23,12 +23,13 @@ class BlockBuilder:
         self._streaming = streaming  # a whole reply keeps no events
         self._open: str | None = None  # the type of the last block while text may still join it
         self.calls = 0
+        self._calls: dict[str, int] = {}  # call id -> its tool_use block's index
 
     def add(self, pieces: list[Piece]) -> None:
         for p in pieces:
-            if p.kind == "call" and p.call is not None:
+            if p.kind in ("call_start", "call_args", "call") and p.call is not None:
                 self._close()
-                self._tool_use(p.call)
+                self._tool_use(p)
             elif p.text:
                 self._text("thinking" if p.kind == "reasoning" else "text", p.text)
 
@@ -61,14 +62,26 @@ class BlockBuilder:
             self._open = None
             self._emit({"type": "content_block_stop", "index": len(self.blocks) - 1})
 
-    def _tool_use(self, call: ToolCall) -> None:
-        block = {"type": "tool_use", "id": tool_use_id(), "name": call.name, "input": {}}
-        index = self._start(block)
-        block["input"] = call.arguments
+    def _tool_use(self, p: Piece) -> None:
+        """content_block_start when the call starts, an input_json_delta per fragment of its
+        arguments, content_block_stop when it is whole."""
+        call: ToolCall = p.call  # type: ignore[assignment]
+        index = self._calls.get(call.id)
+        if index is None:
+            index = self._calls[call.id] = self._start({"type": "tool_use", "id": tool_use_id(), "name": call.name,
+                                                        "input": {}})
+            if p.kind == "call":
+                self._partial_json(index, call.arguments_json)
+        if p.kind == "call_args":
+            self._partial_json(index, p.text)
+        if p.kind == "call":
+            self.blocks[index]["input"] = call.arguments
+            self._emit({"type": "content_block_stop", "index": index})
+            self.calls += 1
+
+    def _partial_json(self, index: int, text: str) -> None:
         self._emit({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": call.arguments_json}})
-        self._emit({"type": "content_block_stop", "index": index})
-        self.calls += 1
+                    "delta": {"type": "input_json_delta", "partial_json": text}})
 
 
 def stop_reason(finish: str | None, stop: str | int | None, stop_sequences: list[str] | None,

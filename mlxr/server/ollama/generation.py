@@ -20,6 +20,7 @@ from mlxr.server.ollama.durations import ns, rfc3339
 from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.ollama.loading import Hold
 from mlxr.server.ollama.replies import StreamedMessage, whole_message
+from mlxr.server.reasoning_budget import BudgetedReply
 from mlxr.server.session import SessionStream, status_of
 from mlxr.types import Logprob, RequestOutput, SamplingParams, TokenLogprobs
 
@@ -38,6 +39,7 @@ class Job:
     top_logprobs: int | None = None  # None: no logprobs; else alternatives per token
     plan: ChatPlan | None = None  # chat: how the reply is read (tools, thinking)
     truncated_from: int | None = None  # the prompt's tokens before it was cut to fit num_ctx
+    think_budget: int | None = None  # chat: the reasoning's tokens (`think` "low" / "medium")
 
 
 @dataclass
@@ -123,15 +125,16 @@ async def run(job: Job, stream: bool) -> Response:
     """Admission errors (too long, overloaded) become HTTP errors before anything is sent;
     a client that leaves aborts the engine request (the session watches for it)."""
     session = job.hold.session
-    session.start([job.prompt_ids], job.params)
-    item = await session.next()
+    steps = _steps(job)
+    steps.start(job.prompt_ids)
+    item = await steps.next()
     tally = Tally()
     if stream:
         session.stop_watching()
-        return _marked(job, SessionStream(session, _ndjson(job, tally, item), media_type=NDJSON))
+        return _marked(job, SessionStream(session, _ndjson(job, tally, item, steps), media_type=NDJSON))
     while item is not None:
         tally.add(item[1])
-        item = await session.next()
+        item = await steps.next()
     await job.hold.finish()
     await job.hold.unload_if_asked()
     text = "".join(tally.parts)
@@ -146,7 +149,14 @@ def _marked(job: Job, response: Response) -> Response:
     return response
 
 
-async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None) -> AsyncIterator[bytes]:
+def _steps(job: Job) -> BudgetedReply:
+    """The engine requests of the reply: one, or two where a chat's reasoning has a budget."""
+    plan = job.plan if job.plan is not None else ChatPlan()
+    return BudgetedReply(job.hold.session, plan, job.params, job.think_budget)
+
+
+async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None,
+                  steps: BudgetedReply) -> AsyncIterator[bytes]:
     # A client that goes away cancels this generator; SessionStream then closes the session.
     session = job.hold.session
     reply = StreamedMessage(job.plan) if job.chat else None
@@ -160,7 +170,7 @@ async def _ndjson(job: Job, tally: Tally, item: tuple[int, RequestOutput] | None
             if said:
                 yield line({"model": job.model, "created_at": rfc3339(), **said, "done": False,
                             **take_logprobs(job, tally)})
-            item = await session.next()
+            item = await steps.next()
         session.outcome = (200, None)
         await job.hold.finish()
         await job.hold.unload_if_asked()

@@ -53,9 +53,15 @@ def planned_ids(plan: ChatPlan, tokenizer: Any, context_length: int) -> list[int
     return tokenizer.encode(plan.prompt_text, add_special_tokens=False)
 
 
+THINK_LEVELS = frozenset({"low", "medium", "high", "true", "false", ""})  # Ollama's, and its strings
+
+
 def chat_plan(req: ChatRequest, tokenizer: Any) -> ChatPlan:
     """The rendered prompt with its tools and thinking (`think`: true, false, or a level)."""
     messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
+    if isinstance(req.think, str) and req.think not in THINK_LEVELS:
+        raise InvalidParameterError("think", f"is true, false or one of {sorted(THINK_LEVELS - {'', 'true', 'false'})}, "
+                                             f"got {req.think!r}")
     thinking = None if req.think in (None, "") else req.think not in (False, "false")
     plan = plan_chat(tokenizer, messages, req.tools or None, thinking=thinking,
                      other_constraint=bool(req.format))

@@ -1,5 +1,6 @@
 """A chat reply in Ollama's shape: `message.thinking`, and `message.tool_calls` with the
-arguments as an object. A streamed call comes in one chunk once it is complete."""
+arguments as an object. A streamed call comes in one chunk as soon as it is complete (as
+Ollama sends them): its arguments' fragments are not sent apart."""
 from __future__ import annotations
 
 from typing import Any
@@ -37,6 +38,7 @@ class StreamedMessage:
         pieces: list[Piece] = self._parser.feed(text) if text else []
         if finished:
             pieces += self._parser.finish()
+        pieces = [p for p in pieces if p.kind in ("content", "reasoning", "call")]
         if not pieces:
             return None
         reply = Reply()

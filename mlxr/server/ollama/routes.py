@@ -31,6 +31,7 @@ from mlxr.server.ollama.options import (
 )
 from mlxr.server.ollama.prompts import generate_prompt_ids, planned_ids
 from mlxr.server.ollama.structured import structured_outputs
+from mlxr.server.reasoning_budget import effort_budget
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
@@ -126,6 +127,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
                          structured_outputs=constraint)
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, truncated_from=truncated_from)
         job.plan = planned.plan if planned else None
+        job.think_budget = effort_budget(getattr(body, "think", None)) if chat else None
         return await generation.run(job, body.stream)
     except BaseException as e:
         await held.session.fail(e)

@@ -14,6 +14,7 @@ from mlxr.server.openai.replies import StreamedReply, finish_reason, message
 from mlxr.server.openai.prompts import check_fits, check_unsupported, render_chat, sampling_params
 from mlxr.server.openai.schemas import ChatCompletionRequest
 from mlxr.server.openai.sse import events, stream_response
+from mlxr.server.reasoning_budget import BudgetedReply, applies, check_budget, effort_budget
 from mlxr.server.reply_budget import reply_budget
 from mlxr.server.session import Session
 from mlxr.types import CompletionOutput, RequestOutput
@@ -38,6 +39,15 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
     return (body.top_logprobs or 0) if body.logprobs else None
 
 
+def _budget(body: ChatCompletionRequest, plan: ChatPlan) -> int | None:
+    """thinking_token_budget, else the reasoning_effort level's (reasoning_budget.py)."""
+    budget = check_budget("thinking_token_budget", body.thinking_token_budget)
+    budget = effort_budget(body.reasoning_effort) if budget is None else budget
+    if applies(plan, budget) is not None and (body.n or 1) > 1:
+        raise InvalidParameterError("thinking_token_budget", "a reasoning budget needs n = 1")
+    return budget
+
+
 async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     check_unsupported(body)
     served = session.served
@@ -56,14 +66,15 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     if body.prompt_logprobs is not None:  # vLLM's extra: the rendered prompt's tokens, scored
         entries = (await session.watched(score_prompts(served.engine, [ids], body.prompt_logprobs)))[0]
         fmt.prompt_logprobs = vllm_prompt_logprobs(ids, entries, body.prompt_logprobs)
-    session.start([ids], params)
-    first = await session.next()  # admission errors surface here, before any header is sent
+    steps = BudgetedReply(session, plan, params, _budget(body, plan))
+    steps.start(ids)
+    first = await steps.next()  # admission errors surface here, before any header is sent
     if body.stream:
-        return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail))
+        return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail, steps))
     item = first
     while item is not None:
         choices.apply(*item)
-        item = await session.next()
+        item = await steps.next()
     await session.close(200)
     return JSONResponse(fmt.full())
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from mlxr.chat.reasoning import markers_for_template
 from mlxr.errors import InvalidParameterError
+from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.openai.choices import Choice, Choices, completion_logprobs
 from mlxr.server.openai.prompt_scores import echo_logprobs, join_logprobs, score_prompts, vllm_prompt_logprobs
 from mlxr.server.openai.prompts import check_fits, check_unsupported, encode_inputs, sampling_params
 from mlxr.server.openai.schemas import CompletionRequest
 from mlxr.server.openai.sse import events, stream_response
 from mlxr.server.prompt_work import off_loop
+from mlxr.server.reasoning_budget import BudgetedReply, check_budget
 from mlxr.server.reply_budget import reply_budget
 from mlxr.server.session import Session
 from mlxr.types import CompletionOutput, RequestOutput
@@ -55,16 +58,34 @@ async def _complete(session: Session, body: CompletionRequest) -> Response:
     await fmt.score(prompts, served)
     if not generates:
         return await _prompts_alone(session, body, fmt)
-    session.start(prompts, params)
-    first = await session.next()  # admission errors surface here, before any header is sent
+    steps = BudgetedReply(session, _reasoning_plan(served.tokenizer, body, prompts), params,
+                          check_budget("thinking_token_budget", body.thinking_token_budget))
+    if steps.budget is None:
+        session.start(prompts, params)
+    else:
+        steps.start(prompts[0])
+    first = await steps.next()  # admission errors surface here, before any header is sent
     if body.stream:
-        return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail))
+        return stream_response(session, events(session, first, fmt.head(), fmt.chunks, fmt.tail, steps))
     item = first
     while item is not None:
         choices.apply(*item)
-        item = await session.next()
+        item = await steps.next()
     await session.close(200)
     return JSONResponse(fmt.full())
+
+
+def _reasoning_plan(tokenizer, body: CompletionRequest, prompts: list[list[int]]) -> ChatPlan:
+    """Where thinking_token_budget applies: one prompt, n = 1, a template that reasons between
+    markers; the reply starts inside the reasoning where the prompt ends with its opener."""
+    if body.thinking_token_budget is None:
+        return ChatPlan()
+    markers = markers_for_template(tokenizer.template_source)
+    if markers is None or len(prompts) != 1 or body.n != 1:
+        raise InvalidParameterError("thinking_token_budget", "needs one prompt, n = 1 and a model whose chat "
+                                                             "template reasons between markers")
+    opened = tokenizer.decode(prompts[0], skip_special_tokens=False).rstrip().endswith(markers.start)
+    return ChatPlan(markers=markers, reasoning=("" if opened else markers.start, markers.end))
 
 
 def _echo_texts(tokenizer, body: CompletionRequest, prompts: list[list[int]]) -> list[str] | None:

@@ -1,6 +1,6 @@
 """A chat choice's reply in OpenAI's shapes: `reasoning_content`, `tool_calls` (arguments as
 JSON text, ids `call_...`) and finish_reason "tool_calls", whole or as stream deltas (a
-call comes as its id and name, then its arguments)."""
+call comes as its id and name, then its arguments in fragments as they are written)."""
 from __future__ import annotations
 
 from typing import Any
@@ -41,6 +41,7 @@ class StreamedReply:
     def __init__(self, plan: ChatPlan) -> None:
         self._parser = ReplyParser(plan) if needs_parsing(plan) else None
         self.calls = 0
+        self._index: dict[str, int] = {}  # call id -> its index in tool_calls
 
     def deltas(self, text: str, finished: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """(the text delta, then one delta per call piece)."""
@@ -61,13 +62,20 @@ class StreamedReply:
         return delta
 
     def _call_deltas(self, pieces: list[Piece]) -> list[dict[str, Any]]:
+        """A call's head (index, id, name) when it starts, then its arguments' fragments; a call
+        given whole (never started) comes as its head and then all of its arguments."""
         out = []
         for p in pieces:
-            if p.kind != "call" or p.call is None:
+            if p.call is None or p.kind not in ("call_start", "call_args", "call"):
                 continue
-            head = {"index": self.calls, "id": p.call.id, "type": "function",
-                    "function": {"name": p.call.name, "arguments": ""}}
-            out.append({"tool_calls": [head]})
-            out.append({"tool_calls": [{"index": self.calls, "function": {"arguments": p.call.arguments_json}}]})
-            self.calls += 1
+            new = p.call.id not in self._index
+            if new:
+                self._index[p.call.id] = len(self._index)
+                out.append({"tool_calls": [{"index": self._index[p.call.id], "id": p.call.id, "type": "function",
+                                            "function": {"name": p.call.name, "arguments": ""}}]})
+            text = p.text if p.kind == "call_args" else p.call.arguments_json if p.kind == "call" and new else ""
+            if p.kind == "call":
+                self.calls += 1
+            if text:
+                out.append({"tool_calls": [{"index": self._index[p.call.id], "function": {"arguments": text}}]})
         return out

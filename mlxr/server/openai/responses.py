@@ -18,6 +18,7 @@ from mlxr.server.openai.responses_input import (
 )
 from mlxr.server.openai.responses_output import OutputBuilder, response_object, usage
 from mlxr.server.openai.sse import error_chunk, stream_response
+from mlxr.server.reasoning_budget import BudgetedReply, effort_budget
 from mlxr.server.reply_budget import reply_budget
 from mlxr.server.reply_parser import ReplyParser
 from mlxr.server.session import Session, status_of
@@ -54,8 +55,9 @@ async def _render(session: Session, body: ResponsesRequest,
 class _Run:
     """One response being generated: its parser, output items and token counts."""
 
-    def __init__(self, session: Session, body: ResponsesRequest, plan: ChatPlan, prompt_tokens: int) -> None:
-        self.session, self.body = session, body
+    def __init__(self, session: Session, body: ResponsesRequest, plan: ChatPlan, prompt_tokens: int,
+                 steps: BudgetedReply) -> None:
+        self.session, self.body, self.steps = session, body, steps
         self.parser, self.out = ReplyParser(plan), OutputBuilder()
         self.prompt_tokens, self.tokens, self.cached, self.finish = prompt_tokens, 0, 0, None
 
@@ -89,15 +91,16 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
                             top_k=d.get("top_k", 0), min_p=d.get("min_p", 0.0),
                             repetition_penalty=d.get("repetition_penalty", 1.0),
                             structured_outputs=plan.constraint_for(constraint))
-    session.start([ids], params)
-    first = await session.next()  # admission errors surface here, before any header is sent
-    run = _Run(session, body, plan, len(ids))
+    effort = body.reasoning.effort if body.reasoning else None
+    run = _Run(session, body, plan, len(ids), BudgetedReply(session, plan, params, effort_budget(effort)))
+    run.steps.start(ids)
+    first = await run.steps.next()  # admission errors surface here, before any header is sent
     if body.stream:
         return stream_response(session, _events(run, first))
     item = first
     while item is not None:
         run.apply(item[1])
-        item = await session.next()
+        item = await run.steps.next()
     await session.close(200)
     return JSONResponse(run.response(done=True))
 
@@ -119,7 +122,7 @@ async def _events(run: _Run, item: tuple[int, RequestOutput] | None) -> AsyncIte
                 yield _event(seq, event)
                 seq += 1
             run.out.events.clear()
-            item = await session.next()
+            item = await run.steps.next()
         final = run.response(done=True)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         yield _event(seq, {"type": kind, "response": final})

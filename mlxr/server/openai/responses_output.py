@@ -20,12 +20,13 @@ class OutputBuilder:
         self.items: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None  # the reasoning or message item being written
+        self._calls: dict[str, int] = {}  # call id -> its function_call item's index
 
     def add(self, pieces: list[Piece]) -> None:
         for p in pieces:
-            if p.kind == "call" and p.call is not None:
+            if p.kind in ("call_start", "call_args", "call") and p.call is not None:
                 self._close()
-                self._function_call(p.call)
+                self._function_call(p)
             elif p.text:
                 self._text(p.kind, p.text)
 
@@ -79,17 +80,30 @@ class OutputBuilder:
         item["status"] = status
         self._emit("response.output_item.done", output_index=index, item=_copy(item))
 
-    def _function_call(self, call) -> None:
-        item = {"type": "function_call", "id": _id("fc"), "call_id": call.id, "name": call.name,
-                "arguments": "", "status": "in_progress"}
-        index = self._start(item)
-        item["arguments"] = call.arguments_json
-        self._emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                   delta=item["arguments"])
+    def _function_call(self, p: Piece) -> None:
+        """added when the call starts, an arguments delta per fragment, done when it is whole."""
+        call = p.call
+        index = self._calls.get(call.id)
+        if index is None:
+            item = {"type": "function_call", "id": _id("fc"), "call_id": call.id, "name": call.name,
+                    "arguments": "", "status": "in_progress"}
+            index = self._calls[call.id] = self._start(item)
+            if p.kind == "call":
+                self._arguments(index, call.arguments_json)
+        if p.kind == "call_args":
+            self._arguments(index, p.text)
+        if p.kind != "call":
+            return
+        item = self.items[index]
         self._emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                    name=call.name, arguments=item["arguments"])
         item["status"] = "completed" if call.cut is None else "incomplete"  # cut by max_output_tokens
         self._emit("response.output_item.done", output_index=index, item=_copy(item))
+
+    def _arguments(self, index: int, text: str) -> None:
+        item = self.items[index]
+        item["arguments"] += text
+        self._emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=text)
 
 
 def _copy(item: dict[str, Any]) -> dict[str, Any]:

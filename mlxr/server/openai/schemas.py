@@ -111,6 +111,7 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     add_generation_prompt: bool = True
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    thinking_token_budget: int | None = None  # vLLM's extra: reasoning tokens before the answer is forced
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's extra: variables for the template
     chat_template: str | None = None  # vLLM's extra, refused: the model's own template renders
 
@@ -136,6 +137,7 @@ class CompletionRequest(SamplingFields):
     logprobs: Annotated[int, Strict()] | None = Field(None, ge=0, le=MAX_LOGPROBS)  # false is not 0
     echo: bool = False
     suffix: str | None = None
+    thinking_token_budget: int | None = None  # vLLM's extra: reasoning tokens before the end marker is forced
 
 
 class EmbeddingRequest(_Body):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import orjson
 
@@ -32,9 +33,12 @@ async def events(
     head: Chunks,
     on_output: Callable[[int, RequestOutput], Chunks],
     tail: Callable[[], Chunks],
+    source: Any = None,
 ) -> AsyncIterator[bytes]:
     """The body of a streamed response. A client that leaves cancels this generator
-    (Starlette), which closes the engine streams under it and so aborts them."""
+    (Starlette), which closes the engine streams under it and so aborts them. source: what
+    the outputs come from (a BudgetedReply), the session's own by default."""
+    source = source or session
     try:
         for chunk in head:
             yield sse(chunk)
@@ -43,7 +47,7 @@ async def events(
             chunks = on_output(*item)
             if chunks:  # one write for an output's chunks (n > 1 gives one a choice)
                 yield b"".join(map(sse, chunks))
-            item = await session.next()
+            item = await source.next()
         end = b"".join(map(sse, tail()))
         session.outcome = (200, None)
     except Exception as e:  # noqa: BLE001 - the status line is gone; report in-band
