@@ -146,7 +146,8 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
     app.state.log_tail = tail
     app.state.models = models
     app.state.registry = registry
-    app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers))
+    app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers),
+                                      engine=config.engine, dtype=config.dtype)
     app.state.default_model = config.preload[0] if config.preload else None
     app.state.api_server = {"index": api_server_index, "count": config.api_servers, "pid": os.getpid()}
     warm_requests.install(app)

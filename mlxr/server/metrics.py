@@ -4,12 +4,14 @@ Gauges and counters are read from each engine's EngineStats at scrape time; hist
 observed per request by the routes (see trace.py)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mlxr.config import EngineConfig
 from mlxr.types import EngineStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -47,15 +49,38 @@ def one_two_five_buckets(limit: int) -> tuple[float, ...]:
 class EngineCollector(Collector):
     """Reads the stats of every loaded engine when Prometheus scrapes."""
 
-    def __init__(self, snapshot) -> None:
+    def __init__(self, snapshot, engine: EngineConfig = EngineConfig(), dtype: str | None = None) -> None:
         # snapshot() -> {model_name: EngineStats}; called on the scrape thread.
         self._snapshot = snapshot
+        self._engine, self._dtype = engine, dtype
 
     def collect(self) -> Iterator[Metric]:
         stats = self._snapshot()
         yield from _gauges(stats)
         yield from _counters(stats)
         yield from _tiers(stats)
+        yield from _info(stats, self._engine, self._dtype)
+
+
+CACHE_INFO_LABELS = ("model_name", "engine", "block_size", "cache_dtype", "enable_prefix_caching",
+                     "prefix_caching_hash_algo", "num_gpu_blocks", "num_cpu_blocks", "swap_space")
+
+
+def _info(stats: dict[str, EngineStats], engine: EngineConfig, dtype: str | None) -> Iterator[Metric]:
+    """vLLM's info gauges: the cache's configuration as labels (value 1), and the LoRA adapters
+    running and waiting (none: MLXR serves no adapters yet; the value is the scrape's time, as vLLM's)."""
+    cache = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine's cache_config",
+                              labels=list(CACHE_INFO_LABELS))
+    lora = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
+                             labels=["model_name", "max_lora", "waiting_lora_adapters", "running_lora_adapters"])
+    for model, s in stats.items():
+        # "auto": the KV cache holds the model's activation dtype (vLLM's word for the same default)
+        cache.add_metric([model, "0", str(engine.block_size), dtype or "auto",
+                          str(engine.enable_prefix_caching), "sha256", str(s.kv_blocks_total),
+                          str(s.kv_tiers.get("host", {}).get("capacity_blocks", 0)), str(engine.swap_space_gb)], 1.0)
+        lora.add_metric([model, "0", "", ""], time.time())
+    yield cache
+    yield lora
 
 
 def _gauges(stats: dict[str, EngineStats]) -> Iterator[Metric]:
@@ -146,9 +171,10 @@ def _tiers(stats: dict[str, EngineStats]) -> Iterator[Metric]:
 class ServerMetrics:
     """The app's registry: the engine collector plus per-request histograms."""
 
-    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17, api_server: tuple[int, int] = (0, 1)) -> None:
+    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17, api_server: tuple[int, int] = (0, 1),
+                 engine: EngineConfig = EngineConfig(), dtype: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(EngineCollector(snapshot))
+        self.registry.register(EngineCollector(snapshot, engine, dtype))
         # Under --api-servers N a scrape reaches one API process: this says which, since its
         # request counters and histograms are its own (the engine gauges are the shared core's).
         Gauge("mlxr:api_server_info", "The API process that answered this scrape (index of count)",
