@@ -108,6 +108,9 @@ class ParallelConfig:
         return self.tensor_parallel_size // self.nnodes
 
 
+MAX_DATA_PARALLEL = 64
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Knobs of the serving engine (vLLM names)."""
@@ -170,9 +173,14 @@ class EngineConfig:
     kv_events_replay_endpoint: str | None = None
     kv_events_topic: str = ""
     kv_events_allow_remote: bool = False
-    data_parallel_rank: int = 0  # which replica this core is (batches carry it; ports are offset by it)
+    # Engine cores behind one frontend, each with its own KV cache (engine/frontend/dp_client.py);
+    # data_parallel_rank: which one this core is (its event batches carry it; ports are offset by it).
+    data_parallel_size: int = 1
+    data_parallel_rank: int = 0
 
     def __post_init__(self) -> None:
+        if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
+            raise InvalidParameterError("data_parallel_size", f"must be 1 to {MAX_DATA_PARALLEL}")
         for name in ("kv_events_endpoint", "kv_events_replay_endpoint"):
             if (endpoint := getattr(self, name)) is not None:
                 check_event_endpoint(name, endpoint, self.kv_events_allow_remote)
