@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--kv-cache-preload", type=float, default=0.5,
                    help="at start, fill up to this fraction of the device KV cache with --kv-cache-dir's "
                         "most recently used blocks (0 = restore only when a request asks)")
+    s.add_argument("--data-parallel-size", type=int, default=1,
+                   help="engine cores per model, each its own process with its own KV cache (on CUDA a device "
+                        "each, on the CPU a share of the CPUs); requests go by prefix-cache affinity, then load")
     s.add_argument("--kv-events-endpoint", default=None,
                    help="publish KV-cache events (vLLM's format, for llm-d / Dynamo routers) on a ZMQ PUB socket "
                         "bound here: tcp://127.0.0.1:5557 or ipc://PATH (off when unset)")
@@ -176,6 +179,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         **({} if ns.jump_forward is None else {"jump_forward": ns.jump_forward}),  # unset: EngineConfig reads the env
         kv_events_endpoint=ns.kv_events_endpoint, kv_events_replay_endpoint=ns.kv_events_replay_endpoint,
         kv_events_topic=ns.kv_events_topic, kv_events_allow_remote=ns.kv_events_allow_remote,
+        data_parallel_size=ns.data_parallel_size,
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -269,6 +273,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (ValueError, MLXRError) as e:
         return fail(str(e))
     if config.api_servers > 1:
+        if config.engine.data_parallel_size > 1:
+            return fail("--data-parallel-size above 1 runs behind one API process for now: drop --api-servers")
         return _supervise(config, registry, ns)
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every, ns.max_tokens_default)
 

@@ -164,7 +164,10 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         alive = models.healthy()
-        return JSONResponse({"status": "ok" if alive else "degraded"}, status_code=200 if alive else 503)
+        body = {"status": "ok" if alive else "degraded"}
+        if models.config.engine.data_parallel_size > 1:  # each replica's state (stats wait for a step)
+            body["replicas"] = await asyncio.to_thread(admin.replica_health, models)
+        return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/", response_class=PlainTextResponse)
     async def root() -> str:

@@ -86,6 +86,7 @@ class DPClient:
         return [sum(r.load.values()) if r.client is not None else None for r in self.replicas]
 
     def add_requests(self, requests: list[EngineCoreRequest]) -> None:
+        self._adopt_restarted()
         self._take_events()
         for request in requests:
             loads = self._loads()
@@ -205,6 +206,7 @@ class DPClient:
 
     # --- figures -------------------------------------------------------------------------------
     def stats(self) -> EngineStats:
+        self._adopt_restarted()  # an idle engine does not step: a scrape or /health takes a restarted core in
         per, total = {}, dict.fromkeys(COUNTERS + GAUGES, 0)
         for replica in self.replicas:
             if replica.client is not None:
@@ -216,10 +218,12 @@ class DPClient:
             for f in GAUGES:
                 total[f] += getattr(s, f) if s is not None else 0
             per[str(replica.rank)] = self._replica_figures(replica, s, counts)
-        return EngineStats(**total, max_model_len=self.max_model_len, data_parallel=per)
+        return EngineStats(**total, max_model_len=self.max_model_len, data_parallel=per,
+                           kv_tiers=_summed([r.last.kv_tiers for r in self.replicas if r.last is not None]))
 
     def _replica_figures(self, replica: Replica, s: EngineStats | None, counts: dict[str, int]) -> dict[str, int]:
         return {"up": int(replica.client is not None), "restarts": len(replica.restarts),
+                "pid": getattr(replica.client, "pid", 0) if replica.client is not None else 0,
                 "running": s.num_requests_running if s else 0, "waiting": s.num_requests_waiting if s else 0,
                 "load_tokens": sum(replica.load.values()), "kv_blocks_used": s.kv_blocks_used if s else 0,
                 "kv_blocks_total": s.kv_blocks_total if s else 0,
@@ -246,3 +250,13 @@ class DPClient:
             replica.client = replica.started = None
             replica.events.close()
 
+
+def _summed(tiers: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """The replicas' KV tier figures added up, tier by tier."""
+    out: dict[str, dict[str, int]] = {}
+    for figures in tiers:
+        for tier, values in figures.items():
+            into = out.setdefault(tier, {})
+            for key, value in values.items():
+                into[key] = into.get(key, 0) + value
+    return out
