@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -109,7 +110,8 @@ def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
     n = config.data_parallel_size
     if config.parallel.tensor_parallel_size > 1:
         raise InvalidParameterError("data_parallel_size", "is not offered with tensor_parallel_size > 1 yet")
-    events = config.kv_events_endpoint or f"ipc://{tempfile.mkdtemp(prefix='mlxr-dp-')}/kv-events"
+    private = None if config.kv_events_endpoint else tempfile.mkdtemp(prefix="mlxr-dp-")
+    events = config.kv_events_endpoint or f"ipc://{private}/kv-events"
     cuda = spec.device is not None and torch.device(spec.device).type == "cuda"
     cpus = sorted(os.sched_getaffinity(0))
     share = max(1, len(cpus) // n)
@@ -120,7 +122,8 @@ def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
         own = None if cuda or len(cpus) < n else cpus[rank * share:(rank + 1) * share]
         return MPClient(*core_launch(replace(spec, device=device), ranked), ranked, cpus=own)
 
-    return DPClient(launch, n, config.block_size, events)
+    cleanup = (lambda: shutil.rmtree(private, ignore_errors=True)) if private else (lambda: None)
+    return DPClient(launch, n, config.block_size, events, on_shutdown=cleanup)
 
 
 def attach_engine(spec: ModelSpec, config: EngineConfig, channel: tuple[str, str]) -> Built:

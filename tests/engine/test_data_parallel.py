@@ -54,6 +54,9 @@ def test_greedy_outputs_match_one_core(model, dp2):
     finally:
         one.shutdown()
     assert texts(dp2, batch) == expected
+    pins = [os.sched_getaffinity(pid) for pid in dp2.engine.core.pids()]
+    if len(os.sched_getaffinity(0)) >= 2:  # each core on its own share of the CPUs
+        assert pins[0] and pins[1] and pins[0].isdisjoint(pins[1]), pins
     per = dp2.engine.stats().data_parallel
     assert all(per[r]["placed_load"] + per[r]["placed_prefix"] > 0 for r in ("0", "1")), per  # both served
 

@@ -49,10 +49,11 @@ class Replica:
 
 
 class DPClient:
-    def __init__(self, launch: Callable[[int], ZmqClient], size: int, block_size: int, events_endpoint: str) -> None:
+    def __init__(self, launch: Callable[[int], ZmqClient], size: int, block_size: int, events_endpoint: str,
+                 on_shutdown: Callable[[], None] = lambda: None) -> None:
         """launch(rank) starts replica rank's core, which publishes its KV events at
-        offset_port(events_endpoint, rank)."""
-        self._launch, self._ctx = launch, zmq.Context.instance()
+        offset_port(events_endpoint, rank); on_shutdown runs once every core has stopped."""
+        self._launch, self._ctx, self._on_shutdown = launch, zmq.Context.instance(), on_shutdown
         self.placement = Placement(size, block_size)
         self.replicas = [Replica(r, None, self._subscribe(events_endpoint, r)) for r in range(size)]
         with ThreadPoolExecutor(size) as pool:  # the cores load their weights at the same time
@@ -61,6 +62,9 @@ class DPClient:
             for c in started:
                 if not isinstance(c, Exception):
                     c.shutdown()
+            for r in self.replicas:
+                r.events.close()
+            on_shutdown()
             raise next(c for c in started if isinstance(c, Exception))
         for replica, client in zip(self.replicas, started):
             replica.client = client
@@ -249,6 +253,7 @@ class DPClient:
                     client.shutdown()
             replica.client = replica.started = None
             replica.events.close()
+        self._on_shutdown()
 
 
 def _summed(tiers: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
