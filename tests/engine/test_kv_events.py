@@ -1,6 +1,6 @@
 """KV-cache events as a fleet router reads them: a real ZMQ SUB socket decodes the stream with
 vLLM's published schema (written out below as a schema, independent of MLXR's encoder), and
-the block set it rebuilds after a workload that evicts from the device and the host tier is
+the block set it rebuilds after a workload that evicts from the device, host and disk tiers is
 exactly the engine's own, per medium. Each stored block's hash is checked against a chained
 SHA-256 the test computes from the token ids and parent the event carries."""
 from __future__ import annotations
@@ -162,6 +162,36 @@ def test_subscriber_rebuilds_the_engines_blocks(model):
         assert rebuilt.media.get("GPU", set()) == {last8(h) for h in bm.cached}
         assert rebuilt.media.get("CPU", set()) == {last8(h) for h in host.slot_of}
         assert rebuilt.ranks == {0}
+    finally:
+        llm.shutdown()
+        sub.close(linger=0)
+
+
+def test_the_disk_tier_is_announced(model, tmp_path):
+    """Blocks the disk writer wrote and deleted (a bound of ~10 files against 36 written) are
+    DISK events, reported from the writer's thread and sent while no step runs."""
+    pub = f"tcp://127.0.0.1:{free_port()}"
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(pub)
+    llm = LLM(model, dtype=torch.float32, num_kv_blocks=20, kv_cache_dir=str(tmp_path / "kv"),
+              kv_cache_disk_gb=10 * 9000 / (1 << 30), kv_cache_preload=0.0, kv_events_endpoint=pub)
+    try:
+        disk = llm.engine.core.core.tiers.disk
+        time.sleep(0.5)
+        frames = []
+        for k in range(3):
+            llm.generate([[(5 * k + 3 * i) % 500 + 5 for i in range(200)]], GREEDY)
+            frames += receive(sub, 0.2)  # read as it comes (the start's clear may be missed)
+        assert disk.drain()
+        frames += receive(sub)
+        rebuilt = Rebuilt()
+        for _, _, payload in frames:
+            rebuilt.apply(DECODE.decode(payload))
+        removed = {e.medium for _, _, p in frames for e in DECODE.decode(p).events if isinstance(e, BlockRemoved)}
+        assert "DISK" in removed and 0 < disk.num_blocks < 36
+        assert rebuilt.media.get("DISK", set()) == {last8(h) for h in disk._resident}
+        assert rebuilt.media.get("GPU", set()) == {last8(h) for h in llm.engine.core.core.block_manager.cached}
     finally:
         llm.shutdown()
         sub.close(linger=0)

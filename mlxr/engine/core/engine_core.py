@@ -116,6 +116,8 @@ class EngineCore:
         self.block_manager.events = self.kv_events
         if self.tiers is not None:
             self.tiers.events = self.kv_events
+            if self.tiers.disk is not None:
+                self.tiers.disk.events = self.kv_events
         if self.tiers is not None:
             preload(self.tiers, self.block_manager.adopt, int(config.kv_cache_preload * num_blocks))
         tune_gc_once()

@@ -7,8 +7,10 @@ batches from a sequence number a subscriber sends, then a -1 marker with an empt
 A block is named as vLLM names it by default: the last 8 bytes of its chained SHA-256
 (block_manager.block_hash) as an unsigned big-endian integer. The medium says which tier holds
 it: GPU for the engine's own KV cache (on the CPU too: it is the device cache), CPU for the host
-tier. The core announces a step's events when the step ends (flush), encoding them there; a
-thread sends them, so a slow network never blocks a step."""
+tier, DISK for the disk tier (its writer thread reports a block once written and when it deletes
+one). The core announces a step's events when the step ends (flush), encoding them there; a
+thread sends them, so a slow network never blocks a step, and flushes what the disk writer
+reported while no step runs."""
 from __future__ import annotations
 
 import logging
@@ -25,7 +27,7 @@ from mlxr.config import EngineConfig, offset_port
 
 log = logging.getLogger(__name__)
 
-MEDIUM_DEVICE, MEDIUM_HOST = "GPU", "CPU"
+MEDIUM_DEVICE, MEDIUM_HOST, MEDIUM_DISK = "GPU", "CPU", "DISK"
 END_OF_REPLAY = (-1).to_bytes(8, "big", signed=True)
 MAX_QUEUED_BATCHES = 10_000  # batches waiting for the sender thread; past it a batch is dropped (counted)
 REPLAY_BATCHES = 10_000  # the last batches the replay socket can send again
@@ -85,6 +87,7 @@ class KVEventPublisher:
         self._pending: list[_Event] = []
         self._tail: tuple[bytes, str] | None = None  # (last hash, medium) of the pending BlockStored
         self._seq = 0
+        self._lock = threading.Lock()  # the disk writer's thread reports too
         self.dropped_batches = 0
         self._encoder = msgspec.msgpack.Encoder()
         self._queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue(MAX_QUEUED_BATCHES)
@@ -114,6 +117,10 @@ class KVEventPublisher:
 
     # --- the hooks -----------------------------------------------------------------------------
     def stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], medium: str = MEDIUM_DEVICE) -> None:
+        with self._lock:
+            self._stored(h, parent, tokens, medium)
+
+    def _stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], medium: str) -> None:
         known = self._known.setdefault(h, _Known(parent, tokens, set()))
         if medium in known.media:
             return
@@ -129,11 +136,16 @@ class KVEventPublisher:
 
     def copied(self, h: bytes, medium: str) -> None:
         """A block already announced on another medium now also lives on this one."""
-        known = self._known.get(h)
-        if known is not None:
-            self.stored(h, known.parent, known.tokens, medium)
+        with self._lock:
+            known = self._known.get(h)
+            if known is not None:
+                self._stored(h, known.parent, known.tokens, medium)
 
     def removed(self, h: bytes, medium: str = MEDIUM_DEVICE) -> None:
+        with self._lock:
+            self._removed(h, medium)
+
+    def _removed(self, h: bytes, medium: str) -> None:
         known = self._known.get(h)
         if known is None or medium not in known.media:
             return  # never announced (a restart's preload): nothing to take back
@@ -148,22 +160,24 @@ class KVEventPublisher:
         self._tail = None
 
     def cleared(self) -> None:
-        self._known.clear()
-        self._pending = [AllBlocksCleared()]
-        self._tail = None
+        with self._lock:
+            self._known.clear()
+            self._pending = [AllBlocksCleared()]
+            self._tail = None
 
     # --- publishing ----------------------------------------------------------------------------
     def flush(self) -> None:
         """The step is over: its events leave as one batch."""
-        if not self._pending:
-            return
-        batch = EventBatch(time.time(), self._pending, self.rank)
-        self._pending, self._tail = [], None
-        seq, self._seq = self._seq, self._seq + 1
-        try:
-            self._queue.put_nowait((seq, self._encoder.encode(batch)))
-        except queue.Full:  # the sender is stuck; a subscriber sees the gap in the numbers
-            self.dropped_batches += 1
+        with self._lock:
+            if not self._pending:
+                return
+            batch = EventBatch(time.time(), self._pending, self.rank)
+            self._pending, self._tail = [], None
+            seq, self._seq = self._seq, self._seq + 1
+            try:  # under the lock: batches are queued in their numbers' order
+                self._queue.put_nowait((seq, self._encoder.encode(batch)))
+            except queue.Full:  # the sender is stuck; a subscriber sees the gap in the numbers
+                self.dropped_batches += 1
 
     def _send_loop(self) -> None:
         sent: deque[tuple[int, bytes]] = deque(maxlen=REPLAY_BATCHES)
@@ -173,6 +187,7 @@ class KVEventPublisher:
             try:
                 item = self._queue.get(timeout=0.05)
             except queue.Empty:
+                self.flush()  # the disk writer's reports while no step runs
                 continue
             if item is None:
                 break
