@@ -4,8 +4,10 @@ at least 90% of one replica's); and a replica killed with SIGKILL fails only the
 held, while the other replica's finish unchanged, and comes back."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -112,3 +114,40 @@ def test_a_killed_core_fails_only_its_requests(model, dp2):
         time.sleep(0.1)
     assert engine.stats().data_parallel["0"]["restarts"] == 1
     assert texts(dp2, batch) == [e[:8] for e in expected]  # both replicas serve again
+
+
+def test_replicas_publish_at_offset_ports_with_their_rank(model):
+    """With --kv-events-endpoint, replica r publishes at the port plus r (vLLM's rule) and its
+    batches carry data_parallel_rank r; the router reads the same streams."""
+    import msgspec
+    import zmq
+
+    from server_harness import free_port
+
+    port = free_port()
+    while True:  # two free ports in a row
+        with contextlib.suppress(OSError), socket.socket() as s:
+            s.bind(("127.0.0.1", port + 1))
+            break
+        port = free_port()
+    subs = []
+    for r in range(2):
+        sub = zmq.Context.instance().socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(f"tcp://127.0.0.1:{port + r}")
+        subs.append(sub)
+    llm = LLM(model, dtype=torch.float32, data_parallel_size=2, kv_events_endpoint=f"tcp://127.0.0.1:{port}")
+    try:
+        texts(llm, prompts(8))
+        for r, sub in enumerate(subs):
+            ranks = set()
+            while sub.poll(1500):
+                _, _, payload = sub.recv_multipart()
+                ranks.add(msgspec.msgpack.decode(payload)[2])
+            assert ranks == {r}
+        per = llm.engine.stats().data_parallel
+        assert all(per[r]["blocks_indexed"] > 0 for r in ("0", "1")), per
+    finally:
+        llm.shutdown()
+        for sub in subs:
+            sub.close(linger=0)
