@@ -110,11 +110,14 @@ def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
     n = config.data_parallel_size
     if config.parallel.tensor_parallel_size > 1:
         raise InvalidParameterError("data_parallel_size", "is not offered with tensor_parallel_size > 1 yet")
-    private = None if config.kv_events_endpoint else tempfile.mkdtemp(prefix="mlxr-dp-")
-    events = config.kv_events_endpoint or f"ipc://{private}/kv-events"
     cuda = spec.device is not None and torch.device(spec.device).type == "cuda"
+    if cuda and torch.cuda.device_count() < n:
+        raise InvalidParameterError("data_parallel_size", f"{n} replicas need {n} CUDA devices, "
+                                                          f"{torch.cuda.device_count()} are visible")
     cpus = sorted(os.sched_getaffinity(0))
     share = max(1, len(cpus) // n)
+    private = None if config.kv_events_endpoint else tempfile.mkdtemp(prefix="mlxr-dp-")
+    events = config.kv_events_endpoint or f"ipc://{private}/kv-events"
 
     def launch(rank: int) -> MPClient:
         device = f"cuda:{rank}" if cuda else spec.device

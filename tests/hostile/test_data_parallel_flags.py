@@ -29,3 +29,14 @@ def test_a_size_out_of_range_is_refused(tmp_path, size):
 def test_with_several_api_servers_is_refused(tmp_path):
     err = refused(tmp_path, "--data-parallel-size", "2", "--api-servers", "2")
     assert err.startswith("error: --data-parallel-size above 1") and "--api-servers" in err
+
+
+def test_more_replicas_than_cuda_devices_is_refused():
+    import torch
+
+    from mlxr import LLM
+    from mlxr.errors import InvalidParameterError
+
+    n = max(2, torch.cuda.device_count() + 1)
+    with pytest.raises(InvalidParameterError, match=f"data_parallel_size: {n} replicas need {n} CUDA devices"):
+        LLM(str(fixture_model("tiny-llama").hf_dir), device="cuda", data_parallel_size=n)
