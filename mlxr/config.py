@@ -1,6 +1,7 @@
 """Frozen configuration records built at the edge (CLI, LLM(...)) and passed down."""
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -107,6 +108,9 @@ class ParallelConfig:
         return self.tensor_parallel_size // self.nnodes
 
 
+MAX_DATA_PARALLEL = 64
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Knobs of the serving engine (vLLM names)."""
@@ -162,14 +166,65 @@ class EngineConfig:
     # keys and punctuation), verified like any draft, while at most speculative_max_batch
     # requests run, with or without a speculative_method. MLXR_JUMP_FORWARD=0: off.
     jump_forward: bool = field(default_factory=lambda: _env_flag("MLXR_JUMP_FORWARD", True))
+    # KV-cache events in vLLM's wire format (engine/kv/events.py, docs/serving.md): a ZMQ PUB socket
+    # bound at this address ("tcp://127.0.0.1:5557", "ipc://..."), an optional replay socket
+    # (ROUTER); a non-loopback address needs kv_events_allow_remote (the events carry token ids).
+    kv_events_endpoint: str | None = None
+    kv_events_replay_endpoint: str | None = None
+    kv_events_topic: str = ""
+    kv_events_allow_remote: bool = False
+    # Engine cores behind one frontend, each with its own KV cache (engine/frontend/dp_client.py);
+    # data_parallel_rank: which one this core is (its event batches carry it; ports are offset by it).
+    data_parallel_size: int = 1
+    data_parallel_rank: int = 0
 
     def __post_init__(self) -> None:
+        if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
+            raise InvalidParameterError("data_parallel_size", f"must be 1 to {MAX_DATA_PARALLEL}")
+        for name in ("kv_events_endpoint", "kv_events_replay_endpoint"):
+            if (endpoint := getattr(self, name)) is not None:
+                check_event_endpoint(name, endpoint, self.kv_events_allow_remote)
+        if self.kv_events_replay_endpoint is not None and self.kv_events_endpoint is None:
+            raise InvalidParameterError("kv_events_replay_endpoint", "needs kv_events_endpoint")
         if self.speculative_method not in (None, "ngram", "draft"):
             raise InvalidParameterError("speculative_method", "must be 'ngram' or 'draft'")
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             raise InvalidParameterError("num_speculative_tokens", f"must be 1 to {MAX_SPECULATIVE_TOKENS}")
         if (self.speculative_method == "draft") != (self.speculative_draft_model is not None):
             raise InvalidParameterError("speculative_draft_model", "is needed by, and only by, speculative_method 'draft'")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:  # "*", an interface name, a DNS name: not provably loopback
+        return False
+
+
+def check_event_endpoint(name: str, endpoint: str, allow_remote: bool) -> None:
+    """A ZMQ address the KV events may be bound at: tcp://HOST:PORT or ipc://PATH; HOST must be a
+    loopback one unless allow_remote (a wildcard or a public address shares every prompt's tokens)."""
+    scheme, sep, rest = endpoint.partition("://")
+    if scheme == "ipc" and sep and rest:
+        return
+    host, colon, port = rest.rpartition(":")
+    if scheme != "tcp" or not sep or not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidParameterError(name, f"{endpoint!r} is not tcp://HOST:PORT or ipc://PATH")
+    if not allow_remote and not _is_loopback(host):
+        raise InvalidParameterError(name, f"{endpoint!r} is not a loopback address; KV events carry "
+                                          "prompt token ids, so binding elsewhere needs --kv-events-allow-remote")
+
+
+def offset_port(endpoint: str, rank: int) -> str:
+    """Replica `rank`'s address: a tcp port plus rank, an ipc path with a _dp<rank> suffix (vLLM's rule)."""
+    if rank == 0:
+        return endpoint
+    if endpoint.startswith("ipc://"):
+        return f"{endpoint}_dp{rank}"
+    base, _, port = endpoint.rpartition(":")
+    return f"{base}:{int(port) + rank}"
 
 
 def default_num_threads(usable_cpus: int) -> int:

@@ -4,8 +4,11 @@ the weights there; this process keeps the tokenizer."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgspec
@@ -16,6 +19,8 @@ from mlxr.engine.core.engine_core import CoreParts
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.frontend.attached_client import AttachedClient
 from mlxr.engine.frontend.core_client import MPClient
+from mlxr.engine.frontend.dp_client import DPClient
+from mlxr.errors import InvalidParameterError
 from mlxr.engine.frontend.llm_engine import LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
 
@@ -99,6 +104,31 @@ def core_launch(spec: ModelSpec, config: EngineConfig) -> tuple[str, dict[str, s
     return "mlxr.engine_factory:core_parts", {**spec.as_strings(), "draft": config.speculative_draft_model}
 
 
+def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
+    """N core processes, each on its own CUDA device or its share of this process's CPUs; their
+    KV events go where the user said (each replica at its port offset) or to private sockets."""
+    n = config.data_parallel_size
+    if config.parallel.tensor_parallel_size > 1:
+        raise InvalidParameterError("data_parallel_size", "is not offered with tensor_parallel_size > 1 yet")
+    cuda = spec.device is not None and torch.device(spec.device).type == "cuda"
+    if cuda and torch.cuda.device_count() < n:
+        raise InvalidParameterError("data_parallel_size", f"{n} replicas need {n} CUDA devices, "
+                                                          f"{torch.cuda.device_count()} are visible")
+    cpus = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cpus) // n)
+    private = None if config.kv_events_endpoint else tempfile.mkdtemp(prefix="mlxr-dp-")
+    events = config.kv_events_endpoint or f"ipc://{private}/kv-events"
+
+    def launch(rank: int) -> MPClient:
+        device = f"cuda:{rank}" if cuda else spec.device
+        ranked = replace(config, data_parallel_rank=rank, kv_events_endpoint=events, engine_process=True)
+        own = None if cuda or len(cpus) < n else cpus[rank * share:(rank + 1) * share]
+        return MPClient(*core_launch(replace(spec, device=device), ranked), ranked, cpus=own)
+
+    cleanup = (lambda: shutil.rmtree(private, ignore_errors=True)) if private else (lambda: None)
+    return DPClient(launch, n, config.block_size, events, on_shutdown=cleanup)
+
+
 def attach_engine(spec: ModelSpec, config: EngineConfig, channel: tuple[str, str]) -> Built:
     """An engine over a core process that a supervisor started (`mlxr serve --api-servers N`):
     this process keeps the tokenizer and attaches to the core through its own channel."""
@@ -117,6 +147,8 @@ def _frontend_engine(spec: ModelSpec, config: EngineConfig, connect: Callable[[]
 def build_engine(spec: ModelSpec, config: EngineConfig,
                  progress: Callable[[int, int], None] | None = None) -> Built:
     """progress(done, total) as the weights' tensors are placed (in this process only)."""
+    if config.data_parallel_size > 1:
+        return _frontend_engine(spec, config, lambda: data_parallel_client(spec, config))
     tensor_parallel = config.parallel.tensor_parallel_size > 1
     own_process = True if tensor_parallel else config.engine_process  # the core process is rank 0
     if own_process is None:

@@ -215,6 +215,9 @@ class EngineStats(msgspec.Struct, array_like=True, frozen=True):
     finished_by_reason: dict[str, int] = {}
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
+    # --data-parallel-size N: each replica's own figures by its index ("0".."N-1"): up, restarts,
+    # running, waiting, load_tokens, kv_blocks_used/total, prefix hit/queried tokens, placed_<reason>.
+    data_parallel: dict[str, dict[str, int]] = {}
 
     @property
     def spec_acceptance_rate(self) -> float:

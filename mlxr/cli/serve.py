@@ -58,6 +58,17 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--kv-cache-preload", type=float, default=0.5,
                    help="at start, fill up to this fraction of the device KV cache with --kv-cache-dir's "
                         "most recently used blocks (0 = restore only when a request asks)")
+    s.add_argument("--data-parallel-size", type=int, default=1,
+                   help="engine cores per model, each its own process with its own KV cache (on CUDA a device "
+                        "each, on the CPU a share of the CPUs); requests go by prefix-cache affinity, then load")
+    s.add_argument("--kv-events-endpoint", default=None,
+                   help="publish KV-cache events (vLLM's format, for llm-d / Dynamo routers) on a ZMQ PUB socket "
+                        "bound here: tcp://127.0.0.1:5557 or ipc://PATH (off when unset)")
+    s.add_argument("--kv-events-replay-endpoint", default=None,
+                   help="a ZMQ ROUTER socket bound here resends recent event batches from a sequence number")
+    s.add_argument("--kv-events-topic", default="", help="the topic frame of every KV event message")
+    s.add_argument("--kv-events-allow-remote", action="store_true",
+                   help="allow a non-loopback KV events address (the events carry every prompt's token ids)")
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
     s.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
                    help="speculative decoding: prompt lookup (ngram) or a draft model (draft)")
@@ -122,6 +133,19 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve to anything
 
 
+def kv_events_problem(ns: argparse.Namespace) -> str | None:
+    from mlxr.config import check_event_endpoint
+
+    for flag, endpoint in (("--kv-events-endpoint", ns.kv_events_endpoint),
+                           ("--kv-events-replay-endpoint", ns.kv_events_replay_endpoint)):
+        try:
+            if endpoint is not None:
+                check_event_endpoint(flag, endpoint, ns.kv_events_allow_remote)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
 def api_keys(ns: argparse.Namespace) -> tuple[str, ...]:
     if ns.api_key_file:
         key = Path(ns.api_key_file).expanduser().read_text().strip()
@@ -153,6 +177,9 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
         speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
         **({} if ns.jump_forward is None else {"jump_forward": ns.jump_forward}),  # unset: EngineConfig reads the env
+        kv_events_endpoint=ns.kv_events_endpoint, kv_events_replay_endpoint=ns.kv_events_replay_endpoint,
+        kv_events_topic=ns.kv_events_topic, kv_events_allow_remote=ns.kv_events_allow_remote,
+        data_parallel_size=ns.data_parallel_size,
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -233,7 +260,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     if not is_loopback(ns.host) and not keys and not ns.allow_unauthenticated:
         return fail(f"refusing to listen on {ns.host} without an API key: pass --api-key or "
                     "--api-key-file, or --allow-unauthenticated if you mean it")
-    if (problem := port_problem(ns.host, ns.port)) is not None:
+    if (problem := port_problem(ns.host, ns.port) or kv_events_problem(ns)) is not None:
         return fail(problem)  # before any model loads: a second server fails in a moment
     from mlxr.registry import Registry
     from mlxr.server.logs import setup_logging
@@ -246,6 +273,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (ValueError, MLXRError) as e:
         return fail(str(e))
     if config.api_servers > 1:
+        if config.engine.data_parallel_size > 1:
+            return fail("--data-parallel-size above 1 runs behind one API process for now: drop --api-servers")
         return _supervise(config, registry, ns)
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every, ns.max_tokens_default)
 

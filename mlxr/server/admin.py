@@ -19,6 +19,13 @@ def engine_snapshot(models: ModelManager) -> dict[str, EngineStats]:
     return {name: served.engine.stats() for name, served in list(models.served.items())}
 
 
+def replica_health(models: ModelManager) -> dict[str, list[dict]]:
+    """--data-parallel-size N: per model, each replica's state (a dead one restarts in the background)."""
+    return {name: [{"replica": int(r), "up": bool(f["up"]), "restarts": f["restarts"], "pid": f["pid"], "running": f["running"],
+                    "waiting": f["waiting"]} for r, f in sorted(s.data_parallel.items(), key=lambda kv: int(kv[0]))]
+            for name, s in engine_snapshot(models).items()}
+
+
 @router.get("/admin/stats")
 async def admin_stats(request: Request) -> JSONResponse:
     models: ModelManager = request.app.state.models

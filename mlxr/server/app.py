@@ -146,7 +146,8 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
     app.state.log_tail = tail
     app.state.models = models
     app.state.registry = registry
-    app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers))
+    app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers),
+                                      engine=config.engine, dtype=config.dtype)
     app.state.default_model = config.preload[0] if config.preload else None
     app.state.api_server = {"index": api_server_index, "count": config.api_servers, "pid": os.getpid()}
     warm_requests.install(app)
@@ -163,7 +164,10 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         alive = models.healthy()
-        return JSONResponse({"status": "ok" if alive else "degraded"}, status_code=200 if alive else 503)
+        body = {"status": "ok" if alive else "degraded"}
+        if models.config.engine.data_parallel_size > 1:  # each replica's state (stats wait for a step)
+            body["replicas"] = await asyncio.to_thread(admin.replica_health, models)
+        return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/", response_class=PlainTextResponse)
     async def root() -> str:

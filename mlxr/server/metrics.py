@@ -4,12 +4,14 @@ Gauges and counters are read from each engine's EngineStats at scrape time; hist
 observed per request by the routes (see trace.py)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mlxr.config import EngineConfig
 from mlxr.types import EngineStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -47,15 +49,82 @@ def one_two_five_buckets(limit: int) -> tuple[float, ...]:
 class EngineCollector(Collector):
     """Reads the stats of every loaded engine when Prometheus scrapes."""
 
-    def __init__(self, snapshot) -> None:
+    def __init__(self, snapshot, engine: EngineConfig = EngineConfig(), dtype: str | None = None) -> None:
         # snapshot() -> {model_name: EngineStats}; called on the scrape thread.
         self._snapshot = snapshot
+        self._engine, self._dtype = engine, dtype
 
     def collect(self) -> Iterator[Metric]:
         stats = self._snapshot()
         yield from _gauges(stats)
         yield from _counters(stats)
         yield from _tiers(stats)
+        yield from _info(stats, self._engine, self._dtype)
+        yield from _replicas(stats)
+
+
+REPLICA_METRICS = (  # (name, kind, help, key of EngineStats.data_parallel[replica])
+    ("mlxr:dp_replica_up", "gauge", "1 while the data-parallel replica's engine core runs", "up"),
+    ("mlxr:dp_replica_restarts", "counter", "Times the replica's engine core died and was started again "
+     "(within the last minute)", "restarts"),
+    ("mlxr:dp_replica_requests_running", "gauge", "Requests in the replica's running batch", "running"),
+    ("mlxr:dp_replica_requests_waiting", "gauge", "Requests waiting in the replica", "waiting"),
+    ("mlxr:dp_replica_load_tokens", "gauge", "Prompt and sampled tokens of the requests the replica holds",
+     "load_tokens"),
+    ("mlxr:dp_replica_kv_blocks_used", "gauge", "The replica's KV blocks held by requests", "kv_blocks_used"),
+    ("mlxr:dp_replica_kv_blocks_total", "gauge", "The replica's KV blocks", "kv_blocks_total"),
+    ("mlxr:dp_replica_prefix_cache_hits", "counter", "Prompt tokens the replica found in its prefix cache",
+     "prefix_hit_tokens"),
+    ("mlxr:dp_replica_prefix_cache_queries", "counter", "Prompt tokens the replica looked up in its prefix cache",
+     "prefix_queried_tokens"),
+    ("mlxr:dp_replica_blocks_indexed", "gauge", "Blocks the router knows the replica holds (from its KV events)",
+     "blocks_indexed"),
+)
+
+
+def _replicas(stats: dict[str, EngineStats]) -> Iterator[Metric]:
+    """--data-parallel-size N: each replica's figures (label replica), and the router's placements by reason."""
+    for name, kind, doc, key in REPLICA_METRICS:
+        family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+            name, doc, labels=["model_name", "replica"])
+        for model, s in stats.items():
+            for replica, figures in sorted(s.data_parallel.items()):
+                family.add_metric([model, replica], float(figures[key]))
+        yield family
+    placed = CounterMetricFamily("mlxr:dp_placements", "Requests placed on a replica, by reason (prefix: it held "
+                                 "the longest cached prefix; load: none held one, least loaded; balance: the "
+                                 "prefix holder was too loaded)", labels=["model_name", "replica", "reason"])
+    for model, s in stats.items():
+        for replica, figures in sorted(s.data_parallel.items()):
+            for key, count in sorted(figures.items()):
+                if key.startswith("placed_"):
+                    placed.add_metric([model, replica, key.removeprefix("placed_")], float(count))
+    yield placed
+
+
+CACHE_INFO_LABELS = ("model_name", "engine", "block_size", "cache_dtype", "enable_prefix_caching",
+                     "prefix_caching_hash_algo", "num_gpu_blocks", "num_cpu_blocks", "swap_space")
+
+
+def _info(stats: dict[str, EngineStats], engine: EngineConfig, dtype: str | None) -> Iterator[Metric]:
+    """vLLM's info gauges: the cache's configuration as labels (value 1), and the LoRA adapters
+    running and waiting (none: MLXR serves no adapters yet; the value is the scrape's time, as vLLM's)."""
+    cache = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine's cache_config",
+                              labels=list(CACHE_INFO_LABELS))
+    lora = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
+                             labels=["model_name", "max_lora", "waiting_lora_adapters", "running_lora_adapters"])
+    for model, s in stats.items():
+        host_blocks = str(s.kv_tiers.get("host", {}).get("capacity_blocks", 0))
+        # one sample per engine core (label engine, as vLLM's): a data-parallel replica each
+        engines = {r: f["kv_blocks_total"] for r, f in sorted(s.data_parallel.items())} or {"0": s.kv_blocks_total}
+        for engine_index, blocks in engines.items():
+            # "auto": the KV cache holds the model's activation dtype (vLLM's word for the same default)
+            cache.add_metric([model, engine_index, str(engine.block_size), dtype or "auto",
+                              str(engine.enable_prefix_caching), "sha256", str(blocks), host_blocks,
+                              str(engine.swap_space_gb)], 1.0)
+        lora.add_metric([model, "0", "", ""], time.time())
+    yield cache
+    yield lora
 
 
 def _gauges(stats: dict[str, EngineStats]) -> Iterator[Metric]:
@@ -146,9 +215,10 @@ def _tiers(stats: dict[str, EngineStats]) -> Iterator[Metric]:
 class ServerMetrics:
     """The app's registry: the engine collector plus per-request histograms."""
 
-    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17, api_server: tuple[int, int] = (0, 1)) -> None:
+    def __init__(self, snapshot, max_tokens_bucket: int = 1 << 17, api_server: tuple[int, int] = (0, 1),
+                 engine: EngineConfig = EngineConfig(), dtype: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(EngineCollector(snapshot))
+        self.registry.register(EngineCollector(snapshot, engine, dtype))
         # Under --api-servers N a scrape reaches one API process: this says which, since its
         # request counters and histograms are its own (the engine gauges are the shared core's).
         Gauge("mlxr:api_server_info", "The API process that answered this scrape (index of count)",

@@ -22,6 +22,7 @@ from mlxr.engine.core.warm_up import warm_up
 from mlxr.engine.kv.block_file import Layout
 from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
 from mlxr.engine.kv.disk import DiskStore
+from mlxr.engine.kv.events import KVEventPublisher, make_publisher
 from mlxr.engine.kv.preload import preload
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
@@ -81,6 +82,7 @@ class EngineCore:
                        if config.swap_space_gb > 0 else 0)
         self.host_blocks = host_blocks
         self.tiers: KVTiers | None = None  # none during the warm-up: its synthetic blocks stay out
+        self.kv_events: KVEventPublisher | None = None  # nor are they announced
         self._new_scheduler()
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
@@ -110,6 +112,12 @@ class EngineCore:
             WATCH.warming()
         self.tiers = self._make_tiers()
         self.block_manager.tiers = self.tiers
+        self.kv_events = make_publisher(config)
+        self.block_manager.events = self.kv_events
+        if self.tiers is not None:
+            self.tiers.events = self.kv_events
+            if self.tiers.disk is not None:
+                self.tiers.disk.events = self.kv_events
         if self.tiers is not None:
             preload(self.tiers, self.block_manager.adopt, int(config.kv_cache_preload * num_blocks))
         tune_gc_once()
@@ -130,14 +138,20 @@ class EngineCore:
         return KVTiers(self.kv, host, disk)
 
     def close(self) -> None:
-        """Finish the disk tier's writes (the engine stops)."""
+        """Finish the disk tier's writes and the events' sending (the engine stops)."""
         if self.tiers is not None:
             self.tiers.close()
+        if self.kv_events is not None:
+            self.kv_events.close()
+            self.kv_events = None
 
     def _new_scheduler(self) -> None:
         config = self.config
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
         self.block_manager.tiers = self.tiers
+        self.block_manager.events = self.kv_events
+        if self.kv_events is not None:
+            self.kv_events.cleared()
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
             self.block_manager,
@@ -198,6 +212,12 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         """One step: schedule -> execute (queued on the device) -> land the step before it.
         Returns the outputs of every step that landed in it."""
+        outputs = self._step()
+        if self.kv_events is not None:
+            self.kv_events.flush()
+        return outputs
+
+    def _step(self) -> list[EngineCoreOutput]:
         flight = self.in_flight
         outputs = self.structured.admit(self.scheduler, not self.scheduler.has_unfinished and flight.empty)
         if flight.forwarded and (self._may_draft() or not self.structured.live):
@@ -295,6 +315,8 @@ class EngineCore:
             bm.commit_blocks(blocks, token_ids)  # computed: its full blocks join the prefix cache
         finally:
             bm.release_blocks(blocks)
+            if self.kv_events is not None:
+                self.kv_events.flush()
 
     def stats(self) -> EngineStats:
         """The core's part of the engine's stats (the frontend adds its own counts)."""

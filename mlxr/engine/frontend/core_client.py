@@ -142,9 +142,9 @@ class ZmqClient:
             with contextlib.suppress(EngineDeadError):
                 self._send(AbortRequests(request_ids))
 
-    def step(self) -> list[EngineCoreOutput]:
+    def step(self, timeout_ms: int | None = None) -> list[EngineCoreOutput]:
         if not self._buffer:
-            self._receive(self.POLL_MS)
+            self._receive(self.POLL_MS if timeout_ms is None else timeout_ms)
         outputs, self._buffer = self._buffer, []
         return outputs
 
@@ -179,6 +179,11 @@ class ZmqClient:
 
     def alive(self) -> bool:
         return self.dead is None and self._exit_status() is None
+
+    @property
+    def outputs_socket(self) -> zmq.Socket:
+        """What a client of several cores polls (data parallelism: dp_client.py)."""
+        return self._in
 
     def close(self) -> None:
         self._out.close(linger=0)
@@ -233,12 +238,17 @@ class MPClient(ZmqClient):
     """The core in a process this client starts and stops (core_proc.py)."""
 
     def __init__(self, factory: str, factory_kwargs: dict[str, str | None], config: EngineConfig,
-                 start_timeout_s: float = 900.0) -> None:
+                 start_timeout_s: float = 900.0, cpus: list[int] | None = None) -> None:
+        """cpus: the CPUs the core may run on (a data-parallel replica's share), its threads one each."""
         self._dir = tempfile.mkdtemp(prefix="mlxr-core-")
         channel = (f"ipc://{self._dir}/requests", f"ipc://{self._dir}/outputs")
         super().__init__(*channel)
         launch = CoreLaunch([channel], factory, factory_kwargs, config, os.getpid())
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core.core_proc"], stdin=subprocess.PIPE)
+        env = None if cpus is None else {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core.core_proc"], stdin=subprocess.PIPE,
+                                     env=env)
+        if cpus is not None:  # before it imports torch (a second or more): its thread pool sees the share
+            os.sched_setaffinity(self.proc.pid, cpus)
         self.proc.stdin.write(msgspec.msgpack.encode(launch))
         self.proc.stdin.close()
         try:

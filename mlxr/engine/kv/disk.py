@@ -25,6 +25,7 @@ from mlxr.engine.kv.block_file import BlockIdentity, BlockRejected, Layout, priv
 from mlxr.engine.kv.disk_dir import (layout_directory, private_directory, remove_block_file, seal_key,
                                      sweep_temporaries)
 from mlxr.engine.kv.disk_index import connect, open_index
+from mlxr.engine.kv.events import MEDIUM_DISK
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class DiskStore:
         self.db_path = open_index(self.root)
         self.counters = DiskCounters()
         self.opener: Callable = private_open  # where files are opened for writing (tests inject a full disk)
+        self.events = None  # kv/events.py's publisher: told of each block written and deleted (writer thread)
         self._lock = threading.Lock()
         self._resident: set[bytes] = set()
         self._pending: set[bytes] = set()
@@ -273,6 +275,8 @@ class DiskStore:
             self._resident.add(h)
             self.total_bytes += size
         self.counters.bytes_written += len(payload)
+        if self.events is not None:
+            self.events.stored(h, block.parent, block.tokens, MEDIUM_DISK)
 
     def _evict(self, db: sqlite3.Connection) -> None:
         """Least recently used files go, of any layout, until the directory is within its bound."""
@@ -304,4 +308,6 @@ class DiskStore:
                     self.total_bytes -= got[0]
                 if layout == self.layout.key():
                     self._resident.discard(h)
+            if self.events is not None and layout == self.layout.key():
+                self.events.removed(h, MEDIUM_DISK)
         db.commit()

@@ -23,6 +23,7 @@ import torch
 from mlxr.engine.kv.block_file import REASONS, BlockIdentity
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.kv.disk import DiskStore
+from mlxr.engine.kv.events import MEDIUM_HOST, KVEventPublisher
 from mlxr.engine.kv.staging import StagedRow, StagingRows, one_thread
 from mlxr.engine.kv.tier_copies import plan, runs
 
@@ -95,12 +96,18 @@ class KVTiers:
         self.preloaded = 0  # blocks a restart's preload put on the device (kv/preload.py)
         # ("save", device block, host slot) | ("load", source, device block) | ("persist", identity, device block)
         self._ops: list[tuple] = []
+        self.events: KVEventPublisher | None = None  # the host tier's blocks are announced as medium CPU
 
     # --- the block manager's hooks -------------------------------------------------------------
     def evicted(self, h: bytes, block: int) -> None:
         """A cached block leaves the device: keep a copy in host memory."""
         if self.host is not None and self.host.get(h) is None:
+            dropped = None if self.host.free else next(iter(self.host.slot_of))
             self._ops.append(("save", block, self.host.assign(h)))
+            if self.events is not None:
+                if dropped is not None:
+                    self.events.removed(dropped, MEDIUM_HOST)
+                self.events.copied(h, MEDIUM_HOST)
 
     def committed(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...]) -> None:
         """A block was computed and published (hashed as block_hash(parent, tokens)): write it

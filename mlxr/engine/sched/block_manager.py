@@ -42,6 +42,14 @@ class LowerTiers(Protocol):
     def load(self, source: object, block: int) -> None: ...
 
 
+class BlockEvents(Protocol):
+    """Told when a prefix block joins or leaves the device's cache (kv/events.py publishes it)."""
+
+    def stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...]) -> None: ...
+
+    def removed(self, h: bytes) -> None: ...
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
         assert num_blocks > 0 and block_size > 0
@@ -57,6 +65,7 @@ class BlockManager:
         # walked every free block (~4 ms for 65k blocks, in the core loop every stats snapshot).
         self.num_cached_free = 0
         self.tiers: LowerTiers | None = None
+        self.events: BlockEvents | None = None
 
     # --- figures -------------------------------------------------------------------------
     def usage(self) -> BlockUsage:
@@ -89,6 +98,8 @@ class BlockManager:
             del self.cached[old_hash]
             if self.tiers is not None:
                 self.tiers.evicted(old_hash, block)
+            if self.events is not None:
+                self.events.removed(old_hash)
         self.ref_counts[block] = 1
         return block
 
@@ -196,6 +207,9 @@ class BlockManager:
                 self.tiers.load(source, block)
                 self.cached[h] = block
                 self.hash_of[block] = h
+                if self.events is not None:
+                    parent = seq.block_hashes[-1] if seq.block_hashes else None
+                    self.events.stored(h, parent, self._block_tokens(seq, len(seq.block_table)))
                 seq.block_table.append(block)
                 seq.block_hashes.append(h)
             else:
@@ -254,6 +268,8 @@ class BlockManager:
             self.hash_of[block] = h
             if self.tiers is not None:
                 self.tiers.committed(h, block, parent, tokens)
+            if self.events is not None:
+                self.events.stored(h, parent, tokens)
 
     def _block_tokens(self, seq: Request, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
