@@ -37,7 +37,8 @@ SWITCHES: tuple[Switch, ...] = (
            "Every verb's --home wins over it."),
     Switch("MLXR_CACHE_DIR", "path", "~/.cache/mlxr",
            "Where the C kernels are compiled to and cached (its kernels/ folder), keyed by a hash of "
-           "the source, the flags and the CPU's features."),
+           "the source, the flags and the CPU's features; and Triton's GPU kernels (triton/<Triton "
+           "version>/, unless TRITON_CACHE_DIR is set), so a restart loads what the first start compiled."),
     Switch("MLXR_API_KEY", "string", "unset (no key)",
            "The Bearer key of `mlxr serve` when neither --api-key nor --api-key-file is given; "
            "`mlxr ps` sends it too. A blank value is refused."),
