@@ -57,6 +57,10 @@ SWITCHES: tuple[Switch, ...] = (
            "One time budget for all of a request's grammar checks (response_format, forced tool "
            "calls); a check past it is stopped and the request is a 400; read per request."),
     # Engine
+    Switch("MLXR_QUANT_GEMM_TABLE", "path or `none`", "mlxr/ops/quant/gemm_table.json",
+           "The measured table from which GGUF products of more than 16 rows on the GPU pick the fused "
+           "tensor-core GEMM or dequantize + cuBLAS (bench/kernels/quant_gemm_table.py writes it); "
+           "`none` takes dequantize + cuBLAS everywhere (A/B runs); read once."),
     Switch("MLXR_NUM_THREADS", "int, 1-1024", "every CPU the process may use",
            "CPU threads for the model's math when --threads is not given (generate, run, bench, serve)."),
     Switch("MLXR_ENGINE_PROCESS", "flag (1/true/yes/on, else off)",

@@ -102,3 +102,13 @@ def test_committed_table_is_well_formed():
             assert (r["config"] is None) == (r["path"] == "dequant"), r
             assert r["best_us"] <= r["dequant_us"] * 1.0001, r  # the winner is the faster one
     json.dumps(table)
+
+
+def test_the_table_can_be_switched_off(monkeypatch):
+    """MLXR_QUANT_GEMM_TABLE=none: no table, so every product past 16 rows dequantizes (A/B runs)."""
+    gt.load_table.cache_clear()
+    monkeypatch.setenv("MLXR_QUANT_GEMM_TABLE", "none")
+    try:
+        assert gt.load_table() == {}
+    finally:
+        gt.load_table.cache_clear()

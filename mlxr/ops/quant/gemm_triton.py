@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -28,8 +29,12 @@ TABLE_PATH = Path(__file__).with_name("gemm_table.json")
 
 
 @functools.cache
-def load_table(path: str = str(TABLE_PATH)) -> dict:
-    """The measured table ({} where none is committed)."""
+def load_table(path: str | None = None) -> dict:
+    """The measured table: MLXR_QUANT_GEMM_TABLE's file (`none`: no table, so dequantize + cuBLAS
+    everywhere, for A/B runs), else the committed one; {} where there is none."""
+    path = path or os.environ.get("MLXR_QUANT_GEMM_TABLE") or str(TABLE_PATH)
+    if path == "none":
+        return {}
     p = Path(path)
     return json.loads(p.read_text()) if p.exists() else {}
 
