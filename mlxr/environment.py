@@ -37,7 +37,8 @@ SWITCHES: tuple[Switch, ...] = (
            "Every verb's --home wins over it."),
     Switch("MLXR_CACHE_DIR", "path", "~/.cache/mlxr",
            "Where the C kernels are compiled to and cached (its kernels/ folder), keyed by a hash of "
-           "the source, the flags and the CPU's features."),
+           "the source, the flags and the CPU's features; and Triton's GPU kernels (triton/<Triton "
+           "version>/, unless TRITON_CACHE_DIR is set), so a restart loads what the first start compiled."),
     Switch("MLXR_API_KEY", "string", "unset (no key)",
            "The Bearer key of `mlxr serve` when neither --api-key nor --api-key-file is given; "
            "`mlxr ps` sends it too. A blank value is refused."),
@@ -60,6 +61,10 @@ SWITCHES: tuple[Switch, ...] = (
            "reasoning_effort, Ollama think levels) before the end of the reasoning is forced; "
            "\"high\" is bounded by max_tokens alone; read per request, a level given badly keeps its default."),
     # Engine
+    Switch("MLXR_QUANT_GEMM_TABLE", "path or `none`", "mlxr/ops/quant/gemm_table.json",
+           "The measured table from which GGUF products of more than 16 rows on the GPU pick the fused "
+           "tensor-core GEMM or dequantize + cuBLAS (bench/kernels/quant_gemm_table.py writes it); "
+           "`none` takes dequantize + cuBLAS everywhere (A/B runs); read once."),
     Switch("MLXR_NUM_THREADS", "int, 1-1024", "every CPU the process may use",
            "CPU threads for the model's math when --threads is not given (generate, run, bench, serve)."),
     Switch("MLXR_ENGINE_PROCESS", "flag (1/true/yes/on, else off)",

@@ -116,3 +116,31 @@ def test_a_wave_prefills_a_batch_of_rows_off_the_multiples_of_16(model_dir):
                               parts=SimpleNamespace(device=torch.device("cuda")))
     sizes = {len(w) for w in waves(as_cuda)}
     assert any(MIN_ROWS <= n <= MAX_ROWS and n % 16 for n in sizes), sizes
+
+
+def test_triton_kernels_are_cached_in_a_versioned_folder_of_the_mlxr_cache(monkeypatch, tmp_path):
+    """A restart finds what the first start compiled: the folder is stable (MLXR_CACHE_DIR) and
+    named by Triton's version; a TRITON_CACHE_DIR the user set wins."""
+    import triton
+
+    from mlxr.engine.core.compile_watch import use_kernel_cache
+
+    monkeypatch.setenv("MLXR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    use_kernel_cache()
+    import os
+
+    want = tmp_path / "triton" / triton.__version__
+    assert os.environ["TRITON_CACHE_DIR"] == str(want) and want.is_dir()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    use_kernel_cache()
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_compile_seconds_are_summed():
+    from mlxr.engine.core.compile_watch import CompileWatch
+
+    watch = CompileWatch()
+    watch._count("a(x)", 1.5)
+    watch._count("b(x)", 0.25)
+    assert (watch.total, watch.seconds) == (2, 1.75)

@@ -89,6 +89,7 @@ class EngineCore:
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
         max_blocks_per_seq = self.block_manager.blocks_for(self.max_model_len)
         max_rows = None  # a step's decode rows at most (a draft token is a row): the largest graph
+        WATCH.install()  # before graph capture: it compiles most kernels, and its budget leaves them out
         if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
             max_rows = min(max(config.max_num_seqs, _drafting_rows(config, parts)), config.cuda_graph_max_batch)
             self.runner.enable_cuda_graphs(

@@ -5,6 +5,7 @@ compiles and every graph is used before the first user request. Then the core st
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 
@@ -89,10 +90,16 @@ def warm_up(core) -> None:
     rng = random.Random(0)
     vocab = core.parts.args.vocab_size
     steps = requests = 0
-    for w, wave in enumerate(waves(core)):
+    plan = waves(core)
+    t_log = t0
+    for w, wave in enumerate(plan):
         if time.perf_counter() - t0 > budget:
             log.warning("warm-up stopped at its %.0fs budget after %d waves", budget, w)
             break
+        if time.perf_counter() - t_log > 2.0:  # progress, not silence, while kernels compile
+            log.info("warming up: wave %d of %d, %.1fs so far, %d kernels compiled", w + 1, len(plan),
+                     time.perf_counter() - t0, WATCH.total)
+            t_log = time.perf_counter()
         for n, params in wave:
             ids = [rng.randrange(vocab) for _ in range(n)]
             core.add_request(EngineCoreRequest(f"warm-up-{requests}", ids, params, params.max_tokens, [], time.monotonic()))
@@ -105,5 +112,6 @@ def warm_up(core) -> None:
     warm_structured_mask(core)
     core.reset()
     WATCH.mark_warm()
-    log.info("warm-up: %d requests, %d steps in %.1fs; %d kernels compiled", requests, steps,
-             time.perf_counter() - t0, WATCH.total)
+    log.info("warm-up: %d requests, %d steps in %.1fs; %d kernels compiled (%.1fs compiling) into %s",
+             requests, steps, time.perf_counter() - t0, WATCH.total, WATCH.seconds,
+             os.environ.get("TRITON_CACHE_DIR", "Triton's default cache"))

@@ -32,13 +32,13 @@ Kernels and the paths of `qmatmul_triton` (x has M rows):
   re-read by every row of threads) saturate L1, and the unpacking costs ~8-14 SASS instructions
   per weight. Next steps: one 16-byte header load per super-block shared by its units, the
   activations staged once per program, fewer unpack instructions (packed half2 tricks).
-- M > 16 (`qmatmul_triton`): `dequantize_triton` into a buffer of x's dtype, then torch.matmul
-  (cuBLAS). The alternative, a Triton GEMM that dequantizes each weight tile in registers and
-  multiplies it with tl.dot (`qmatmul_fused_triton`), was measured against it on an H200 at
-  128..2048 rows and lost everywhere (e.g. Q4_K 5632x2048, bf16: 512 rows 175 us fused vs 38 us
-  dequant+matmul; 2048 rows 526 vs 83 us): the in-register dequantization of every weight tile
-  for every row tile costs more than writing and re-reading the bf16 weight once, and cuBLAS's
-  GEMM is far ahead of this Triton GEMM. GEMM_DEQUANT_MIN_M holds the switch.
+- M > 16 (`qmatmul_triton`, 16-bit x): gemm_triton.py picks, from a table measured on the
+  device (gemm_table.json, bench/kernels/quant_gemm_table.py), the fused tensor-core GEMM
+  (`_qdot_kernel` with split-K: each weight byte read once per BM rows, dequantized in registers)
+  or `dequantize_triton` into a bf16 buffer and torch.matmul (cuBLAS). The latter moves ~8x the
+  GGUF weight's bytes a call, so the fused kernel wins at decode batch sizes; cuBLAS wins once the
+  product is compute-bound (an earlier sweep at 128..2048 rows with one large fused tile, e.g.
+  Q4_K 5632x2048 at 512 rows: 175 us fused vs 38 us). float32 x: always the latter.
 - Split-K: see blocks_triton.py (`_finish`).
 """
 from __future__ import annotations
@@ -51,13 +51,11 @@ from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type
 from mlxr.ops.quant.blocks_triton import FMA_MAX_M, _CODES, _cols, _deq, _finish, _pieces, _raw, _split
+from mlxr.ops.quant.gemm_triton import choose
 
 _X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# Rows of x from which qmatmul_triton dequantizes to a buffer and calls torch.matmul. On an H200
-# that beat the fused tensor-core GEMM at every size measured (128..2048 rows, 2048..32000 x
-# 2048..5632, bf16 x: 1.2x to 7x; bench/results/quant_kernels_*.json "gemm_paths"), so it is
-# the path for every M > 16; the fused kernel stays as qmatmul_fused_triton.
+# Rows from which qmatmul_triton leaves the GEMVs for gemm_triton's measured choice.
 GEMM_DEQUANT_MIN_M = 17
 
 
@@ -315,8 +313,9 @@ def qgemv_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out:
 
 def qmatmul_fused_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *, out: torch.Tensor | None = None,
                          config: dict | None = None) -> torch.Tensor:
-    """The fused tensor-core GEMM for any number of rows (qmatmul_triton's path for 16-bit x
-    from 17 to GEMM_DEQUANT_MIN_M - 1 rows). `config`: bm, bn, u, warps, stages."""
+    """The fused tensor-core GEMM for any number of rows (qmatmul_triton's path past 16 rows where
+    gemm_triton's table says so). `config`: bm, bn, u, warps, stages, per_sm (split-K aims at that
+    many programs a multiprocessor; 0: no split), split (programs along K, overriding per_sm)."""
     qt = _check(raw, qtype, k)
     x2 = _check_x(x, raw, k)
     m, n = x2.shape[0], raw.shape[0]
@@ -331,17 +330,23 @@ def qmatmul_fused_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int,
         bm, bn, u, warps = 64, 64, 2, 4
     u = _units_per_step(k // 32, u)
     n_iters = k // 32 // u
-    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), 1)
-    _qdot_kernel[grid](x2, raw, raw.view(torch.int16), out, out, out, m, n, n_iters, n_iters, 1,
+    n_tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    split, per = 1, n_iters
+    if cfg.get("split") is not None or cfg.get("per_sm"):
+        split, per = _split(n_tiles, n_iters, x.device, cfg.get("split"), cfg.get("per_sm") or 1)
+    part = torch.empty(split * n_tiles * bm * bn if split > 1 else 1, dtype=torch.float32, device=x.device)
+    cnt = ticket_counters(x.device, n_tiles) if split > 1 else part
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), split)
+    _qdot_kernel[grid](x2, raw, raw.view(torch.int16), out, part, cnt, m, n, n_iters, per, split,
                        x2.stride(0), raw.stride(0), out.stride(0),
-                       QT=qt, BM=bm, BN=bn, U=u, SPLIT=False, IEEE=_ieee(x), num_warps=warps, num_stages=stages)
+                       QT=qt, BM=bm, BN=bn, U=u, SPLIT=split > 1, IEEE=_ieee(x), num_warps=warps, num_stages=stages)
     return out.reshape(*x.shape[:-1], n)
 
 
 def qmatmul_dequant_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
                            out: torch.Tensor | None = None) -> torch.Tensor:
-    """dequantize_triton into a buffer of x's dtype, then torch.matmul (qmatmul_triton's path from
-    GEMM_DEQUANT_MIN_M rows, and for float32 x from 17 rows)."""
+    """dequantize_triton into a buffer of x's dtype, then torch.matmul (qmatmul_triton's path past
+    16 rows where gemm_triton's table says so, and for float32 x)."""
     _check(raw, qtype, k)
     x2 = _check_x(x, raw, k)
     m, n = x2.shape[0], raw.shape[0]
@@ -358,7 +363,10 @@ def qmatmul_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
     m = x.numel() // k if k else 0
     if 1 <= m <= 16:
         return qgemv_triton(x, raw, qtype, k, out=out)
-    if m >= GEMM_DEQUANT_MIN_M or x.dtype == torch.float32:
+    if x.dtype == torch.float32 or m == 0:
         # float32 x: cuBLAS's float32 GEMM beats the fused kernel's CUDA-core IEEE dot.
         return qmatmul_dequant_triton(x, raw, qtype, k, out=out)
-    return qmatmul_fused_triton(x, raw, qtype, k, out=out)
+    cfg = choose(qtype, m, raw.shape[0], k, x)  # gemm_triton.py's measured table
+    if cfg is None:
+        return qmatmul_dequant_triton(x, raw, qtype, k, out=out)
+    return qmatmul_fused_triton(x, raw, qtype, k, out=out, config=cfg)
