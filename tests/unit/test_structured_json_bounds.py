@@ -60,3 +60,21 @@ def test_unique_items_is_accepted():
     spec = SO(json={"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 3}, "uniqueItems": True})
     check(spec)
     assert follows(spec.json, "[1, 2]")
+
+
+def test_an_object_that_says_nothing_of_other_keys_takes_no_others():
+    point = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+             "required": ["x", "y"]}
+    assert follows(point, '{"x": 2, "y": 3}')
+    assert not follows(point, '{"x": 2, "y": 3, "p1x"')  # what a sampled model wrote until max_tokens
+    nested = {"type": "object", "properties": {"p": point}, "required": ["p"]}
+    assert not follows(nested, '{"p": {"x": 2, "y": 3, "z"')
+
+
+def test_objects_that_allow_other_keys_or_merge_under_all_of_keep_them():
+    open_point = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
+                  "additionalProperties": True}
+    assert follows(open_point, '{"x": 2, "y": 3}')
+    merged = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                        {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
+    assert all("additionalProperties" not in branch for branch in bounded_schema(merged)["allOf"])

@@ -11,7 +11,13 @@ What is added, only where the schema says nothing itself:
 Whitespace is already bounded: grammar.JSON_STYLE allows none outside strings.
 
 "uniqueItems" (which llguidance does not implement: it refused the schema with a 400) is taken
-out of the grammar: the schema is accepted and its arrays' items are not kept apart."""
+out of the grammar: the schema is accepted and its arrays' items are not kept apart.
+
+An object schema ({"type": "object"} with "properties") that says nothing of other keys gets
+"additionalProperties": false, as vLLM's xgrammar backend treats it by default (its strict
+mode): a sampled model otherwise adds keys without end ({"x": 2, "y": 3, "p1x": 4, "p2x": ...}
+until max_tokens). Objects under allOf, and those holding one, keep the JSON Schema default,
+since another branch may define the keys."""
 from __future__ import annotations
 
 import copy
@@ -29,7 +35,10 @@ _UPPER = ("maximum", "exclusiveMaximum")
 def bounded_schema(doc: object) -> object:
     """A copy of the parsed schema doc with the bounds above, without uniqueItems."""
     doc = copy.deepcopy(doc)
+    merged = _under_all_of(doc)
     for node in _schema_nodes(doc):
+        if _closable(node) and id(node) not in merged:
+            node["additionalProperties"] = False
         if isinstance(node.get("uniqueItems"), bool):  # not a property named so
             node.pop("uniqueItems")
         types = node.get("type")
@@ -50,6 +59,21 @@ def _bound_number(node: dict, fractional: bool) -> None:
         node["maximum"] = INTEGER_BOUND
     if fractional and "multipleOf" not in node:
         node["multipleOf"] = NUMBER_STEP
+
+
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "enum", "const")
+
+
+def _closable(node: dict) -> bool:
+    types = node.get("type")
+    is_object = types == "object" or (isinstance(types, list) and "object" in types)
+    return is_object and isinstance(node.get("properties"), dict) and not any(k in node for k in _OPEN_KEYS)
+
+
+def _under_all_of(doc: object) -> set[int]:
+    """ids of the schemas listed directly in an allOf."""
+    return {id(branch) for node in _schema_nodes(doc) if isinstance(node.get("allOf"), list)
+            for branch in node["allOf"] if isinstance(branch, dict)}
 
 
 def _schema_nodes(doc: object):
