@@ -10,9 +10,9 @@ import torch
 from mlxr.config import EngineConfig, ParallelConfig
 from mlxr.errors import InvalidParameterError
 from mlxr.engine_factory import ModelSpec, build_engine
-from mlxr.types import RequestOutput, SamplingParams
+from mlxr.types import ImagePrompt, RequestOutput, SamplingParams
 
-PromptList = str | Seq[str] | Seq[Seq[int]]
+PromptList = str | ImagePrompt | Seq[str | ImagePrompt] | Seq[Seq[int]]
 
 
 class LLM:
@@ -81,17 +81,17 @@ class LLM:
         return self.generate([ids], sampling_params)[0]
 
 
-def _normalize_prompts(prompts: PromptList) -> list[str | list[int]]:
-    if isinstance(prompts, str):
+def _normalize_prompts(prompts: PromptList) -> list[str | list[int] | ImagePrompt]:
+    if isinstance(prompts, (str, ImagePrompt)):
         return [prompts]
-    out: list[str | list[int]] = []
+    out: list[str | list[int] | ImagePrompt] = []
     for p in prompts:
-        if isinstance(p, str):
+        if isinstance(p, (str, ImagePrompt)):
             out.append(p)
         elif isinstance(p, Seq) and all(isinstance(t, int) for t in p):
             out.append(list(p))
         else:
-            raise InvalidParameterError("prompts", "each prompt must be a string or a list of token ids")
+            raise InvalidParameterError("prompts", "each prompt must be a string, an ImagePrompt or a list of token ids")
     if not out:
         raise InvalidParameterError("prompts", "no prompts given")
     return out

@@ -182,9 +182,19 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprobs | None] | None = None
 
 
+@dataclass(frozen=True)
+class ImagePrompt:
+    """A prompt with images (encoded files: PNG, JPEG, ...). text holds the model's image marker
+    once per image, in order (a chat template writes them for image parts); a text with none
+    gets them all in front."""
+
+    text: str
+    images: tuple[bytes, ...]
+
+
 class EngineStats(msgspec.Struct, array_like=True, frozen=True):
     """A snapshot of the engine, readable at any time (the server exports it). The engine core
-    sends its part (the fields up to jump_forward_accepted_tokens; records.py's CoreOutputs);
+    sends its part (the fields up to vision_encoder_calls; records.py's CoreOutputs);
     the frontend adds its own counts (num_aborted onwards)."""
 
     num_requests_running: int
@@ -210,6 +220,7 @@ class EngineStats(msgspec.Struct, array_like=True, frozen=True):
     jump_forward_drafts: int = 0
     jump_forward_draft_tokens: int = 0
     jump_forward_accepted_tokens: int = 0
+    vision_encoder_calls: int = 0  # images run through a vision tower
     # The frontend's counts (each API process its own under --api-servers N).
     num_aborted: int = 0
     finished_by_reason: dict[str, int] = {}

@@ -19,6 +19,16 @@ class TokenLogprob(msgspec.Struct, array_like=True, frozen=True):
 
 
 # --- frontend -> core ------------------------------------------------------------------------
+class ImageInput(msgspec.Struct, array_like=True, frozen=True):
+    """One image of a prompt: its preprocessed pixels and where its placeholder tokens sit."""
+
+    digest: bytes  # SHA-256 of the image file's bytes: part of the prefix-cache key of its blocks
+    offset: int  # the prompt position of its first placeholder token
+    length: int  # its placeholder tokens
+    pixels: bytes  # float32, C order, of `shape` ([channels, height, width])
+    shape: list[int]
+
+
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """One sequence to generate (the frontend splits a request of n samples into n of these)."""
 
@@ -28,6 +38,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     max_tokens: int  # the effective limit (the context's room when the user gave none)
     eos_token_ids: list[int]
     arrival_time: float
+    images: list[ImageInput] = []  # in prompt order, their spans disjoint
 
 
 # --- core -> frontend ------------------------------------------------------------------------
@@ -60,6 +71,7 @@ class NewRequestData(msgspec.Struct, array_like=True, omit_defaults=True):
     params: SamplingParams
     eos_token_ids: list[int]
     block_ids: list[int]
+    images: list[ImageInput] = []
 
 
 class SchedulerOutput(msgspec.Struct, array_like=True, omit_defaults=True):
