@@ -26,18 +26,18 @@ def picture(width: int, height: int, mode: str, seed: int = 0):
     base = np.stack([x / max(width - 1, 1), y / max(height - 1, 1), ((x + y) % 37) / 36.0], axis=-1)
     noisy = np.clip(base * 200 + rng.normal(0, 25, base.shape), 0, 255).astype(np.uint8)
     noisy[height // 3: height // 2, width // 4: width // 3] = (250, 10, 10)
-    rgb = Image.fromarray(noisy, "RGB")
+    rgb = Image.fromarray(noisy)
     if mode == "RGBA" or mode == "LA":
-        alpha = Image.fromarray(((x * 255 / max(width, 1)) % 256).astype(np.uint8), "L")
+        alpha = Image.fromarray(((x * 255 / max(width, 1)) % 256).astype(np.uint8))
         img = rgb.convert("RGBA" if mode == "RGBA" else "L").copy()
         img.putalpha(alpha)
         return img
     if mode == "P":
-        img = rgb.quantize(64, seed=0) if hasattr(rgb, "quantize") else rgb.convert("P")
+        img = rgb.quantize(64)
         img.info["transparency"] = 0
         return img
     if mode == "I;16":
-        return Image.fromarray((noisy[..., 0].astype(np.uint16) * 257), "I;16")
+        return Image.fromarray(noisy[..., 0].astype(np.uint16) * 257)
     return rgb.convert(mode)
 
 

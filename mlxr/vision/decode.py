@@ -63,4 +63,4 @@ def _to_8bit(image: Image.Image) -> Image.Image:
     else:
         top = 65535.0 if image.mode.startswith("I;16") or values.max(initial=0) <= 65535 else float(values.max())
         scaled = np.clip(values.astype(np.float64), 0, top) * (255.0 / top)
-    return Image.fromarray(np.round(scaled).astype(np.uint8), mode="L")
+    return Image.fromarray(np.round(scaled).astype(np.uint8))
