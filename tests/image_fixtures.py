@@ -49,3 +49,11 @@ def encoded(width: int, height: int, mode: str, fmt: str, seed: int = 0) -> byte
 
 def png(width: int = 40, height: int = 30, seed: int = 0) -> bytes:
     return encoded(width, height, "RGB", "PNG", seed)
+
+
+def solid(width: int, height: int, color: tuple[int, int, int]) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(buf, "PNG")
+    return buf.getvalue()

@@ -43,8 +43,13 @@ class ImageEmbeddings:
         images = self.images
         return bool(images) and any(rid in images for rid in out.request_ids)
 
-    def for_step(self, out: SchedulerOutput) -> StepImages:
+    def for_step(self, out: SchedulerOutput) -> StepImages | None:
+        """None when no row computes an image token this step (a chunk before an image, or a
+        prefix-cache hit past it)."""
         wanted = self._wanted(out)
+        if not wanted:
+            self._drop_done(out)
+            return None
         self._encode([key for key in dict.fromkeys(k for k, _, _ in wanted) if key not in self.encoded])
         rows, parts, spans = [], [], [[] for _ in out.request_ids]
         for key, row_index, (base, lo, hi) in wanted:

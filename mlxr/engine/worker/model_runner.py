@@ -14,6 +14,7 @@ from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
+from mlxr.engine.worker.image_embeddings import StepImages
 from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.prompt_logprobs import logit_chunks
@@ -211,7 +212,9 @@ class ModelRunner:
         if not out.request_ids:  # housekeeping alone (a tensor-parallel worker's copy of one)
             return [], None
         if self.images is not None and self.images.needed(out):
-            return self._run_with_images(out, pending)
+            step = self.images.for_step(out)
+            if step is not None:
+                return self._run_with_images(out, pending, step)
         if self._prefill_graph_fits(out):
             rid, start, n = out.request_ids[0], out.num_computed_tokens[0], out.num_scheduled_tokens[0]
             state = self.batch.states[rid]
@@ -236,13 +239,13 @@ class ModelRunner:
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
         return inputs.sampling_ids, self.model.compute_logits(hidden.index_select(0, rows)).float()
 
-    def _run_with_images(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
+    def _run_with_images(self, out: SchedulerOutput, pending: PendingTokens | None,
+                         step: StepImages) -> tuple[list[str], torch.Tensor | None]:
         """A step whose rows hold image tokens: eager, with the tower's embeddings spliced into
         the token embeddings at their rows (and the images' spans bidirectional where the model
         says so)."""
         self.batch.steady.forget()
         inputs = self.batch.build(out, pending, False, None)
-        step = self.images.for_step(out)
         embeds = self.model.embed(inputs.input_ids)
         embeds.index_copy_(0, step.rows, step.embeddings.to(embeds.dtype))
         if self.images.bidirectional:
