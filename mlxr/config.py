@@ -251,6 +251,7 @@ class ServerConfig:
     quantization: str | None = None  # see loader.load_model
     engine: EngineConfig = EngineConfig()
     stream_interval: int = 1  # tokens a streamed response gathers per write (vLLM's --stream-interval)
+    allow_remote_images: bool = False  # fetch http(s) image URLs (off: data: URLs only)
     # API processes in front of each engine core (vLLM's --api-server-count); above 1 the models
     # given at start are pinned (server/supervisor.py). MLXR_API_SERVERS.
     api_servers: int = 1

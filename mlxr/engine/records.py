@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mlxr.types import EngineStats, SamplingParams
+from mlxr.types import EngineStats, ImageInput, SamplingParams  # noqa: F401 - ImageInput: part of the requests
 
 
 class TokenLogprob(msgspec.Struct, array_like=True, frozen=True):
@@ -19,16 +19,6 @@ class TokenLogprob(msgspec.Struct, array_like=True, frozen=True):
 
 
 # --- frontend -> core ------------------------------------------------------------------------
-class ImageInput(msgspec.Struct, array_like=True, frozen=True):
-    """One image of a prompt: its preprocessed pixels and where its placeholder tokens sit."""
-
-    digest: bytes  # SHA-256 of the image file's bytes: part of the prefix-cache key of its blocks
-    offset: int  # the prompt position of its first placeholder token
-    length: int  # its placeholder tokens
-    pixels: bytes  # float32, C order, of `shape` ([channels, height, width])
-    shape: list[int]
-
-
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """One sequence to generate (the frontend splits a request of n samples into n of these)."""
 

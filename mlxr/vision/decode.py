@@ -14,7 +14,7 @@ from mlxr.errors import InvalidParameterError
 from mlxr.vision.limits import ImageLimits
 
 _HIGH_DEPTH = {"I;16", "I;16B", "I;16L", "I;16N", "I"}  # 16-bit PNG/TIFF and 32-bit integer
-_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF", "MPO")
+_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF")
 
 
 def decode_image(data: bytes, limits: ImageLimits, name: str = "image") -> Image.Image:

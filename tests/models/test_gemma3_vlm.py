@@ -35,7 +35,7 @@ def vlm():
 
 
 def _inputs(llm, prompt: ImagePrompt):
-    from mlxr.engine.frontend.image_prompt import image_prompt_ids
+    from mlxr.vision.image_prompt import image_prompt_ids
 
     return image_prompt_ids(prompt, llm.engine.args.vision, llm.engine.tokenizer)
 
@@ -57,7 +57,8 @@ def _hf_kwargs(llm, processor, ids, images, bidirectional=True):
 @pytest.mark.parametrize("text,images", [(ONE, TWO_IMAGES[:1]), (PROMPT, TWO_IMAGES)], ids=["one", "two"])
 def test_prompt_logits_match_hf(vlm, text, images):
     llm, hf, processor = vlm
-    ids, inputs = _inputs(llm, ImagePrompt(text, images))
+    prompt = _inputs(llm, ImagePrompt(text, images))
+    ids, inputs = list(prompt), prompt.images
     assert [im.length for im in inputs] == [16] * len(images)
     ours = paged_image_logits(llm, ids, inputs)
     with torch.inference_mode():
@@ -70,7 +71,7 @@ def test_prompt_logits_match_hf(vlm, text, images):
 @pytest.mark.parametrize("text,images", [(ONE, TWO_IMAGES[:1]), (PROMPT, TWO_IMAGES)], ids=["one", "two"])
 def test_greedy_tokens_match_hf(vlm, text, images):
     llm, hf, processor = vlm
-    ids, _ = _inputs(llm, ImagePrompt(text, images))
+    ids = list(_inputs(llm, ImagePrompt(text, images)))
     with torch.inference_mode():
         want = hf.generate(**_hf_kwargs(llm, processor, ids, images), max_new_tokens=24, min_new_tokens=24,
                            do_sample=False)[0, len(ids):].tolist()

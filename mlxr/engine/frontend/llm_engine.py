@@ -18,8 +18,8 @@ from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
 from mlxr.engine.frontend.processor import Limits, Processor
 from mlxr.engine.records import EngineCoreRequest, TokenLogprob
 from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
-from mlxr.engine.frontend.image_prompt import image_prompt_ids
-from mlxr.types import EngineStats, ImagePrompt, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
+from mlxr.types import EngineStats, ImagePrompt, ImagePromptIds, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
+from mlxr.vision.image_prompt import check_takes_images, image_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,10 @@ class LLMEngine:
             raise InvalidParameterError("request_id", f"{request_id!r} is already running")
         images: list = []
         if isinstance(prompt, ImagePrompt):
-            text, (ids, images) = prompt.text, image_prompt_ids(prompt, self.args.vision, self.tokenizer)
+            prompt = image_prompt_ids(prompt, self.args.vision, self.tokenizer)
+        if isinstance(prompt, ImagePromptIds):
+            check_takes_images(self.args.vision, len(prompt.images))
+            text, ids, images = None, list(prompt), prompt.images
             self.processor.check_ids(ids)
         else:
             text, ids = self.processor.tokenize(prompt)

@@ -1,4 +1,5 @@
-"""A prompt with images -> token ids and the ImageInputs the core needs: each image decoded
+"""A prompt with images -> token ids and the ImageInputs the engine needs (the engine frontend
+calls this for an ImagePrompt; the server, off its event loop, before it counts the tokens): each image decoded
 within the bounds (vision/decode.py), preprocessed as the model's image processor does, its
 marker expanded to the model's image sequence (the placeholders the embeddings replace), and its
 file's SHA-256 for the prefix cache."""
@@ -7,9 +8,8 @@ from __future__ import annotations
 import hashlib
 
 from mlxr.config import VisionArgs
-from mlxr.engine.records import ImageInput
 from mlxr.errors import InvalidParameterError
-from mlxr.types import ImagePrompt
+from mlxr.types import ImageInput, ImagePrompt, ImagePromptIds
 from mlxr.vision.decode import decode_image
 from mlxr.vision.limits import image_limits
 from mlxr.vision.preprocess import pixel_values
@@ -25,18 +25,19 @@ def check_takes_images(vision: VisionArgs | None, n_images: int) -> VisionArgs:
     return vision
 
 
-def image_prompt_ids(prompt: ImagePrompt, vision: VisionArgs | None, tokenizer) -> tuple[list[int], list[ImageInput]]:
+def image_prompt_ids(prompt: ImagePrompt, vision: VisionArgs | None, tokenizer) -> ImagePromptIds:
     vision = check_takes_images(vision, len(prompt.images))
     limits = image_limits()
-    pixels = [pixel_values(decode_image(data, limits, f"images[{i}]"), vision.preprocess)
-              for i, data in enumerate(prompt.images)]
-    ids = tokenizer.encode(_expanded(prompt, vision))
+    names = prompt.names or tuple(f"images[{i}]" for i in range(len(prompt.images)))
+    pixels = [pixel_values(decode_image(data, limits, name), vision.preprocess)
+              for name, data in zip(names, prompt.images)]
+    ids = tokenizer.encode(_expanded(prompt, vision), add_special_tokens=prompt.add_special_tokens)
     spans = _placeholder_runs(ids, vision.image_token_id)
     if len(spans) != len(prompt.images) or any(n != vision.tokens_per_image for _, n in spans):
         raise InvalidParameterError("prompt", f"the prompt's text holds image tokens ({vision.image_token!r}) of its own")
     images = [ImageInput(hashlib.sha256(data).digest(), offset, n, p.tobytes(), list(p.shape))
               for data, (offset, n), p in zip(prompt.images, spans, pixels)]
-    return ids, images
+    return ImagePromptIds(ids, images)
 
 
 def _expanded(prompt: ImagePrompt, vision: VisionArgs) -> str:
