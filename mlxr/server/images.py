@@ -72,10 +72,10 @@ class ImageSources:
     def __bool__(self) -> bool:
         return bool(self.sources)
 
-    def add(self, name: str, spec: object, kind: str = "url") -> str:
+    def add(self, name: str, spec: object, kind: str = "url", part: str = "image_url") -> str:
         """Keep an image part's source; returns the marker text standing for it."""
         if self.vision is None:
-            raise InvalidParameterError(name, "this model takes text only; send no images")
+            raise InvalidParameterError(name, f"this model takes text only: parts of type {part!r} are not supported")
         if kind == "url" and isinstance(spec, dict):
             spec = spec.get("url")
         self.sources.append((name, kind, spec))

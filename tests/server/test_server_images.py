@@ -101,3 +101,22 @@ def test_text_only_model_refuses_images(tmp_path):
         content = [{"type": "image_url", "image_url": {"url": data_url(png())}}]
         with pytest.raises(openai.BadRequestError, match="text only"):
             client.chat.completions.create(model=name, messages=[{"role": "user", "content": content}], max_tokens=2)
+
+
+def test_responses_input_image(vlm_url, model):
+    client = openai.OpenAI(base_url=vlm_url + "/v1", api_key="none")
+    content = [{"type": "input_text", "text": "Describe"}, {"type": "input_image", "image_url": data_url(png(30, 30, 4))}]
+    reply = client.responses.create(model=model, input=[{"role": "user", "content": content}], max_output_tokens=4,
+                                    temperature=0)
+    assert reply.status in ("completed", "incomplete") and reply.usage.input_tokens > TOKENS_PER_IMAGE
+
+
+def test_anthropic_image_blocks(vlm_url, model):
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=vlm_url, api_key="none")
+    source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(30, 30, 5)).decode()}
+    content = [{"type": "image", "source": source}, {"type": "text", "text": "What is it?"}]
+    reply = client.messages.create(model=model, max_tokens=4, messages=[{"role": "user", "content": content}])
+    assert reply.usage.input_tokens > TOKENS_PER_IMAGE and reply.usage.output_tokens == 4
+    counted = client.messages.count_tokens(model=model, messages=[{"role": "user", "content": content}])
+    assert counted.input_tokens == reply.usage.input_tokens
