@@ -4,6 +4,8 @@ the formats clients send. Deterministic; no file from elsewhere."""
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import numpy as np
 
@@ -57,3 +59,13 @@ def solid(width: int, height: int, color: tuple[int, int, int]) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (width, height), color).save(buf, "PNG")
     return buf.getvalue()
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A valid 1x1 PNG whose IHDR says width x height (a decompression bomb's header)."""
+    data = bytearray(png(1, 1))
+    ihdr = 8 + 8  # signature, then the IHDR chunk's length and type
+    data[ihdr:ihdr + 8] = struct.pack(">II", width, height)
+    crc = zlib.crc32(bytes(data[12:ihdr + 13]))
+    data[ihdr + 13:ihdr + 17] = struct.pack(">I", crc)
+    return bytes(data)

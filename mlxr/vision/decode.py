@@ -35,9 +35,12 @@ def decode_image(data: bytes, limits: ImageLimits, name: str = "image") -> Image
             image = ImageOps.exif_transpose(image)
     except InvalidParameterError:
         raise
+    except Image.DecompressionBombError:  # Pillow's own header check, far above ours
+        raise InvalidParameterError(name, f"the image's header claims more pixels than the limit of "
+                                          f"{limits.max_pixels} (MLXR_MAX_IMAGE_PIXELS)") from None
     except UnidentifiedImageError:
         raise InvalidParameterError(name, "not an image in a known format (PNG, JPEG, GIF, WebP, BMP, TIFF)") from None
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, EOFError) as e:
+    except (OSError, ValueError, SyntaxError, EOFError) as e:
         raise InvalidParameterError(name, f"the image could not be decoded ({e.__class__.__name__}: {e})") from None
     return to_rgb(image)
 

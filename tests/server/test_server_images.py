@@ -12,7 +12,7 @@ import ollama
 import openai
 import pytest
 
-from image_fixtures import png, solid
+from image_fixtures import png, png_claiming, solid
 from model_fixtures import FIXTURES, fixture_model
 from server_harness import running_server, scrape
 
@@ -120,3 +120,18 @@ def test_anthropic_image_blocks(vlm_url, model):
     assert reply.usage.input_tokens > TOKENS_PER_IMAGE and reply.usage.output_tokens == 4
     counted = client.messages.count_tokens(model=model, messages=[{"role": "user", "content": content}])
     assert counted.input_tokens == reply.usage.input_tokens
+
+
+def test_hostile_images_over_http_are_400s_naming_the_image(vlm_url, model):
+    """A bomb's header and too many images: 400s in bounded time (tests/hostile has the rest)."""
+    import time
+
+    client = openai.OpenAI(base_url=vlm_url + "/v1", api_key="none")
+    content = [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": data_url(png_claiming(30000, 30000))}}]
+    t0 = time.perf_counter()
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\]\.content\[1\].*MLXR_MAX_IMAGE_PIXELS"):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": content}], max_tokens=2)
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(ollama.ResponseError) as e:
+        ollama.Client(vlm_url).generate(model=model, prompt="x", images=[png()] * 9)
+    assert e.value.status_code == 400 and "MLXR_MAX_IMAGES" in str(e.value)
