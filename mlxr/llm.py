@@ -11,6 +11,7 @@ from mlxr.config import EngineConfig, ParallelConfig
 from mlxr.errors import InvalidParameterError
 from mlxr.engine_factory import ModelSpec, build_engine
 from mlxr.types import ImagePrompt, RequestOutput, SamplingParams
+from mlxr.vision.image_files import message_images
 
 PromptList = str | ImagePrompt | Seq[str | ImagePrompt] | Seq[Seq[int]]
 
@@ -76,7 +77,13 @@ class LLM:
     def chat(
         self, messages: list[dict], sampling_params: SamplingParams | None = None
     ) -> RequestOutput:
+        """messages as chat templates take them; a content part {"type": "image", "image": ...}
+        holds a PIL image, a file path or the file's bytes (a vision model's)."""
+        vision = self.engine.args.vision
+        messages, images = message_images(messages, vision.image_marker if vision is not None else None)
         prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        if images:
+            return self.generate([ImagePrompt(prompt, images, False)], sampling_params)[0]
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.generate([ids], sampling_params)[0]
 
