@@ -67,6 +67,7 @@ class VisionArgs:
     bidirectional: bool = False  # an image's tokens attend to each other both ways (Gemma 3)
     preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
     num_channels: int = 3
+    feature_layer: int = -1  # CLIP (LLaVA): the encoder layer whose output is the image's features
 
 
 @dataclass(frozen=True)

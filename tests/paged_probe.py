@@ -58,7 +58,8 @@ def paged_image_logits(llm, ids: list[int], images: list) -> torch.Tensor:
             found = runner.images.for_step(step)
             embeds = runner.model.embed(inputs.input_ids)
             embeds.index_copy_(0, found.rows, found.embeddings)
-            inputs.meta.bidirectional = found.spans
+            if runner.images.bidirectional:
+                inputs.meta.bidirectional = found.spans
             hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta, embeds)
             return runner.model.compute_logits(hidden).float()
     finally:

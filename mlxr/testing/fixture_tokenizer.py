@@ -53,6 +53,9 @@ GEMMA = TokenizerSpec(("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<
 GEMMA_VLM = TokenizerSpec(GEMMA.specials + ("<start_of_image>", "<end_of_image>", "<image_soft_token>"),
                           "<bos>", ("<eos>", "<end_of_turn>"), "<pad>", "<unk>", "gemma_vlm", True)
 
+# LLaVA: Llama's specials and its <image> placeholder (id 3).
+LLAVA = TokenizerSpec(("<unk>", "<s>", "</s>", "<image>"), "<s>", ("</s>",), None, "<unk>", "zephyr", True)
+
 CHAT_TEMPLATES = {
     "zephyr": (
         "{{ bos_token }}{% for message in messages %}"

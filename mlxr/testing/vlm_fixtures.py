@@ -37,34 +37,66 @@ GEMMA3_VLM = {
     "mm_tokens_per_image": 16, "boi_token_index": _BOI, "eoi_token_index": _EOI, "image_token_index": _IMAGE,
     "bos_token_id": 2, "eos_token_id": [1, 5], "pad_token_id": 0, "tie_word_embeddings": False,
 }
-VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21)}
+# LLaVA: a 2-layer Llama, a 3-layer CLIP tower read after its second layer (feature layer -2),
+# 32 x 32 pixels in 8 x 8 patches: 16 image tokens.
+LLAVA = {
+    "model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
+    "text_config": {
+        "model_type": "llama", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 256, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2,
+    },
+    "vision_config": {
+        "model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 2, "image_size": 32, "patch_size": 8, "layer_norm_eps": 1e-5,
+        "hidden_act": "quick_gelu", "projection_dim": 32,
+    },
+    "image_token_index": ft.LLAVA.specials.index("<image>"), "image_seq_length": 16,
+    "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "projector_hidden_act": "gelu",
+    "tie_word_embeddings": False,
+}
+VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22)}
+_KINDS = {"tiny-gemma3-vlm": ("Gemma3ForConditionalGeneration", _SPEC), "tiny-llava": ("LlavaForConditionalGeneration",
+                                                                                      ft.LLAVA)}
 
 
-def _value(seed: int, name: str, shape: tuple[int, ...]):
+def _value(seed: int, name: str, shape: tuple[int, ...], gemma: bool):
     # The tower's LayerNorms scale by w (near 1); Gemma's RMS norms, the projector's too, by 1 + w.
-    return random_value(seed, name, shape, gemma_norms="vision_tower" not in name)
+    return random_value(seed, name, shape, gemma_norms=gemma and "vision_tower" not in name)
+
+
+def _processor(name: str, side: int):
+    if name == "tiny-llava":
+        from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+        return CLIPImageProcessorPil(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    return Gemma3ImageProcessorPil(size={"height": side, "width": side})
 
 
 def write_hf(name: str, out_dir: Path) -> Path:
     import torch
-    from transformers import AutoConfig, Gemma3ForConditionalGeneration
-    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+    import transformers
+    from transformers import AutoConfig
 
     config_dict, seed = VLM_FIXTURES[name]
+    class_name, spec = _KINDS[name]
     cfg = json.loads(json.dumps(config_dict))
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    model = Gemma3ForConditionalGeneration(config).to(torch.float32)
+    model = getattr(transformers, class_name)(config).to(torch.float32)
     with torch.no_grad():
         for pname, param in model.named_parameters():
-            param.copy_(torch.from_numpy(_value(seed, pname, tuple(param.shape))))
+            param.copy_(torch.from_numpy(_value(seed, pname, tuple(param.shape), spec is _SPEC)))
     hf_dir = Path(out_dir) / "hf"
     model.save_pretrained(hf_dir)
-    side = config_dict["vision_config"]["image_size"]
-    Gemma3ImageProcessorPil(size={"height": side, "width": side}).save_pretrained(hf_dir)
-    tok = ft.build_tokenizer(_SPEC, config_dict["text_config"]["vocab_size"])
-    for fname, text in ft.hf_tokenizer_files(tok, _SPEC, config_dict["text_config"]["max_position_embeddings"]).items():
+    _processor(name, config_dict["vision_config"]["image_size"]).save_pretrained(hf_dir)
+    text_cfg = config_dict["text_config"]
+    tok = ft.build_tokenizer(spec, text_cfg["vocab_size"])
+    for fname, text in ft.hf_tokenizer_files(tok, spec, text_cfg["max_position_embeddings"]).items():
         (hf_dir / fname).write_text(text, encoding="utf-8")
-    gen = {"bos_token_id": 2, "eos_token_id": [1, 5]}
+    gen = {"bos_token_id": text_cfg["bos_token_id"], "eos_token_id": text_cfg["eos_token_id"]}
     (hf_dir / "generation_config.json").write_text(json.dumps(gen))
     return hf_dir
 
