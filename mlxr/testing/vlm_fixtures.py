@@ -56,9 +56,22 @@ LLAVA = {
     "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "projector_hidden_act": "gelu",
     "tie_word_embeddings": False,
 }
-VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22)}
-_KINDS = {"tiny-gemma3-vlm": ("Gemma3ForConditionalGeneration", _SPEC), "tiny-llava": ("LlavaForConditionalGeneration",
-                                                                                      ft.LLAVA)}
+# For bench/vision_prefix_cache.py: Gemma 3 270M's text width, a SigLIP of 224 pixels in 14-pixel
+# patches (16 x 16) pooled to 64 soft tokens.
+GEMMA3_VLM_SHAPE = {
+    **GEMMA3_VLM,
+    "text_config": {**GEMMA3_VLM["text_config"], "hidden_size": 640, "intermediate_size": 2048,
+                    "num_hidden_layers": 6, "num_attention_heads": 4, "head_dim": 256,
+                    "query_pre_attn_scalar": 256, "sliding_window": 512, "max_position_embeddings": 2048,
+                    "layer_types": ["sliding_attention"] * 5 + ["full_attention"]},
+    "vision_config": {**GEMMA3_VLM["vision_config"], "hidden_size": 384, "intermediate_size": 1536,
+                      "num_hidden_layers": 6, "num_attention_heads": 6, "image_size": 224, "patch_size": 14},
+    "mm_tokens_per_image": 64,
+}
+VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22), "gemma3-vlm-shape": (GEMMA3_VLM_SHAPE, 23)}
+_KINDS = {"tiny-gemma3-vlm": ("Gemma3ForConditionalGeneration", _SPEC),
+          "gemma3-vlm-shape": ("Gemma3ForConditionalGeneration", _SPEC),
+          "tiny-llava": ("LlavaForConditionalGeneration", ft.LLAVA)}
 
 
 def _value(seed: int, name: str, shape: tuple[int, ...], gemma: bool):
