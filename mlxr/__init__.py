@@ -1,7 +1,7 @@
 """MLXR: a local-first LLM inference engine and server."""
-from mlxr.types import CompletionOutput, Logprob, RequestOutput, SamplingParams
+from mlxr.types import CompletionOutput, ImagePrompt, Logprob, RequestOutput, SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "ImagePrompt"]
 
 
 def _installed_version() -> str:

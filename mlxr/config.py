@@ -31,6 +31,47 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class ImagePreprocess:
+    """A transformers image processor's numbers (preprocessor_config.json): resize to a fixed
+    size, or the shortest edge then a centre crop (CLIP), rescale, normalise."""
+
+    height: int = 224
+    width: int = 224
+    shortest_edge: int | None = None  # set: resize keeping the aspect, then crop to height x width
+    resample: int = 2  # a PIL resampling filter (2 bilinear, 3 bicubic)
+    rescale_factor: float = 1 / 255
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    do_rescale: bool = True
+    do_normalize: bool = True
+
+
+@dataclass(frozen=True)
+class VisionArgs:
+    """A vision tower, its projector and the prompt's image tokens (a multimodal config.json)."""
+
+    tower: str  # "siglip" | "clip"
+    projector: str  # "gemma3" (avg-pool, soft-embedding norm, one matrix) | "llava" (two-layer MLP)
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+    layer_norm_eps: float
+    hidden_act: str  # "gelu_pytorch_tanh" | "quick_gelu" | "gelu"
+    tokens_per_image: int
+    image_token_id: int  # the placeholder the embeddings replace
+    image_marker: str  # the text a chat template writes for an image ("<start_of_image>")
+    image_sequence: str  # what the marker expands to; "{image}" stands for the placeholders
+    image_token: str  # the placeholder's text
+    bidirectional: bool = False  # an image's tokens attend to each other both ways (Gemma 3)
+    preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
+    num_channels: int = 3
+    feature_layer: int = -1  # CLIP (LLaVA): the encoder layer whose output is the image's features
+
+
+@dataclass(frozen=True)
 class ModelArgs:
     """The architecture of one model, in Hugging Face terms (config.json names)."""
 
@@ -70,6 +111,7 @@ class ModelArgs:
     norm_topk_prob: bool = True  # the top-k router weights are renormalised to sum to 1
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    vision: VisionArgs | None = None  # a vision-language model's tower; None: text only
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def is_sliding(self, layer: int) -> bool:
@@ -265,6 +307,7 @@ class ServerConfig:
     quantization: str | None = None  # see loader.load_model
     engine: EngineConfig = EngineConfig()
     stream_interval: int = 1  # tokens a streamed response gathers per write (vLLM's --stream-interval)
+    allow_remote_images: bool = False  # fetch http(s) image URLs (off: data: URLs only)
     # API processes in front of each engine core (vLLM's --api-server-count); above 1 the models
     # given at start are pinned (server/supervisor.py). MLXR_API_SERVERS.
     api_servers: int = 1

@@ -53,6 +53,14 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("MLXR_MAX_PROMPT_CHARS", "int, > 0", "4194304",
            "Characters of any rendered prompt (chat template, Ollama template, raw prompt) above "
            "which a request is a 400 before tokenizing; read per request, anything else keeps the default."),
+    Switch("MLXR_MAX_IMAGE_BYTES", "int, > 0", "20971520",
+           "The largest encoded image file (PNG, JPEG, ...) a request may send; above it the request is a "
+           "400 naming the image; read per request."),
+    Switch("MLXR_MAX_IMAGE_PIXELS", "int, > 0", "40000000",
+           "Width x height above which an image is refused from its header, before any pixel is decoded "
+           "(decompression bombs); read per request."),
+    Switch("MLXR_MAX_IMAGES", "int, > 0", "8",
+           "Images one request may carry (a vision model's prompt); read per request."),
     Switch("MLXR_GRAMMAR_CHECK_BUDGET_S", "float, seconds", "10",
            "One time budget for all of a request's grammar checks (response_format, forced tool "
            "calls); a check past it is stopped and the request is a 400; read per request."),

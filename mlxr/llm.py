@@ -10,9 +10,10 @@ import torch
 from mlxr.config import EngineConfig, ParallelConfig
 from mlxr.errors import InvalidParameterError
 from mlxr.engine_factory import ModelSpec, build_engine
-from mlxr.types import RequestOutput, SamplingParams
+from mlxr.types import ImagePrompt, RequestOutput, SamplingParams
+from mlxr.vision.image_files import message_images
 
-PromptList = str | Seq[str] | Seq[Seq[int]]
+PromptList = str | ImagePrompt | Seq[str | ImagePrompt] | Seq[Seq[int]]
 
 
 class LLM:
@@ -76,22 +77,28 @@ class LLM:
     def chat(
         self, messages: list[dict], sampling_params: SamplingParams | None = None
     ) -> RequestOutput:
+        """messages as chat templates take them; a content part {"type": "image", "image": ...}
+        holds a PIL image, a file path or the file's bytes (a vision model's)."""
+        vision = self.engine.args.vision
+        messages, images = message_images(messages, vision.image_marker if vision is not None else None)
         prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        if images:
+            return self.generate([ImagePrompt(prompt, images, False)], sampling_params)[0]
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.generate([ids], sampling_params)[0]
 
 
-def _normalize_prompts(prompts: PromptList) -> list[str | list[int]]:
-    if isinstance(prompts, str):
+def _normalize_prompts(prompts: PromptList) -> list[str | list[int] | ImagePrompt]:
+    if isinstance(prompts, (str, ImagePrompt)):
         return [prompts]
-    out: list[str | list[int]] = []
+    out: list[str | list[int] | ImagePrompt] = []
     for p in prompts:
-        if isinstance(p, str):
+        if isinstance(p, (str, ImagePrompt)):
             out.append(p)
         elif isinstance(p, Seq) and all(isinstance(t, int) for t in p):
             out.append(list(p))
         else:
-            raise InvalidParameterError("prompts", "each prompt must be a string or a list of token ids")
+            raise InvalidParameterError("prompts", "each prompt must be a string, an ImagePrompt or a list of token ids")
     if not out:
         raise InvalidParameterError("prompts", "no prompts given")
     return out

@@ -182,9 +182,42 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprobs | None] | None = None
 
 
+@dataclass(frozen=True)
+class ImagePrompt:
+    """A prompt with images (encoded files: PNG, JPEG, ...). text holds the model's image marker
+    once per image, in order (a chat template writes them for image parts); a text with none
+    gets them all in front. add_special_tokens: as the tokenizer's (False for a rendered chat
+    template, which holds its BOS)."""
+
+    text: str
+    images: tuple[bytes, ...]
+    add_special_tokens: bool = True
+    names: tuple[str, ...] = ()  # how an error names each image (the request's field); () "images[i]"
+
+
+class ImageInput(msgspec.Struct, array_like=True, frozen=True):
+    """One image of a prompt: its preprocessed pixels and where its placeholder tokens sit."""
+
+    digest: bytes  # SHA-256 of the image file's bytes: part of the prefix-cache key of its blocks
+    offset: int  # the prompt position of its first placeholder token
+    length: int  # its placeholder tokens
+    pixels: bytes  # float32, C order, of `shape` ([channels, height, width])
+    shape: list[int]
+
+
+class ImagePromptIds(list):
+    """A prompt with images made ready (mlxr/vision/image_prompt.py): its token ids, the image
+    placeholders among them, and `images`, each image's pixels and position. A list of ids
+    everywhere ids go (lengths, context accounting); the engine sends the images on."""
+
+    def __init__(self, ids: list[int], images: list[ImageInput]) -> None:
+        super().__init__(ids)
+        self.images = images
+
+
 class EngineStats(msgspec.Struct, array_like=True, frozen=True):
     """A snapshot of the engine, readable at any time (the server exports it). The engine core
-    sends its part (the fields up to jump_forward_accepted_tokens; records.py's CoreOutputs);
+    sends its part (the fields up to vision_encoder_calls; records.py's CoreOutputs);
     the frontend adds its own counts (num_aborted onwards)."""
 
     num_requests_running: int
@@ -210,6 +243,7 @@ class EngineStats(msgspec.Struct, array_like=True, frozen=True):
     jump_forward_drafts: int = 0
     jump_forward_draft_tokens: int = 0
     jump_forward_accepted_tokens: int = 0
+    vision_encoder_calls: int = 0  # images run through a vision tower
     # The frontend's counts (each API process its own under --api-servers N).
     num_aborted: int = 0
     finished_by_reason: dict[str, int] = {}

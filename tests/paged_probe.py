@@ -38,3 +38,31 @@ def paged_logits(llm, ids: list[int], n_prompt: int) -> torch.Tensor:
 
 def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
     return float((ours.double() - ref.double()).norm() / ref.double().norm())
+
+
+def paged_image_logits(llm, ids: list[int], images: list) -> torch.Tensor:
+    """[len(ids), vocab] logits of a prompt with images (ImageInputs) in one prefill, as the
+    runner computes a step with image rows."""
+    core = llm.engine.core.core
+    runner, bm = core.runner, core.block_manager
+    blocks = bm.take_blocks(bm.blocks_for(len(ids)))
+    rid = "probe-images"
+    step = SchedulerOutput(request_ids=[rid], num_scheduled_tokens=[len(ids)], num_computed_tokens=[0],
+                           new_requests=[NewRequestData(rid, list(ids), len(ids), SamplingParams(temperature=0.0),
+                                                        [], blocks, images)])
+    try:
+        with torch.inference_mode():
+            runner.batch.update(step)
+            runner.images.update(step)
+            inputs = runner.batch.build(step, None, False, None)
+            found = runner.images.for_step(step)
+            embeds = runner.model.embed(inputs.input_ids)
+            embeds.index_copy_(0, found.rows, found.embeddings)
+            if runner.images.bidirectional:
+                inputs.meta.bidirectional = found.spans
+            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta, embeds)
+            return runner.model.compute_logits(hidden).float()
+    finally:
+        runner.batch.states.pop(rid, None)
+        runner.images.update(SchedulerOutput(finished_request_ids=[rid]))
+        bm.release_blocks(blocks)

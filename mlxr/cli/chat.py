@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 
 from mlxr.errors import MLXRError
-from mlxr.types import SamplingParams
+from mlxr.types import ImagePrompt, SamplingParams
 
 HELP = """Available commands:
   /set parameter NAME VALUE   set a sampling parameter, or num_thread (/set parameter lists them)
@@ -51,13 +51,20 @@ class ChatSession:
 
     def reply(self, text: str) -> None:
         from mlxr.cli.stream import print_stream
+        from mlxr.vision.image_files import message_images, paths_in
 
-        self.messages.append({"role": "user", "content": text})
+        vision = self.llm.engine.args.vision
+        text, paths = paths_in(text) if vision is not None else (text, [])
+        for path in paths:
+            print(f"Added image '{path}'", file=sys.stderr)
+        parts = [{"type": "image", "image": p} for p in paths]
+        self.messages.append({"role": "user", "content": parts + [{"type": "text", "text": text}] if parts else text})
         tok = self.llm.tokenizer
-        ids = tok.encode(tok.apply_chat_template(self.conversation(), add_generation_prompt=True),
-                         add_special_tokens=False)
+        messages, images = message_images(self.conversation(), vision.image_marker if vision else None)
+        prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+        prompt = ImagePrompt(prompt, images, False) if images else tok.encode(prompt, add_special_tokens=False)
         self.turns += 1
-        result = print_stream(self.llm.engine, f"chat-{self.turns}", ids, self.params)
+        result = print_stream(self.llm.engine, f"chat-{self.turns}", prompt, self.params)
         self.messages.append({"role": "assistant", "content": result.text})
 
 

@@ -81,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="structured output: draft the tokens a grammar forces next (a schema's keys and "
                         "punctuation) and verify them in the step, up to --speculative-max-batch requests (env "
                         "MLXR_JUMP_FORWARD=0: off)")
+    s.add_argument("--allow-remote-images", action="store_true",
+                   help="fetch http(s) image URLs that requests name (OpenAI image_url); off, only data: URLs "
+                        "are taken, so a request cannot make the server reach an internal address")
     s.add_argument("--stream-interval", type=stream_interval, default=1,
                    help="tokens a streamed response gathers per write (the first token and the end "
                         "are never held); more per write costs the server less per token at many streams")
@@ -187,6 +190,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         max_loaded_models=max(ns.max_loaded_models, len(preload)), preload=preload,
         home=str(home_dir(ns.home)), device=ns.device, dtype=ns.dtype, quantization=ns.quantization, engine=engine,
         stream_interval=ns.stream_interval, api_servers=ns.api_servers,
+        allow_remote_images=ns.allow_remote_images,
     )
 
 

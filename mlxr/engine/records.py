@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mlxr.types import EngineStats, SamplingParams
+from mlxr.types import EngineStats, ImageInput, SamplingParams  # noqa: F401 - ImageInput: part of the requests
 
 
 class TokenLogprob(msgspec.Struct, array_like=True, frozen=True):
@@ -28,6 +28,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     max_tokens: int  # the effective limit (the context's room when the user gave none)
     eos_token_ids: list[int]
     arrival_time: float
+    images: list[ImageInput] = []  # in prompt order, their spans disjoint
 
 
 # --- core -> frontend ------------------------------------------------------------------------
@@ -60,6 +61,7 @@ class NewRequestData(msgspec.Struct, array_like=True, omit_defaults=True):
     params: SamplingParams
     eos_token_ids: list[int]
     block_ids: list[int]
+    images: list[ImageInput] = []
 
 
 class SchedulerOutput(msgspec.Struct, array_like=True, omit_defaults=True):

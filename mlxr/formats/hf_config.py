@@ -215,6 +215,11 @@ def _get(cfg: dict, key: str, default: Any) -> Any:
     return default
 
 
+def positive(cfg: dict, key: str, default: int) -> int:
+    """A positive integer key of an architecture's own part of config.json (a vision_config)."""
+    return _pos_int(cfg, key, default)
+
+
 def _pos_int(cfg: dict, key: str, default: Any = _MISSING) -> int:
     value = _get(cfg, key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -7,7 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlxr.config import ModelArgs
+from dataclasses import replace
+
+from mlxr.config import ModelArgs, VisionArgs
+from mlxr.formats.hf_preprocess import preprocess_from_hf
+from mlxr.models import hf_architecture
 from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
@@ -30,7 +34,8 @@ def read_config(model_dir: Path) -> dict:
 
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
-    args = args_from_hf(read_config(model_dir))
+    config = read_config(model_dir)
+    args = with_vision(args_from_hf(config), config, model_dir)
     names = [n for n in map(hf_name, tensor_names(model_dir)) if n is not None]
     check_layers_present(args.num_hidden_layers, names, "model.layers.", "the checkpoint")
     check_text_file(model_dir / "chat_template.jinja")  # the tokenizer reads it whole
@@ -38,9 +43,33 @@ def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.T
     return args, _weights(model_dir, args), tokenizer
 
 
-def hf_name(name: str) -> str | None:
+def with_vision(args: ModelArgs, config: dict, model_dir: Path) -> ModelArgs:
+    """A multimodal config whose architecture has a tower: its VisionArgs, preprocessing read
+    from preprocessor_config.json (transformers' defaults for the tower's size where absent)."""
+    arch = hf_architecture(config)
+    if arch.hf_vision is None or not isinstance(config.get("vision_config"), dict):
+        return args
+    fields = arch.hf_vision(config)
+    path = model_dir / "preprocessor_config.json"
+    pre = read_json_object(path, 1 << 20) if path.is_file() else {}
+    return replace(args, vision=VisionArgs(**fields, preprocess=preprocess_from_hf(pre, fields["image_size"])))
+
+
+def vision_name(name: str) -> str | None:
+    """A tower or projector tensor's parameter name in a vision-language model (None: unused)."""
+    for prefix in ("model.vision_tower.", "vision_tower."):
+        if name.startswith(prefix):
+            rest = name[len(prefix):].removeprefix("vision_model.")
+            return None if rest.startswith("head.") else "vision_tower." + rest
+    for prefix in ("model.multi_modal_projector.", "multi_modal_projector."):
+        if name.startswith(prefix):
+            return "multi_modal_projector." + name[len(prefix):]
+    return name
+
+
+def hf_name(name: str, vision: bool = False) -> str | None:
     if name.startswith(SKIPPED_PREFIXES):
-        return None
+        return vision_name(name) if vision else None
     for old, new in PREFIX_REWRITES:
         if name.startswith(old):
             return new + name[len(old) :]
@@ -62,12 +91,13 @@ def _checkpoint_tensors(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str,
 
     tensors = iter_safetensors(model_dir)
     bases = nf4_bases(tensor_names(model_dir))
+    vision = args.vision is not None
     for raw in group_nf4(tensors, bases) if bases else tensors:
         if isinstance(raw, tuple):  # a bitsandbytes 4-bit weight, kept 4-bit
-            name = hf_name(raw[0])
+            name = hf_name(raw[0], vision)
             if name is not None:
                 yield name, raw[1]
             continue
-        name = hf_name(raw.name)
+        name = hf_name(raw.name, vision)
         if name is not None:
             yield from split_fused(name, to_torch(raw.array, raw.dtype), args)

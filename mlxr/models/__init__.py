@@ -5,13 +5,15 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models import gemma2, gemma3, granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3moe
+from mlxr.models import gemma2, gemma3, gemma3_vlm, granite, llava, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3moe
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
-_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3)
+_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava)
 ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
 MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
+# The vision-language model of an architecture whose ModelArgs carry a tower (args.vision).
+VISION_MODELS: dict[str, type[nn.Module]] = {"gemma3": gemma3_vlm.MODEL, "llava": llava.MODEL}
 _BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
 _BY_GGUF_ARCH: dict[str, list[Architecture]] = {}
 for _arch in ARCHITECTURES.values():
@@ -51,4 +53,9 @@ def canonical_model_type(name: str) -> str:
 
 
 def build_model(args: ModelArgs) -> nn.Module:
-    return MODELS[canonical_model_type(args.model_type)](args)
+    name = canonical_model_type(args.model_type)
+    if args.vision is not None:
+        if name not in VISION_MODELS:
+            raise UnsupportedModelError(f"{name} takes no images; its config.json has a vision_config")
+        return VISION_MODELS[name](args)
+    return MODELS[name](args)

@@ -76,3 +76,6 @@ class Architecture:
     gguf_match: Callable[[dict], bool] = _always
     gguf_permuted_qk: bool = False  # llama.cpp's converter permutes q/k rows (LlamaModel subclasses)
     gguf_norm_plus_one: bool = False  # llama.cpp stores Gemma's RMSNorm weights as 1 + w
+    # A multimodal config.json (its vision_config present) -> VisionArgs' fields but `preprocess`;
+    # None: this architecture takes text only (its tower's weights are skipped).
+    hf_vision: Callable[[dict], dict[str, Any]] | None = None

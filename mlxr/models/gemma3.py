@@ -8,7 +8,7 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
-from mlxr.formats.hf_config import activation, boolean, optional_float, sliding_from_config
+from mlxr.formats.hf_config import activation, boolean, optional_float, positive, sliding_from_config
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
@@ -158,6 +158,28 @@ def _gguf_sliding(m: Any, layers: int) -> tuple[int, tuple[bool, ...]]:
     return window, tuple((i + 1) % n != 0 for i in range(layers))
 
 
+def _hf_vision(config: dict) -> dict[str, Any]:
+    """The SigLIP tower of config.json's vision_config and Gemma 3's image tokens (the
+    processor's full_image_sequence: two newlines, boi, the soft tokens, eoi, two newlines)."""
+    v = config["vision_config"]
+    return {
+        "tower": "siglip", "projector": "gemma3",
+        "hidden_size": positive(v, "hidden_size", 1152), "intermediate_size": positive(v, "intermediate_size", 4304),
+        "num_hidden_layers": positive(v, "num_hidden_layers", 27),
+        "num_attention_heads": positive(v, "num_attention_heads", 16),
+        "image_size": positive(v, "image_size", 896), "patch_size": positive(v, "patch_size", 14),
+        "layer_norm_eps": float(v.get("layer_norm_eps") or 1e-6),
+        "hidden_act": activation(v, "gelu_pytorch_tanh"),
+        "num_channels": positive(v, "num_channels", 3),
+        "tokens_per_image": positive(config, "mm_tokens_per_image", 256),
+        "image_token_id": positive(config, "image_token_index", 262144),
+        "image_marker": "<start_of_image>",
+        "image_sequence": "\n\n<start_of_image>{image}<end_of_image>\n\n",
+        "image_token": "<image_soft_token>",
+        "bidirectional": True,
+    }
+
+
 MODEL = Gemma3ForCausalLM
 ARCH = Architecture(
     "gemma3", ("gemma3", "gemma3_text"), ("gemma3",),
@@ -177,4 +199,5 @@ ARCH = Architecture(
     },
     layer_shapes=_layer_shapes,
     gguf_norm_plus_one=True,
+    hf_vision=_hf_vision,
 )

@@ -130,8 +130,11 @@ class LlamaBackbone(nn.Module):
         positions: torch.Tensor,
         kv_caches: list[KVCache],
         meta: AttnMetadata,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        h, residual = self.embed(input_ids), None
+        """inputs_embeds, when given, stands for embed(input_ids) (image embeddings spliced in)."""
+        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        residual = None
         for layer, kv_cache in zip(self.layers, kv_caches):
             h, residual = layer(h, positions, kv_cache, meta, residual)
         return input_norm(self.norm, h, residual)[0]

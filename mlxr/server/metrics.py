@@ -155,6 +155,8 @@ def _counters(stats: dict[str, EngineStats]) -> Iterator[Metric]:
         ("mlxr:num_requests_aborted", "Requests aborted (client gone or cancelled)", lambda s: s.num_aborted),
         ("mlxr:runtime_compiles", "Kernels compiled after the engine's warm-up (each paused a step)",
          lambda s: s.runtime_compiles),
+        ("mlxr:vision_encoder_calls", "Images run through a vision tower (a prefix-cache hit runs none)",
+         lambda s: s.vision_encoder_calls),
     ]
     specs += [(f"vllm:{n}", doc, value) for n, doc, value in SPEC_DECODE_COUNTERS]
     specs += [(f"mlxr:{n}", doc, value) for n, doc, value in JUMP_FORWARD_COUNTERS]

@@ -49,6 +49,12 @@ QWEN2 = TokenizerSpec(("<|endoftext|>", "<|im_start|>", "<|im_end|>"), None,
                       ("<|im_end|>", "<|endoftext|>"), "<|endoftext|>", None, "chatml", False)
 GEMMA = TokenizerSpec(("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"),
                       "<bos>", ("<eos>", "<end_of_turn>"), "<pad>", "<unk>", "gemma", True)
+# Gemma 3's image tokens after the text model's specials (ids 6, 7, 8).
+GEMMA_VLM = TokenizerSpec(GEMMA.specials + ("<start_of_image>", "<end_of_image>", "<image_soft_token>"),
+                          "<bos>", ("<eos>", "<end_of_turn>"), "<pad>", "<unk>", "gemma_vlm", True)
+
+# LLaVA: Llama's specials and its <image> placeholder (id 3).
+LLAVA = TokenizerSpec(("<unk>", "<s>", "</s>", "<image>"), "<s>", ("</s>",), None, "<unk>", "zephyr", True)
 
 CHAT_TEMPLATES = {
     "zephyr": (
@@ -65,6 +71,17 @@ CHAT_TEMPLATES = {
         "{{ bos_token }}{% for message in messages %}"
         "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
         "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+    ),
+    # As "gemma", with content parts: an image part is its marker, as Gemma 3's own template writes it.
+    "gemma_vlm": (
+        "{{ bos_token }}{% for message in messages %}"
+        "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+        "{{ '<start_of_turn>' + role + '\\n' }}"
+        "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+        "{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '<start_of_image>' }}"
+        "{% elif part['type'] == 'text' %}{{ part['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
+        "{{ '<end_of_turn>\\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
     ),
 }

@@ -331,6 +331,7 @@ class EngineCore:
             *((spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens, tuple(spec.accepted_per_position),
                spec.forced_drafts, spec.forced_draft_tokens, spec.forced_accepted_tokens)
               if spec is not None else ()),
+            vision_encoder_calls=self.runner.images.encoder_calls if getattr(self.runner, "images", None) else 0,
         )
 
     def _device_bytes(self) -> int:

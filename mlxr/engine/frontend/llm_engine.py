@@ -18,14 +18,15 @@ from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
 from mlxr.engine.frontend.processor import Limits, Processor
 from mlxr.engine.records import EngineCoreRequest, TokenLogprob
 from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
-from mlxr.types import EngineStats, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
+from mlxr.types import EngineStats, ImagePrompt, ImagePromptIds, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
+from mlxr.vision.image_prompt import check_takes_images, image_prompt_ids
 
 log = logging.getLogger(__name__)
 
 # The core's cumulative counters (its EngineStats fields) that forget_counts starts over.
 _CORE_COUNTERS = ("prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "num_preemptions", "spec_num_drafts",
                   "spec_num_draft_tokens", "spec_num_accepted_tokens", "jump_forward_drafts",
-                  "jump_forward_draft_tokens", "jump_forward_accepted_tokens")
+                  "jump_forward_draft_tokens", "jump_forward_accepted_tokens", "vision_encoder_calls")
 
 
 class LLMEngine:
@@ -51,13 +52,21 @@ class LLMEngine:
                     stream_deltas: bool = False, arrival_time: float | None = None) -> None:
         if request_id in self.output.requests:
             raise InvalidParameterError("request_id", f"{request_id!r} is already running")
-        text, ids = self.processor.tokenize(prompt)
+        images: list = []
+        if isinstance(prompt, ImagePrompt):
+            prompt = image_prompt_ids(prompt, self.args.vision, self.tokenizer)
+        if isinstance(prompt, ImagePromptIds):
+            check_takes_images(self.args.vision, len(prompt.images))
+            text, ids, images = None, list(prompt), prompt.images
+            self.processor.check_ids(ids)
+        else:
+            text, ids = self.processor.tokenize(prompt)
         max_tokens = self.processor.max_tokens(ids, params)
         waiting = sum(1 for rs in self.output.requests.values() if rs.metrics.first_scheduled_time is None)
         if waiting >= self.config.max_waiting:
             raise OverloadedError(f"{waiting} requests are already waiting")
         now = arrival_time or time.monotonic()
-        core_reqs = [self._core_request(request_id, i, ids, params, max_tokens, now) for i in range(params.n)]
+        core_reqs = [self._core_request(request_id, i, ids, params, max_tokens, now, images) for i in range(params.n)]
         rs = RequestState(request_id, text, ids, params, RequestMetrics(now), stream_deltas)
         if params.prompt_logprobs is not None:  # before anything is queued: a busy cache refuses the request
             rs.prompt_logprobs = self.logprob_entries(self.core.prompt_logprobs(ids, params.prompt_logprobs))
@@ -70,12 +79,12 @@ class LLMEngine:
         self.prompt_tokens_total += len(ids)
 
     def _core_request(self, request_id: str, index: int, ids: list[int], params: SamplingParams,
-                      max_tokens: int, now: float) -> EngineCoreRequest:
+                      max_tokens: int, now: float, images: list) -> EngineCoreRequest:
         if params.n == 1:
-            return EngineCoreRequest(request_id, ids, params, max_tokens, self._eos, now)
+            return EngineCoreRequest(request_id, ids, params, max_tokens, self._eos, now, images)
         seed = None if params.seed is None else (params.seed + index) % (1 << 64)
         sample = replace(params, n=1, seed=seed)
-        return EngineCoreRequest(f"{request_id}#{index}", ids, sample, max_tokens, self._eos, now)
+        return EngineCoreRequest(f"{request_id}#{index}", ids, sample, max_tokens, self._eos, now, images)
 
     def step(self) -> list[RequestOutput]:
         try:

@@ -41,6 +41,12 @@ class Processor:
             raise InvalidParameterError("prompt", "the prompt is empty")
         return text, ids
 
+    def check_ids(self, ids: list[int]) -> None:
+        """Ids the tokenizer made from a prompt with images: inside the vocabulary."""
+        if ids and max(ids) >= self.limits.vocab_size:
+            raise InvalidParameterError("prompt", f"the text encodes to token ids past the model's vocabulary "
+                                                  f"of {self.limits.vocab_size}")
+
     def max_tokens(self, ids: list[int], params: SamplingParams) -> int:
         """Refuse what can never run; returns the effective max_tokens. Without max_tokens
         a request may fill the context; with it, prompt + max_tokens must fit (as vLLM)."""

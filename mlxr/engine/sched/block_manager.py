@@ -20,12 +20,23 @@ class BlockUsage:
     free: int  # allocatable now (cached ones included: they are evicted on demand)
 
 
-def block_hash(parent: bytes | None, tokens: tuple[int, ...]) -> bytes:
+def block_hash(parent: bytes | None, tokens: tuple[int, ...], images: bytes = b"") -> bytes:
     """Chained SHA-256 of a full block: Python's hash() is 64-bit and predictable, so a
-    crafted collision could hand one user another user's KV (cf. vLLM CVE-2025-25183)."""
+    crafted collision could hand one user another user's KV (cf. vLLM CVE-2025-25183).
+    images: the digests of the images whose placeholder tokens the block holds (with their
+    offsets), so two images behind the same placeholders never share a block."""
     h = hashlib.sha256(parent or b"")
     h.update(array("q", tokens).tobytes())
+    if images:
+        h.update(images)
     return h.digest()
+
+
+def block_images(seq: Request, i: int, block_size: int) -> bytes:
+    """The image key of seq's block i: each overlapping image's digest and first position."""
+    lo, hi = i * block_size, (i + 1) * block_size
+    return b"".join(im.digest + im.offset.to_bytes(8, "little") for im in seq.images
+                    if im.offset < hi and im.offset + im.length > lo)
 
 
 class LowerTiers(Protocol):
@@ -163,7 +174,7 @@ class BlockManager:
         max_blocks = (seq.num_tokens - 1) // self.block_size
         parent = None
         for i in range(max_blocks):
-            h = block_hash(parent, self._block_tokens(seq, i))
+            h = self._hash(seq, parent, i)
             block = self.cached.get(h)
             if block is None:
                 if self.tiers is not None:
@@ -185,7 +196,7 @@ class BlockManager:
         """The hashes of seq's full blocks from the one hashed as h (the next to match) on."""
         hashes = [h]
         for i in range(len(seq.block_table) + 1, max_blocks):
-            hashes.append(block_hash(hashes[-1], self._block_tokens(seq, i)))
+            hashes.append(self._hash(seq, hashes[-1], i))
         return hashes
 
     def _match_with_tiers(self, seq: Request, hashes: list[bytes]) -> None:
@@ -244,9 +255,11 @@ class BlockManager:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             tokens = self._block_tokens(seq, i)
-            h = block_hash(parent, tokens)
+            images = block_images(seq, i, self.block_size) if seq.images else b""
+            h = block_hash(parent, tokens, images)
             seq.block_hashes.append(h)
-            self._publish(h, seq.block_table[i], parent, tokens)
+            # The lower tiers key a block by (parent, tokens) alone: image blocks stay on the device.
+            self._publish(h, seq.block_table[i], parent, tokens, lower_tiers=not images)
 
     def commit_blocks(self, blocks: list[int], token_ids: list[int]) -> None:
         """Publish the hashes of caller-owned blocks (take_blocks) that now hold token_ids' KV,
@@ -262,14 +275,19 @@ class BlockManager:
             self._publish(h, blocks[i], parent, tokens)
             parent = h
 
-    def _publish(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...]) -> None:
+    def _publish(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...],
+                 lower_tiers: bool = True) -> None:
         if h not in self.cached and block not in self.hash_of:
             self.cached[h] = block
             self.hash_of[block] = h
-            if self.tiers is not None:
+            if self.tiers is not None and lower_tiers:
                 self.tiers.committed(h, block, parent, tokens)
             if self.events is not None:
                 self.events.stored(h, parent, tokens)
+
+    def _hash(self, seq: Request, parent: bytes | None, i: int) -> bytes:
+        tokens = self._block_tokens(seq, i)
+        return block_hash(parent, tokens, block_images(seq, i, self.block_size) if seq.images else b"")
 
     def _block_tokens(self, seq: Request, i: int) -> tuple[int, ...]:
         return tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])

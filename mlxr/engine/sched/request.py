@@ -23,6 +23,7 @@ class Request:
         "eos_token_ids", "arrival_time", "status", "num_computed_tokens", "num_in_flight",
         "block_table", "block_hashes", "host_block_table", "finish_reason", "stop_reason",
         "num_cached_tokens", "spec_token_ids", "first_scheduled_time", "runner_knows", "grammar",
+        "images", "image_spans",
     )
 
     def __init__(self, core: EngineCoreRequest) -> None:
@@ -46,6 +47,19 @@ class Request:
         self.first_scheduled_time: float | None = None
         self.runner_knows = False  # the runner holds its state (new data sent, not dropped)
         self.grammar = None  # structured output: a GrammarState the landed tokens advance
+        self.images = core.images  # sent to the runner with the request's data
+        # [start, end) of each image's tokens: a prefill chunk never ends inside one
+        self.image_spans = [(im.offset, im.offset + im.length) for im in core.images]
+
+    def whole_images(self, n: int) -> int:
+        """n tokens to compute from num_computed_tokens, cut back to the start of an image it
+        would end inside, or (starting inside or at one) carried to the image's end."""
+        start = self.num_computed_tokens
+        end = start + n
+        for lo, hi in self.image_spans:
+            if lo < end < hi:
+                end = lo if lo > start else hi
+        return end - start
 
     @property
     def num_tokens(self) -> int:

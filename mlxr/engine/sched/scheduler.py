@@ -109,6 +109,8 @@ class Scheduler:
                 i += 1  # its last token is in flight; it ends when that lands
                 continue
             n = min(num_tokens - req.num_computed_tokens, budget)
+            if req.image_spans:
+                n = req.whole_images(n)
             if req.spec_token_ids and n == 1:
                 n += self._drafts(req, out, budget - 1)
             total = req.num_computed_tokens + n
@@ -177,6 +179,8 @@ class Scheduler:
             if req.num_in_flight:
                 break  # its last step has not landed: resume it once its tokens are known
             n = min(req.num_uncomputed_tokens, budget)
+            if req.image_spans:
+                n = req.whole_images(n)
             total = req.num_computed_tokens + n
             extra = max(0, self.blocks.blocks_for(total) - len(req.host_block_table))
             if not self.blocks.can_allocate(len(req.host_block_table) + extra):
@@ -197,6 +201,8 @@ class Scheduler:
                 break  # preempted with a step in flight: recompute once its tokens are known
             req.num_computed_tokens = self.blocks.match_prefix(req)
             n = min(req.num_uncomputed_tokens, budget)
+            if req.image_spans:
+                n = req.whole_images(n)
             total = req.num_computed_tokens + n
             if not self.blocks.can_allocate(self.blocks.new_blocks_needed(req, total)):
                 self.blocks.free(req)  # give the prefix hits back until it can run
@@ -250,7 +256,7 @@ class Scheduler:
                 req.runner_knows = True
                 out.new_requests.append(NewRequestData(
                     req.request_id, list(req.token_ids), req.num_prompt_tokens, req.params,
-                    sorted(req.eos_token_ids), list(req.block_table)))
+                    sorted(req.eos_token_ids), list(req.block_table), req.images))
                 if req.first_scheduled_time is None:
                     req.first_scheduled_time = now = now or time.monotonic()
                     self._first_scheduled.append(req)

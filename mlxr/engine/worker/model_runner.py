@@ -14,6 +14,7 @@ from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput, TokenLogprob
 from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
+from mlxr.engine.worker.image_embeddings import StepImages
 from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.prompt_logprobs import logit_chunks
@@ -87,6 +88,15 @@ class ModelRunner:
         self.graphs = None  # DecodeGraphs, set by enable_cuda_graphs on CUDA (enable_cpu_graphs on the CPU)
         self.prefill_graphs = None  # PrefillGraphs, likewise
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
+        self.images = None  # ImageEmbeddings of a vision-language model (set_up_images)
+        if getattr(getattr(model, "args", None), "vision", None) is not None:
+            self.set_up_images()
+
+    def set_up_images(self) -> None:
+        from mlxr.engine.worker.image_embeddings import ImageEmbeddings
+
+        dtype = next(self.model.multi_modal_projector.parameters()).dtype
+        self.images = ImageEmbeddings(self.model, self.device, dtype)
 
     def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int,
                            max_prefill_tokens: int = 0, capture_budget_s: float | None = None) -> None:
@@ -173,6 +183,8 @@ class ModelRunner:
 
     def _apply(self, out: SchedulerOutput) -> None:
         self.batch.update(out)
+        if self.images is not None:
+            self.images.update(out)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
@@ -199,6 +211,10 @@ class ModelRunner:
         replay the logits may be a view of the graph's static output, valid until the next step."""
         if not out.request_ids:  # housekeeping alone (a tensor-parallel worker's copy of one)
             return [], None
+        if self.images is not None and self.images.needed(out):
+            step = self.images.for_step(out)
+            if step is not None:
+                return self._run_with_images(out, pending, step)
         if self._prefill_graph_fits(out):
             rid, start, n = out.request_ids[0], out.num_computed_tokens[0], out.num_scheduled_tokens[0]
             state = self.batch.states[rid]
@@ -218,6 +234,23 @@ class ModelRunner:
             # the graph's logits are the answer.
             return inputs.sampling_ids, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
+        if not inputs.sampling_ids:
+            return [], None
+        rows = to_device(inputs.logit_rows, torch.long, hidden.device)
+        return inputs.sampling_ids, self.model.compute_logits(hidden.index_select(0, rows)).float()
+
+    def _run_with_images(self, out: SchedulerOutput, pending: PendingTokens | None,
+                         step: StepImages) -> tuple[list[str], torch.Tensor | None]:
+        """A step whose rows hold image tokens: eager, with the tower's embeddings spliced into
+        the token embeddings at their rows (and the images' spans bidirectional where the model
+        says so)."""
+        self.batch.steady.forget()
+        inputs = self.batch.build(out, pending, False, None)
+        embeds = self.model.embed(inputs.input_ids)
+        embeds.index_copy_(0, step.rows, step.embeddings.to(embeds.dtype))
+        if self.images.bidirectional:
+            inputs.meta.bidirectional = step.spans
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta, embeds)
         if not inputs.sampling_ids:
             return [], None
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)

@@ -22,6 +22,9 @@ class AttnMetadata:
     query_lens_list: list[int]  # host copies, so reference ops never sync
     seq_lens_list: list[int]
     block_size: int
+    # Per sequence, the [start, end) positions of spans whose tokens attend to each other both
+    # ways (a Gemma 3 image's soft tokens); None, the text-only common case: causal everywhere.
+    bidirectional: list[list[tuple[int, int]]] | None = None
 
     @property
     def num_seqs(self) -> int:

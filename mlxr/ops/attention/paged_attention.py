@@ -41,12 +41,16 @@ def gather_context(
 
 
 def attention_mask(
-    q_len: int, seq_len: int, sliding_window: int | None, device: torch.device
+    q_len: int, seq_len: int, sliding_window: int | None, device: torch.device,
+    spans: list[tuple[int, int]] = (),
 ) -> torch.Tensor:
-    """[q_len, seq_len] bool, True where query i (at position seq_len - q_len + i) may look."""
+    """[q_len, seq_len] bool, True where query i (at position seq_len - q_len + i) may look:
+    causally, or anywhere inside a bidirectional span holding both; the window cuts both."""
     q_pos = torch.arange(seq_len - q_len, seq_len, device=device)[:, None]
     k_pos = torch.arange(seq_len, device=device)[None, :]
     mask = k_pos <= q_pos
+    for start, end in spans:
+        mask |= (q_pos >= start) & (q_pos < end) & (k_pos >= start) & (k_pos < end)
     if sliding_window is not None:
         mask &= k_pos > q_pos - sliding_window
     return mask
@@ -59,6 +63,7 @@ def attend_one(
     scale: float,
     sliding_window: int | None,
     softcap: float | None,
+    spans: list[tuple[int, int]] = (),
 ) -> torch.Tensor:
     """Causal (optionally windowed) attention of one sequence's queries over its context."""
     q_len, n_heads, _ = q.shape
@@ -70,7 +75,7 @@ def attend_one(
     scores = torch.matmul(qh.float(), kh.float().transpose(1, 2)) * scale
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
-    mask = attention_mask(q_len, seq_len, sliding_window, q.device).repeat(group, 1)
+    mask = attention_mask(q_len, seq_len, sliding_window, q.device, spans).repeat(group, 1)
     scores = scores.masked_fill(~mask, float("-inf"))
     out = torch.matmul(F.softmax(scores, dim=-1), vh.float())  # [KH, group*q_len, D]
     return out.reshape(n_heads, q_len, -1).permute(1, 0, 2).to(q.dtype)
@@ -88,12 +93,13 @@ def paged_attention_reference(
     """Each sequence's new tokens attend causally over its whole cached context."""
     out = torch.empty_like(q)
     start = 0
+    spans = meta.bidirectional
     for s, (q_len, seq_len) in enumerate(zip(meta.query_lens_list, meta.seq_lens_list)):
         table = meta.block_tables[s]
         k = gather_context(k_cache, table, seq_len)
         v = gather_context(v_cache, table, seq_len)
         out[start : start + q_len] = attend_one(
-            q[start : start + q_len], k, v, scale, sliding_window, softcap
+            q[start : start + q_len], k, v, scale, sliding_window, softcap, spans[s] if spans else ()
         )
         start += q_len
     return out
@@ -142,7 +148,10 @@ def paged_attention(
 ) -> torch.Tensor:
     """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C kernels
     for fp32 CPU tensors under inference mode, else the torch reference. Decode-only batches
-    take the decode kernels, others prefill."""
+    take the decode kernels, others prefill. A step with bidirectional spans (image tokens)
+    takes the reference, whose mask holds them."""
+    if meta.bidirectional is not None:
+        return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if not q.is_cpu and use_triton(q, k_cache):  # CPU first: decode runs this once a layer
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop

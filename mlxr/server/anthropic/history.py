@@ -8,6 +8,7 @@ from typing import Any
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.anthropic.schemas import Conversation, Message, ToolChoice
+from mlxr.server.images import ImageSources
 from mlxr.server.tool_history import check_arguments
 
 _DROPPED = frozenset({"redacted_thinking"})  # opaque to this server: nothing to render
@@ -47,8 +48,8 @@ def text_of(content: Any, where: str) -> str:
 class _Turn:
     """One Anthropic message being turned into chat messages."""
 
-    def __init__(self, role: str, where: str) -> None:
-        self.role, self.where = role, where
+    def __init__(self, role: str, where: str, images: ImageSources | None = None) -> None:
+        self.role, self.where, self.images = role, where, images
         self.texts: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.results: list[dict[str, Any]] = []
@@ -59,6 +60,8 @@ class _Turn:
         kind = _block_type(block, where)
         if kind == "text":
             self.texts.append(_string(block, "text", where))
+        elif kind == "image" and self.role == "user" and self.images is not None:
+            self.texts.append(_image(block, where, self.images))
         elif kind == "tool_use" and self.role == "assistant":
             self.calls.append(_call(block, where))
         elif kind == "tool_result" and self.role == "user":
@@ -106,23 +109,37 @@ def _result(block: dict[str, Any], where: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def _message(i: int, m: Message) -> list[dict[str, Any]]:
+def _image(block: dict[str, Any], where: str, images: ImageSources) -> str:
+    """An image block's source (base64, or a URL) kept in images; its marker in the text."""
+    if images.vision is None:
+        raise InvalidParameterError(f"{where}.type", "this model takes text only: blocks of type 'image' are not "
+                                                     "supported")
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        return images.add(where, source.get("data"), "base64")
+    if kind == "url":
+        return images.add(where, source.get("url"))
+    raise InvalidParameterError(f"{where}.source", "an image needs a source of type 'base64' or 'url'")
+
+
+def _message(i: int, m: Message, images: ImageSources | None) -> list[dict[str, Any]]:
     if isinstance(m.content, str):
         return [{"role": m.role, "content": m.content}]
-    turn = _Turn(m.role, f"messages[{i}].content")
+    turn = _Turn(m.role, f"messages[{i}].content", images)
     for j, block in enumerate(m.content):
         turn.add(j, block)
     return turn.messages()
 
 
-def chat_messages(body: Conversation) -> list[dict[str, Any]]:
+def chat_messages(body: Conversation, images: ImageSources | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if body.system is not None:
         system = text_of(body.system, "system")
         if system:
             out.append({"role": "system", "content": system})
     for i, m in enumerate(body.messages):
-        out += _message(i, m)
+        out += _message(i, m, images)
     return out
 
 

@@ -16,6 +16,7 @@ from mlxr.server.anthropic.history import anthropic_param, chat_messages, chat_t
 from mlxr.server.anthropic.run import Run, thinking_budget
 from mlxr.server.anthropic.schemas import Conversation, MessagesRequest
 from mlxr.server.chat_plan import ChatPlan
+from mlxr.server.images import ImageSources
 from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.sse import stream_response
 from mlxr.server.reasoning_budget import BudgetedReply
@@ -58,10 +59,15 @@ def _thinking(body: Conversation) -> bool | None:
 async def _render(session: Session, body: Conversation) -> tuple[list[int], ChatPlan]:
     served = session.served
     choice, parallel = tool_choice(body.tool_choice, bool(body.tools))
+    images = ImageSources(served.args.vision, session.request.app.state.config.allow_remote_images)
     try:
-        return await render_plan(served.tokenizer, served.context_length, "messages", chat_messages(body),
+        messages = chat_messages(body, images)
+        if images and body.thinking is not None and body.thinking.type == "enabled":
+            # Its continuation past the budget re-renders the prompt as text, without the images.
+            raise InvalidParameterError("thinking", "a thinking budget is not supported with images")
+        return await render_plan(served.tokenizer, served.context_length, "messages", messages,
                                  chat_tools(body), tool_choice=choice, parallel=parallel,
-                                 thinking=_thinking(body))
+                                 thinking=_thinking(body), images=images)
     except InvalidParameterError as e:
         raise anthropic_param(e) from None
 

@@ -53,12 +53,13 @@ def read_model(record: Any) -> tuple[ModelArgs, str | None]:
             template = f.metadata.get("tokenizer.chat_template")
             return args_from_gguf(f), template if isinstance(template, str) else None
     from mlxr.formats.json_file import check_text_file
-    from mlxr.loader.hf_model import read_config
+    from mlxr.loader.hf_model import read_config, with_vision
     from mlxr.models.model_args import args_from_hf
     from mlxr.tokenizer.tokenizer import Tokenizer
 
     check_text_file(path / "chat_template.jinja")
-    return args_from_hf(read_config(path)), Tokenizer.from_hf_dir(path).chat_template
+    config = read_config(path)
+    return with_vision(args_from_hf(config), config, path), Tokenizer.from_hf_dir(path).chat_template
 
 
 def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
@@ -84,11 +85,14 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
     return info
 
 
-def capabilities(template: str) -> list[str]:
+def capabilities(template: str, vision: bool = False) -> list[str]:
     """What Ollama's /api/show reports from a model's template: every model here generates
-    ("completion"; none is embedding-only, none sees images), "tools" where the template renders
-    tools itself (a known tool-call format), "thinking" where it knows reasoning markers."""
+    ("completion"; none is embedding-only), "vision" for a model with a vision tower, "tools"
+    where the template renders tools itself (a known tool-call format), "thinking" where it
+    knows reasoning markers."""
     found = ["completion"]
+    if vision:
+        found.append("vision")
     if format_for_template(template).renders_tools:
         found.append("tools")
     if markers_for_template(template) is not None:
@@ -123,7 +127,7 @@ def show_payload(record: Any, args: ModelArgs, template: str | None, context_len
         "model_info": model_info(record, args) | {"mlxr.chat_template": source,
                                                   "mlxr.sampling_defaults": dict(sampling.values),
                                                   "mlxr.sampling_sources": dict(sampling.sources)},
-        "capabilities": capabilities(chat_template),  # /api/chat keeps it
+        "capabilities": capabilities(chat_template, args.vision is not None),  # /api/chat keeps it
         "modified_at": record.modified_at,
     }
 

@@ -9,23 +9,33 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
+from mlxr.config import VisionArgs
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan, plan_chat
+from mlxr.server.images import base64_image
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, prompt_chars_cap
+from mlxr.types import ImagePrompt, ImagePromptIds
+from mlxr.vision.image_prompt import check_takes_images, image_prompt_ids
 
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.S)
 _FIELD = re.compile(r"\.(System|Prompt|Response)")
 _IF = re.compile(r"if\s+\.(System|Prompt|Response)")
 
 
-def generate_prompt_ids(req: GenerateRequest, tokenizer: Any, context_length: int) -> list[int]:
+def generate_prompt_ids(req: GenerateRequest, tokenizer: Any, context_length: int,
+                        vision: VisionArgs | None = None) -> list[int]:
     """The prompt's ids; its rendered text is bounded (prompt_work.max_prompt_chars) before
-    it is tokenized, and an Ollama template while it renders."""
+    it is tokenized, and an Ollama template while it renders. With images, the ids carry them
+    (ImagePromptIds): their markers go before the prompt, as Ollama places them."""
     if req.suffix:
         raise InvalidParameterError("suffix", "fill-in-the-middle (insert) is not supported")
-    if req.images:
-        raise InvalidParameterError("images", "the served models take text only")
+    images = _images(req.images, "images", vision)
+    names = tuple(f"images[{i}]" for i in range(len(images)))
+    if images:
+        req = req.model_copy(update={"prompt": vision.image_marker * len(images) + req.prompt})
     prefix = list(req.context or [])
     if req.raw:
         text, specials = req.prompt, True
@@ -40,25 +50,63 @@ def generate_prompt_ids(req: GenerateRequest, tokenizer: Any, context_length: in
         text, specials = (f"{req.system}\n\n{req.prompt}" if req.system else req.prompt), True
     check_prompt_chars(tokenizer, context_length, text, "prompt")
     # A continuation (context) already starts with BOS.
+    if images:
+        ids = image_prompt_ids(ImagePrompt(text, images, specials and not prefix, names), vision, tokenizer)
+        return after_context(prefix, ids)
     return prefix + tokenizer.encode(text, add_special_tokens=specials and not prefix)
 
 
-def chat_prompt_ids(req: ChatRequest, tokenizer: Any, context_length: int) -> list[int]:
-    return planned_ids(chat_plan(req, tokenizer), tokenizer, context_length)
+def _images(images: list[str] | None, name: str, vision: VisionArgs | None) -> tuple[bytes, ...]:
+    if not images:
+        return ()
+    check_takes_images(vision, len(images))
+    return tuple(base64_image(b64, f"{name}[{i}]") for i, b64 in enumerate(images))
 
 
-def planned_ids(plan: ChatPlan, tokenizer: Any, context_length: int) -> list[int]:
-    """The rendered chat prompt's ids, its characters bounded before it is tokenized."""
+def after_context(prefix: list[int], ids: ImagePromptIds) -> ImagePromptIds:
+    if not prefix:
+        return ids
+    moved = [msgspec.structs.replace(im, offset=im.offset + len(prefix)) for im in ids.images]
+    return ImagePromptIds(prefix + list(ids), moved)
+
+
+def chat_prompt_ids(req: ChatRequest, tokenizer: Any, context_length: int,
+                    vision: VisionArgs | None = None) -> list[int]:
+    return planned_ids(chat_plan(req, tokenizer, vision), tokenizer, context_length, chat_images(req, vision), vision)
+
+
+def planned_ids(plan: ChatPlan, tokenizer: Any, context_length: int,
+                images: tuple[tuple[bytes, ...], tuple[str, ...]] = ((), ()),
+                vision: VisionArgs | None = None) -> list[int]:
+    """The rendered chat prompt's ids, its characters bounded before it is tokenized; with
+    images ((files, names) as chat_images gives them), ImagePromptIds (the template wrote a
+    marker for each)."""
     check_prompt_chars(tokenizer, context_length, plan.prompt_text, "messages")
+    files, names = images
+    if files:
+        return image_prompt_ids(ImagePrompt(plan.prompt_text, files, False, names), vision, tokenizer)
     return tokenizer.encode(plan.prompt_text, add_special_tokens=False)
 
 
 THINK_LEVELS = frozenset({"low", "medium", "high", "true", "false", ""})  # Ollama's, and its strings
 
 
-def chat_plan(req: ChatRequest, tokenizer: Any) -> ChatPlan:
+def chat_images(req: ChatRequest, vision: VisionArgs | None) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
+    """Every message's images in order, and their names (a text-only model refuses any)."""
+    files: list[bytes] = []
+    names: list[str] = []
+    for i, m in enumerate(req.messages):
+        found = _images(m.images, f"messages.{i}.images", vision)
+        files += found
+        names += [f"messages.{i}.images[{j}]" for j in range(len(found))]
+    if files:
+        check_takes_images(vision, len(files))
+    return tuple(files), tuple(names)
+
+
+def chat_plan(req: ChatRequest, tokenizer: Any, vision: VisionArgs | None = None) -> ChatPlan:
     """The rendered prompt with its tools and thinking (`think`: true, false, or a level)."""
-    messages = [_template_message(m, i) for i, m in enumerate(req.messages)]
+    messages = [_template_message(m, i, vision) for i, m in enumerate(req.messages)]
     if isinstance(req.think, str) and req.think not in THINK_LEVELS:
         raise InvalidParameterError("think", f"is true, false or one of {sorted(THINK_LEVELS - {'', 'true', 'false'})}, "
                                              f"got {req.think!r}")
@@ -70,10 +118,13 @@ def chat_plan(req: ChatRequest, tokenizer: Any) -> ChatPlan:
     return plan
 
 
-def _template_message(message: ChatMessage, index: int) -> dict[str, Any]:
+def _template_message(message: ChatMessage, index: int, vision: VisionArgs | None) -> dict[str, Any]:
+    content = message.content or ""
     if message.images:
-        raise InvalidParameterError(f"messages.{index}.images", "the served models take text only")
-    out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+        if vision is None:
+            raise InvalidParameterError(f"messages.{index}.images", "this model takes text only; send no images")
+        content = vision.image_marker * len(message.images) + content  # before the text, as Ollama puts them
+    out: dict[str, Any] = {"role": message.role, "content": content}
     if message.tool_calls:
         out["tool_calls"] = [
             {"type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}

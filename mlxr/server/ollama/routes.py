@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from mlxr.config import VisionArgs
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import check_forced_calls
 from mlxr.server.ollama import generation, modelfile
@@ -29,13 +30,14 @@ from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import (
     Options, context_window, log_ignored, max_tokens, num_threads, sampling_params,
 )
-from mlxr.server.ollama.prompts import generate_prompt_ids, planned_ids
+from mlxr.server.ollama.prompts import chat_images, generate_prompt_ids, planned_ids
 from mlxr.server.ollama.structured import structured_outputs
 from mlxr.server.reasoning_budget import effort_budget
 from mlxr.server.ollama.schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest
 from mlxr.server.ollama.truncation import fit_chat, fit_prompt
 from mlxr.server.prompt_work import check_prompt_chars, max_prompt_chars, off_loop
 from mlxr.server.reply_budget import default_max_tokens
+from mlxr.types import ImagePromptIds
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
@@ -70,7 +72,9 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     if not body.prompt:
         return await _load_only(held, body.model, {"response": ""})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_prompt(ids, body.options, window)
-    return await _start(held, body, arrival, chat=False, ids=lambda tok: generate_prompt_ids(body, tok, held.served.context_length),
+    vision = held.served.args.vision
+    return await _start(held, body, arrival, chat=False,
+                        ids=lambda tok: generate_prompt_ids(body, tok, held.served.context_length, vision),
                         fit=fit, top_n=top_n)
 
 
@@ -86,19 +90,20 @@ async def chat(body: ChatRequest, request: Request) -> Response:
         return await _load_only(held, body.model, {"message": {"role": "assistant", "content": ""}})
     fit = None if body.truncate is False else lambda tok, ids, window: fit_chat(body, tok, body.options, window,
                                                                                    held.served.context_length)
-    planned = _Planned(body, held.served.context_length)
+    planned = _Planned(body, held.served.context_length, held.served.args.vision)
     return await _start(held, body, arrival, chat=True, ids=planned.ids, fit=fit, top_n=top_n, planned=planned)
 
 
 class _Planned:
     """Renders a chat prompt and keeps its plan (tools, thinking) to read the reply with."""
 
-    def __init__(self, body: ChatRequest, context_length: int) -> None:
-        self.body, self.plan, self.context_length = body, None, context_length
+    def __init__(self, body: ChatRequest, context_length: int, vision: VisionArgs | None = None) -> None:
+        self.body, self.plan, self.context_length, self.vision = body, None, context_length, vision
 
     def ids(self, tokenizer: Any) -> list[int]:
-        self.plan = chat_plan(self.body, tokenizer)
-        return planned_ids(self.plan, tokenizer, self.context_length)
+        images = chat_images(self.body, self.vision)
+        self.plan = chat_plan(self.body, tokenizer, self.vision)
+        return planned_ids(self.plan, tokenizer, self.context_length, images, self.vision)
 
 
 # (tokenizer, prompt ids, window) -> prompt ids that fit the window
@@ -113,7 +118,8 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         prompt_ids = await off_loop(ids, tokenizer)
         window = context_window(body.options, held.served.context_length)
         truncated_from = None
-        if fit is not None and len(prompt_ids) >= window:
+        # A prompt with images is never cut (its image tokens must stay whole): too long, it is refused.
+        if fit is not None and len(prompt_ids) >= window and not isinstance(prompt_ids, ImagePromptIds):
             truncated_from = len(prompt_ids)
             prompt_ids = await off_loop(fit, tokenizer, prompt_ids, window)
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt",

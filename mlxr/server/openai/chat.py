@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan
+from mlxr.server.images import ImageSources
 from mlxr.server.openai.choices import Choice, Choices, chat_logprobs
 from mlxr.server.openai.prompt_scores import score_prompts, vllm_prompt_logprobs
 from mlxr.server.openai.replies import StreamedReply, finish_reason, message
@@ -51,7 +52,8 @@ def _budget(body: ChatCompletionRequest, plan: ChatPlan) -> int | None:
 async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     check_unsupported(body)
     served = session.served
-    ids, plan = await render_chat(served.tokenizer, body, served.context_length)
+    images = ImageSources(served.args.vision, session.request.app.state.config.allow_remote_images)
+    ids, plan = await render_chat(served.tokenizer, body, served.context_length, images)
     asked = body.max_completion_tokens or body.max_tokens
     max_tokens = reply_budget(session.request, asked, len(ids), served.context_length)
     top_n = _top_logprobs(body)
@@ -63,6 +65,8 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     choices = Choices(1, body.n)
     choices.prompt_tokens = len(ids)
     fmt = _ChatFormat(session, choices, top_n, body, plan)
+    if body.prompt_logprobs is not None and images:
+        raise InvalidParameterError("prompt_logprobs", "is not supported with images")
     if body.prompt_logprobs is not None:  # vLLM's extra: the rendered prompt's tokens, scored
         entries = (await session.watched(score_prompts(served.engine, [ids], body.prompt_logprobs)))[0]
         fmt.prompt_logprobs = vllm_prompt_logprobs(ids, entries, body.prompt_logprobs)

@@ -107,12 +107,17 @@ def encode_inputs(tokenizer: Any, raw: Any, param: str, context_length: int) -> 
     return out
 
 
-def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
+def message_dict(i: int, m: ChatMessage, images: ImageSources | None = None) -> dict[str, Any]:
+    """A message for the chat template; an image part becomes the model's image marker in the
+    text, its source kept in `images` (None: a route that takes no images)."""
     d = m.model_dump(exclude_none=True)
     check_tool_calls(d.get("tool_calls"), f"messages.{i}")
     if isinstance(m.content, list):
         texts = []
         for j, part in enumerate(m.content):
+            if part.type == "image_url" and images is not None:
+                texts.append(images.add(f"messages[{i}].content[{j}]", (part.model_extra or {}).get("image_url")))
+                continue
             if part.type != "text":
                 raise InvalidParameterError(
                     f"messages[{i}].content", f"content parts of type {part.type!r} are not supported")
@@ -125,10 +130,12 @@ def message_dict(i: int, m: ChatMessage) -> dict[str, Any]:
     return d
 
 
-async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_length: int) -> tuple[list[int], ChatPlan]:
+async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_length: int,
+                      images: ImageSources | None = None) -> tuple[list[int], ChatPlan]:
     """The chat template's prompt as token ids (its text already carries BOS and markers), and
-    the plan its reply is read back with (tools, reasoning; see server/chat_plan.py)."""
-    messages = [message_dict(i, m) for i, m in enumerate(body.messages)]
+    the plan its reply is read back with (tools, reasoning; see server/chat_plan.py). With image
+    parts, the ids carry the images (ImagePromptIds)."""
+    messages = [message_dict(i, m, images) for i, m in enumerate(body.messages)]
     tools = [strict_tool(t.model_dump(exclude_none=True)) for t in body.tools] if body.tools else None
     thinking = None if body.reasoning_effort is None else body.reasoning_effort != "none"
     fmt = getattr(body, "response_format", None)
@@ -136,15 +143,17 @@ async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_lengt
                              parallel=body.parallel_tool_calls, thinking=thinking,
                              template_kwargs=body.chat_template_kwargs,
                              add_generation_prompt=body.add_generation_prompt,
-                             other_constraint=fmt is not None and fmt.type != "text")
+                             other_constraint=fmt is not None and fmt.type != "text", images=images)
 
 
 async def render_plan(tokenizer: Any, context_length: int, field: str, messages: list[dict], tools: list | None,
-                      **plan_options: Any) -> tuple[list[int], ChatPlan]:
+                      images: ImageSources | None = None, **plan_options: Any) -> tuple[list[int], ChatPlan]:
     """plan_chat's prompt as token ids, and the plan; errors name the request's `field`."""
     def run() -> tuple[list[int], ChatPlan]:
         plan = plan_chat(tokenizer, messages, tools, **plan_options)
         check_prompt_chars(tokenizer, context_length, plan.prompt_text, field)
+        if images:
+            return images.prompt_ids(plan.prompt_text, tokenizer), plan
         return tokenizer.encode(plan.prompt_text, add_special_tokens=False), plan
 
     # Rendering runs untrusted template code with a time budget: keep it off the event loop.

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import ChatPlan
+from mlxr.server.images import ImageSources
 from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.responses_input import (
     ResponsesRequest, chat_messages, chat_tools, check_stateless, responses_param, text_constraint,
@@ -41,13 +42,14 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
 async def _render(session: Session, body: ResponsesRequest,
                   constraint: StructuredOutputsParams | None) -> tuple[list[int], ChatPlan]:
     tokenizer, context = session.served.tokenizer, session.served.context_length
-    messages, tools = chat_messages(body), chat_tools(body)
+    images = ImageSources(session.served.args.vision, session.request.app.state.config.allow_remote_images)
+    messages, tools = chat_messages(body, images), chat_tools(body)
     effort = body.reasoning.effort if body.reasoning else None
     thinking = None if effort is None else effort != "none"
     try:
         return await render_plan(tokenizer, context, "input", messages, tools, tool_choice=body.tool_choice,
                                  parallel=body.parallel_tool_calls, thinking=thinking,
-                                 other_constraint=constraint is not None)
+                                 other_constraint=constraint is not None, images=images)
     except InvalidParameterError as e:
         raise responses_param(e) from None
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from mlxr.errors import InvalidParameterError
+from mlxr.server.images import ImageSources
 from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, _Body
 from mlxr.server.openai.strict_schema import strict_schema, strict_tool
 from mlxr.server.tool_history import check_arguments
@@ -67,7 +68,9 @@ def check_stateless(body: ResponsesRequest) -> None:
                                                   "never cut; send 'disabled' or leave it out")
 
 
-def _text(content: Any, where: str) -> str:
+def _text(content: Any, where: str, images: ImageSources | None = None) -> str:
+    """A message's text; an input_image part becomes the model's image marker, its data URL
+    kept in `images` (None: a content that takes no images)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -75,6 +78,12 @@ def _text(content: Any, where: str) -> str:
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_image" and images is not None:
+            if part.get("image_url") is None:
+                raise InvalidParameterError(f"{where}.content[{j}]", "an input_image needs an image_url (file_id is "
+                                                                     "not supported)")
+            texts.append(images.add(f"{where}.content[{j}]", part.get("image_url"), part="input_image"))
+            continue
         if kind not in ("input_text", "output_text", "text"):
             raise InvalidParameterError(where, f"content parts of type {kind!r} are not supported")
         if not isinstance(part.get("text"), str):
@@ -83,14 +92,14 @@ def _text(content: Any, where: str) -> str:
     return "".join(texts)
 
 
-def _item_message(i: int, item: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+def _item_message(i: int, item: dict[str, Any], messages: list[dict[str, Any]], images: ImageSources | None) -> None:
     kind = item.get("type", "message")
     where = f"input[{i}]"
     if kind == "message":
         role = item.get("role")
         if role not in ("user", "system", "developer", "assistant"):
             raise InvalidParameterError(where, f"unknown role {role!r}")
-        messages.append({"role": "system" if role == "developer" else role, "content": _text(item.get("content"), where)})
+        messages.append({"role": "system" if role == "developer" else role, "content": _text(item.get("content"), where, images)})
     elif kind == "function_call":
         if not isinstance(item.get("name"), str) or not item["name"]:
             raise InvalidParameterError(f"{where}.name", "a function_call needs the function's name")
@@ -109,7 +118,7 @@ def _item_message(i: int, item: dict[str, Any], messages: list[dict[str, Any]]) 
         raise InvalidParameterError(where, f"input items of type {kind!r} are not supported")
 
 
-def chat_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
+def chat_messages(body: ResponsesRequest, images: ImageSources | None = None) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
@@ -117,7 +126,7 @@ def chat_messages(body: ResponsesRequest) -> list[dict[str, Any]]:
         messages.append({"role": "user", "content": body.input})
         return messages
     for i, item in enumerate(body.input):
-        _item_message(i, item, messages)
+        _item_message(i, item, messages, images)
     if not messages:
         raise InvalidParameterError("input", "is empty")
     return messages

@@ -1,0 +1,64 @@
+"""preprocessor_config.json (a transformers image processor's saved numbers) -> ImagePreprocess."""
+from __future__ import annotations
+
+from mlxr.config import ImagePreprocess
+from mlxr.errors import ModelFormatError
+
+_FILTERS = (0, 1, 2, 3, 4, 5)  # PIL's NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING
+
+
+def preprocess_from_hf(cfg: dict, default_size: int) -> ImagePreprocess:
+    if not isinstance(cfg, dict):
+        raise ModelFormatError("preprocessor_config.json must hold a JSON object")
+    if cfg.get("do_pan_and_scan"):
+        raise ModelFormatError("preprocessor_config.json: do_pan_and_scan is not supported")
+    height, width, shortest = _size(cfg.get("size"), default_size)
+    crop = cfg.get("crop_size")
+    if shortest is not None and cfg.get("do_center_crop", True) and isinstance(crop, dict):
+        height, width = _side(crop, "height", height), _side(crop, "width", width)
+    resample = cfg.get("resample", 2)
+    if resample not in _FILTERS:
+        raise ModelFormatError(f"preprocessor_config.json: resample {resample!r} is not a PIL filter")
+    return ImagePreprocess(
+        height=height, width=width, shortest_edge=shortest, resample=resample,
+        rescale_factor=_number(cfg, "rescale_factor", 1 / 255),
+        image_mean=_triple(cfg, "image_mean", (0.5, 0.5, 0.5)), image_std=_triple(cfg, "image_std", (0.5, 0.5, 0.5)),
+        do_rescale=bool(cfg.get("do_rescale", True)), do_normalize=bool(cfg.get("do_normalize", True)),
+    )
+
+
+def _size(size, default: int) -> tuple[int, int, int | None]:
+    if size is None:
+        return default, default, None
+    if isinstance(size, dict) and "shortest_edge" in size:
+        edge = _side(size, "shortest_edge", default)
+        return edge, edge, edge
+    if isinstance(size, dict):
+        return _side(size, "height", default), _side(size, "width", default), None
+    raise ModelFormatError(f"preprocessor_config.json: size must be an object, got {size!r}")
+
+
+def _side(d: dict, key: str, default: int) -> int:
+    value = d.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 8192:
+        raise ModelFormatError(f"preprocessor_config.json: {key} must be an integer in 1..8192, got {value!r}")
+    return value
+
+
+def _number(cfg: dict, key: str, default: float) -> float:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ModelFormatError(f"preprocessor_config.json: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _triple(cfg: dict, key: str, default: tuple[float, float, float]) -> tuple[float, float, float]:
+    value = cfg.get(key, default)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value] * 3
+    if not isinstance(value, (list, tuple)) or len(value) != 3 or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+        raise ModelFormatError(f"preprocessor_config.json: {key} must be three numbers, got {value!r}")
+    if key == "image_std" and any(x <= 0 for x in value):
+        raise ModelFormatError("preprocessor_config.json: image_std must be positive")
+    return float(value[0]), float(value[1]), float(value[2])

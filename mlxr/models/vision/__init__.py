@@ -1,0 +1,1 @@
+"""Vision towers shared by the vision-language models (SigLIP; CLIP differs in little)."""

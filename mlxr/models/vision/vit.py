@@ -1,0 +1,98 @@
+"""A ViT image encoder in the anatomy of transformers' SigLIP vision model: patch convolution plus
+learned position embeddings, pre-norm encoder layers (biased q/k/v/out projections, full
+attention over the patches, a two-layer MLP), a final layer norm. Parameter names are the
+checkpoint's below `vision_tower.` (transformers 4 saved them below `vision_tower.vision_model.`)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mlxr.config import VisionArgs
+
+
+def _activation(name: str):
+    if name in ("gelu_pytorch_tanh", "gelu_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "quick_gelu":
+        return lambda x: x * torch.sigmoid(1.702 * x)
+    return F.gelu
+
+
+class PatchEmbeddings(nn.Module):
+    def __init__(self, v: VisionArgs) -> None:
+        super().__init__()
+        self.patch_embedding = nn.Conv2d(v.num_channels, v.hidden_size, v.patch_size, stride=v.patch_size)
+        self.num_patches = (v.image_size // v.patch_size) ** 2
+        self.position_embedding = nn.Embedding(self.num_patches, v.hidden_size)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        weight = self.patch_embedding.weight
+        x = self.patch_embedding(pixels.to(weight.dtype)).flatten(2).transpose(1, 2)  # [B, patches, D]
+        return x + self.position_embedding.weight.to(x.dtype)
+
+
+class VisionAttention(nn.Module):
+    def __init__(self, v: VisionArgs) -> None:
+        super().__init__()
+        d = v.hidden_size
+        self.heads, self.head_dim = v.num_attention_heads, d // v.num_attention_heads
+        self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
+        self.v_proj, self.out_proj = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, n, self.heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.head_dim**-0.5
+        out = torch.matmul(F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), v)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, d))
+
+
+class VisionMLP(nn.Module):
+    def __init__(self, v: VisionArgs) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(v.hidden_size, v.intermediate_size)
+        self.fc2 = nn.Linear(v.intermediate_size, v.hidden_size)
+        self.act = _activation(v.hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, v: VisionArgs) -> None:
+        super().__init__()
+        self.layer_norm1 = nn.LayerNorm(v.hidden_size, eps=v.layer_norm_eps)
+        self.self_attn = VisionAttention(v)
+        self.layer_norm2 = nn.LayerNorm(v.hidden_size, eps=v.layer_norm_eps)
+        self.mlp = VisionMLP(v)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.layer_norm1(x))
+        return x + self.mlp(self.layer_norm2(x))
+
+
+class Encoder(nn.Module):
+    def __init__(self, v: VisionArgs) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(v) for _ in range(v.num_hidden_layers))
+
+
+class VisionTransformer(nn.Module):
+    """pixels [B, C, H, W] -> the last hidden states [B, patches, D] (after the final norm)."""
+
+    def __init__(self, v: VisionArgs) -> None:
+        super().__init__()
+        self.embeddings = PatchEmbeddings(v)
+        self.encoder = Encoder(v)
+        self.post_layernorm = nn.LayerNorm(v.hidden_size, eps=v.layer_norm_eps)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = self.embeddings(pixels)
+        for layer in self.encoder.layers:
+            x = layer(x)
+        return self.post_layernorm(x)
