@@ -83,10 +83,13 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
     return info
 
 
-def capabilities(template: str) -> list[str]:
-    """What Ollama's /api/show reports from a model's template: every model here generates
-    ("completion"; none is embedding-only, none sees images), "tools" where the template renders
-    tools itself (a known tool-call format), "thinking" where it knows reasoning markers."""
+def capabilities(template: str, args: ModelArgs | None = None) -> list[str]:
+    """What Ollama's /api/show reports from a model's template: a decoder generates
+    ("completion"), "tools" where the template renders tools itself (a known tool-call format),
+    "thinking" where it knows reasoning markers. An encoder only embeds ("embedding", Ollama's
+    word) or, with a classification head, reranks ("rerank")."""
+    if args is not None and args.extra.get("encoder"):
+        return ["rerank"] if args.extra.get("num_labels") else ["embedding"]
     found = ["completion"]
     if format_for_template(template).renders_tools:
         found.append("tools")
@@ -116,7 +119,7 @@ def show_payload(record: Any, args: ModelArgs, template: str | None, context_len
         "template": template,
         "details": record.details,
         "model_info": model_info(record, args) | {"mlxr.chat_template": source},
-        "capabilities": capabilities(chat_template),  # /api/chat keeps it
+        "capabilities": capabilities(chat_template, args),  # /api/chat keeps it
         "modified_at": record.modified_at,
     }
 
