@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from mlxr.config import ModelArgs
 from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
+from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.experts import stack_experts
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
@@ -21,6 +23,10 @@ PREFIX_REWRITES = (
     ("model.language_model.", "model."),
     ("language_model.model.", "model."),
     ("language_model.lm_head.", "lm_head."),
+    # A bare backbone (sentence-transformers saves AutoModel: Qwen3-Embedding's checkpoint)
+    ("layers.", "model.layers."),
+    ("embed_tokens.", "model.embed_tokens."),
+    ("norm.", "model.norm."),
 )
 SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
 
@@ -30,12 +36,19 @@ def read_config(model_dir: Path) -> dict:
 
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
-    args = args_from_hf(read_config(model_dir))
+    args = with_sentence_pooling(args_from_hf(read_config(model_dir)), model_dir)
     names = [n for n in map(hf_name, tensor_names(model_dir)) if n is not None]
     check_layers_present(args.num_hidden_layers, names, "model.layers.", "the checkpoint")
     check_text_file(model_dir / "chat_template.jinja")  # the tokenizer reads it whole
     tokenizer = Tokenizer.from_hf_dir(model_dir)
     return args, _weights(model_dir, args), tokenizer
+
+
+def with_sentence_pooling(args: ModelArgs, model_dir: Path) -> ModelArgs:
+    """A decoder embedding model's pooling (Qwen3-Embedding: last token) from its
+    sentence-transformers files, for the engine's embeddings; none: mean."""
+    pooling = read_sentence_config(model_dir).pooling
+    return replace(args, extra={**args.extra, "pooling": pooling}) if pooling else args
 
 
 def hf_name(name: str) -> str | None:

@@ -118,13 +118,9 @@ def _unigram():
 
 
 def _save_sentence_transformer(model, tokenizer, out: Path, pooling: str, normalize: bool) -> None:
-    import warnings
-
     from sentence_transformers import SentenceTransformer
 
-    with warnings.catch_warnings():  # 6.x moved the modules; this path works from 3.x on
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from sentence_transformers import models as st
+    st = _sentence_modules()
 
     staged = out / "hf"
     model.save_pretrained(staged)
@@ -176,3 +172,42 @@ def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
         raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf}:\n{res.stderr[-3000:]}")
     os.replace(tmp, out)
     return out
+
+
+def decoder_embedder_dir(root: Path) -> Path:
+    """Qwen3-Embedding's layout on the tiny random Qwen3 (arch_fixtures): sentence-transformers
+    saves the bare backbone (no lm_head, so the embeddings are tied, as in the real config)
+    with last-token pooling and normalisation."""
+    import json
+    import shutil
+    import tempfile
+
+    from mlxr.testing.arch_fixtures import arch_fixture_dir
+
+    out = Path(root) / "encoders" / "qwen3-embed" / "qwen3-embed"
+    if (out / ".done").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent))
+    st = _sentence_modules()
+    from sentence_transformers import SentenceTransformer
+
+    modules = [st.Transformer(str(arch_fixture_dir("tiny-qwen3", root))), st.Pooling(64, pooling_mode="lasttoken"),
+               st.Normalize()]
+    SentenceTransformer(modules=modules).save(str(tmp))
+    config = json.loads((tmp / "config.json").read_text())
+    (tmp / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}, indent=2))
+    (tmp / ".done").write_text("")
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    return out
+
+
+def _sentence_modules():
+    import warnings
+
+    with warnings.catch_warnings():  # 6.x moved the modules; this path works from 3.x on
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from sentence_transformers import models
+
+    return models
