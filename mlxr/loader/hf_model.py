@@ -16,6 +16,8 @@ from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.experts import stack_experts
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
+from mlxr.models.qwen3_reranker import KIND as QWEN3_RERANKER
+from mlxr.models.qwen3_reranker import is_qwen3_reranker
 from mlxr.tokenizer.tokenizer import Tokenizer
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
@@ -46,9 +48,13 @@ def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.T
 
 def with_sentence_pooling(args: ModelArgs, model_dir: Path) -> ModelArgs:
     """A decoder embedding model's pooling (Qwen3-Embedding: last token) from its
-    sentence-transformers files, for the engine's embeddings; none: mean."""
+    sentence-transformers files, for the engine's embeddings (none: mean); and a decoder
+    reranker's kind (Qwen3-Reranker)."""
     pooling = read_sentence_config(model_dir).pooling
-    return replace(args, extra={**args.extra, "pooling": pooling}) if pooling else args
+    extra = {**args.extra, "pooling": pooling} if pooling else dict(args.extra)
+    if is_qwen3_reranker(model_dir, args.extra.get("hf_model_type")):
+        extra["reranker"] = QWEN3_RERANKER
+    return replace(args, extra=extra)
 
 
 def hf_name(name: str) -> str | None:

@@ -211,3 +211,43 @@ def _sentence_modules():
         from sentence_transformers import models
 
     return models
+
+
+def qwen3_reranker_dir(root: Path) -> Path:
+    """Qwen3-Reranker's layout on a tiny random Qwen3: a causal LM whose vocabulary has "yes"
+    and "no" tokens, in a folder named as the real model is (how its kind is recognised)."""
+    import json
+    import shutil
+    import tempfile
+
+    import torch
+    import transformers as tf
+    from tokenizers import Tokenizer
+
+    from mlxr.testing.arch_fixtures import ARCH_FIXTURES, arch_fixture_dir
+
+    out = Path(root) / "encoders" / "qwen3-reranker" / "Qwen3-Reranker-tiny"
+    if (out / ".done").is_file():
+        return out
+    base = arch_fixture_dir("tiny-qwen3", root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent))
+    tok = Tokenizer.from_file(str(base / "tokenizer.json"))
+    tok.add_tokens(["yes", "no"])
+    config = {**ARCH_FIXTURES["tiny-qwen3"].config, "vocab_size": tok.get_vocab_size()}
+    torch.manual_seed(47)
+    model = tf.Qwen3ForCausalLM(tf.Qwen3Config(**config)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.1)
+    model.save_pretrained(tmp)
+    for name in ("tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        if (base / name).is_file():
+            shutil.copy(base / name, tmp / name)
+    tok.save(str(tmp / "tokenizer.json"))
+    json.loads((tmp / "config.json").read_text())  # written whole
+    (tmp / ".done").write_text("")
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    return out

@@ -1,8 +1,10 @@
-"""Reranking with a cross-encoder: POST /v1/rerank, /rerank and /v2/rerank in the Cohere / Jina
-shape, and vLLM's /score and /v1/score. Each (query, document) pair is tokenized as the model's
-tokenizer pairs texts and scored in one batched call (EncoderEngine.score)."""
+"""Reranking: POST /v1/rerank, /rerank and /v2/rerank in the Cohere / Jina shape, and vLLM's
+/score and /v1/score. A cross-encoder's pairs are tokenized as its tokenizer pairs texts and
+scored in one batched call (EncoderEngine.score); a decoder reranker (Qwen3-Reranker) answers
+yes or no after its prompt, each pair a prompt-logprob call on the paged engine."""
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Annotated
@@ -14,6 +16,8 @@ from pydantic import Field
 from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.engine.encoder.runner import EncoderInput
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.models.qwen3_reranker import KIND as QWEN3_RERANKER
+from mlxr.models.qwen3_reranker import rerank_prompt
 from mlxr.server.openai.schemas import _Body
 from mlxr.server.prompt_work import off_loop
 from mlxr.server.session import Session
@@ -92,6 +96,8 @@ def _score_pairs(first: str | list[str], second: str | list[str]) -> list[tuple[
 
 async def _scores(session: Session, pairs: list[tuple[str, str]], field: str) -> tuple[list[float], int]:
     engine = session.served.engine
+    if session.served.args.extra.get("reranker") == QWEN3_RERANKER:
+        return await _yes_no_scores(session, pairs, field)
     if not isinstance(engine, EncoderEngine) or not engine.is_reranker:
         raise InvalidParameterError("model", f"{session.model} is not a reranker: scoring needs a cross-encoder "
                                              "(a BERT or XLM-RoBERTa sequence-classification model)")
@@ -100,6 +106,32 @@ async def _scores(session: Session, pairs: list[tuple[str, str]], field: str) ->
     inputs = await off_loop(_encode_pairs, session.served.tokenizer, pairs, session.served.context_length, field)
     session.trace.prompt_tokens = sum(len(x.ids) for x in inputs)
     return await session.watched(engine.score(inputs)), session.trace.prompt_tokens
+
+
+async def _yes_no_scores(session: Session, pairs: list[tuple[str, str]], field: str) -> tuple[list[float], int]:
+    """A decoder reranker: softmax over the "no" and "yes" logits after the model's prompt (the
+    two logprobs share the log-softmax's normaliser, which cancels)."""
+    served = session.served
+    answers = [served.tokenizer.token_to_id(t) for t in ("yes", "no")]
+    if None in answers:
+        raise InvalidParameterError("model", f"{session.model}'s vocabulary lacks the yes / no answer tokens")
+    prompts = await off_loop(_encode_prompts, served.tokenizer, pairs, served.context_length - 1, field)
+    session.trace.prompt_tokens = sum(map(len, prompts))
+    scores = []
+    for ids in prompts:
+        yes, no = [await session.watched(served.engine.last_token_logprob(ids + [a])) for a in answers]
+        scores.append(1 / (1 + math.exp(no - yes)))
+    return scores, session.trace.prompt_tokens
+
+
+def _encode_prompts(tokenizer, pairs: list[tuple[str, str]], context: int, field: str) -> list[list[int]]:
+    out = []
+    for i, (query, document) in enumerate(pairs):
+        ids = tokenizer.encode(rerank_prompt(query, document))
+        if len(ids) > context:
+            raise ContextLengthError(len(ids), context, param=f"{field}.{i}")
+        out.append(ids)
+    return out
 
 
 def _encode_pairs(tokenizer, pairs: list[tuple[str, str]], context: int, field: str) -> list[EncoderInput]:
