@@ -53,6 +53,23 @@ def test_openai_client_embeds_as_sentence_transformers(server) -> None:
     assert abs(np.linalg.norm(short.data[0].embedding) - 1) < 1e-5  # truncated, then normalised again
 
 
+def test_pooling_and_normalize_extensions(server) -> None:
+    url, _ = server
+    model = _model_named(server, "bert-mean")
+    body = {"model": model, "input": TEXTS[:2], "pooling": "cls", "normalize": False}
+    got = httpx.post(url + "/v1/embeddings", json=body).json()["data"]
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    hf = AutoModel.from_pretrained(encoder_dir("bert-mean"), dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(encoder_dir("bert-mean"))
+    with torch.inference_mode():  # HF's first token's last hidden state, not normalised
+        want = [hf(**tok(t, return_tensors="pt")).last_hidden_state[0, 0].numpy() for t in TEXTS[:2]]
+    assert np.abs(np.array([d["embedding"] for d in got]) - np.array(want)).max() < 1e-4
+    bad = httpx.post(url + "/v1/embeddings", json={"model": model, "input": "x", "pooling": "rank"})
+    assert bad.status_code == 400 and "pooling" in bad.text
+
+
 def test_ollama_client_embeds(server) -> None:
     url, _ = server
     model = _model_named(server, "bert-mean")

@@ -77,10 +77,13 @@ async def _embed_all(session: Session, body: EmbeddingRequest) -> tuple[list[dic
         raise InvalidParameterError("input", f"{session.trace.prompt_tokens} tokens in one request; at most "
                                              f"{MAX_EMBEDDING_TOKENS} (split the inputs over several requests)")
     if isinstance(served.engine, EncoderEngine):  # one batched call; dimensions: Matryoshka truncation
-        vectors = await served.engine.embed_many(inputs, dimensions=body.dimensions)
+        vectors = await served.engine.embed_many(inputs, body.pooling, body.normalize, body.dimensions)
         data = [{"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
                 for i, v in enumerate(vectors)]
         return data, session.trace.prompt_tokens
+    for name in ("pooling", "normalize"):
+        if getattr(body, name) is not None:
+            raise InvalidParameterError(name, "applies to encoder models only; a decoder pools as its files say")
     data, total = [], 0
     for index, ids in enumerate(inputs):
         vector, count = await served.engine.embed(ids)
