@@ -115,3 +115,11 @@ def test_gguf_reranker_is_marked_from_its_tensors() -> None:
     with open_gguf(encoder_gguf("bert-mean")) as f:
         assert args_from_gguf(f).extra["num_labels"] == 0
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_the_generation_api_refuses_an_encoder_by_name() -> None:
+    from mlxr import LLM
+    from mlxr.errors import UnsupportedModelError
+
+    with pytest.raises(UnsupportedModelError, match="embedding or reranking model"):
+        LLM(str(encoder_dir("bert-mean")))
