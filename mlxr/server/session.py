@@ -249,15 +249,18 @@ class Session:
         await self.close(status_of(error), str(error) or type(error).__name__)
 
 
-ENCODER_ROUTES = ("/v1/embeddings", "/v1/rerank", "/v1/score", "/api/embed", "/api/embeddings", "/tokenize", "/detokenize")
+ENCODER_ROUTES = ("/v1/embeddings", "/v1/rerank", "/v1/score", "/api/embed", "/api/embeddings", "/tokenize",
+                  "/detokenize")
 
 
 def _check_encoder_route(served: ServedModel, route: str) -> None:
     """An encoder (embedding or reranking model) serves only the embedding and rerank routes."""
     if isinstance(served.engine, EncoderEngine) and route not in ENCODER_ROUTES:
-        what = "a reranker" if served.engine.is_reranker else "an embedding model"
+        rerank = served.engine.is_reranker
+        what, routes = ("a reranker", "/v1/rerank or /v1/score") if rerank else (
+            "an embedding model", "/v1/embeddings or /api/embed")
         raise InvalidParameterError("model", f"{served.name} is {what} (an encoder): it cannot generate text; "
-                                             f"use {'/v1/rerank or /v1/score' if served.engine.is_reranker else '/v1/embeddings or /api/embed'}")
+                                             f"use {routes}")
 
 
 def check_batch_admissible(num_prompts: int, max_waiting: int) -> None:
