@@ -160,3 +160,23 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
                       model_digest=model_digest(loaded) if config.kv_cache_dir else "",
                       draft=_draft_parts(spec, config.speculative_draft_model))
     return Built(LLMEngine(parts, config), loaded, loaded.args, loaded.tokenizer)
+
+
+def is_encoder_model(ref: str) -> bool:
+    """Whether ref names an encoder (an embedding or reranking model), from its config alone."""
+    from mlxr.loader.encoder_model import source_is_encoder
+    from mlxr.loader.resolve import resolve_model
+
+    return source_is_encoder(resolve_model(ref))
+
+
+def build_encoder_engine(spec: ModelSpec, config: EngineConfig) -> Built:
+    """An encoder's engine: whole inputs per forward in this process, batches of up to
+    config.max_num_batched_tokens padded tokens (docs/embeddings.md)."""
+    from mlxr.engine.encoder.encoder_engine import EncoderEngine
+    from mlxr.loader.encoder_model import load_encoder
+
+    loaded = load_encoder(spec.ref, dtype=spec.dtype, device=spec.device)
+    engine = EncoderEngine(loaded.model, loaded.args, loaded.device, loaded.pooling, loaded.normalize,
+                           config.max_num_batched_tokens)
+    return Built(engine, None, loaded.args, loaded.tokenizer)

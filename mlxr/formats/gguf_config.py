@@ -69,9 +69,19 @@ def args_from_gguf(
         attn_logit_softcapping=m.opt_float("attn_logit_softcapping"),
         bos_token_id=_token_id(metadata, "tokenizer.ggml.bos_token_id"),
         eos_token_ids=_eos_ids(metadata),
-        extra={"gguf_architecture": arch},
+        extra={"gguf_architecture": arch, **_pooling(m)},
     )
     return check_sizes(replace(args, **declaration.gguf_fields(m)), "GGUF")
+
+
+# llama.cpp's `<arch>.pooling_type` values that give one vector per input (an embedding model's).
+_POOLING = {1: "mean", 2: "cls", 3: "last"}
+
+
+def _pooling(m: "_Meta") -> dict[str, str]:
+    """An embedding model's pooling (Qwen3-Embedding's GGUF says last), where the file says one."""
+    mode = _POOLING.get(m.raw("pooling_type"))
+    return {"pooling": mode} if mode else {}
 
 
 class _Meta:

@@ -13,6 +13,14 @@ MAX_JSON_BYTES = 256 << 20  # tokenizer.json files of large vocabularies reach t
 def read_json_object(path: Path, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """The JSON object in path; a missing, oversized, malformed or non-object file is a
     ModelFormatError naming the file."""
+    data = read_json(path, max_bytes)
+    if not isinstance(data, dict):
+        raise ModelFormatError(f"{path} must hold a JSON object")
+    return data
+
+
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in path (any kind); missing, oversized or malformed: ModelFormatError."""
     if not path.is_file():
         raise ModelFormatError(f"{path} is missing")
     if path.stat().st_size > max_bytes:
@@ -25,8 +33,6 @@ def read_json_object(path: Path, max_bytes: int = MAX_JSON_BYTES) -> dict[str, A
         raise ModelFormatError(f"{path} is not valid JSON: nested too deeply") from None
     except OSError as e:
         raise ModelFormatError(f"cannot read {path}: {e.strerror}") from None
-    if not isinstance(data, dict):
-        raise ModelFormatError(f"{path} must hold a JSON object")
     return data
 
 

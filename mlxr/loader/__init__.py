@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from mlxr.config import ModelArgs
-from mlxr.errors import ModelFormatError
+from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.layers.fused_linear import fuse_projections
 from mlxr.layers.linear import store_weights_as
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
@@ -65,6 +65,7 @@ def load_model(
     if quantization not in QUANTIZATION_MODES:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_MODES)}, got {quantization!r}")
     source = resolve_model(ref)
+    _refuse_encoder(source)
     device = torch.device(device) if device is not None else default_device()
     if dtype is None:
         dtype, default_weights = default_dtypes(device)
@@ -95,6 +96,16 @@ def load_model(
     log.info("loaded %s (%s, %s) on %s: activations %s, weights %s, quantization %s",
              ref, source.format, args.model_type, device, dtype, weight_dtype, mode)
     return LoadedModel(source, args, model, tokenizer, dtype, device, weight_dtype, mode)
+
+
+def _refuse_encoder(source: ModelSource) -> None:
+    """An encoder has no decoder engine: it is served by `mlxr serve` in the server's own
+    process (loader/encoder_model.py), not through the generation API."""
+    from mlxr.loader.encoder_model import source_is_encoder
+
+    if source_is_encoder(source):
+        raise UnsupportedModelError(f"{source.name} is an embedding or reranking model (an encoder): serve it with "
+                                    "`mlxr serve` (one API process) and use /v1/embeddings, /api/embed or /v1/rerank")
 
 
 def _with_canonical_type(args: ModelArgs) -> ModelArgs:
@@ -147,6 +158,7 @@ def load_frontend(ref: str) -> tuple[ModelSource, ModelArgs, Tokenizer]:
     """A model's shape and tokenizer without building its weights (a frontend whose engine
     core loads the weights in its own process)."""
     source = resolve_model(ref)
+    _refuse_encoder(source)
     if source.format == "gguf":
         from mlxr.loader.gguf_model import read_gguf
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,12 @@ from mlxr.models import hf_architecture
 from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
+from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.experts import stack_experts
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_hf
+from mlxr.models.qwen3_reranker import KIND as QWEN3_RERANKER
+from mlxr.models.qwen3_reranker import is_qwen3_reranker
 from mlxr.tokenizer.tokenizer import Tokenizer
 
 # Multimodal checkpoints nest the text model; only its weights are ours.
@@ -25,6 +29,10 @@ PREFIX_REWRITES = (
     ("model.language_model.", "model."),
     ("language_model.model.", "model."),
     ("language_model.lm_head.", "lm_head."),
+    # A bare backbone (sentence-transformers saves AutoModel: Qwen3-Embedding's checkpoint)
+    ("layers.", "model.layers."),
+    ("embed_tokens.", "model.embed_tokens."),
+    ("norm.", "model.norm."),
 )
 SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
 
@@ -35,7 +43,7 @@ def read_config(model_dir: Path) -> dict:
 
 def read_hf_dir(model_dir: Path) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]], Tokenizer]:
     config = read_config(model_dir)
-    args = with_vision(args_from_hf(config), config, model_dir)
+    args = with_sentence_pooling(with_vision(args_from_hf(config), config, model_dir), model_dir)
     names = [n for n in map(hf_name, tensor_names(model_dir)) if n is not None]
     check_layers_present(args.num_hidden_layers, names, "model.layers.", "the checkpoint")
     check_text_file(model_dir / "chat_template.jinja")  # the tokenizer reads it whole
@@ -65,6 +73,17 @@ def vision_name(name: str) -> str | None:
         if name.startswith(prefix):
             return "multi_modal_projector." + name[len(prefix):]
     return name
+
+
+def with_sentence_pooling(args: ModelArgs, model_dir: Path) -> ModelArgs:
+    """A decoder embedding model's pooling (Qwen3-Embedding: last token) from its
+    sentence-transformers files, for the engine's embeddings (none: mean); and a decoder
+    reranker's kind (Qwen3-Reranker)."""
+    pooling = read_sentence_config(model_dir).pooling
+    extra = {**args.extra, "pooling": pooling} if pooling else dict(args.extra)
+    if is_qwen3_reranker(model_dir, args.extra.get("hf_model_type")):
+        extra["reranker"] = QWEN3_RERANKER
+    return replace(args, extra=extra)
 
 
 def hf_name(name: str, vision: bool = False) -> str | None:

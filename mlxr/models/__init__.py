@@ -5,11 +5,16 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models import gemma2, gemma3, gemma3_vlm, granite, llava, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3moe
+from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, granite, llava, llama, mistral, mixtral, olmo2, phi3, qwen2,
+                         qwen3, qwen3moe, xlm_roberta)
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
 _MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava)
+# Encoders (embedding and reranking models): no KV cache, loaded by loader/encoder_model.py.
+_ENCODER_MODULES = (bert, xlm_roberta)
+ENCODERS = frozenset(m.ARCH.name for m in _ENCODER_MODULES)
+_MODULES += _ENCODER_MODULES
 ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
 MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
 # The vision-language model of an architecture whose ModelArgs carry a tower (args.vision).
@@ -50,6 +55,11 @@ def gguf_architecture(metadata: dict) -> Architecture:
 
 def canonical_model_type(name: str) -> str:
     return architecture(name).name
+
+
+def is_encoder(name: str) -> bool:
+    """Whether an architecture (canonical, HF or GGUF name) is an encoder."""
+    return architecture(name).name in ENCODERS
 
 
 def build_model(args: ModelArgs) -> nn.Module:

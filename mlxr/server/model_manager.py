@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from mlxr.config import ModelArgs, ServerConfig
 from mlxr.engine.frontend.async_engine import AsyncEngine
-from mlxr.engine_factory import ModelSpec, attach_engine, build_engine
+from mlxr.engine_factory import ModelSpec, attach_engine, build_encoder_engine, build_engine, is_encoder_model
 from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype
 from mlxr.loader.sampling_defaults import SamplingDefaults, model_sampling_defaults
@@ -46,7 +46,7 @@ class ServedModel:
     record: object  # mlxr.registry.ModelRecord
     args: ModelArgs
     tokenizer: object  # mlxr.tokenizer.tokenizer.Tokenizer
-    engine: AsyncEngine
+    engine: AsyncEngine  # or an EncoderEngine (embedding and reranking models), which answers the same calls
     loaded_at: float  # time.time()
     load_duration_s: float
     expires_at: float | None  # time.time(); None = never
@@ -159,11 +159,15 @@ class ModelManager:
         t0 = time.perf_counter()
         log.info("loading model %s (%s, %s)", record.name, record.quantization, record.path.name)
         spec = model_spec(self.config, record.path)
-        if self.attached is not None:
+        if is_encoder_model(spec.ref):  # embedding and reranking models: in this process, no KV cache
+            built = build_encoder_engine(spec, self.config.engine)
+            engine = built.engine
+        elif self.attached is not None:
             built = attach_engine(spec, self.config.engine, self.attached[record.name])
+            engine = AsyncEngine(built.engine)
         else:
             built = build_engine(spec, self.config.engine)
-        engine = AsyncEngine(built.engine)
+            engine = AsyncEngine(built.engine)
         took = time.perf_counter() - t0
         log.info("loaded model %s in %.2fs", record.name, took)
         return ServedModel(record.name, record, built.args, built.tokenizer, engine, time.time(), took, None,

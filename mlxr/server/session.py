@@ -15,6 +15,7 @@ from fastapi import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.errors import EngineError, InvalidParameterError, MLXRError
 from mlxr.server.model_manager import ServedModel
@@ -170,6 +171,11 @@ class Session:
         try:
             # hold: counted as active under the model's lock, so no unload comes in between
             served = await request.app.state.models.acquire(model or default_model(request), hold=True)
+            _check_encoder_route(served, route)
+        except InvalidParameterError as e:
+            request.app.state.models.release(served)
+            trace.finish(status_of(e), str(e))
+            raise
         except BaseException as e:
             trace.finish(status_of(e), str(e))
             raise
@@ -241,6 +247,20 @@ class Session:
 
     async def fail(self, error: BaseException) -> None:
         await self.close(status_of(error), str(error) or type(error).__name__)
+
+
+ENCODER_ROUTES = ("/v1/embeddings", "/v1/rerank", "/v1/score", "/api/embed", "/api/embeddings", "/tokenize",
+                  "/detokenize")
+
+
+def _check_encoder_route(served: ServedModel, route: str) -> None:
+    """An encoder (embedding or reranking model) serves only the embedding and rerank routes."""
+    if isinstance(served.engine, EncoderEngine) and route not in ENCODER_ROUTES:
+        rerank = served.engine.is_reranker
+        what, routes = ("a reranker", "/v1/rerank or /v1/score") if rerank else (
+            "an embedding model", "/v1/embeddings or /api/embed")
+        raise InvalidParameterError("model", f"{served.name} is {what} (an encoder): it cannot generate text; "
+                                             f"use {routes}")
 
 
 def check_batch_admissible(num_prompts: int, max_waiting: int) -> None:

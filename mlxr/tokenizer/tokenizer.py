@@ -111,6 +111,20 @@ class Tokenizer:
             ids.append(self._eos)  # type: ignore[arg-type]
         return ids
 
+    def encode_pair(self, first: str, second: str) -> tuple[list[int], list[int]]:
+        """(ids, token types) of a (query, document) pair as a cross-encoder reads it: the
+        tokenizer's pair template, or, where BOS/EOS are added explicitly (a GGUF vocabulary),
+        BOS first EOS EOS second EOS (RoBERTa's layout, the one llama.cpp's rerank builds)."""
+        if not self._explicit_specials:
+            enc = self._backend.encode(first, second)
+            return enc.ids, enc.type_ids
+        a = self._backend.encode(first, add_special_tokens=False).ids
+        b = self._backend.encode(second, add_special_tokens=False).ids
+        bos = [self._bos] if self._add_bos else []
+        eos = [self._eos] if self._eos is not None else []
+        ids = bos + a + eos + eos + b + eos
+        return ids, [0] * len(ids)
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 

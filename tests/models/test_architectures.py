@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hf_compare import PROMPT, arch_fixture, check_greedy, check_logits, hf_model, llama_cpp_gguf
-from mlxr.models import ARCHITECTURES
+from mlxr.models import ARCHITECTURES, ENCODERS
 from model_fixtures import cached_llm, fixture_model
 from paged_probe import paged_logits, rel_err
 
@@ -79,8 +79,9 @@ CASES: dict[str, Case] = {
     "qwen3": Case(notes="per-head q/k RMSNorm"),
     "qwen3moe": Case(notes="sparse experts; GGUF ffn_*_exps"),
 }
-# LLaVA takes images and has no text-only checkpoint: tests/models/test_llava.py checks it.
-ARCHS = sorted(set(ARCHITECTURES) - {"llava"})
+# LLaVA takes images and has no text-only checkpoint: tests/models/test_llava.py checks it;
+# encoders: tests/models/test_encoders.py.
+ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava"})
 SOURCES = ["safetensors", "gguf"]
 
 

@@ -199,8 +199,9 @@ def test_schemathesis_no_server_errors(base_url, mode):
     """Generated requests for every /v1 operation: never a 5xx, always a JSON body."""
     schema = schemathesis.openapi.from_url(base_url + "/openapi.json").include(path_regex=r"^/v1/")
     operations = [result.ok() for result in schema.get_all_operations()]
-    # chat, completions, models, a model, embeddings, responses, Anthropic's messages and count_tokens
-    assert len(operations) == 8
+    # chat, completions, models, a model, embeddings, responses, Anthropic's messages and count_tokens,
+    # rerank and score
+    assert len(operations) == 10
     failures: list[str] = []
     for op in operations:
 

@@ -34,6 +34,7 @@ from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
 from mlxr.errors import ContextLengthError, OverloadedError
+from mlxr.models.pooling import pool
 from mlxr.types import EngineStats
 
 log = logging.getLogger(__name__)
@@ -282,11 +283,14 @@ class EngineCore:
 
     # --- between steps -------------------------------------------------------------------------
     def embed(self, token_ids: list[int]) -> list[float]:
-        """L2-normalised mean of the last hidden states (as llama.cpp and Ollama embed with
-        decoder models), computed in free KV blocks between steps."""
+        """The last hidden states pooled as the model's files say (Qwen3-Embedding: its last
+        token), else their mean (as llama.cpp and Ollama embed with decoder models), then
+        L2-normalised; computed in free KV blocks between steps."""
         with self._scratch_blocks(token_ids, "embedding") as blocks:
             hidden = self.runner.hidden_states(token_ids, blocks).float()
-        return torch.nn.functional.normalize(hidden.mean(0), dim=0).tolist()
+        mode = self.parts.args.extra.get("pooling") or "mean"
+        vector = pool(hidden[None], torch.tensor([len(token_ids)], device=hidden.device), mode)[0]
+        return torch.nn.functional.normalize(vector, dim=0).tolist()
 
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
         """Each of token_ids[first + 1:]'s logprob given the tokens before it, its rank and the top

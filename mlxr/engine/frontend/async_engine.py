@@ -122,6 +122,14 @@ class AsyncEngine:
         ids, scored = await asyncio.wrap_future(call.result)
         return ids, await asyncio.to_thread(self.engine.logprob_entries, scored)
 
+    async def last_token_logprob(self, ids: list[int]) -> float:
+        """The logprob of ids' last token given the ones before it (a decoder reranker's answer
+        token), computed as prompt logprobs are, the lm_head on that one position only; the
+        prompt's full blocks stay cached, so a second answer token costs little."""
+        call = _Call(lambda: self.engine.score_prompt(ids, 0, first=len(ids) - 2)[1][-1].logprob, Future())
+        self._submit(calls=[call])
+        return await asyncio.wrap_future(call.result)
+
     async def use_cpu_threads(self, n: int | None) -> bool:
         """Run the model's CPU math on n threads (None: the load-time default) from the next
         step on, as Ollama's num_thread sets its runner's threads. Applied on the engine thread,

@@ -85,11 +85,14 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
     return info
 
 
-def capabilities(template: str, vision: bool = False) -> list[str]:
-    """What Ollama's /api/show reports from a model's template: every model here generates
-    ("completion"; none is embedding-only), "vision" for a model with a vision tower, "tools"
-    where the template renders tools itself (a known tool-call format), "thinking" where it
-    knows reasoning markers."""
+def capabilities(template: str, args: ModelArgs | None = None) -> list[str]:
+    """What Ollama's /api/show reports from a model's template: a decoder generates
+    ("completion"), "vision" with a vision tower, "tools" where the template renders tools itself
+    (a known tool-call format), "thinking" where it knows reasoning markers. An encoder only
+    embeds ("embedding", Ollama's word) or, with a classification head, reranks ("rerank")."""
+    if args is not None and args.extra.get("encoder"):
+        return ["rerank"] if args.extra.get("num_labels") else ["embedding"]
+    vision = args is not None and args.vision is not None
     found = ["completion"]
     if vision:
         found.append("vision")
@@ -127,7 +130,7 @@ def show_payload(record: Any, args: ModelArgs, template: str | None, context_len
         "model_info": model_info(record, args) | {"mlxr.chat_template": source,
                                                   "mlxr.sampling_defaults": dict(sampling.values),
                                                   "mlxr.sampling_sources": dict(sampling.sources)},
-        "capabilities": capabilities(chat_template, args.vision is not None),  # /api/chat keeps it
+        "capabilities": capabilities(chat_template, args),  # /api/chat keeps it
         "modified_at": record.modified_at,
     }
 

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mlxr.config import VisionArgs
+from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.errors import InvalidParameterError
 from mlxr.server.chat_plan import check_forced_calls
 from mlxr.server.ollama import generation, modelfile
@@ -179,7 +180,9 @@ async def embed(body: EmbedRequest, request: Request) -> JSONResponse:
     held = await hold(request, body.model, "/api/embed", parse_keep_alive(body.keep_alive))
     vectors, count = [], 0
     try:
-        for i, text in enumerate(inputs):
+        if isinstance(held.served.engine, EncoderEngine):
+            vectors, count = await _embed_encoder(held, inputs, body.truncate is not False, body.dimensions)
+        for i, text in enumerate(inputs if not vectors else []):
             vector, n = await _embed_one(held, text, body.truncate is not False, f"input.{i}")
             vectors.append(_shorten(vector, body.dimensions))
             count += n
@@ -215,6 +218,16 @@ async def _embed_one(held: Hold, text: str, truncate: bool, field: str) -> tuple
         return await served.engine.embed(ids)
     except InvalidParameterError as e:
         raise InvalidParameterError(field, e.message.removeprefix(f"{e.param}: ")) from None
+
+
+async def _embed_encoder(held: Hold, texts: list[str], truncate: bool,
+                         dimensions: int | None) -> tuple[list[list[float]], int]:
+    """An encoder's inputs in one batched call; dimensions keep the first N values, normalised."""
+    served = held.served
+    ids = [await off_loop(_embedding_ids, served.tokenizer, served.context_length, t, truncate, f"input.{i}")
+           for i, t in enumerate(texts)]
+    vectors = await served.engine.embed_many(ids, normalize=True if dimensions else None, dimensions=dimensions)
+    return vectors, sum(map(len, ids))
 
 
 def _embedding_ids(tokenizer: Any, context_length: int, text: str, truncate: bool, field: str) -> list[int]:

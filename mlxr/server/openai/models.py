@@ -9,7 +9,9 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.errors import ContextLengthError, InvalidParameterError
+from mlxr.models import ENCODERS
 from mlxr.server.openai.prompts import encode_inputs
 from mlxr.server.openai.schemas import MAX_EMBEDDING_TOKENS, EmbeddingRequest
 from mlxr.server.prompt_work import off_loop
@@ -30,8 +32,12 @@ def _epoch(stamp: object) -> int:
 def model_card(record, served=None) -> dict:
     """A loaded model reports the context its engine runs (the KV cache may cap the file's)."""
     context = served.context_length if served is not None else record.context_length
-    return {"id": record.name, "object": "model", "created": _epoch(record.created_at),
+    card = {"id": record.name, "object": "model", "created": _epoch(record.created_at),
             "owned_by": "mlxr", "max_model_len": context}
+    if record.architecture in ENCODERS:  # embedding and reranking models say so; the rest generate
+        reranker = served is not None and getattr(served.engine, "is_reranker", False)
+        card["capabilities"] = ["rerank"] if reranker else ["embedding"]
+    return card
 
 
 @router.get("/v1/models")
@@ -70,6 +76,14 @@ async def _embed_all(session: Session, body: EmbeddingRequest) -> tuple[list[dic
     if session.trace.prompt_tokens > MAX_EMBEDDING_TOKENS:
         raise InvalidParameterError("input", f"{session.trace.prompt_tokens} tokens in one request; at most "
                                              f"{MAX_EMBEDDING_TOKENS} (split the inputs over several requests)")
+    if isinstance(served.engine, EncoderEngine):  # one batched call; dimensions: Matryoshka truncation
+        vectors = await served.engine.embed_many(inputs, body.pooling, body.normalize, body.dimensions)
+        data = [{"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
+                for i, v in enumerate(vectors)]
+        return data, session.trace.prompt_tokens
+    for name in ("pooling", "normalize"):
+        if getattr(body, name) is not None:
+            raise InvalidParameterError(name, "applies to encoder models only; a decoder pools as its files say")
     data, total = [], 0
     for index, ids in enumerate(inputs):
         vector, count = await served.engine.embed(ids)

@@ -146,3 +146,6 @@ class EmbeddingRequest(_Body):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
+    # Extensions for encoder models (llama.cpp's --pooling names; none and rank give no vector)
+    pooling: str | None = Field(None, max_length=16)
+    normalize: bool | None = None
