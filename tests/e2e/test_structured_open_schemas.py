@@ -11,7 +11,7 @@ from open_schemas import OPEN_SCHEMAS
 
 from mlxr.types import SamplingParams, StructuredOutputsParams
 
-pytestmark = pytest.mark.slow  # ~42 sampled replies of up to a few hundred tokens on a 262k vocabulary
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # ~42 sampled replies of up to a few hundred tokens on a 262k vocabulary
 MAX_TOKENS = 384
 
 
