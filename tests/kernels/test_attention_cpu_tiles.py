@@ -88,7 +88,7 @@ def test_split_decode_matches_torch_softmax(n_heads, n_kv, dim, window):
 @pytest.mark.parametrize("window", [None, 300])
 @pytest.mark.parametrize("dim", [64, 48])
 def test_a_long_prompts_tokens_get_their_decode_steps_bits(window, dim):
-    """Across tile and partition boundaries, in a block of 64 rows or alone, split over threads
+    """Across tile and partition boundaries, in a block of up to 128 rows or alone, split over threads
     or not: a prompt token's attention is its decode step's, bit for bit."""
     n = 1300
     q, kc, vc, meta, _, _ = build([n], [n], 8, 2, dim, 16)

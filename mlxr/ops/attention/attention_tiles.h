@@ -15,7 +15,9 @@
 
 #define TK 64      /* key positions per tile */
 #define PART 512   /* positions per partition: decode splits a sequence here, prefill merges here */
-#define ROWS 64    /* query rows per prefill block (tokens x grouped heads) */
+#ifndef ROWS
+#define ROWS 128 /* query rows per prefill block (tokens x grouped heads): 128 beat 64 by ~6%, 32 lost ~20% */
+#endif
 
 typedef struct { /* the paged cache of one sequence's KV head */
     const float *kc, *vc, *zero; /* zero: a row of d zeros standing in past the context */
