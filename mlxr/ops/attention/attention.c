@@ -1,5 +1,7 @@
 /* Attention pieces for float32 on the CPU, one call per layer where torch needs 15-30 small
- * ops (each a microsecond or more of dispatch; a decode step runs them for every layer).
+ * ops (each a microsecond or more of dispatch; a decode step runs them for every layer). The
+ * attention itself is tiled (attention_tiles.h): prompts in blocks of query rows over K/V tiles
+ * with an online softmax, decode split over the context by partition and merged.
  *
  * Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V; a
  * token's slot is block * block_size + offset. Same math as the torch reference in
@@ -8,6 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "attention_tiles.h"
 
 /* Rotate ("rotate half" layout) one head of d values by the angle table c, s (d/2 each). */
 static void rotate(const float *x, const float *c, const float *s, int64_t d, float *y) {
@@ -44,218 +48,244 @@ void mlxr_rope_write_kv_f32(const float *q, int64_t q_stride, const float *k, in
     }
 }
 
-static inline float dot(const float *a, const float *b, int64_t d) {
-    float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < d; i++) acc += a[i] * b[i];
-    return acc;
-}
-
-static inline const float *slot(const float *cache, const int64_t *table, int64_t p, int64_t bs, int64_t kh,
-                                int64_t kvh, int64_t d) {
-    return cache + ((table[p / bs] * bs + p % bs) * kh + kvh) * d;
-}
-
-#ifdef __AVX512F__
-#include <immintrin.h>
-
-/* e^x for x <= 0 (softmax after subtracting the max): 2^n * e^r, |r| <= ln2/2, by a degree-6
- * Taylor polynomial (relative error ~1e-7); libm's scalar expf was most of the kernel's time. */
-static inline __m512 exp_neg(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f)); /* below: 0 after scaling, as expf */
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    const float c[6] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    for (int i = 0; i < 6; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[i]));
-    return _mm512_scalef_ps(p, n);
-}
-
-static void softmax_row(float *row, int64_t n) {
-    __m512 mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, row + i));
+/* Fold the tile at t0 into st for r rows seeing [lo[i], hi[i]); positions from `last` on (past
+ * what any row sees) read the zero row. */
+static void attend_tile(const kv_view *v, int64_t r, const int64_t *lo, const int64_t *hi, int64_t t0, int64_t last,
+                        tile_scratch *w, soft_state *st) {
+    const int64_t d = v->d;
+    const int simd = SIMD_DIM(d);
+    for (int64_t j = 0; j < TK; j++) {
+        const int inside = t0 + j < last;
+        w->krow[j] = inside ? kv_row(v->kc, v, t0 + j) : v->zero;
+        w->vrow[j] = inside ? kv_row(v->vc, v, t0 + j) : v->zero;
     }
-    __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 e = _mm512_maskz_mov_ps(m, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + i), top)));
-        _mm512_mask_storeu_ps(row + i, m, e);
-        sum = _mm512_add_ps(sum, e);
+    if (simd) {
+        pack_keys(w->krow, d, w->kt);
+        tile_scores(w->q, r, d, w->kt, w->s);
+    } else {
+        scores_plain(w->q, r, d, w->krow, w->s);
     }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(row + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + i), inv));
-    }
-}
-#else
-static void softmax_row(float *row, int64_t n) {
-    float mx = -INFINITY, sum = 0.0f;
-    for (int64_t i = 0; i < n; i++) mx = row[i] > mx ? row[i] : mx;
-    for (int64_t i = 0; i < n; i++) sum += (row[i] = expf(row[i] - mx));
-    for (int64_t i = 0; i < n; i++) row[i] /= sum;
-}
-#endif
-
-/* Softmax of each of the g rows of n scores in place. */
-static void softmax_rows(float *sc, int64_t g, int64_t n) {
-    for (int64_t j = 0; j < g; j++) softmax_row(sc + j * n, n);
-}
-
-#ifdef __AVX512F__
-/* Head dims of nc * 16 floats: one head's q (or output) stays in nc registers while a chunk
- * of positions streams past, so each score is nc FMAs and one horizontal sum. Chunks of
- * CHUNK positions keep their K (or V) rows in L1 for all g heads. */
-#define CHUNK 32
-static inline __attribute__((always_inline)) void scores_simd(
-    const float *q, const float *kc, const int64_t *table, int64_t first, int64_t len, int64_t g, int64_t kh,
-    int64_t kvh, int64_t bs, float scale, float softcap, float *sc, const int nc) {
-    const int64_t n = len - first, d = 16 * nc;
-    for (int64_t p0 = first; p0 < len; p0 += CHUNK) {
-        int64_t p1 = p0 + CHUNK < len ? p0 + CHUNK : len;
-        for (int64_t j = 0; j < g; j++) {
-            __m512 qv[16];
-            for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(q + j * d + 16 * c);
-            for (int64_t p = p0; p < p1; p++) {
-                const float *kp = slot(kc, table, p, bs, kh, kvh, d);
-                __m512 a0 = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kp)), a1 = _mm512_setzero_ps();
-                for (int c = 1; c < nc; c++) {
-                    if (c & 1) a1 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kp + 16 * c), a1);
-                    else a0 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kp + 16 * c), a0);
-                }
-                float x = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * scale;
-                sc[j * n + p - first] = softcap > 0.0f ? tanhf(x / softcap) * softcap : x;
-            }
+    for (int64_t i = 0; i < r; i++) {
+        float *s = w->s + i * TK;
+        const int64_t j0 = lo[i] > t0 ? lo[i] - t0 : 0, j1 = hi[i] - t0 < TK ? hi[i] - t0 : TK;
+        if (j0 >= j1) { /* nothing visible: the row's state stays as it is */
+            memset(s, 0, sizeof(float) * TK);
+            w->alpha[i] = 1.0f;
+            continue;
         }
+        for (int64_t j = j0; j < j1; j++) {
+            const float x = s[j] * v->scale;
+            s[j] = v->softcap > 0.0f ? tanhf(x / v->softcap) * v->softcap : x;
+        }
+        float m = st->m[i];
+        const float sum = simd ? tile_weights(s, j0, j1, &m) : weights_plain(s, j0, j1, &m);
+        w->alpha[i] = expf(st->m[i] - m); /* 0 on the first visible tile (m was -inf) */
+        st->l[i] = st->l[i] * w->alpha[i] + sum;
+        st->m[i] = m;
+    }
+    if (simd)
+        tile_values(w->s, w->vrow, w->alpha, r, d, st->acc);
+    else
+        values_plain(w->s, w->vrow, w->alpha, r, d, st->acc);
+}
+
+/* Fold part (one partition's rows) into total, row by row; an empty side changes nothing. */
+static void state_merge(soft_state *total, const soft_state *part, int64_t r, int64_t d) {
+    for (int64_t i = 0; i < r; i++) {
+        const float mp = part->m[i], mt = total->m[i];
+        float *a = total->acc + i * d;
+        const float *b = part->acc + i * d;
+        if (mp == -INFINITY) continue;
+        if (mt == -INFINITY) {
+            total->m[i] = mp, total->l[i] = part->l[i];
+            memcpy(a, b, sizeof(float) * (size_t)d);
+            continue;
+        }
+        const float m = mp > mt ? mp : mt, x = expf(mt - m), y = expf(mp - m);
+        total->l[i] = total->l[i] * x + part->l[i] * y;
+        total->m[i] = m;
+        for (int64_t c = 0; c < d; c++) a[c] = a[c] * x + b[c] * y;
     }
 }
 
-static inline __attribute__((always_inline)) void values_simd(
-    const float *vc, const int64_t *table, int64_t first, int64_t len, int64_t g, int64_t kh, int64_t kvh,
-    int64_t bs, const float *sc, float *out, const int nc) {
-    const int64_t n = len - first, d = 16 * nc;
-    for (int64_t p0 = first; p0 < len; p0 += CHUNK) {
-        int64_t p1 = p0 + CHUNK < len ? p0 + CHUNK : len;
-        for (int64_t j = 0; j < g; j++) {
-            __m512 o[16];
-            for (int c = 0; c < nc; c++) o[c] = p0 == first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + j * d + 16 * c);
-            for (int64_t p = p0; p < p1; p++) {
-                const float *vp = slot(vc, table, p, bs, kh, kvh, d);
-                __m512 w = _mm512_set1_ps(sc[j * n + p - first]);
-                for (int c = 0; c < nc; c++) o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 16 * c), o[c]);
-            }
-            for (int c = 0; c < nc; c++) _mm512_storeu_ps(out + j * d + 16 * c, o[c]);
+/* Tiles [start, end) into part, which restarts at each multiple of PART after merging into total. */
+static void attend_span(const kv_view *v, int64_t r, const int64_t *lo, const int64_t *hi, int64_t start, int64_t end,
+                        tile_scratch *w, soft_state *part, soft_state *total) {
+    for (int64_t t0 = start; t0 < end; t0 += TK) {
+        if (t0 % PART == 0 && t0 != start) {
+            state_merge(total, part, r, v->d);
+            state_reset(part, r, v->d);
         }
+        attend_tile(v, r, lo, hi, t0, end, w, part);
     }
 }
 
-static inline __attribute__((always_inline)) void group_simd(
-    const float *q, const float *kc, const float *vc, const int64_t *table, int64_t first, int64_t len,
-    int64_t g, int64_t kh, int64_t kvh, int64_t bs, float scale, float softcap, float *sc, float *out, const int nc) {
-    scores_simd(q, kc, table, first, len, g, kh, kvh, bs, scale, softcap, sc, nc);
-    softmax_rows(sc, g, len - first);
-    values_simd(vc, table, first, len, g, kh, kvh, bs, sc, out, nc);
+/* Normalised rows into the output: row i is head i % g of token i / g (tokens h * d apart). */
+static void state_finish(const soft_state *st, int64_t r, int64_t g, int64_t h, int64_t d, float *out) {
+    for (int64_t i = 0; i < r; i++) {
+        float *o = out + (i / g) * h * d + (i % g) * d;
+        const float *a = st->acc + i * d, l = st->l[i];
+        for (int64_t c = 0; c < d; c++) o[c] = l > 0.0f ? a[c] / l : 0.0f;
+    }
 }
-#endif
 
-/* The g query heads sharing one KV head of one sequence, over context positions
- * [first, len): scores into sc (g rows of len), softmax, weighted sum of V into out. */
-static void attend_group(const float *q, const float *kc, const float *vc, const int64_t *table,
-                         int64_t first, int64_t len, int64_t g, int64_t kh, int64_t kvh, int64_t d,
-                         int64_t bs, float scale, float softcap, float *sc, float *out) {
-#ifdef __AVX512F__
-    switch (d) { /* a literal register count per head dim keeps q and the outputs in registers */
-    case 64: group_simd(q, kc, vc, table, first, len, g, kh, kvh, bs, scale, softcap, sc, out, 4); return;
-    case 128: group_simd(q, kc, vc, table, first, len, g, kh, kvh, bs, scale, softcap, sc, out, 8); return;
-    case 256: group_simd(q, kc, vc, table, first, len, g, kh, kvh, bs, scale, softcap, sc, out, 16); return;
-    }
-#endif
-    int64_t n = len - first;
-    for (int64_t p = first; p < len; p++) {
-        const float *kp = slot(kc, table, p, bs, kh, kvh, d);
-        for (int64_t j = 0; j < g; j++) {
-            float x = dot(q + j * d, kp, d) * scale;
-            sc[j * n + p - first] = softcap > 0.0f ? tanhf(x / softcap) * softcap : x;
-        }
-    }
-    softmax_rows(sc, g, n);
-    memset(out, 0, sizeof(float) * (size_t)(g * d));
-    for (int64_t p = first; p < len; p++) {
-        const float *vp = slot(vc, table, p, bs, kh, kvh, d);
-        for (int64_t j = 0; j < g; j++) {
-            float w = sc[j * n + p - first], *o = out + j * d;
-#pragma omp simd
-            for (int64_t i = 0; i < d; i++) o[i] += w * vp[i];
-        }
-    }
+static void *scratch_alloc(size_t bytes, int *failed) {
+    void *p = malloc(bytes);
+    if (!p) *failed = 1;
+    return p;
 }
+
+/* One thread's scratch for blocks of up to r rows of head dim d; NULL on failure. */
+static float *scratch_init(tile_scratch *w, int64_t r, int64_t d) {
+    const int64_t floats = (r * d + d * TK + r * TK + r + 2 * r * (d + 2) + 15) / 16 * 16; /* pointers after: aligned */
+    float *mem = (float *)malloc(sizeof(float) * (size_t)floats + sizeof(float *) * 2 * TK + sizeof(int64_t) * 2 * r);
+    if (!mem) return NULL;
+    w->q = mem, w->kt = w->q + r * d, w->s = w->kt + d * TK, w->alpha = w->s + r * TK;
+    w->part = (soft_state){w->alpha + r, w->alpha + 2 * r, w->alpha + 3 * r};
+    w->total = (soft_state){w->part.acc + r * d, w->part.acc + r * d + r, w->part.acc + r * d + 2 * r};
+    w->krow = (const float **)(mem + floats);
+    w->vrow = w->krow + TK;
+    return mem;
+}
+
+static int64_t *row_bounds(tile_scratch *w) { return (int64_t *)(w->vrow + TK); }
+
+static int64_t window_start(int64_t hi, int64_t window) { return window > 0 && hi > window ? hi - window : 0; }
 
 /* One new token per sequence: q [S, H, d] contiguous attends over its sequence's first
- * seq_lens[s] cached tokens (the last window of them if window > 0); out [S, H, d].
- * Returns -1 when scratch memory cannot be had. */
+ * seq_lens[s] cached tokens (the last window of them if window > 0); out [S, H, d]. Each
+ * sequence's KV heads split by partition (PART positions) over the threads, then merged in
+ * order. Returns -1 when scratch memory cannot be had. */
 int mlxr_paged_decode_f32(const float *q, const float *kc, const float *vc, const int64_t *tables,
                           int64_t max_blocks, const int64_t *seq_lens, int64_t ns, int64_t h, int64_t kh,
                           int64_t d, int64_t bs, float scale, int64_t window, float softcap, float *out,
                           int nthreads) {
-    int64_t g = h / kh, longest = 0, work = 0;
+    const int64_t g = h / kh, state = g * (d + 2);
+    int64_t parts = 0, work = 0;
     for (int64_t s = 0; s < ns; s++) {
-        longest = seq_lens[s] > longest ? seq_lens[s] : longest;
-        work += seq_lens[s];
+        const int64_t len = seq_lens[s];
+        parts += len > 0 ? (len - 1) / PART - window_start(len, window) / PART + 1 : 0;
+        work += len;
     }
     int failed = 0;
+    int64_t *item = (int64_t *)scratch_alloc(sizeof(int64_t) * (size_t)(2 * ns + 2 * parts + 1), &failed);
+    float *partial = (float *)scratch_alloc(sizeof(float) * (size_t)(parts * kh * state + 1), &failed);
+    float *zero = (float *)calloc((size_t)d, sizeof(float));
+    if (failed || !zero) {
+        free(item), free(partial), free(zero);
+        return -1;
+    }
+    int64_t *first = item + 2 * parts, n = 0; /* item: (sequence, partition) pairs; first[s]: s's first */
+    for (int64_t s = 0; s < ns; s++) {
+        const int64_t len = seq_lens[s], lo = window_start(len, window);
+        first[s] = n;
+        for (int64_t p = lo / PART; len > 0 && p <= (len - 1) / PART; p++) item[2 * n] = s, item[2 * n + 1] = p, n++;
+    }
+    first[ns] = n;
     /* a parallel region costs a few microseconds: only worth it for enough context */
 #pragma omp parallel num_threads(nthreads) if (work * h * d > (1 << 18)) reduction(| : failed)
     {
-        float *sc = (float *)malloc(sizeof(float) * (size_t)(g * (longest > 0 ? longest : 1)));
-        if (!sc) failed = 1;
+        tile_scratch w;
+        float *mem = scratch_init(&w, g, d);
+        if (!mem) failed = 1;
+        int64_t *bound = mem ? row_bounds(&w) : NULL;
 #pragma omp for schedule(dynamic)
-        for (int64_t i = 0; i < ns * kh; i++) {
-            int64_t s = i / kh, kvh = i % kh, len = seq_lens[s];
-            int64_t first = window > 0 && len > window ? len - window : 0;
-            if (sc)
-                attend_group(q + (s * h + kvh * g) * d, kc, vc, tables + s * max_blocks, first, len, g, kh,
-                             kvh, d, bs, scale, softcap, sc, out + (s * h + kvh * g) * d);
+        for (int64_t i = 0; i < parts * kh; i++) {
+            const int64_t s = item[2 * (i / kh)], p = item[2 * (i / kh) + 1], kvh = i % kh, len = seq_lens[s];
+            float *slot = partial + i * state;
+            soft_state part = {slot, slot + g, slot + 2 * g};
+            kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, kvh, d, scale, softcap};
+            if (!mem) continue;
+            for (int64_t j = 0; j < g; j++) bound[j] = window_start(len, window), bound[g + j] = len;
+            memcpy(w.q, q + (s * h + kvh * g) * d, sizeof(float) * (size_t)(g * d));
+            state_reset(&part, g, d);
+            const int64_t start = p * PART > bound[0] / TK * TK ? p * PART : bound[0] / TK * TK;
+            attend_span(&v, g, bound, bound + g, start, (p + 1) * PART < len ? (p + 1) * PART : len, &w, &part, NULL);
         }
-        free(sc);
+        free(mem);
     }
+    /* the merge on this thread: a second barrier cost more than it (a busy core delays it) */
+    tile_scratch w;
+    float *mem = failed ? NULL : scratch_init(&w, g, d);
+    for (int64_t i = 0; mem && i < ns * kh; i++) {
+        const int64_t s = i / kh, kvh = i % kh;
+        state_reset(&w.total, g, d);
+        for (int64_t k = first[s]; k < first[s + 1]; k++) {
+            float *slot = partial + (k * kh + kvh) * state;
+            state_merge(&w.total, &(soft_state){slot, slot + g, slot + 2 * g}, g, d);
+        }
+        state_finish(&w.total, g, g, h, d, out + (s * h + kvh * g) * d);
+    }
+    failed |= !mem;
+    free(mem);
+    free(item), free(partial), free(zero);
     return failed ? -1 : 0;
+}
+
+/* A block of up to ROWS query rows: tokens [t, t_end) of sequence s (positions ending at
+ * last_pos), heads of KV head v->kvh; attends causally (and within the window) and writes out. */
+static void prefill_block(const kv_view *v, const float *q, int64_t t, int64_t t_end, int64_t last_pos, int64_t q_end,
+                          int64_t g, int64_t h, int64_t window, tile_scratch *w, float *out) {
+    const int64_t d = v->d, r = (t_end - t) * g;
+    int64_t *lo = row_bounds(w), *hi = lo + r, start = INT64_MAX, end = 0;
+    for (int64_t i = 0; i < r; i++) {
+        const int64_t tok = t + i / g;
+        hi[i] = last_pos - (q_end - 1 - tok) + 1;
+        lo[i] = window_start(hi[i], window);
+        start = lo[i] < start ? lo[i] : start;
+        end = hi[i] > end ? hi[i] : end;
+        memcpy(w->q + i * d, q + (tok * h + v->kvh * g + i % g) * d, sizeof(float) * (size_t)d);
+    }
+    state_reset(&w->part, r, d);
+    state_reset(&w->total, r, d);
+    attend_span(v, r, lo, hi, start / TK * TK, end, w, &w->part, &w->total);
+    state_merge(&w->total, &w->part, r, d);
+    state_finish(&w->total, r, g, h, d, out + (t * h + v->kvh * g) * d);
 }
 
 /* A prompt's tokens (or several sequences' new tokens): q [T, H, d] contiguous, sequence s's
  * tokens at query_start[s]..query_start[s+1], its last one at position seq_lens[s] - 1. Each
  * token attends causally over its own sequence's cache (the last window positions if window >
- * 0), as the decode kernel does one token: a prompt and its decode steps share the arithmetic,
- * and no score past the diagonal is computed. Returns -1 when scratch memory cannot be had. */
+ * 0), in blocks of consecutive tokens that share each K/V tile; a token's arithmetic is the
+ * one its decode step runs (attention_tiles.h). Returns -1 when scratch memory cannot be had. */
 int mlxr_paged_prefill_f32(const float *q, const float *kc, const float *vc, const int64_t *tables,
                            int64_t max_blocks, const int64_t *query_start, const int64_t *seq_lens, int64_t ns,
                            int64_t h, int64_t kh, int64_t d, int64_t bs, float scale, int64_t window,
                            float softcap, float *out, int nthreads) {
-    const int64_t g = h / kh, tokens = query_start[ns];
-    int64_t longest = 1;
-    for (int64_t s = 0; s < ns; s++) longest = seq_lens[s] > longest ? seq_lens[s] : longest;
-    int64_t *seq_of = (int64_t *)malloc(sizeof(int64_t) * (size_t)(tokens > 0 ? tokens : 1));
-    if (!seq_of) return -1;
-    for (int64_t s = 0; s < ns; s++)
-        for (int64_t t = query_start[s]; t < query_start[s + 1]; t++) seq_of[t] = s;
+    const int64_t g = h / kh, tq = ROWS / g > 1 ? ROWS / g : 1, tokens = query_start[ns];
+    int64_t longest = 1, blocks = 0;
+    for (int64_t s = 0; s < ns; s++) {
+        longest = seq_lens[s] > longest ? seq_lens[s] : longest;
+        blocks += (query_start[s + 1] - query_start[s] + tq - 1) / tq;
+    }
     int failed = 0;
+    int64_t *seq_of = (int64_t *)scratch_alloc(sizeof(int64_t) * (size_t)(blocks + 1), &failed);
+    float *zero = (float *)calloc((size_t)d, sizeof(float));
+    if (failed || !zero) {
+        free(seq_of), free(zero);
+        return -1;
+    }
+    int64_t *block_start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(blocks + 1));
+    if (!block_start) {
+        free(seq_of), free(zero);
+        return -1;
+    }
+    for (int64_t s = 0, b = 0; s < ns; s++)
+        for (int64_t t = query_start[s]; t < query_start[s + 1]; t += tq) seq_of[b] = s, block_start[b++] = t;
 #pragma omp parallel num_threads(nthreads) if (tokens * longest * h * d > (1 << 18)) reduction(| : failed)
     {
-        float *sc = (float *)malloc(sizeof(float) * (size_t)(g * longest));
-        if (!sc) failed = 1;
-#pragma omp for schedule(dynamic, 4)
-        for (int64_t i = 0; i < tokens * kh; i++) {
-            const int64_t t = i / kh, kvh = i % kh, s = seq_of[t];
-            const int64_t len = seq_lens[s] - (query_start[s + 1] - 1 - t);
-            const int64_t first = window > 0 && len > window ? len - window : 0;
-            if (sc)
-                attend_group(q + (t * h + kvh * g) * d, kc, vc, tables + s * max_blocks, first, len, g, kh, kvh, d,
-                             bs, scale, softcap, sc, out + (t * h + kvh * g) * d);
+        tile_scratch w;
+        float *mem = scratch_init(&w, tq * g, d);
+        if (!mem) failed = 1;
+#pragma omp for schedule(dynamic)
+        for (int64_t i = blocks * kh - 1; i >= 0; i--) { /* later blocks see more: they go first */
+            const int64_t b = i / kh, s = seq_of[b], t = block_start[b], q_end = query_start[s + 1];
+            kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, i % kh, d, scale, softcap};
+            if (mem)
+                prefill_block(&v, q, t, t + tq < q_end ? t + tq : q_end, seq_lens[s] - 1, q_end, g, h, window, &w, out);
         }
-        free(sc);
+        free(mem);
     }
-    free(seq_of);
+    free(seq_of), free(block_start), free(zero);
     return failed ? -1 : 0;
 }
