@@ -93,3 +93,12 @@ VARIANTS: dict[str, Variant] = {
     "gguf-phi3-gqa": Variant("phi3", _on("tiny-phi3", 43, num_key_value_heads=4, tie_word_embeddings=True),
                              why="fused qkv without GQA; tied embeddings"),
 }
+
+# Checkpoints MLXR refuses from either source, with an error that names the setting.
+REFUSED: dict[str, tuple[ArchFixture, str]] = {
+    # Phi-4-mini's shape: a quarter of each head unrotated (the GGUF: rope.dimension_count < head_dim).
+    "refused-phi3-partial-rotary": (
+        _on("tiny-phi3", 46, rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                                              "long_factor": [1.0, 1.5, 2.0, 3.0], "short_factor": [1.0, 1.0, 1.1, 1.2]}),
+        "partial[ _]rotary"),
+}

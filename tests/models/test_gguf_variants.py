@@ -21,7 +21,8 @@ import torch
 from hf_compare import PROMPT, check_greedy, check_logits, hf_model, llama_cpp_gguf
 from mlxr import SamplingParams
 from mlxr.models import ARCHITECTURES
-from mlxr.testing.arch_variants import VARIANTS
+from mlxr.errors import UnsupportedModelError
+from mlxr.testing.arch_variants import REFUSED, VARIANTS
 from model_fixtures import FIXTURES, cached_llm
 from paged_probe import rel_err
 
@@ -38,7 +39,7 @@ def variant_dir(name: str) -> Path:
     """The variant's HF directory, written once; the name carries a hash of its config."""
     from mlxr.testing.arch_fixtures import arch_fixture_dir
 
-    spec = VARIANTS[name].fixture
+    spec = VARIANTS[name].fixture if name in VARIANTS else REFUSED[name][0]
     tag = zlib.crc32(json.dumps([spec.config, spec.seed, spec.gemma_norms], sort_keys=True).encode())
     return arch_fixture_dir(f"{name}-{tag:08x}", FIXTURES, spec)
 
@@ -108,3 +109,13 @@ def test_llama_server_runs_the_converters_file_as_mlxr_does(name):
     # top two logits are 0.0012 apart (MLXR follows HF there: test_llama_cpp_gguf_matches_hf).
     ours = cached_llm(gguf).generate([PROMPT], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
     assert _llama_server_tokens(binary, gguf, 16) == ours[0].outputs[0].token_ids
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_from_both_sources_naming_the_setting(name):
+    from mlxr import LLM
+
+    fragment = REFUSED[name][1]
+    for path in (variant_dir(name), llama_cpp_gguf(variant_dir(name))):
+        with pytest.raises(UnsupportedModelError, match=fragment):
+            LLM(str(path), dtype=torch.float32)
