@@ -149,6 +149,9 @@ TOOLING: tuple[Switch, ...] = (
            "usable .git; the GPU lease scripts take it too."),
     Switch("MLXR_LLAMA_CPP_SITE", "path", "unset",
            "The site-packages of a llama-cpp-python installed apart, for the agreement bench and test."),
+    Switch("MLXR_LLAMA_SERVER", "path", "unset",
+           "A llama-server binary, for the test that runs llama.cpp's converted files beside MLXR "
+           "(tests/models/test_gguf_variants.py)."),
     Switch("MLXR_TINYLLAMA_GGUF_DIR", "path", ".fixtures/tinyllama-quantized",
            "The TinyLlama-shape GGUF files llama.cpp quantized, for the quantized-model tests."),
     Switch("MLXR_CHROMIUM", "path", "/usr/bin/chromium",

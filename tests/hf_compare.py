@@ -3,6 +3,8 @@ decode steps (||d||/||ref|| <= 1e-4) and 32 greedy tokens, from the safetensors 
 GGUF (llama.cpp's own converter's, or MLXR's)."""
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -38,9 +40,17 @@ def hf_model(hf_dir, **config_changes):
 
 
 def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
+    """n argmax tokens through HF's own KV cache. Not generate(min_new_tokens=n): that masks EOS,
+    where MLXR's ignore_eos only keeps going past it, so a model whose argmax is EOS would differ."""
+    out: list[int] = []
+    cache_arg = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
     with torch.inference_mode():
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return out[0, len(ids):].tolist()
+        step = hf(torch.tensor([ids]), use_cache=True)
+        for i in range(n):
+            out.append(int(step.logits[0, -1].argmax()))
+            if i + 1 < n:
+                step = hf(torch.tensor([out[-1:]]), use_cache=True, **{cache_arg: step.past_key_values})
+    return out
 
 
 def check_logits(hf, llm, prompt: list[int] = PROMPT, n_decode: int = 16) -> None:

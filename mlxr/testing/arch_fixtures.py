@@ -88,12 +88,12 @@ def random_value(seed: int, name: str, shape: tuple[int, ...], gemma_norms: bool
     return x * np.float32(0.1)
 
 
-def write_hf(name: str, out_dir: Path) -> Path:
+def write_hf(name: str, out_dir: Path, spec: ArchFixture | None = None) -> Path:
     """save_pretrained of transformers' own model class, with every parameter randomised."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    spec = ARCH_FIXTURES[name]
+    spec = spec or ARCH_FIXTURES[name]
     cfg = dict(spec.config)
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -111,15 +111,15 @@ def write_hf(name: str, out_dir: Path) -> Path:
     return hf_dir
 
 
-def arch_fixture_dir(name: str, root: Path) -> Path:
+def arch_fixture_dir(name: str, root: Path, spec: ArchFixture | None = None) -> Path:
     """Write the fixture's HF directory once under root and reuse it (llama.cpp's GGUF of it:
-    llama_cpp_convert.llama_cpp_gguf)."""
+    llama_cpp_convert.llama_cpp_gguf); `spec` for a fixture outside ARCH_FIXTURES (arch_variants.py)."""
     final = Path(root) / f"{name}-v{ARCH_FIXTURE_VERSION}"
     if not final.is_dir():
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=final.parent))
         try:
-            write_hf(name, tmp)
+            write_hf(name, tmp, spec)
             tmp.chmod(0o755)
             os.rename(tmp, final)
         except OSError:

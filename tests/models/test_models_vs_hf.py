@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hf_compare import hf_greedy
 from model_fixtures import cached_llm, fixture_model
 from mlxr import SamplingParams
 from paged_probe import paged_logits, rel_err
@@ -26,12 +27,6 @@ def hf_model(name: str):
 def pair(request):
     name = request.param
     return name, hf_model(name), cached_llm(str(fixture_model(name).hf_dir))
-
-
-def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
-    with torch.inference_mode():
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return out[0, len(ids):].tolist()
 
 
 def test_logits_match_hf_over_prompt_and_16_decode_steps(pair):

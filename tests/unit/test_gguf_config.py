@@ -88,7 +88,8 @@ def test_llama3_scaling_round_trip(scaling: RopeScaling, head_dim: int, theta: f
     got = llama3_scaling_from_factors(factors, head_dim, theta)
     assert got == scaling
     np.testing.assert_allclose(llama3_factors(got, head_dim, theta), factors, rtol=1e-5)
-    meta = {**LLAMA_META, "llama.attention.key_length": head_dim, "llama.rope.freq_base": theta}
+    meta = {**LLAMA_META, "llama.attention.key_length": head_dim, "llama.rope.dimension_count": head_dim,
+            "llama.rope.freq_base": theta}
     assert args_from_gguf(meta, has_output_tensor=True, rope_freqs=factors).rope_scaling == got
 
 
@@ -116,3 +117,12 @@ def test_errors_name_the_key() -> None:
     with pytest.raises(ModelFormatError, match="sliding_window"):
         meta = {k.replace("llama.", "gemma3."): v for k, v in LLAMA_META.items()}
         args_from_gguf({**meta, "general.architecture": "gemma3"}, has_output_tensor=False)
+
+
+def test_head_dim_follows_key_length_and_partial_rotary_is_refused() -> None:
+    wide = {**LLAMA_META, "llama.attention.key_length": 128, "llama.rope.dimension_count": 128}
+    plain = {k: v for k, v in LLAMA_META.items() if "dimension_count" not in k}
+    assert args_from_gguf(wide, has_output_tensor=True).head_dim == 128
+    assert args_from_gguf(plain, has_output_tensor=True).head_dim == 64
+    with pytest.raises(UnsupportedModelError, match="rope.dimension_count 32 is less than the head dimension 64"):
+        args_from_gguf({**LLAMA_META, "llama.rope.dimension_count": 32}, has_output_tensor=True)
