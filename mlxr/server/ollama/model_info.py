@@ -84,12 +84,15 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
     return info
 
 
-def capabilities(template: str) -> list[str]:
+def capabilities(template: str, chat_model: bool = False) -> list[str]:
     """What Ollama's /api/show reports from a model's template: every model here generates
     ("completion"; none is embedding-only, none sees images), "tools" where the template renders
-    tools itself (a known tool-call format), "thinking" where it knows reasoning markers."""
+    tools itself (a known tool-call format) or the model is a chat model (a template of its
+    own), whose tools the generic format describes in the system prompt and whose `<tool_call>`
+    lines it reads (SmolLM2's template knows no tools, and llm-ollama offers tools only to a
+    model that reports them); "thinking" where it knows reasoning markers."""
     found = ["completion"]
-    if format_for_template(template).renders_tools:
+    if format_for_template(template).renders_tools or chat_model:
         found.append("tools")
     if markers_for_template(template) is not None:
         found.append("thinking")
@@ -123,7 +126,7 @@ def show_payload(record: Any, args: ModelArgs, template: str | None, context_len
         "model_info": model_info(record, args) | {"mlxr.chat_template": source,
                                                   "mlxr.sampling_defaults": dict(sampling.values),
                                                   "mlxr.sampling_sources": dict(sampling.sources)},
-        "capabilities": capabilities(chat_template),  # /api/chat keeps it
+        "capabilities": capabilities(chat_template, chat_model=source == "model"),  # /api/chat keeps it
         "modified_at": record.modified_at,
     }
 
