@@ -12,6 +12,7 @@ from mlxr.chat.tools import ToolFormat, format_for_template, template_messages
 from mlxr.chat.tools.calls import MAX_CALLS
 from mlxr.engine.structured.check_process import GrammarBudgetError, check_bounded
 from mlxr.errors import InvalidParameterError
+from mlxr.server.openai.strict_schema import closed_schema
 from mlxr.types import StructuredOutputsParams
 
 # chat_template: a template sent in the request is refused, as vLLM does (the model's own renders).
@@ -78,7 +79,7 @@ def _choice(tool_choice: Any, tools: list[dict[str, Any]] | None) -> tuple[str, 
 def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, name: str | None,
                      parallel: bool | None) -> StructuredOutputsParams:
     functions = [_tool_function(t) for t in tools]
-    schemas = {f["name"]: fmt.call_schema(f["name"], f.get("parameters")) for f in functions}
+    schemas = {f["name"]: fmt.call_schema(f["name"], _closed(f.get("parameters"))) for f in functions}
     if mode == "named":
         return StructuredOutputsParams(json=schemas[name])
     if parallel is not True:
@@ -91,8 +92,13 @@ def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, na
 def _call_schemas(fmt: ToolFormat, tools: list[dict[str, Any]],
                   names: list[str]) -> list[tuple[str, StructuredOutputsParams]]:
     functions = [(i, _tool_function(t)) for i, t in enumerate(tools)]
-    return [(f"tools[{i}].function.parameters", StructuredOutputsParams(json=fmt.call_schema(f["name"], f.get("parameters"))))
+    return [(f"tools[{i}].function.parameters",
+             StructuredOutputsParams(json=fmt.call_schema(f["name"], _closed(f.get("parameters")))))
             for i, f in functions if f.get("name") in names]
+
+
+def _closed(parameters: Any) -> Any:
+    return closed_schema(parameters) if isinstance(parameters, dict) else parameters
 
 
 async def check_forced_calls(plan: ChatPlan) -> None:

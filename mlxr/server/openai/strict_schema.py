@@ -43,6 +43,36 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return root
 
 
+_MERGING = ("allOf", "$ref", "patternProperties", "unevaluatedProperties", "if", "dependentSchemas")
+
+
+def closed_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A forced call's parameters with every object schema that says nothing of other
+    properties closed (`additionalProperties: false`), as llama.cpp's and xgrammar's grammars
+    read such schemas: left open, the grammar lets a model add keys of its own until max_tokens
+    (pydantic writes no additionalProperties). An object merged with others (allOf, $ref and
+    the like) stays open, since closing one part would refuse the other parts' properties."""
+    if json_depth(schema) > MAX_JSON_DEPTH:
+        return schema
+    root = copy.deepcopy(schema)
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if _is_object(node) and "additionalProperties" not in node and not any(k in node for k in _MERGING):
+            node["additionalProperties"] = False
+        for key in ("properties", "$defs", "definitions"):
+            if isinstance(node.get(key), dict):
+                stack.extend(node[key].values())
+        for key in ("anyOf", "oneOf", "prefixItems"):
+            if isinstance(node.get(key), list):
+                stack.extend(node[key])
+        for key in ("items", "additionalProperties"):
+            stack.append(node.get(key))
+    return root
+
+
 def strict_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A function tool as the template and the call grammar see it: with `strict: true` its
     parameters take strict_schema's defaults (and the flag itself is dropped)."""
