@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ToolCallPart, ToolReturnPart
@@ -25,9 +25,8 @@ SETTINGS = {"temperature": 0.0, "max_tokens": 100}
 
 
 class City(BaseModel):
-    # Closed: pydantic-ai's Anthropic model sends the schema as pydantic writes it, and without
-    # additionalProperties false the grammar lets the model add keys of its own without end.
-    model_config = ConfigDict(extra="forbid")
+    # Open, as pydantic writes it (pydantic-ai's Anthropic model sends it so): the forced
+    # output call closes it, or the model would add keys of its own until max_tokens.
     name: str = Field(max_length=12)
     population: int = Field(ge=0, le=10_000_000)
 
