@@ -91,7 +91,8 @@ def _call_constraint(fmt: ToolFormat, tools: list[dict[str, Any]], mode: str, na
 def _call_schemas(fmt: ToolFormat, tools: list[dict[str, Any]],
                   names: list[str]) -> list[tuple[str, StructuredOutputsParams]]:
     functions = [(i, _tool_function(t)) for i, t in enumerate(tools)]
-    return [(f"tools[{i}].function.parameters", StructuredOutputsParams(json=fmt.call_schema(f["name"], f.get("parameters"))))
+    return [(f"tools[{i}].function.parameters",
+             StructuredOutputsParams(json=fmt.call_schema(f["name"], f.get("parameters"))))
             for i, f in functions if f.get("name") in names]
 
 

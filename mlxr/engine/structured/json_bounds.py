@@ -61,12 +61,15 @@ def _bound_number(node: dict, fractional: bool) -> None:
         node["multipleOf"] = NUMBER_STEP
 
 
-_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "enum", "const")
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "$ref", "if",
+              "dependentSchemas", "enum", "const")
 
 
 def _closable(node: dict) -> bool:
+    """An object schema listing its properties (typed "object", or untyped as pydantic's $defs
+    may be) that says nothing of other keys and merges with nothing."""
     types = node.get("type")
-    is_object = types == "object" or (isinstance(types, list) and "object" in types)
+    is_object = types is None or types == "object" or (isinstance(types, list) and "object" in types)
     return is_object and isinstance(node.get("properties"), dict) and not any(k in node for k in _OPEN_KEYS)
 
 

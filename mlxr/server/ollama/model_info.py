@@ -85,18 +85,21 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
     return info
 
 
-def capabilities(template: str, args: ModelArgs | None = None) -> list[str]:
+def capabilities(template: str, args: ModelArgs | None = None, chat_model: bool = False) -> list[str]:
     """What Ollama's /api/show reports from a model's template: a decoder generates
     ("completion"), "vision" with a vision tower, "tools" where the template renders tools itself
-    (a known tool-call format), "thinking" where it knows reasoning markers. An encoder only
-    embeds ("embedding", Ollama's word) or, with a classification head, reranks ("rerank")."""
+    (a known tool-call format) or the model is a chat model (a template of its own), whose tools
+    the generic format describes in the system prompt and whose `<tool_call>` lines it reads
+    (llm-ollama offers tools only to a model that reports them); "thinking" where it knows
+    reasoning markers. An encoder only embeds ("embedding", Ollama's word) or, with a
+    classification head, reranks ("rerank")."""
     if args is not None and args.extra.get("encoder"):
         return ["rerank"] if args.extra.get("num_labels") else ["embedding"]
     vision = args is not None and args.vision is not None
     found = ["completion"]
     if vision:
         found.append("vision")
-    if format_for_template(template).renders_tools:
+    if format_for_template(template).renders_tools or chat_model:
         found.append("tools")
     if markers_for_template(template) is not None:
         found.append("thinking")
@@ -130,7 +133,7 @@ def show_payload(record: Any, args: ModelArgs, template: str | None, context_len
         "model_info": model_info(record, args) | {"mlxr.chat_template": source,
                                                   "mlxr.sampling_defaults": dict(sampling.values),
                                                   "mlxr.sampling_sources": dict(sampling.sources)},
-        "capabilities": capabilities(chat_template, args),  # /api/chat keeps it
+        "capabilities": capabilities(chat_template, args, chat_model=source == "model"),  # /api/chat keeps it
         "modified_at": record.modified_at,
     }
 
