@@ -22,8 +22,8 @@ def torch_attention(q, k, v, scale, window, softcap=None):
     s = torch.einsum("qhd,khd->hqk", q, k) * scale
     if softcap:
         s = torch.tanh(s / softcap) * softcap
-    qp = torch.arange(seq_len - q_len, seq_len)[:, None]
-    kp = torch.arange(seq_len)[None]
+    qp = torch.arange(seq_len - q_len, seq_len, device=q.device)[:, None]
+    kp = torch.arange(seq_len, device=q.device)[None]
     mask = kp <= qp
     if window:
         mask &= kp > qp - window
