@@ -57,11 +57,12 @@ async def metrics(request: Request) -> Response:
 @router.get("/admin/loading")
 async def admin_loading(request: Request) -> JSONResponse:
     """Each model whose load is under way: its stage (waiting for a loaded model to go idle and make
-    room, or loading), the seconds since it began, and how long its previous load took (null
+    room, or loading), the seconds since it began and since its stage began, and how long its previous load took (null
     before the first; the loader reports no finer progress)."""
     models: ModelManager = request.app.state.models
     now = time.time()
     body = [{"name": name, "stage": state["stage"], "started_at": state["started_at"],
-             "elapsed_s": round(now - state["started_at"], 3), "previous_load_s": models.last_load_s.get(name)}
+             "elapsed_s": round(now - state["started_at"], 3), "stage_elapsed_s": round(now - state["stage_at"], 3),
+             "previous_load_s": models.last_load_s.get(name)}
             for name, state in list(models.loading.items())]
     return JSONResponse({"models": body})

@@ -77,7 +77,7 @@ class ModelManager:
         self._retiring: set[asyncio.Task] = set()  # their shutdowns under way
         self._slot_freed = asyncio.Event()  # a loaded model went idle: a waiting load may take its slot
         # name -> {"started_at": time.time(), "stage": "waiting for another load" | "waiting for a slot" |
-        # "loading"}: the loads under way, for GET /admin/loading
+        # "loading", "stage_at": when that stage began}: the loads under way, for GET /admin/loading
         self.loading: dict[str, dict] = {}
         self.last_load_s: dict[str, float] = {}  # name -> how long its latest load took, kept after unload
 
@@ -112,13 +112,14 @@ class ModelManager:
             if served is not None:
                 served.record = record  # settings (system, parameters) may have changed; the files did not
             else:
-                state = self.loading[record.name] = {"started_at": time.time(), "stage": "waiting for another load"}
+                now = time.time()
+                state = self.loading[record.name] = {"started_at": now, "stage": "waiting for another load", "stage_at": now}
                 try:
                     async with self._loading:  # one load at a time, so the limit holds
-                        state["stage"] = "waiting for a slot"
+                        state.update(stage="waiting for a slot", stage_at=time.time())
                         if self.attached is None:
                             await self._make_room()
-                        state["stage"] = "loading"
+                        state.update(stage="loading", stage_at=time.time())
                         served = await asyncio.to_thread(self._load, record)
                         self.served[record.name] = served
                 finally:

@@ -78,6 +78,7 @@ def test_a_model_waiting_for_the_slot_is_listed_until_it_has_loaded(server):
     later = loading(server)[0]
     assert later["elapsed_s"] >= first[0]["elapsed_s"] + 0.9
     assert later["started_at"] == first[0]["started_at"]
+    assert later["stage"] == "waiting for a slot" and later["stage_elapsed_s"] <= later["elapsed_s"]
     stop.set()
     alpha.join(60)
     beta.join(120)
