@@ -37,7 +37,8 @@ export function Metrics() {
       <div className="cards">
         <div className="card"><span>Now</span>
           <b data-testid="metrics-status" className={busy ? "ok" : "muted"}>
-            {busy ? `busy: ${latest.running} running, ${latest.waiting} waiting` : "idle"}</b></div>
+            {!busy ? "idle" : latest.running || latest.waiting ? `busy: ${latest.running} running, ${latest.waiting} waiting`
+              : `active: ${fmt(latest.promptTokS + latest.genTokS)} tok/s in the last ${EVERY_MS / 1000} s`}</b></div>
         <div className="card"><span>Generated tokens</span><b data-testid="total-generation">{totals.generation}</b></div>
         <div className="card"><span>Prompt tokens</span><b data-testid="total-prompt">{totals.prompt}</b></div>
         <div className="card"><span>Finished requests</span><b data-testid="total-finished">{totals.finished}</b></div>
