@@ -3,16 +3,18 @@ a model loading, a 375 px wide screen, idle metrics, model details and a base mo
 
 The server has one model slot (--max-loaded-models 1): while alpha streams a long reply, a chat
 with beta waits for the slot and then loads, which the UI must show instead of a bare cursor.
-Screenshots go to a temporary folder (printed with -s)."""
+Screenshots go to a temporary folder (printed with -s); MLXR_UPDATE_SCREENSHOTS=1 also copies
+three of them to docs/screenshots/."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 
 import httpx
 import pytest
-from model_fixtures import fixture_model
+from model_fixtures import ROOT, fixture_model
 from playwright.sync_api import expect, sync_playwright
 from server_harness import running_server
 from webui_browser import ConsoleErrors, launch
@@ -48,11 +50,19 @@ def browser():
         b.close()
 
 
+# The few of them that docs/webui.md shows: MLXR_UPDATE_SCREENSHOTS=1 copies them there.
+DOC_SHOTS = {"loading-first.png": "loading.png", "narrow-nav-open.png": "narrow.png", "metrics-idle.png": "metrics-idle.png"}
+
+
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory):
     out = tmp_path_factory.mktemp("ux-screenshots")
     print(f"\nscreenshots in {out}")
-    return out
+    yield out
+    if os.environ.get("MLXR_UPDATE_SCREENSHOTS") == "1":
+        for name, doc_name in DOC_SHOTS.items():
+            if (out / name).exists():
+                shutil.copyfile(out / name, ROOT / "docs" / "screenshots" / doc_name)
 
 
 @pytest.fixture
