@@ -247,3 +247,15 @@ def test_the_similarity_matrix_has_a_colour_scale_and_a_legend(open_ui, shots):
     expect(legend).to_contain_text(f"{max(off)[0]:.3f}")
     matrix.scroll_into_view_if_needed()
     ui.screenshot(path=shots / "similarity.png")
+
+
+def test_load_on_the_models_page_shows_the_loading_state_in_the_row(open_ui, server):
+    httpx.post(server + "/api/generate", json={"model": "beta", "keep_alive": 0}, timeout=60)
+    ui = open_ui("models")
+    row = ui.locator("tr[data-model='beta:latest']")
+    expect(row).to_contain_text("on disk")
+    with BusyAlpha(server):
+        row.get_by_role("button", name="Load").click()
+        expect(row.get_by_test_id("model-loading")).to_contain_text("free model slot", timeout=15_000)
+    expect(row).to_contain_text("loaded", timeout=60_000)
+    expect(row.get_by_test_id("model-loading")).to_have_count(0)
