@@ -1,7 +1,9 @@
-"""GET /admin/stats and GET /metrics: what the engines are doing, for people and Prometheus."""
+"""GET /admin/stats and GET /metrics: what the engines are doing, for people and Prometheus;
+GET /admin/loading: the models being loaded now, for the web UI's loading state."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import msgspec
 from fastapi import APIRouter, Request
@@ -50,3 +52,17 @@ async def admin_stats(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     data = await asyncio.to_thread(request.app.state.metrics.exposition)
     return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/admin/loading")
+async def admin_loading(request: Request) -> JSONResponse:
+    """Each model whose load is under way: its stage (waiting for a loaded model to go idle and make
+    room, or loading), the seconds since it began and since its stage began, and how long its previous load took (null
+    before the first; the loader reports no finer progress)."""
+    models: ModelManager = request.app.state.models
+    now = time.time()
+    body = [{"name": name, "stage": state["stage"], "started_at": state["started_at"],
+             "elapsed_s": round(now - state["started_at"], 3), "stage_elapsed_s": round(now - state["stage_at"], 3),
+             "previous_load_s": models.last_load_s.get(name)}
+            for name, state in list(models.loading.items())]
+    return JSONResponse({"models": body})

@@ -76,6 +76,10 @@ class ModelManager:
         self._retired: set[ServedModel] = set()  # replaced engines still running requests
         self._retiring: set[asyncio.Task] = set()  # their shutdowns under way
         self._slot_freed = asyncio.Event()  # a loaded model went idle: a waiting load may take its slot
+        # name -> {"started_at": time.time(), "stage": "waiting for another load" | "waiting for a slot" |
+        # "loading", "stage_at": when that stage began}: the loads under way, for GET /admin/loading
+        self.loading: dict[str, dict] = {}
+        self.last_load_s: dict[str, float] = {}  # name -> how long its latest load took, kept after unload
 
     def canonical(self, name: str) -> str:
         return self.registry.resolve(name).name
@@ -108,11 +112,19 @@ class ModelManager:
             if served is not None:
                 served.record = record  # settings (system, parameters) may have changed; the files did not
             else:
-                async with self._loading:  # one load at a time, so the limit holds
-                    if self.attached is None:
-                        await self._make_room()
-                    served = await asyncio.to_thread(self._load, record)
-                    self.served[record.name] = served
+                now = time.time()
+                state = self.loading[record.name] = {"started_at": now, "stage": "waiting for another load", "stage_at": now}
+                try:
+                    async with self._loading:  # one load at a time, so the limit holds
+                        state.update(stage="waiting for a slot", stage_at=time.time())
+                        if self.attached is None:
+                            await self._make_room()
+                        state.update(stage="loading", stage_at=time.time())
+                        served = await asyncio.to_thread(self._load, record)
+                        self.served[record.name] = served
+                finally:
+                    self.loading.pop(record.name, None)
+                self.last_load_s[record.name] = served.load_duration_s
             if hold:
                 served.active += 1
         self.touch(served, keep_alive_s)

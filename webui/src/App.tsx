@@ -23,11 +23,12 @@ export function App() {
   const [needKey, setNeedKey] = useState(false);
   const [keyVersion, setKeyVersion] = useState(0);
   const [palette, setPalette] = useState(false);
+  const [navOpen, setNavOpen] = useState(false); // the page links on a narrow screen
   const models = useModels();
 
   useEffect(() => {
     applyTheme();
-    const onHash = () => setPage(pageFromHash());
+    const onHash = () => { setPage(pageFromHash()); setNavOpen(false); };
     const onAuth = () => setNeedKey(true);
     const onKey = (e: KeyboardEvent) => {
       const mod = e.ctrlKey || e.metaKey;
@@ -48,11 +49,16 @@ export function App() {
   const keyEntered = () => { setNeedKey(false); setKeyVersion((v) => v + 1); models.refresh(); };
   return (
     <div className="app">
-      <nav className="nav">
+      <nav className={`nav ${navOpen ? "open" : ""}`}>
         <span className="brand">MLXR</span>
-        {PAGES.map((p) => (
-          <a key={p} href={`#/${p}`} className={p === page ? "active" : ""} data-testid={`nav-${p}`}>{p}</a>
-        ))}
+        <button className="ghost nav-toggle" onClick={() => setNavOpen((v) => !v)} aria-expanded={navOpen}
+          aria-label="Pages" data-testid="nav-toggle">☰ <span className="nav-current">{page}</span></button>
+        <div className="nav-links">
+          {PAGES.map((p) => (
+            <a key={p} href={`#/${p}`} className={p === page ? "active" : ""} data-testid={`nav-${p}`}
+              onClick={() => setNavOpen(false)}>{p}</a>
+          ))}
+        </div>
         <span className="spacer" />
         <button className="ghost" onClick={() => setPalette(true)} title="Command palette (Ctrl+K)">⌘K</button>
       </nav>

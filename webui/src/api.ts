@@ -111,3 +111,33 @@ export function formatBytes(n: number): string {
   }
   return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
+
+// GET /admin/loading: the model loads under way on the server.
+export interface LoadingModel {
+  name: string;
+  stage: string;
+  started_at: number;
+  elapsed_s: number;
+  stage_elapsed_s: number;
+  previous_load_s: number | null;
+}
+
+export const listLoading = async () => (await getJSON<{ models: LoadingModel[] }>("/admin/loading")).models;
+
+export interface ShowResponse {
+  details?: Record<string, unknown>;
+  model_info?: Record<string, unknown>;
+  parameters?: string;
+  template?: string;
+  capabilities?: string[];
+  modified_at?: string;
+}
+
+export const showModel = (model: string) => postJSON<ShowResponse>("/api/show", { model });
+
+// A model without a chat template of its own: a base model, which continues text rather than
+// answering (its /api/chat uses MLXR's template for the family, or there is none at all).
+export const isBaseModel = (info: ShowResponse | null) => {
+  const origin = info?.model_info?.["mlxr.chat_template"];
+  return origin === "built-in" || origin === "none";
+};

@@ -1,7 +1,9 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "react";
 import { streamChat, type Partial } from "../chatStream";
 import { ConversationList, MessageView, SamplingPanel } from "../components/ChatParts";
+import { BaseModelNote } from "../components/BaseModelNote";
 import { Composer, withAttachments, type Attachment } from "../components/Composer";
+import { LoadingBar, loadOf, useLoading } from "../components/LoadingState";
 import { Markdown } from "../components/Markdown";
 import { ModelPicker } from "../components/ModelPicker";
 import type { ModelState } from "../hooks";
@@ -16,6 +18,7 @@ export function Chat({ models }: { models: ModelState }) {
   const [currentId, setCurrentId] = useState<string>(() => convs[0]?.id ?? "");
   const [sampling, setSampling] = useState(loadSampling);
   const [live, setLive] = useState<Partial | null>(null);
+  const [side, setSide] = useState<"" | "convs" | "sampling">(""); // the panel shown on a narrow screen
   const abort = useRef<AbortController | null>(null);
   const defaultModel = localStorage.getItem(MODEL_STORE) ?? "";
   const current = convs.find((c) => c.id === currentId);
@@ -123,16 +126,38 @@ export function Chat({ models }: { models: ModelState }) {
   const onDelete = useCallback((id: string) => setConvs((cs) => cs.filter((c) => c.id !== id)), []);
   const sorted = useMemo(() => [...convs].sort((a, b) => b.updated - a.updated), [convs]);
   const messages = current?.messages ?? [];
+  const waitingForFirst = !!live && !live.content && !live.thinking && live.toolCalls.length === 0;
+  const loads = useLoading(waitingForFirst);
+  const load = loadOf(loads, current?.model || model);
+
+  // A chat opens at its newest message, and follows a reply while the reader is at the bottom.
+  const box = useRef<HTMLDivElement>(null);
+  const atBottom = useRef(true);
+  useLayoutEffect(() => {
+    const el = box.current;
+    if (el) { el.scrollTop = el.scrollHeight; atBottom.current = true; }
+  }, [currentId]);
+  useLayoutEffect(() => {
+    const el = box.current;
+    if (el && atBottom.current) el.scrollTop = el.scrollHeight;
+  }, [messages.length, live, load?.stage]);
+  const onScroll = () => {
+    const el = box.current;
+    if (el) atBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+  };
+  const toggle = (p: "convs" | "sampling") => setSide((v) => (v === p ? "" : p));
   return (
-    <div className="chat">
-      <ConversationList conversations={sorted} current={currentId} onSelect={setCurrentId}
+    <div className={`chat ${side ? `show-${side}` : ""}`}>
+      <ConversationList conversations={sorted} current={currentId} onSelect={(id) => { setCurrentId(id); setSide(""); }}
         onNew={onNew} onDelete={onDelete} />
       <section className="thread">
         <header className="toolbar">
+          <button className="narrow-only" onClick={() => toggle("convs")} data-testid="toggle-chats">Chats</button>
           <ModelPicker state={models} value={model} onChange={pickModel} />
+          <button className="narrow-only" onClick={() => toggle("sampling")} data-testid="toggle-sampling">Options</button>
           <span className="muted">{current?.title ?? "New chat"}</span>
         </header>
-        <div className="messages" data-testid="messages">
+        <div className="messages" data-testid="messages" ref={box} onScroll={onScroll}>
           {messages.map((m, i) => (
             <MessageView key={`${currentId}-${i}`} m={m} index={i} last={i === messages.length - 1}
               busy={!!live} onEdit={onEdit} onRegenerate={onRegenerate} />
@@ -140,12 +165,15 @@ export function Chat({ models }: { models: ModelState }) {
           {live && (
             <div className="msg assistant streaming" data-testid="msg-streaming">
               <div className="role">assistant</div>
+              {waitingForFirst && (load ? <LoadingBar load={load} />
+                : <div className="muted" data-testid="waiting-first-token">waiting for the first token…</div>)}
               {live.thinking && <pre className="thinking">{live.thinking}</pre>}
               <Markdown text={live.content} />
-              <span className="cursor">▍</span>
+              {!load && <span className="cursor">▍</span>}
             </div>
           )}
         </div>
+        <BaseModelNote model={model} />
         <Composer busy={!!live} canSend={!!model} onSend={send} onStop={stop} />
       </section>
       <SamplingPanel s={sampling} onChange={setSampling} system={current?.system ?? ""}

@@ -1,37 +1,15 @@
-import { useEffect, useState } from "react";
+import { useState } from "react";
 import { formatBytes, postJSON, request, type TagModel } from "../api";
+import { LoadingBar, loadOf, useLoading } from "../components/LoadingState";
+import { ModelDetails } from "../components/ModelDetails";
 import { PullForm } from "../components/PullForm";
 import type { ModelState } from "../hooks";
-
-function Drawer({ model, onClose }: { model: string; onClose: () => void }) {
-  const [info, setInfo] = useState<Record<string, unknown> | null>(null);
-  const [error, setError] = useState("");
-  useEffect(() => {
-    postJSON<Record<string, unknown>>("/api/show", { model }).then(setInfo, (e) => setError(String(e.message)));
-  }, [model]);
-  return (
-    <aside className="drawer" data-testid="details-drawer">
-      <header className="row"><h3>{model}</h3><button className="icon" onClick={onClose}>×</button></header>
-      {error && <p className="err">{error}</p>}
-      {info && (
-        <>
-          <h4>Details</h4>
-          <pre>{JSON.stringify(info.details, null, 2)}</pre>
-          <h4>Model info</h4>
-          <pre>{JSON.stringify(info.model_info, null, 2)}</pre>
-          <h4>Parameters</h4>
-          <pre>{String(info.parameters ?? "")}</pre>
-          <h4>Template</h4>
-          <pre>{String(info.template ?? "")}</pre>
-        </>
-      )}
-    </aside>
-  );
-}
 
 export function Models({ models }: { models: ModelState }) {
   const [open, setOpen] = useState<string | null>(null);
   const [error, setError] = useState("");
+  const [pending, setPending] = useState(0); // load requests in flight from this page
+  const loads = useLoading(pending > 0);
   const loaded = new Map(models.running.map((r) => [r.name, r]));
   const act = async (f: () => Promise<unknown>) => {
     setError("");
@@ -43,14 +21,17 @@ export function Models({ models }: { models: ModelState }) {
     if (to) act(() => request("POST", "/api/copy", { source: m.name, destination: to }));
   };
   const remove = (m: TagModel) => act(() => request("DELETE", "/api/delete", { model: m.name }));
-  const load = (m: TagModel) => act(() => postJSON("/api/generate", { model: m.name, prompt: "" }));
+  const load = async (m: TagModel) => {
+    setPending((n) => n + 1);
+    try { await act(() => postJSON("/api/generate", { model: m.name, prompt: "" })); } finally { setPending((n) => n - 1); }
+  };
   const unload = (m: TagModel) => act(() => postJSON("/api/generate", { model: m.name, prompt: "", keep_alive: 0 }));
   return (
     <div className="models">
       <h2>Models</h2>
       <PullForm onDone={models.refresh} />
       {(error || models.error) && <p className="err">{error || models.error}</p>}
-      <table data-testid="models-table">
+      <div className="table-wrap"><table data-testid="models-table">
         <thead><tr><th>Name</th><th>Size</th><th>Format</th><th>Family</th><th>Params</th><th>Quant</th><th>State</th><th></th></tr></thead>
         <tbody>
           {models.models.map((m) => (
@@ -61,7 +42,8 @@ export function Models({ models }: { models: ModelState }) {
               <td>{m.details?.family}</td>
               <td>{m.details?.parameter_size}</td>
               <td>{m.details?.quantization_level}</td>
-              <td>{loaded.has(m.name) ? <span className="ok">loaded</span> : <span className="muted">on disk</span>}</td>
+              <td>{loaded.has(m.name) ? <span className="ok">loaded</span>
+                : loadOf(loads, m.name) ? <LoadingBar load={loadOf(loads, m.name)!} /> : <span className="muted">on disk</span>}</td>
               <td className="actions">
                 {loaded.has(m.name) ? <button onClick={() => unload(m)}>Unload</button> : <button onClick={() => load(m)}>Load</button>}
                 <button onClick={() => copy(m)}>Copy</button>
@@ -71,9 +53,9 @@ export function Models({ models }: { models: ModelState }) {
             </tr>
           ))}
         </tbody>
-      </table>
+      </table></div>
       <h3>Running</h3>
-      <table data-testid="running-table">
+      <div className="table-wrap"><table data-testid="running-table">
         <thead><tr><th>Name</th><th>Size</th><th>GPU memory</th><th>Context</th><th>Expires</th></tr></thead>
         <tbody>
           {models.running.map((r) => (
@@ -83,8 +65,8 @@ export function Models({ models }: { models: ModelState }) {
             </tr>
           ))}
         </tbody>
-      </table>
-      {open && <Drawer key={open} model={open} onClose={() => setOpen(null)} />}
+      </table></div>
+      {open && <ModelDetails key={open} model={open} onClose={() => setOpen(null)} />}
     </div>
   );
 }

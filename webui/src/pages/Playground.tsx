@@ -1,6 +1,7 @@
 import { useState } from "react";
 import { postJSON } from "../api";
 import { ModelPicker } from "../components/ModelPicker";
+import { SimilarityMatrix } from "../components/SimilarityMatrix";
 import type { ModelState } from "../hooks";
 
 interface Logprobs { tokens: string[]; token_logprobs: (number | null)[]; top_logprobs: (Record<string, number> | null)[] | null }
@@ -72,19 +73,7 @@ function Embeddings({ model }: { model: string }) {
       <textarea rows={4} value={text} onChange={(e) => setText(e.target.value)} data-testid="embed-input" />
       <button className="primary" onClick={run} disabled={!model} data-testid="embed-run">Embed (one input per line)</button>
       {error && <p className="err">{error}</p>}
-      {matrix && (
-        <table className="matrix" data-testid="cosine-matrix">
-          <thead><tr><th />{matrix.inputs.map((_, i) => <th key={i}>{i + 1}</th>)}</tr></thead>
-          <tbody>
-            {matrix.sims.map((row, i) => (
-              <tr key={i}>
-                <th title={matrix.inputs[i]}>{i + 1}. {matrix.inputs[i].slice(0, 30)}</th>
-                {row.map((v, j) => <td key={j} className={`sim s${Math.max(0, Math.min(4, Math.floor(((v + 1) / 2) * 5)))}`}>{v.toFixed(3)}</td>)}
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      {matrix && <SimilarityMatrix inputs={matrix.inputs} sims={matrix.sims} />}
     </section>
   );
 }
