@@ -85,7 +85,7 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
     params = SamplingParams(max_tokens=budget, seed=body.seed,
                             temperature=1.0 if body.temperature is None else body.temperature,
                             top_p=1.0 if body.top_p is None else body.top_p,
-                            structured_outputs=plan.constraint_for(constraint))
+                            structured_outputs=plan.constraint_for(constraint), priority=body.priority)
     session.start([ids], params)
     first = await session.next()  # admission errors surface here, before any header is sent
     run = _Run(session, body, plan, len(ids))
