@@ -146,13 +146,13 @@ def prefill_and_decode(a, path: str, mlxr: MlxrServer, lengths: list[int], rng) 
             rows.append({"part": "prefill+decode", "engine": "mlxr", "tokens": n, "run": run,
                          "prefill_tok_s": n / s["ttft_s"], "ttft_s": s["ttft_s"],
                          "decode_tok_s": (tokens - 1) / (s["last"] - s["first"]), "load": [before, load()]})
-        if a.llama_bin:
+        if a.llama_bin and (a.peer_lengths is None or n in a.peer_lengths):
             before = load()
             pp = llama_bench(a, path, ["-p", str(n), "-n", "0"])
             tg = llama_bench(a, path, ["-p", "0", "-n", str(a.gen), "-d", str(n)])
             rows.append({"part": "prefill+decode", "engine": "llama.cpp", "tokens": n, "prefill_tok_s": pp,
                          "decode_tok_s": tg, "load": [before, load()]})
-        print_rows(rows[-a.runs - 1:])
+        print_rows([r for r in rows if r["tokens"] == n])
     return rows
 
 
@@ -232,6 +232,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="llama.cpp's threads (MLXR takes every usable CPU)")
     p.add_argument("--llama-bin", default=LLAMA_BIN, help="llama.cpp's bin folder (llama-bench, llama-server); "
                                                            "empty: MLXR alone")
+    p.add_argument("--peer-lengths", type=int, nargs="*", default=None,
+                   help="the lengths llama-bench runs at (default: every one of --lengths)")
     p.add_argument("--parts", nargs="*", choices=PARTS, default=list(PARTS))
     p.add_argument("--long-len", type=int, default=8192)
     p.add_argument("--short-len", type=int, default=16)

@@ -154,3 +154,31 @@ def test_priority_classes_fill_in_order_and_share_fairly_within():
     assert prefill_shares([(0, 300), (1, 300), (0, 300)], 400) == [200, 0, 200]
     assert prefill_shares([(0, 50), (1, 300)], 400) == [50, 300]
     assert prefill_shares([(0, 100)] * 100, 64) == [16, 16, 16, 16] + [0] * 96  # no 1-token rows
+
+
+def test_a_burst_of_short_prompts_joins_one_step():
+    """32 four-token prompts on an idle engine: all admitted in the first step (each needs less
+    than a row's least share), not a few per step."""
+    device = Device()
+    sch = scheduler(device)
+    for i in range(32):
+        sch.add(request(f"r{i}", 4, 100 * i + 10, 0.0))
+    out, _ = step(sch, device)
+    assert len(out.request_ids) == 32
+
+
+def test_one_slow_step_barely_shrinks_the_next():
+    """A step 100 times slower than the rest (a kernel compiled on first use) counts as four
+    times the average at most: the steps after it still take most of the target's tokens."""
+    device = Device(attention_s=0.0)
+    sch = scheduler(device)
+    sch.add(request("long", 30000, 10, 0.0))
+    for _ in range(6):
+        step(sch, device)
+    settled = step(sch, device)[0].num_batched_tokens
+    out = sch.schedule()
+    device.now += 100 * (device.fixed_s + device.per_token_s * out.num_batched_tokens)
+    rows = [rid for rid, start, n in zip(out.request_ids, out.num_computed_tokens, out.num_scheduled_tokens)
+            if start + n == sch.requests[rid].num_tokens - 1]
+    sch.update_from_output(out, ModelRunnerOutput(rows, [[7] for _ in rows]))
+    assert step(sch, device)[0].num_batched_tokens >= settled // 2

@@ -16,6 +16,10 @@ MIN_STEP_TOKENS = 32  # however slow the device: every step makes this much prog
 MIN_TIMED_TOKENS = 32  # smaller steps are mostly fixed cost: their time says little per token
 MIN_SHARE = 16  # a prefill row's fewest tokens: a long queue is not spread into 1-token rows
 SMOOTHING = 0.3  # weight of the newest step in the moving average
+# A step's sample counts as this many times the average at most: one slow step (a kernel
+# compiled on first use, a collection) shrinks the next ones little; a slower device still
+# shows within a few steps.
+MAX_SAMPLE_RATIO = 4.0
 MAX_LAUNCHED = 8  # steps remembered until they land (a failed one never does)
 
 
@@ -59,6 +63,8 @@ class StepSpeed:
         if n >= MIN_TIMED_TOKENS and now > start:
             sample = (now - start) / n
             prev = self.s_per_token
+            if prev is not None:
+                sample = min(sample, MAX_SAMPLE_RATIO * prev)
             self.s_per_token = sample if prev is None else prev + SMOOTHING * (sample - prev)
 
 
@@ -83,9 +89,15 @@ def fair_shares(needs: Sequence[int], budget: int) -> list[int]:
 
 def prefill_shares(candidates: Sequence[tuple[int, int]], budget: int) -> list[int]:
     """Tokens per candidate (priority, need), in the order given (the queue's): lower priority
-    values first, each class sharing fairly what the ones before it left. At most
-    budget // MIN_SHARE candidates (two at least) get any, earliest first within a class."""
-    order = sorted(range(len(candidates)), key=lambda i: candidates[i][0])[: max(2, budget // MIN_SHARE)]
+    values first, each class sharing fairly what the ones before it left. Candidates join,
+    earliest first within a class, while each can have its need or MIN_SHARE tokens (two at
+    least join), so a long queue is not spread into one-token rows."""
+    order, floor = [], 0
+    for i in sorted(range(len(candidates)), key=lambda i: candidates[i][0]):
+        floor += min(candidates[i][1], MIN_SHARE)
+        if floor > budget and len(order) >= 2:
+            break
+        order.append(i)
     shares = [0] * len(candidates)
     left, start = budget, 0
     while start < len(order) and left > 0:
