@@ -12,7 +12,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 FIRST_STEP_TOKENS = 256  # a step's tokens before any step has been timed
-MIN_STEP_TOKENS = 32  # however slow the device: every step makes this much progress
+# However slow the device, a step takes this many tokens: a prompt chunk below it costs more
+# per token (the CPU attention reads each K/V tile once per block of 128 query rows; on the
+# 2-core host 128-token chunks of a 4k prompt took ~3x the time of 2,048-token ones).
+MIN_STEP_TOKENS = 128
 MIN_TIMED_TOKENS = 32  # smaller steps are mostly fixed cost: their time says little per token
 MIN_SHARE = 16  # a prefill row's fewest tokens: a long queue is not spread into 1-token rows
 SMOOTHING = 0.3  # weight of the newest step in the moving average
