@@ -64,3 +64,14 @@ def test_priority_is_taken_and_out_of_range_is_a_400(client, model):
         with pytest.raises(openai.BadRequestError) as e:
             client.completions.create(model=model, prompt=[5, 6], max_tokens=2, extra_body={"priority": bad})
         assert "priority" in str(e.value)
+
+
+def test_step_time_target_flag_is_checked():
+    import argparse
+
+    from mlxr.cli.serve import step_time_target_ms
+
+    assert step_time_target_ms("500") == 500 and step_time_target_ms("0") == 0
+    for bad in ("-1", "abc", "60001", "0.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--step-time-target-ms"):
+            step_time_target_ms(bad)
