@@ -151,6 +151,7 @@ class ParallelConfig:
 
 
 MAX_DATA_PARALLEL = 64
+MAX_STEP_TIME_TARGET_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,11 @@ class EngineConfig:
     kv_cache_memory_gb: float = 1.0
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
+    # A step's target time: its tokens follow the device's measured speed (at most
+    # max_num_batched_tokens), so a request arriving waits about this long for the step running
+    # and as long again for its own; prefill rows share a step fairly (engine/sched/budget.py).
+    # 0: every step may take max_num_batched_tokens.
+    step_time_target_s: float = 0.5
     max_model_len: int | None = None  # None: the model's context length
     enable_prefix_caching: bool = True
     swap_space_gb: float = 0.0  # preempted sequences swap here (a pool apart from the tiers below)
@@ -230,6 +236,8 @@ class EngineConfig:
             raise InvalidParameterError("kv_events_replay_endpoint", "needs kv_events_endpoint")
         if self.speculative_method not in (None, "ngram", "draft"):
             raise InvalidParameterError("speculative_method", "must be 'ngram' or 'draft'")
+        if not 0.0 <= self.step_time_target_s <= MAX_STEP_TIME_TARGET_S:
+            raise InvalidParameterError("step_time_target_s", f"must be 0 to {MAX_STEP_TIME_TARGET_S:g} seconds")
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             raise InvalidParameterError("num_speculative_tokens", f"must be 1 to {MAX_SPECULATIVE_TOKENS}")
         if (self.speculative_method == "draft") != (self.speculative_draft_model is not None):

@@ -11,6 +11,7 @@ from mlxr.errors import InvalidParameterError
 MAX_N = 64
 MAX_LOGPROBS = 20
 MAX_TOKENS_LIMIT = 1 << 20
+PRIORITY_LIMIT = (1 << 31) - 1  # a request's priority lies in [-PRIORITY_LIMIT, PRIORITY_LIMIT]
 MAX_STOP_STRINGS = 64  # each is matched on every token: bound the work one request can cost
 MAX_STOP_LENGTH = 1024
 
@@ -85,6 +86,7 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     structured_outputs: StructuredOutputsParams | None = None
     speculative: bool = True  # False: this request never carries draft tokens (when the engine speculates)
+    priority: int = 0  # vLLM's: lower values are admitted and prefilled first (engine/sched/budget.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -95,6 +97,7 @@ class SamplingParams:
 
     def _validate(self) -> None:
         _check_int("n", self.n, 1, MAX_N)
+        _check_int("priority", self.priority, -PRIORITY_LIMIT, PRIORITY_LIMIT)
         if self.max_tokens is not None:
             _check_int("max_tokens", self.max_tokens, 1, MAX_TOKENS_LIMIT)
         _check_int("min_tokens", self.min_tokens, 0, MAX_TOKENS_LIMIT)

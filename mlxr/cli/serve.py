@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--max-num-seqs", type=int, default=64, help="requests a model runs at once, per step")
     s.add_argument("--max-num-batched-tokens", type=int, default=2048,
                    help="tokens one engine step processes at most (prefill chunks and decode tokens)")
+    s.add_argument("--step-time-target-ms", type=step_time_target_ms, default=500,
+                   help="a step's target time: its tokens follow the device's measured speed, so a new "
+                        "request waits about this long behind a long prompt (0: steps of "
+                        "--max-num-batched-tokens; docs/serving.md)")
     s.add_argument("--max-model-len", type=int, default=None,
                    help="context length in tokens (None: the model's own, as far as the KV cache holds)")
     s.add_argument("--max-tokens-default", type=max_tokens_default, default=DEFAULT_MAX_TOKENS,
@@ -173,7 +177,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         private_directory(kv_cache_dir)
     engine = EngineConfig(
         max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens,
-        max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
+        step_time_target_s=ns.step_time_target_ms / 1000, max_model_len=ns.max_model_len, kv_cache_memory_gb=ns.kv_cache_gb, max_waiting=ns.max_waiting,
         num_kv_blocks=ns.num_kv_blocks, kv_host_cache_gb=ns.kv_host_cache_gb,
         kv_cache_dir=str(kv_cache_dir) if kv_cache_dir else None,
         kv_cache_disk_gb=ns.kv_cache_disk_gb, kv_cache_preload=ns.kv_cache_preload, parallel=parallel_from(ns),
@@ -192,6 +196,15 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         stream_interval=ns.stream_interval, api_servers=ns.api_servers,
         allow_remote_images=ns.allow_remote_images,
     )
+
+
+def step_time_target_ms(text: str) -> int:
+    from mlxr.config import MAX_STEP_TIME_TARGET_S
+
+    value = int(text) if text.strip().isdecimal() else -1
+    if not 0 <= value <= MAX_STEP_TIME_TARGET_S * 1000:
+        raise argparse.ArgumentTypeError(f"--step-time-target-ms: {text!r} is not 0 to {MAX_STEP_TIME_TARGET_S * 1000:.0f}")
+    return value
 
 
 def max_tokens_default(text: str) -> int:

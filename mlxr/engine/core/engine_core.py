@@ -84,7 +84,9 @@ class EngineCore:
         self.host_blocks = host_blocks
         self.tiers: KVTiers | None = None  # none during the warm-up: its synthetic blocks stay out
         self.kv_events: KVEventPublisher | None = None  # nor are they announced
-        self._new_scheduler()
+        # The warm-up runs each chunk size it means to whole (no step target); serving measures
+        # the device afresh after it (the warm-up's compiles would read as a slow device).
+        self._new_scheduler(0.0 if config.warm_up else config.step_time_target_s)
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
@@ -147,7 +149,7 @@ class EngineCore:
             self.kv_events.close()
             self.kv_events = None
 
-    def _new_scheduler(self) -> None:
+    def _new_scheduler(self, step_time_target_s: float) -> None:
         config = self.config
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
         self.block_manager.tiers = self.tiers
@@ -155,7 +157,7 @@ class EngineCore:
         if self.kv_events is not None:
             self.kv_events.cleared()
         self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len),
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len, step_time_target_s),
             self.block_manager,
             SwapSpace(self.host_blocks) if self.host_blocks else None,
         )
@@ -164,7 +166,7 @@ class EngineCore:
         """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
         self.in_flight.sample_forwarded()
         self.in_flight.land()
-        self._new_scheduler()
+        self._new_scheduler(self.config.step_time_target_s)
         self.runner.reset()
         if self.speculator is not None:
             self.speculator.reset()

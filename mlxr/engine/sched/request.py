@@ -66,6 +66,11 @@ class Request:
         return len(self.token_ids) + self.num_in_flight
 
     @property
+    def priority(self) -> int:
+        """Lower values are admitted and prefilled first (vLLM's priority)."""
+        return self.params.priority
+
+    @property
     def num_output_tokens(self) -> int:
         return len(self.token_ids) + self.num_in_flight - self.num_prompt_tokens
 

@@ -1,5 +1,8 @@
-"""Token-budget scheduler: decode and prefill chunks share each step, first come first served,
-preemption (swap or recompute) when KV blocks run out. It owns the requests' lives: it
+"""Token-budget scheduler: decode rows first, then prefill chunks sharing the rest of the step
+fairly (budget.py: the step sized from the device's measured speed, the prefill part split
+max-min fair by priority, so a short prompt never waits behind a long one's chunks); admission
+in priority order, then first come first served; preemption (swap or recompute) when KV
+blocks run out. It owns the requests' lives: it
 decides when one finishes (stop token, EOS, max_tokens) and frees its blocks. Pure Python.
 
 A step is scheduled before the previous one has landed (overlap): a request whose step
@@ -9,9 +12,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
+from mlxr.engine.sched.budget import StepSpeed, prefill_budget, prefill_shares
 from mlxr.engine.records import (
     EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
 )
@@ -23,6 +28,9 @@ class SchedulerConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
+    # A step's target time (budget.StepSpeed): its tokens follow the measured speed; 0: every
+    # step may take max_num_batched_tokens.
+    step_time_target_s: float = 0.0
 
 
 @dataclass
@@ -34,9 +42,11 @@ class SchedulerCounters:
 
 class Scheduler:
     def __init__(
-        self, config: SchedulerConfig, block_manager: BlockManager, swap: SwapSpace | None = None
+        self, config: SchedulerConfig, block_manager: BlockManager, swap: SwapSpace | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self.speed = StepSpeed(config.step_time_target_s, clock)
         self.blocks = block_manager
         self.swap = swap
         self.requests: dict[str, Request] = {}
@@ -46,12 +56,17 @@ class Scheduler:
         self.counters = SchedulerCounters()
         self._finished_ids: list[str] = []  # for the runner, in the next step
         self._first_scheduled: list[Request] = []  # to report once their step lands
+        self._shares: dict[Request, int] = {}  # this step's prefill tokens per request
 
     # --- membership --------------------------------------------------------------------------
     def add(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
         self.requests[req.request_id] = req
-        self.waiting.append(req)
+        waiting = self.waiting
+        if waiting and req.priority < waiting[-1].priority:  # lower values first, as vLLM
+            waiting.insert(next(i for i, r in enumerate(waiting) if r.priority > req.priority), req)
+        else:
+            waiting.append(req)
 
     def finish(self, req: Request, reason: str) -> None:
         """Mark req finished (from any state), free its blocks and forget it."""
@@ -91,13 +106,36 @@ class Scheduler:
                               blocks_to_swap_in=[], spec_token_ids={})
         scheduled: list[tuple[Request, int]] = []
         budget = self.config.max_num_batched_tokens
+        self._shares = self._prefill_shares(budget)
         budget = self._schedule_running(out, scheduled, budget)
         if not out.preempted_request_ids:
             budget = self._schedule_swapped(out, scheduled, budget)
         if not out.preempted_request_ids and not self.swapped:
             self._schedule_waiting(out, scheduled, budget)
         self._after_schedule(out, scheduled)
+        self.speed.launched(out, out.num_batched_tokens)
         return out
+
+    def _prefill_shares(self, cap: int) -> dict[Request, int]:
+        """This step's prefill tokens for each running prompt, swapped request and waiting
+        request that may be admitted (budget.prefill_shares), after the decode rows' tokens."""
+        decode_tokens, prefilling = 0, []
+        for req in self.running:
+            left = req.num_tokens - req.num_computed_tokens
+            if left > 1:
+                prefilling.append(req)
+            elif left == 1 and req.num_output_tokens < req.max_output_tokens:
+                decode_tokens += 1 + len(req.spec_token_ids)
+        room = self.config.max_num_seqs - len(self.running)
+        queued = list(self.swapped)[:room]
+        if not self.swapped:
+            queued += list(self.waiting)[:room]
+        candidates = prefilling + queued
+        if not candidates:
+            return {}
+        budget = prefill_budget(self.speed.step_tokens(cap), decode_tokens, cap - decode_tokens)
+        shares = prefill_shares([(r.priority, r.num_uncomputed_tokens) for r in candidates], budget)
+        return dict(zip(candidates, shares))
 
     def _schedule_running(self, out: SchedulerOutput, scheduled: list, budget: int) -> int:
         # Runs for every running request every step: properties are spelled out.
@@ -109,6 +147,11 @@ class Scheduler:
                 i += 1  # its last token is in flight; it ends when that lands
                 continue
             n = min(num_tokens - req.num_computed_tokens, budget)
+            if n > 1:  # a prompt chunk: its fair share of the step's prefill tokens
+                n = min(n, self._shares.get(req, 0))
+                if n == 0:
+                    i += 1
+                    continue
             if req.image_spans:
                 n = req.whole_images(n)
             if req.spec_token_ids and n == 1:
@@ -178,7 +221,9 @@ class Scheduler:
             req = self.swapped[0]
             if req.num_in_flight:
                 break  # its last step has not landed: resume it once its tokens are known
-            n = min(req.num_uncomputed_tokens, budget)
+            n = min(req.num_uncomputed_tokens, budget, self._shares.get(req, 0))
+            if n == 0:
+                break
             if req.image_spans:
                 n = req.whole_images(n)
             total = req.num_computed_tokens + n
@@ -197,10 +242,11 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, scheduled: list, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.waiting[0]
-            if req.num_in_flight:
-                break  # preempted with a step in flight: recompute once its tokens are known
+            share = self._shares.get(req, 0)
+            if req.num_in_flight or share == 0:
+                break  # preempted with a step in flight (recompute once its tokens are known), or no share
             req.num_computed_tokens = self.blocks.match_prefix(req)
-            n = min(req.num_uncomputed_tokens, budget)
+            n = min(req.num_uncomputed_tokens, budget, share)
             if req.image_spans:
                 n = req.whole_images(n)
             total = req.num_computed_tokens + n
@@ -271,6 +317,7 @@ class Scheduler:
         """Land a step's sampled tokens: record them, finish what they end, publish full
         blocks; one output per live request that ran in the step. The grammar matchers of
         one-token rows take their tokens in one batch, after the other checks."""
+        self.speed.landed(out)
         outputs: dict[str, EngineCoreOutput | None] = {}
         logprobs = result.logprobs
         deferred = []  # one-token rows of constrained requests, taken, their matchers not yet

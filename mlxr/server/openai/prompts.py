@@ -44,6 +44,7 @@ def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int 
         logprobs=logprobs,
         logit_bias=parse_logit_bias(body.logit_bias),
         structured_outputs=structured_outputs(body),
+        priority=body.priority,
     )
 
 

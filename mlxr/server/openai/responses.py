@@ -92,7 +92,7 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
                             top_p=d.get("top_p", 1.0) if body.top_p is None else body.top_p,
                             top_k=d.get("top_k", 0), min_p=d.get("min_p", 0.0),
                             repetition_penalty=d.get("repetition_penalty", 1.0),
-                            structured_outputs=plan.constraint_for(constraint))
+                            structured_outputs=plan.constraint_for(constraint), priority=body.priority)
     effort = body.reasoning.effort if body.reasoning else None
     run = _Run(session, body, plan, len(ids), BudgetedReply(session, plan, params, effort_budget(effort)))
     run.steps.start(ids)

@@ -7,7 +7,7 @@ from pydantic import ConfigDict, Field
 
 from mlxr.errors import InvalidParameterError
 from mlxr.server.images import ImageSources
-from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, _Body
+from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, Priority, _Body
 from mlxr.server.openai.strict_schema import strict_schema, strict_tool
 from mlxr.server.tool_history import check_arguments
 from mlxr.types import StructuredOutputsParams
@@ -44,6 +44,7 @@ class ResponsesRequest(_Body):
     max_output_tokens: MaxTokens | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
+    priority: Priority = 0
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stream: bool = False
     store: bool | None = None

@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field, Strict
 
 from mlxr.server.text_fields import CheckedText
 
-from mlxr.types import MAX_LOGPROBS, MAX_TOKENS_LIMIT
+from mlxr.types import MAX_LOGPROBS, MAX_TOKENS_LIMIT, PRIORITY_LIMIT
 
 MAX_N = 16  # choices per prompt; huge n is a memory attack [vLLM]
 MAX_PROMPTS = 64  # prompts in one /v1/completions batch
@@ -21,6 +21,8 @@ SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
 TokenId = Annotated[int, Field(ge=0, le=(1 << 31) - 1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1, max_length=1 << 20)]
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
+# vLLM's scheduling priority: lower values are admitted and prefilled first (docs/serving.md).
+Priority = Annotated[int, Field(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)]
 
 
 class _Body(CheckedText):
@@ -60,6 +62,7 @@ class SamplingFields(_Body):
     min_tokens: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
     stop_token_ids: Annotated[list[TokenId], Field(max_length=256)] | None = None
     ignore_eos: bool = False
+    priority: Priority = 0
     # Structured output (vLLM's extras; response_format below): see openai/structured.py.
     response_format: ResponseFormat | None = None
     structured_outputs: dict[str, Any] | None = None
