@@ -25,7 +25,7 @@ import copy
 NUMBER_FRACTION_DIGITS = 10
 NUMBER_STEP = 1e-10  # 10 ** -NUMBER_FRACTION_DIGITS
 INTEGER_BOUND = 10 ** 17
-STRING_MAX_CHARS = 1024  # a sampled base model filled 8,192 past max_tokens (titles of digits)
+STRING_MAX_CHARS = 512  # a sampled base model filled 8,192 and 1,024 past its max_tokens (digits, nbsp)
 # Keywords whose values are JSON data, not schemas: a {"type": "number"} there is a value.
 _DATA_KEYS = ("const", "enum", "default", "examples")
 _LOWER = ("minimum", "exclusiveMinimum")
