@@ -36,6 +36,7 @@ def llm():
     return cached_llm("gemma3-270m")
 
 
+@pytest.mark.slow  # loads HF transformers' copy of the bundled model: ~35 s: the default suite keeps under 15 minutes
 def test_16_greedy_tokens_after_capital_of_france(hf, llm):
     ids = llm.tokenizer.encode("The capital of France is")
     with torch.inference_mode():

@@ -1,6 +1,8 @@
 """`mlxr generate` and `mlxr run` as a user runs them (subprocesses)."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -155,6 +157,7 @@ def _bench_threads(tmp_path, *args, env):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # ~12 s of CLI runs: the default suite keeps under 15 minutes
 def test_threads_option_environment_and_default(tmp_path):
     import os
 

@@ -166,6 +166,7 @@ def test_chat_streams_a_reply_with_ttft_and_tokens_per_second(ui, shots):
     expect(ui.get_by_test_id("msg-user")).to_contain_text("Hello again, who are you?")
 
 
+@pytest.mark.slow  # a 600 B/s link: ~30 s: the default suite keeps under 15 minutes
 def test_stop_ends_a_stream_that_is_still_arriving(browser, server):
     long_reply = {**SHORT_REPLY, "num_predict": 200, "temperature": 0.0}
     context, page, errors = open_page(browser, server + "/ui/#/chat",

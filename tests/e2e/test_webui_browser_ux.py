@@ -259,3 +259,15 @@ def test_load_on_the_models_page_shows_the_loading_state_in_the_row(open_ui, ser
         expect(row.get_by_test_id("model-loading")).to_contain_text("free model slot", timeout=15_000)
     expect(row).to_contain_text("loaded", timeout=60_000)
     expect(row.get_by_test_id("model-loading")).to_have_count(0)
+
+
+def test_a_chat_leaves_unset_sampling_fields_to_the_model(open_ui):
+    # Empty fields are not sent, so the model's own defaults (its preset, files or Modelfile)
+    # apply; the UI once sent Ollama's 0.8 / 0.9 / 40 with every message.
+    unset = {"temperature": None, "top_p": None, "top_k": None, "num_predict": 4, "seed": ""}
+    ui = open_ui("chat", model="beta:latest", storage={"mlxr.sampling": json.dumps(unset)})
+    with ui.expect_request(lambda r: r.url.endswith("/api/chat") and r.method == "POST") as sent:
+        send(ui, "hello")
+    options = json.loads(sent.value.post_data)["options"]
+    assert options == {"num_predict": 4}
+    expect(ui.get_by_label("temperature")).to_have_attribute("placeholder", "model's default")

@@ -6,6 +6,8 @@ exit with status 1 leaving no process behind. The supervisor is paused (SIGSTOP)
 kill so that the requests are surely waiting when it decides to stop."""
 from __future__ import annotations
 
+import pytest
+
 import concurrent.futures
 import os
 import signal
@@ -51,6 +53,7 @@ def timed_request(url: str, model: str) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.slow  # ~16 s of restarts: the default suite keeps under 15 minutes
 def test_requests_waiting_for_a_core_fail_fast_when_the_supervisor_gives_up(tmp_path, monkeypatch):
     monkeypatch.setenv("MLXR_ENGINE_PROCESS", "1")
     gguf = str(fixture_model("tiny-llama").gguf_path)

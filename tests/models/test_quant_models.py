@@ -63,6 +63,7 @@ def test_bundled_gemma_keeps_its_weights_at_the_file_size():
     assert 0.9 * file_size <= resident <= 1.02 * file_size, (resident, file_size)
 
 
+@pytest.mark.slow  # ~15 s: the default suite keeps under 15 minutes
 def test_bundled_smollm2_q4_1_agrees_with_its_fp32_dequantization():
     """The instruct model's Q4_1 weights run quant.c's integer kernel on the CPU."""
     assert teacher_forced_agreement("smollm2:135m") >= MIN_AGREEMENT

@@ -90,6 +90,7 @@ def _cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
+@pytest.mark.slow  # ~13 s: the default suite keeps under 15 minutes
 def test_two_api_processes_both_serve_and_give_the_one_process_outputs(tmp_path):
     prompts = [f"Story number {i} begins" for i in range(24)]
     with server_process(tmp_path / "one", "--model", GGUF()) as (url, _):
@@ -216,6 +217,7 @@ def _health(url: str) -> int:
     return httpx.get(url + "/health", timeout=10).status_code
 
 
+@pytest.mark.slow  # ~13 s: the default suite keeps under 15 minutes
 def test_a_dead_api_process_stops_the_server_and_a_killed_supervisor_leaves_nothing(tmp_path):
     with server_process(tmp_path / "a", "--model", GGUF(), "--api-servers", "2") as (url, server):
         children = _descendants(server.pid)

@@ -28,17 +28,18 @@ export interface Conversation {
   updated: number;
 }
 
+// null: not sent, so the model's own default (its files, preset or Modelfile) applies.
 export interface Sampling {
-  temperature: number;
-  top_p: number;
-  top_k: number;
-  num_predict: number;
+  temperature: number | null;
+  top_p: number | null;
+  top_k: number | null;
+  num_predict: number | null;
   seed: string;
 }
 
 const CONVS = "mlxr.conversations";
 const SAMPLING = "mlxr.sampling";
-export const DEFAULT_SAMPLING: Sampling = { temperature: 0.8, top_p: 0.9, top_k: 40, num_predict: 256, seed: "" };
+export const DEFAULT_SAMPLING: Sampling = { temperature: null, top_p: null, top_k: null, num_predict: 256, seed: "" };
 
 function read<T>(key: string, fallback: T): T {
   try {
@@ -59,9 +60,11 @@ export function newConversation(model: string): Conversation {
 }
 
 export function samplingOptions(s: Sampling): Record<string, number> {
-  const o: Record<string, number> = {
-    temperature: s.temperature, top_p: s.top_p, top_k: s.top_k, num_predict: s.num_predict,
-  };
+  const o: Record<string, number> = {};
+  for (const k of ["temperature", "top_p", "top_k", "num_predict"] as const) {
+    const v = s[k];
+    if (v !== null && v !== undefined && Number.isFinite(v)) o[k] = v;
+  }
   if (s.seed.trim() !== "" && Number.isFinite(Number(s.seed))) o.seed = Number(s.seed);
   return o;
 }

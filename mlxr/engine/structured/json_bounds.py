@@ -16,7 +16,7 @@ out of the grammar: the schema is accepted and its arrays' items are not kept ap
 An object schema ({"type": "object"} with "properties") that says nothing of other keys gets
 "additionalProperties": false, as vLLM's xgrammar backend treats it by default (its strict
 mode): a sampled model otherwise adds keys without end ({"x": 2, "y": 3, "p1x": 4, "p2x": ...}
-until max_tokens). Objects under allOf, and those holding one, keep the JSON Schema default,
+until max_tokens). Objects anywhere under allOf, and those holding one, keep the JSON Schema default,
 since another branch may define the keys."""
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ def _closable(node: dict) -> bool:
 
 
 def _under_all_of(doc: object) -> set[int]:
-    """ids of the schemas listed directly in an allOf."""
-    return {id(branch) for node in _schema_nodes(doc) if isinstance(node.get("allOf"), list)
-            for branch in node["allOf"] if isinstance(branch, dict)}
+    """ids of every schema inside an allOf (an anyOf of objects there is merged too)."""
+    return {id(inner) for node in _schema_nodes(doc) if isinstance(node.get("allOf"), list)
+            for inner in _schema_nodes(node["allOf"]) if isinstance(inner, dict)}
 
 
 def _schema_nodes(doc: object):

@@ -100,8 +100,9 @@ export function SamplingPanel({ s, onChange, system, onSystem }: {
   const num = (k: keyof Sampling, step: number, min: number, max: number) => (
     <label>
       <span>{k}</span>
-      <input type="number" step={step} min={min} max={max} value={s[k] as number}
-        onChange={(e) => onChange({ ...s, [k]: Number(e.target.value) })} />
+      <input type="number" step={step} min={min} max={max} value={(s[k] as number | null) ?? ""}
+        placeholder="model's default"
+        onChange={(e) => onChange({ ...s, [k]: e.target.value === "" ? null : Number(e.target.value) })} />
     </label>
   );
   return (
