@@ -53,37 +53,31 @@ class _Reader:
 
     def pairs(self, depth: int, done: list | None = None) -> list[tuple[str, Any]]:
         """At `{`: the pairs to the matching `}` (done: filled as they complete)."""
-        self.pos += 1
-        out = done if done is not None else []
-        while True:
-            self.skip()
-            if self.text.startswith("}", self.pos):
-                self.pos += 1
-                return out
-            if out:
-                if not self.text.startswith(",", self.pos):
-                    raise ValueError("no comma")
-                self.pos += 1
-            m = _KEY.match(self.text, self.pos)
-            if m is None:
-                raise ValueError("no key")
-            self.pos = m.end()
-            out.append((m.group(1), self.value(depth)))
+        return self._separated("}", lambda: self._pair(depth), done if done is not None else [])
 
     def items(self, depth: int) -> list[Any]:
+        return self._separated("]", lambda: self.value(depth), [])
+
+    def _pair(self, depth: int) -> tuple[str, Any]:
+        m = _KEY.match(self.text, self.pos)
+        if m is None:
+            raise ValueError("no key")
+        self.pos = m.end()
+        return m.group(1), self.value(depth)
+
+    def _separated(self, close: str, read_one, out: list) -> list:
+        """After an opening bracket: comma-separated entries up to `close`, appended to out."""
         self.pos += 1
-        out: list[Any] = []
         while True:
             self.skip()
-            if self.text.startswith("]", self.pos):
+            if self.text.startswith(close, self.pos):
                 self.pos += 1
                 return out
             if out:
                 if not self.text.startswith(",", self.pos):
                     raise ValueError("no comma")
                 self.pos += 1
-            out.append(self.value(depth))
-
+            out.append(read_one())
 
 def _head(body: str) -> tuple[str, str] | None:
     text = body.lstrip()
