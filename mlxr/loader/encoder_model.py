@@ -19,7 +19,7 @@ from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.hf_model import read_config, to_torch
 from mlxr.loader.resolve import ModelSource, resolve_model
-from mlxr.models import MODELS, architecture, canonical_model_type, is_encoder
+from mlxr.models import MODELS, architecture, canonical_model_type, is_encoder, nomic_bert
 from mlxr.models.bert import GGUF_TENSORS, HF_PREFIXES, HF_RENAMES
 from mlxr.models.model_args import args_from_gguf, args_from_hf
 from mlxr.tokenizer.tokenizer import Tokenizer
@@ -79,14 +79,15 @@ def _read_hf(root: Path):
 
 def _hf_weights(root: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     offset = args.extra.get("position_offset", 0)
+    nomic = canonical_model_type(args.model_type) == nomic_bert.ARCH.name
     for raw in iter_safetensors(root):
-        name = hf_encoder_name(raw.name, bool(args.extra.get("num_labels")))
+        name = nomic_bert.hf_name(raw.name) if nomic else hf_encoder_name(raw.name, bool(args.extra.get("num_labels")))
         if name is None:
             continue
         tensor = to_torch(raw.array, raw.dtype)
         if name == "embeddings.position_embeddings.weight" and offset:
             tensor = tensor[offset:]
-        yield name, tensor
+        yield from nomic_bert.split_fused(name, tensor)
 
 
 def hf_encoder_name(name: str, classifier: bool) -> str | None:
@@ -115,20 +116,22 @@ def _read_gguf(path: Path):
         raise ModelFormatError(f"{path.name}: pooling_type none gives no vector per input; serve it with "
                                "--pooling mean, cls or last")
     # llama.cpp normalises embeddings by default (--embd-normalize 2); so does its server
-    return args, _gguf_weights(f), Tokenizer.from_gguf_metadata(f.metadata), pooling, True
+    tensors = nomic_bert.GGUF_TENSORS if f.metadata.get("general.architecture") == "nomic-bert" else GGUF_TENSORS
+    return args, _gguf_weights(f, tensors), Tokenizer.from_gguf_metadata(f.metadata), pooling, True
 
 
-def _gguf_weights(f: GGUFFile) -> Iterator[tuple[str, torch.Tensor]]:
+def _gguf_weights(f: GGUFFile, tensors: dict[str, str]) -> Iterator[tuple[str, torch.Tensor]]:
     with f:
         for name in f.tensor_names:
-            yield gguf_encoder_name(name), torch.from_numpy(np.ascontiguousarray(f.load(name)))
+            tensor = torch.from_numpy(np.ascontiguousarray(f.load(name)))
+            yield from nomic_bert.split_fused(gguf_encoder_name(name, tensors), tensor)
 
 
-def gguf_encoder_name(name: str) -> str:
+def gguf_encoder_name(name: str, tensors: dict[str, str] = GGUF_TENSORS) -> str:
     base, _, kind = name.rpartition(".")
     layer = _LAYER.match(base)
     key, index = (f"blk.{{i}}.{layer.group(2)}", layer.group(1)) if layer else (base, None)
-    target = GGUF_TENSORS.get(key)
+    target = tensors.get(key)
     if target is None or kind not in ("weight", "bias"):
         raise ModelFormatError(f"unexpected tensor {name!r} in the GGUF file")
     return f"{target.format(i=index)}.{kind}"

@@ -24,6 +24,7 @@ SPECS = {
     "bert-rerank": ("bert", None, False, 1, SMALL),
     "xlmr-rerank": ("xlm-roberta", None, False, 1, SMALL),
     "bge-small-shape": ("bert", "cls", True, 0, BGE_SMALL),
+    "nomic-mean": ("nomic-bert", "mean", True, 0, SMALL),
 }
 
 
@@ -65,6 +66,10 @@ def _model(arch: str, labels: int, shape: dict, seed: int):
         tokenizer = _wordpiece()
         config = tf.BertConfig(vocab_size=len(tokenizer), **shape, num_labels=max(labels, 1))
         cls = tf.BertForSequenceClassification if labels else tf.BertModel
+    elif arch == "nomic-bert":
+        tokenizer = _wordpiece()
+        config = tf.NomicBertConfig(vocab_size=len(tokenizer), **shape)
+        cls = tf.NomicBertModel
     else:
         tokenizer = _unigram()
         config = tf.XLMRobertaConfig(vocab_size=len(tokenizer), **{**shape, "max_position_embeddings": shape[
@@ -161,6 +166,10 @@ def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
     from mlxr.testing.llama_cpp_convert import llama_cpp_tree
 
     hf = encoder_dir(name, root)
+    if SPECS[name][0] == "nomic-bert":  # the converter reads nomic-ai's own layout
+        from mlxr.testing.nomic_layout import nomic_original_dir
+
+        hf = nomic_original_dir(hf)
     out = hf.parent / f"llama-cpp-{outtype}.gguf"
     if out.is_file():
         return out

@@ -15,7 +15,7 @@ from mlxr.engine.encoder.runner import EncoderInput
 from mlxr.errors import InvalidParameterError
 from mlxr.loader.encoder_model import load_encoder
 
-EMBEDDERS = ["bert-mean", "bert-cls", "xlmr-mean"]
+EMBEDDERS = ["bert-mean", "bert-cls", "xlmr-mean", "nomic-mean"]
 PAIRS = [(TEXTS[3], t) for t in TEXTS]
 
 
@@ -123,3 +123,28 @@ def test_the_generation_api_refuses_an_encoder_by_name() -> None:
 
     with pytest.raises(UnsupportedModelError, match="embedding or reranking model"):
         LLM(str(encoder_dir("bert-mean")))
+
+
+def test_nomic_ai_layout_equals_sentence_transformers() -> None:
+    """nomic-ai's own checkpoint layout (fused Wqkv, fc11/fc12/fc2, n_embd...) loads as the same
+    model as transformers' layout of the same weights."""
+    from mlxr.testing.nomic_layout import nomic_original_dir
+
+    assert _cosine_gap(_embed(nomic_original_dir(encoder_dir("nomic-mean"))), _reference("nomic-mean")) < 1e-4
+
+
+@pytest.mark.parametrize("key,value", [("prenorm", True), ("rotary_emb_fraction", 0.5), ("qkv_proj_bias", True),
+                                       ("causal", True), ("moe_every_n_layers", 2)])
+def test_nomic_variants_it_does_not_implement_are_refused_by_name(tmp_path, key: str, value) -> None:
+    import json
+    import shutil
+
+    from mlxr.errors import UnsupportedModelError
+    from mlxr.testing.nomic_layout import nomic_original_dir
+
+    src = nomic_original_dir(encoder_dir("nomic-mean"))
+    shutil.copytree(src, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(UnsupportedModelError, match=key):
+        load_encoder(str(tmp_path / "m"))
