@@ -25,3 +25,9 @@ def encoder_gguf(name: str, outtype: str = "f32") -> Path:
         return convert(name, FIXTURES, outtype)
     except ConverterUnavailable as e:
         pytest.skip(str(e))
+
+
+def embedding_gemma_dir() -> Path:
+    from mlxr.testing.encoder_fixtures import embedding_gemma_dir as write
+
+    return write(FIXTURES)

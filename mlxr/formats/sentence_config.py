@@ -17,9 +17,27 @@ _NAMES = {"cls": "cls", "mean": "mean", "lasttoken": "last", "last": "last"}
 
 
 @dataclass(frozen=True)
+class DenseModule:
+    """A sentence-transformers Dense module after the pooling: its folder (model.safetensors
+    holds `linear.weight` and maybe `linear.bias`), its sizes and activation."""
+
+    path: str
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # "identity" | "tanh"
+
+
+@dataclass(frozen=True)
 class SentenceConfig:
     pooling: str | None  # "mean" | "cls" | "last"; None: the directory does not say
     normalize: bool  # a Normalize module follows the pooling
+    dense: tuple[DenseModule, ...] = ()  # Dense modules between the pooling and Normalize, in order
+
+
+# sentence-transformers' activation_function values -> ours
+_ACTIVATIONS = {"torch.nn.modules.linear.Identity": "identity", "torch.nn.modules.activation.Tanh": "tanh"}
+_MAX_FEATURES = 1 << 16
 
 
 def read_sentence_config(root: Path) -> SentenceConfig:
@@ -30,13 +48,25 @@ def read_sentence_config(root: Path) -> SentenceConfig:
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelFormatError("modules.json must hold a list of objects")
     types = [str(m.get("type", "")) for m in modules]
-    if any(t.endswith("Dense") for t in types):
-        raise UnsupportedModelError("sentence-transformers Dense modules are not supported")
-    pooling = None
+    pooling, dense = None, []
     for module, kind in zip(modules, types):
         if kind.endswith("Pooling"):
             pooling = _pooling_mode(root / _module_dir(module))
-    return SentenceConfig(pooling, any(t.endswith("Normalize") for t in types))
+        elif kind.endswith("Dense"):
+            dense.append(_dense(root, _module_dir(module)))
+    return SentenceConfig(pooling, any(t.endswith("Normalize") for t in types), tuple(dense))
+
+
+def _dense(root: Path, path: str) -> DenseModule:
+    cfg = read_json_object(root / path / "config.json", _MAX_JSON)
+    sizes = [cfg.get(k) for k in ("in_features", "out_features")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= _MAX_FEATURES for n in sizes):
+        raise ModelFormatError(f"{path}/config.json: in_features and out_features must be integers in "
+                               f"1..{_MAX_FEATURES}, got {sizes}")
+    act = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
+    if act not in _ACTIVATIONS:
+        raise UnsupportedModelError(f"{path}: Dense activation {act!r} is not supported (Identity, Tanh)")
+    return DenseModule(path, sizes[0], sizes[1], cfg.get("bias", True) is not False, _ACTIVATIONS[act])
 
 
 def _module_dir(module: dict) -> str:

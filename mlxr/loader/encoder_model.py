@@ -19,8 +19,9 @@ from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.hf_model import read_config, to_torch
 from mlxr.loader.resolve import ModelSource, resolve_model
-from mlxr.models import MODELS, architecture, canonical_model_type, is_encoder, nomic_bert
+from mlxr.models import ENCODERS, MODELS, architecture, canonical_model_type, gemma_embedding, hf_architecture, nomic_bert
 from mlxr.models.bert import GGUF_TENSORS, HF_PREFIXES, HF_RENAMES
+from mlxr.models.pooling import PooledHead
 from mlxr.models.model_args import args_from_gguf, args_from_hf
 from mlxr.tokenizer.tokenizer import Tokenizer
 
@@ -43,13 +44,12 @@ class LoadedEncoder:
 
 def source_is_encoder(source: ModelSource) -> bool:
     """Whether a resolved model is an encoder, from its config.json or GGUF metadata alone."""
-    if source.format == "gguf":
-        with open_gguf(source.path) as f:
-            name = f.metadata.get("general.architecture")
-    else:
-        name = read_config(source.path).get("model_type")
     try:
-        return isinstance(name, str) and is_encoder(name)
+        if source.format == "gguf":
+            with open_gguf(source.path) as f:
+                name = f.metadata.get("general.architecture")
+            return isinstance(name, str) and architecture(name).name in ENCODERS
+        return hf_architecture(read_config(source.path)).name in ENCODERS
     except Exception:  # noqa: BLE001 - an unknown architecture is the decoder loader's error to name
         return False
 
@@ -61,11 +61,11 @@ def load_encoder(ref: str, dtype: torch.dtype | None = None, device: torch.devic
     dtype = dtype or torch.float32
     device = torch.device(device) if device is not None else torch.device("cpu")
     if source.format == "gguf":
-        args, weights, tokenizer, pooling, normalize = _read_gguf(source.path)
+        args, weights, tokenizer, pooling, normalize, head = _read_gguf(source.path)
     else:
-        args, weights, tokenizer, pooling, normalize = _read_hf(source.path)
+        args, weights, tokenizer, pooling, normalize, head = _read_hf(source.path)
     args = replace(args, model_type=canonical_model_type(args.model_type))
-    model = _materialize(args, weights, dtype, device)
+    model = _materialize(args, weights, dtype, device, head)
     return LoadedEncoder(source, args, model, tokenizer, pooling, normalize, dtype, device)
 
 
@@ -74,14 +74,33 @@ def _read_hf(root: Path):
     args = args_from_hf(config)
     sentence = read_sentence_config(root)
     pooling = "rank" if args.extra.get("num_labels") else sentence.pooling or "cls"
-    return args, _hf_weights(root, args), Tokenizer.from_hf_dir(root), pooling, sentence.normalize
+    head = [(d.in_features, d.out_features, d.bias, d.activation) for d in sentence.dense]
+    weights = _chain(_hf_weights(root, args), _dense_weights(root, sentence.dense))
+    return args, weights, Tokenizer.from_hf_dir(root), pooling, sentence.normalize, head
+
+
+def _chain(*parts):
+    for part in parts:
+        yield from part
+
+
+def _dense_weights(root: Path, modules) -> Iterator[tuple[str, torch.Tensor]]:
+    """A Dense module's `linear.weight` / `linear.bias` -> pooled_head.{j}.*"""
+    for j, module in enumerate(modules):
+        for raw in iter_safetensors(root / module.path):
+            kind = raw.name.removeprefix("linear.")
+            yield f"pooled_head.{j}.{kind}", to_torch(raw.array, raw.dtype)
+
+
+# Architectures whose checkpoint names differ from BERT's: name -> ours (None: unused)
+_HF_NAMES = {nomic_bert.ARCH.name: nomic_bert.hf_name, gemma_embedding.ARCH.name: gemma_embedding.hf_name}
 
 
 def _hf_weights(root: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
     offset = args.extra.get("position_offset", 0)
-    nomic = canonical_model_type(args.model_type) == nomic_bert.ARCH.name
+    rename = _HF_NAMES.get(canonical_model_type(args.model_type))
     for raw in iter_safetensors(root):
-        name = nomic_bert.hf_name(raw.name) if nomic else hf_encoder_name(raw.name, bool(args.extra.get("num_labels")))
+        name = rename(raw.name) if rename else hf_encoder_name(raw.name, bool(args.extra.get("num_labels")))
         if name is None:
             continue
         tensor = to_torch(raw.array, raw.dtype)
@@ -116,15 +135,25 @@ def _read_gguf(path: Path):
         raise ModelFormatError(f"{path.name}: pooling_type none gives no vector per input; serve it with "
                                "--pooling mean, cls or last")
     # llama.cpp normalises embeddings by default (--embd-normalize 2); so does its server
-    tensors = nomic_bert.GGUF_TENSORS if f.metadata.get("general.architecture") == "nomic-bert" else GGUF_TENSORS
-    return args, _gguf_weights(f, tensors), Tokenizer.from_gguf_metadata(f.metadata), pooling, True
+    arch = f.metadata.get("general.architecture")
+    tensors = _GGUF_TENSORS.get(arch, GGUF_TENSORS)
+    head = [(*reversed(f.tensor_info(f"{d}.weight").shape), False, "identity")
+            for d in ("dense_2", "dense_3") if f"{d}.weight" in f]
+    weights = _gguf_weights(f, tensors, arch == "gemma-embedding")
+    return args, weights, Tokenizer.from_gguf_metadata(f.metadata), pooling, True, head
 
 
-def _gguf_weights(f: GGUFFile, tensors: dict[str, str]) -> Iterator[tuple[str, torch.Tensor]]:
+_GGUF_TENSORS = {"nomic-bert": nomic_bert.GGUF_TENSORS, "gemma-embedding": gemma_embedding.GGUF_TENSORS}
+
+
+def _gguf_weights(f: GGUFFile, tensors: dict[str, str], norm_plus_one: bool) -> Iterator[tuple[str, torch.Tensor]]:
     with f:
         for name in f.tensor_names:
             tensor = torch.from_numpy(np.ascontiguousarray(f.load(name)))
-            yield from nomic_bert.split_fused(gguf_encoder_name(name, tensors), tensor)
+            ours = gguf_encoder_name(name, tensors)
+            if norm_plus_one and ours.endswith(gemma_embedding.GGUF_NORMS_WEIGHT):
+                tensor = tensor - 1  # llama.cpp's converter stores Gemma's norms as 1 + w
+            yield from nomic_bert.split_fused(ours, tensor)
 
 
 def gguf_encoder_name(name: str, tensors: dict[str, str] = GGUF_TENSORS) -> str:
@@ -137,9 +166,11 @@ def gguf_encoder_name(name: str, tensors: dict[str, str] = GGUF_TENSORS) -> str:
     return f"{target.format(i=index)}.{kind}"
 
 
-def _materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def _materialize(args: ModelArgs, weights, dtype: torch.dtype, device: torch.device, head) -> nn.Module:
     with torch.device("meta"):
         model = MODELS[architecture(args.model_type).name](args)
+        if head:
+            model.pooled_head = PooledHead(head)
     expected = dict(model.named_parameters())
     state: dict[str, torch.Tensor] = {}
     for name, tensor in weights:

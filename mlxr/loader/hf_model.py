@@ -11,6 +11,7 @@ import torch
 from dataclasses import replace
 
 from mlxr.config import ModelArgs, VisionArgs
+from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_preprocess import preprocess_from_hf
 from mlxr.models import hf_architecture
 from mlxr.formats.json_file import check_text_file, read_json_object
@@ -79,7 +80,10 @@ def with_sentence_pooling(args: ModelArgs, model_dir: Path) -> ModelArgs:
     """A decoder embedding model's pooling (Qwen3-Embedding: last token) from its
     sentence-transformers files, for the engine's embeddings (none: mean); and a decoder
     reranker's kind (Qwen3-Reranker)."""
-    pooling = read_sentence_config(model_dir).pooling
+    sentence = read_sentence_config(model_dir)
+    if sentence.dense:
+        raise UnsupportedModelError("sentence-transformers Dense modules after a decoder's pooling are not supported")
+    pooling = sentence.pooling
     extra = {**args.extra, "pooling": pooling} if pooling else dict(args.extra)
     if is_qwen3_reranker(model_dir, args.extra.get("hf_model_type")):
         extra["reranker"] = QWEN3_RERANKER

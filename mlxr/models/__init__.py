@@ -5,14 +5,15 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, granite, llava, llama, mistral, mixtral, nomic_bert, olmo2,
+from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, gemma_embedding, granite, llava, llama, mistral,
+                         mixtral, nomic_bert, olmo2,
                          phi3, qwen2, qwen3, qwen3moe, xlm_roberta)
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
 _MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava)
 # Encoders (embedding and reranking models): no KV cache, loaded by loader/encoder_model.py.
-_ENCODER_MODULES = (bert, xlm_roberta, nomic_bert)
+_ENCODER_MODULES = (bert, xlm_roberta, nomic_bert, gemma_embedding)
 ENCODERS = frozenset(m.ARCH.name for m in _ENCODER_MODULES)
 _MODULES += _ENCODER_MODULES
 ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
@@ -37,6 +38,8 @@ def architecture(name: str) -> Architecture:
 
 def hf_architecture(config: dict) -> Architecture:
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    if isinstance(config, dict) and gemma_embedding.is_embedding_gemma(config):
+        return gemma_embedding.ARCH
     if not isinstance(model_type, str) or model_type not in _BY_HF_TYPE:
         raise UnsupportedModelError(f"model_type {model_type!r} is not supported "
                                     f"(supported: {', '.join(sorted(_BY_HF_TYPE))})")

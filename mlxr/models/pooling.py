@@ -26,3 +26,24 @@ def finish(vectors: torch.Tensor, normalize: bool, dimensions: int | None) -> to
     if dimensions is not None:
         vectors = vectors[:, :dimensions]
     return torch.nn.functional.normalize(vectors, dim=-1) if normalize else vectors
+
+
+class PooledHead(torch.nn.Module):
+    """sentence-transformers Dense modules after the pooling (EmbeddingGemma's two): each a
+    linear layer, then identity or tanh. Parameters `pooled_head.{j}.weight` / `.bias`."""
+
+    def __init__(self, layers: list[tuple[int, int, bool, str]]) -> None:
+        super().__init__()
+        self.activations = [a for *_, a in layers]
+        for j, (i, o, b, _) in enumerate(layers):  # named 0, 1, ... as the loaders give them
+            self.register_module(str(j), torch.nn.Linear(i, o, bias=b))
+
+    @property
+    def out_features(self) -> int:
+        return getattr(self, str(len(self.activations) - 1)).out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for j, act in enumerate(self.activations):
+            x = getattr(self, str(j))(x)
+            x = torch.tanh(x) if act == "tanh" else x
+        return x

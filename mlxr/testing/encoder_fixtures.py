@@ -157,6 +157,9 @@ runpy.run_path(root + "/convert_hf_to_gguf.py", run_name="__main__")
 """
 
 
+CONVERTER_FLAGS = {"embedding-gemma": ("--sentence-transformers-dense-modules",)}
+
+
 def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
     """llama.cpp's GGUF of an encoder fixture, written once beside it (raises
     ConverterUnavailable where its converter cannot be had)."""
@@ -165,8 +168,8 @@ def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
 
     from mlxr.testing.llama_cpp_convert import llama_cpp_tree
 
-    hf = encoder_dir(name, root)
-    if SPECS[name][0] == "nomic-bert":  # the converter reads nomic-ai's own layout
+    hf = embedding_gemma_dir(root) if name == "embedding-gemma" else encoder_dir(name, root)
+    if SPECS.get(name, ("",))[0] == "nomic-bert":  # the converter reads nomic-ai's own layout
         from mlxr.testing.nomic_layout import nomic_original_dir
 
         hf = nomic_original_dir(hf)
@@ -175,7 +178,8 @@ def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
         return out
     tree = llama_cpp_tree(Path(root))
     tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
-    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf), "--outfile", str(tmp), "--outtype", outtype]
+    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf), "--outfile", str(tmp), "--outtype", outtype,
+           *CONVERTER_FLAGS.get(name, ())]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_LOCAL_GGUF": "1"})
     if res.returncode != 0 or not tmp.is_file():
         raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf}:\n{res.stderr[-3000:]}")
@@ -260,3 +264,51 @@ def qwen3_reranker_dir(root: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     os.rename(tmp, out)
     return out
+
+
+def embedding_gemma_dir(root: Path) -> Path:
+    """EmbeddingGemma's layout on a tiny random Gemma 3 (the tiny-gemma3 fixture's shape and
+    tokenizer, 6 layers with a window of 8): Gemma3TextModel run bidirectionally, saved through
+    sentence-transformers with mean pooling, two bias-free Dense projections and Normalize."""
+    import shutil
+    import tempfile
+
+    import torch
+    import transformers as tf
+
+    from mlxr.testing.fixtures import CONFIGS, fixture_paths
+
+    out = Path(root) / "encoders" / "embedding-gemma" / "embedding-gemma"
+    if (out / ".done").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent))
+    keys = {k: v for k, v in CONFIGS["tiny-gemma3"].config.items() if k not in ("architectures", "model_type",
+                                                                                 "torch_dtype")}
+    torch.manual_seed(48)
+    model = tf.Gemma3TextModel(tf.Gemma3TextConfig(**keys, use_bidirectional_attention=True)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.1 if p.dim() == 1 else min(0.2, 2.0 / p.shape[-1] ** 0.5))
+    staged = tmp / "hf"
+    model.save_pretrained(staged)
+    tf.AutoTokenizer.from_pretrained(str(fixture_paths("tiny-gemma3", root).hf_dir)).save_pretrained(staged)
+    # no chat template: sentence-transformers 6 would wrap every text in a user turn
+    (staged / "chat_template.jinja").unlink(missing_ok=True)
+    _save_embedding_gemma(staged, tmp, model.config.hidden_size)
+    shutil.rmtree(staged)
+    (tmp / ".done").write_text("")
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    return out
+
+
+def _save_embedding_gemma(staged: Path, out: Path, hidden: int) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    st = _sentence_modules()
+    dense = [st.Dense(hidden, 2 * hidden, bias=False, activation_function=torch.nn.Identity()),
+             st.Dense(2 * hidden, hidden, bias=False, activation_function=torch.nn.Identity())]
+    modules = [st.Transformer(str(staged)), st.Pooling(hidden, pooling_mode="mean"), *dense, st.Normalize()]
+    SentenceTransformer(modules=modules).save(str(out))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoder_fixtures import TEXTS, encoder_dir, encoder_gguf
+from encoder_fixtures import TEXTS, embedding_gemma_dir, encoder_dir, encoder_gguf
 from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.engine.encoder.runner import EncoderInput
 from mlxr.errors import InvalidParameterError
@@ -148,3 +148,25 @@ def test_nomic_variants_it_does_not_implement_are_refused_by_name(tmp_path, key:
     (tmp_path / "m" / "config.json").write_text(json.dumps({**config, key: value}))
     with pytest.raises(UnsupportedModelError, match=key):
         load_encoder(str(tmp_path / "m"))
+
+
+def test_embedding_gemma_equals_sentence_transformers_from_hf_and_gguf() -> None:
+    """Gemma 3 run bidirectionally (windowed sliding layers), mean-pooled, two Dense projections,
+    normalised: from its sentence-transformers directory and llama.cpp's gemma-embedding GGUF
+    (written with --sentence-transformers-dense-modules)."""
+    from sentence_transformers import SentenceTransformer
+
+    want = SentenceTransformer(str(embedding_gemma_dir()), device="cpu").encode(TEXTS)
+    assert want.shape == (len(TEXTS), 64)
+    assert _cosine_gap(_embed(embedding_gemma_dir()), want) < 1e-4
+    assert _cosine_gap(_embed(encoder_gguf("embedding-gemma")), want) < 1e-4
+    assert _cosine_gap(_embed(embedding_gemma_dir(), max_batch_tokens=1), want) < 1e-4  # unpadded
+
+
+def test_the_sliding_window_is_bidirectional_and_bounded() -> None:
+    from mlxr.models.gemma_embedding import window_masks
+
+    masks = window_masks(torch.tensor([10, 6]), 10, 8)  # |i - j| < 8 // 2 + 1
+    assert masks[True][0, 0, 5].tolist() == [False] + [True] * 9
+    assert masks[True][1, 0, 0].tolist() == [True] * 5 + [False] * 5  # past the row's length: padding
+    assert masks[False][0, 0, 0].all() and not masks[False][1, 0, 0, 6:].any()

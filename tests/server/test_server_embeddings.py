@@ -9,7 +9,7 @@ import ollama
 import openai
 import pytest
 
-from encoder_fixtures import TEXTS, encoder_dir
+from encoder_fixtures import TEXTS, embedding_gemma_dir, encoder_dir
 from server_harness import running_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -19,17 +19,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     embedder, reranker = encoder_dir("bert-mean"), encoder_dir("xlmr-rerank")
-    with running_server(home, "--model", str(embedder), "--model", str(reranker)) as url:
+    others = [a for d in (encoder_dir("nomic-mean"), embedding_gemma_dir()) for a in ("--model", str(d))]
+    with running_server(home, "--model", str(embedder), "--model", str(reranker), *others) as url:
         names = [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
         yield url, names
 
 
-
-
-def _reference_vectors(texts: list[str]) -> np.ndarray:
+def _reference_vectors(texts: list[str], folder=None) -> np.ndarray:
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(str(encoder_dir("bert-mean")), device="cpu").encode(texts)
+    return SentenceTransformer(str(folder or encoder_dir("bert-mean")), device="cpu").encode(texts)
 
 
 def _cosine_gap(a, b) -> float:
@@ -51,6 +50,17 @@ def test_openai_client_embeds_as_sentence_transformers(server) -> None:
     assert all(len(d.embedding) == 8 for d in short.data)
     assert _cosine_gap([d.embedding for d in short.data], head) < 1e-4
     assert abs(np.linalg.norm(short.data[0].embedding) - 1) < 1e-5  # truncated, then normalised again
+
+
+@pytest.mark.parametrize("fixture", ["nomic-mean", "embedding-gemma"])
+def test_nomic_and_embedding_gemma_serve_sentence_transformers_vectors(server, fixture: str) -> None:
+    folder = embedding_gemma_dir() if fixture == "embedding-gemma" else encoder_dir(fixture)
+    client = openai.OpenAI(base_url=server[0] + "/v1", api_key="none")
+    got = client.embeddings.create(model=_model_named(server, fixture), input=TEXTS)
+    vectors = [d.embedding for d in sorted(got.data, key=lambda d: d.index)]
+    assert _cosine_gap(vectors, _reference_vectors(TEXTS, folder)) < 1e-4
+    show = httpx.post(server[0] + "/api/show", json={"model": _model_named(server, fixture)}).json()
+    assert show["capabilities"] == ["embedding"]
 
 
 def test_pooling_and_normalize_extensions(server) -> None:

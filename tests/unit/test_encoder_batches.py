@@ -47,3 +47,28 @@ def test_unsupported_pooling_is_named(tmp_path) -> None:
     (bad / "modules.json").write_text(json.dumps([{"type": "x.Pooling", "path": "../../etc"}]))
     with pytest.raises(ModelFormatError, match="inside the model directory"):
         read_sentence_config(bad)
+
+
+def _with_dense(tmp_path, config: dict):
+    root = _st_dir(tmp_path, {"pooling_mode": "mean"})
+    modules = json.loads((root / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (root / "modules.json").write_text(json.dumps(modules))
+    (root / "2_Dense").mkdir()
+    (root / "2_Dense" / "config.json").write_text(json.dumps(config))
+    return root
+
+
+def test_dense_modules_are_read_in_order_and_bounded(tmp_path) -> None:
+    identity = "torch.nn.modules.linear.Identity"
+    dense = read_sentence_config(_with_dense(tmp_path / "a", {"in_features": 8, "out_features": 16, "bias": False,
+                                                              "activation_function": identity})).dense
+    assert [(d.path, d.in_features, d.out_features, d.bias, d.activation) for d in dense] == [
+        ("2_Dense", 8, 16, False, "identity")]
+    default = read_sentence_config(_with_dense(tmp_path / "b", {"in_features": 8, "out_features": 4})).dense[0]
+    assert (default.bias, default.activation) == (True, "tanh")  # sentence-transformers' defaults
+    with pytest.raises(UnsupportedModelError, match="GELU"):
+        read_sentence_config(_with_dense(tmp_path / "c", {"in_features": 8, "out_features": 4,
+                                                          "activation_function": "torch.nn.GELU"}))
+    with pytest.raises(ModelFormatError, match="out_features"):
+        read_sentence_config(_with_dense(tmp_path / "d", {"in_features": 8, "out_features": 1 << 30}))

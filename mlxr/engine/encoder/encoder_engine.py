@@ -39,7 +39,8 @@ class EncoderEngine:
 
     @property
     def dimensions(self) -> int:
-        return self.args.hidden_size
+        head = getattr(self.runner.model, "pooled_head", None)
+        return head.out_features if head is not None else self.args.hidden_size
 
     # --- the server's calls ----------------------------------------------------------------------
     async def embed(self, ids: list[int]) -> tuple[list[float], int]:

@@ -26,8 +26,14 @@ class EncoderRunner:
 
     @torch.inference_mode()
     def embed(self, inputs: list[EncoderInput], pooling: str) -> torch.Tensor:
-        """[N, H] float32, in the inputs' order."""
-        return self._each_batch(inputs, lambda hidden, lengths: pool(hidden, lengths, pooling))
+        """[N, H] float32, in the inputs' order (H: the pooled head's width where the model has one)."""
+        head = getattr(self.model, "pooled_head", None)
+
+        def reduce(hidden: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            vectors = pool(hidden, lengths, pooling)
+            return head(vectors.to(hidden.dtype)).float() if head is not None else vectors
+
+        return self._each_batch(inputs, reduce)
 
     @torch.inference_mode()
     def classify(self, inputs: list[EncoderInput]) -> torch.Tensor:
