@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,10 @@ from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
+from mlxr.loader.rank_head import answer_rows, is_rank_model, untied_head
 from mlxr.loader.unfuse import split_fused
 from mlxr.models.model_args import args_from_gguf
+from mlxr.models.qwen3_reranker import KIND as QWEN3_RERANKER
 from mlxr.ops.quant.block_types import KEPT_TYPES
 from mlxr.tokenizer.tokenizer import Tokenizer
 
@@ -32,7 +35,19 @@ def read_gguf(
     if expanded:
         log.info("%s: dequantizing at load %s", path.name,
                  ", ".join(f"{n} {t} tensors" for t, n in sorted(expanded.items())))
-    return args, _weights(f, args, keep_quantized, kept), tokenizer
+    weights = _weights(f, args, keep_quantized, kept)
+    if is_rank_model(f):
+        head = untied_head(f, answer_rows(f, tokenizer.token_to_id))
+        args = replace(args, extra={**args.extra, "reranker": QWEN3_RERANKER})
+        if head is not None:
+            weights = _with_head(weights, torch.from_numpy(head))
+            args = replace(args, tie_word_embeddings=False)
+    return args, weights, tokenizer
+
+
+def _with_head(weights, head: torch.Tensor):
+    yield from weights
+    yield "lm_head.weight", head
 
 
 def _weights(f: GGUFFile, args: ModelArgs, keep_quantized: bool,

@@ -20,7 +20,8 @@ from mlxr.models import architecture
 from mlxr.ops.quant.block_types import KEPT_TYPES
 
 # GGUF tensors that carry no HF parameter (their content lives in ModelArgs).
-_SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
+_SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight",
+            "cls.output.weight"}  # a decoder reranker's answer rows: loader/rank_head.py
 _GLOBAL = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",

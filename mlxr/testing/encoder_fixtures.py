@@ -226,9 +226,10 @@ def _sentence_modules():
     return models
 
 
-def qwen3_reranker_dir(root: Path) -> Path:
+def qwen3_reranker_dir(root: Path, tied: bool = False) -> Path:
     """Qwen3-Reranker's layout on a tiny random Qwen3: a causal LM whose vocabulary has "yes"
-    and "no" tokens, in a folder named as the real model is (how its kind is recognised)."""
+    and "no" tokens, in a folder named as the real model is (how its kind is recognised);
+    tied: its head is the embedding (the real 0.6B and 4B), else its own (the 8B)."""
     import json
     import shutil
     import tempfile
@@ -239,7 +240,8 @@ def qwen3_reranker_dir(root: Path) -> Path:
 
     from mlxr.testing.arch_fixtures import ARCH_FIXTURES, arch_fixture_dir
 
-    out = Path(root) / "encoders" / "qwen3-reranker" / "Qwen3-Reranker-tiny"
+    kind = "-tied" if tied else ""
+    out = Path(root) / "encoders" / f"qwen3-reranker{kind}" / f"Qwen3-Reranker-tiny{kind}"
     if (out / ".done").is_file():
         return out
     base = arch_fixture_dir("tiny-qwen3", root)
@@ -247,7 +249,7 @@ def qwen3_reranker_dir(root: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=out.parent))
     tok = Tokenizer.from_file(str(base / "tokenizer.json"))
     tok.add_tokens(["yes", "no"])
-    config = {**ARCH_FIXTURES["tiny-qwen3"].config, "vocab_size": tok.get_vocab_size()}
+    config = {**ARCH_FIXTURES["tiny-qwen3"].config, "vocab_size": tok.get_vocab_size(), "tie_word_embeddings": tied}
     torch.manual_seed(47)
     model = tf.Qwen3ForCausalLM(tf.Qwen3Config(**config)).eval()
     with torch.no_grad():
