@@ -137,36 +137,13 @@ def _save_sentence_transformer(model, tokenizer, out: Path, pooling: str, normal
     shutil.rmtree(staged)
 
 
-# llama.cpp's converter with its own vocabulary code (encoders' WordPiece and SentencePiece
-# vocabularies are what it reads); only its table of known pre-tokenizer hashes, which cannot
-# know a tokenizer trained here, gets a fallback.
-_DRIVER = """
-import runpy, sys
-root = sys.argv.pop(1)
-sys.path[:0] = [root, root + "/gguf-py"]
-import conversion.base as base
-known = base.TextModel.get_vocab_base_pre
-def pre(self, tokenizer):
-    try:
-        return known(self, tokenizer)
-    except NotImplementedError:
-        return "default"
-base.TextModel.get_vocab_base_pre = pre
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
-runpy.run_path(root + "/convert_hf_to_gguf.py", run_name="__main__")
-"""
-
-
 CONVERTER_FLAGS = {"embedding-gemma": ("--sentence-transformers-dense-modules",)}
 
 
 def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
     """llama.cpp's GGUF of an encoder fixture, written once beside it (raises
     ConverterUnavailable where its converter cannot be had)."""
-    import subprocess
-    import sys
-
-    from mlxr.testing.llama_cpp_convert import llama_cpp_tree
+    from mlxr.testing.llama_cpp_convert import convert, llama_cpp_tree
 
     hf = embedding_gemma_dir(root) if name == "embedding-gemma" else encoder_dir(name, root)
     if SPECS.get(name, ("",))[0] == "nomic-bert":  # the converter reads nomic-ai's own layout
@@ -176,14 +153,10 @@ def encoder_gguf(name: str, root: Path, outtype: str = "f32") -> Path:
     out = hf.parent / f"llama-cpp-{outtype}.gguf"
     if out.is_file():
         return out
-    tree = llama_cpp_tree(Path(root))
-    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
-    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf), "--outfile", str(tmp), "--outtype", outtype,
-           *CONVERTER_FLAGS.get(name, ())]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_LOCAL_GGUF": "1"})
-    if res.returncode != 0 or not tmp.is_file():
-        raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf}:\n{res.stderr[-3000:]}")
-    os.replace(tmp, out)
+    # the converter's own vocabulary code: encoders' WordPiece and SentencePiece vocabularies are
+    # what it reads
+    convert(llama_cpp_tree(Path(root)), hf, out, outtype, CONVERTER_FLAGS.get(name, ()), pre_fallback="default",
+            bpe_vocab=False)
     return out
 
 

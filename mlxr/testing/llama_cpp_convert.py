@@ -17,11 +17,12 @@ from pathlib import Path
 SDIST = "llama-cpp-python==0.3.36"
 _MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 # The fixture tokenizers are trained here, so the converter's table of known pre-tokenizer
-# hashes cannot know them: they split as GPT-2 does, which is what the fallback names. They are
-# BPE tokenizer.json files only, so a converter asking for a SentencePiece model gets them instead.
+# hashes cannot know them: they split as GPT-2 does, which is what the fallback names ("default"
+# for encoders' WordPiece / unigram vocabularies). Decoder fixtures are BPE tokenizer.json files
+# only, so a converter asking for a SentencePiece model gets them instead (bpe_vocab).
 _DRIVER = """
 import runpy, sys
-root = sys.argv.pop(1)
+root, fallback, bpe_vocab = sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1) == "1"
 sys.path[:0] = [root, root + "/gguf-py"]
 import conversion.base as base
 known = base.TextModel.get_vocab_base_pre
@@ -29,7 +30,7 @@ def pre(self, tokenizer):
     try:
         return known(self, tokenizer)
     except NotImplementedError:
-        return "gpt-2"
+        return fallback
 base.TextModel.get_vocab_base_pre = pre
 # Converters that expect a SentencePiece tokenizer.model (Gemma 2, Phi-3) take the fixture's BPE files.
 import conversion
@@ -43,7 +44,8 @@ def model_class(*args, **kwargs):
         return self._set_vocab_gpt2()
     cls.set_vocab = set_vocab
     return cls
-conversion.get_model_class = model_class
+if bpe_vocab:
+    conversion.get_model_class = model_class
 sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
 runpy.run_path(root + "/convert_hf_to_gguf.py", run_name="__main__")
 """
@@ -85,10 +87,14 @@ def _unpack(sdist: Path, dest: Path) -> None:
                 tar.extract(member, dest, filter="data")
 
 
-def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32") -> Path:
-    """hf_dir -> out with llama.cpp's converter; raises with its log on failure."""
+def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32", flags: tuple[str, ...] = (),
+            pre_fallback: str = "gpt-2", bpe_vocab: bool = True) -> Path:
+    """hf_dir -> out with llama.cpp's converter (flags: more of its options); raises with its log
+    on failure. pre_fallback: the pre-tokenizer a fixture's unknown tokenizer hash gets; bpe_vocab:
+    converters that want a SentencePiece model read the BPE tokenizer.json instead."""
     tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
-    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype]
+    cmd = [sys.executable, "-c", _DRIVER, str(tree), pre_fallback, "1" if bpe_vocab else "0", str(hf_dir),
+           "--outfile", str(tmp), "--outtype", outtype, *flags]
     env = {**os.environ, "NO_LOCAL_GGUF": "1"}  # the driver puts the tree's gguf-py first itself
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     if res.returncode != 0 or not tmp.is_file():
