@@ -24,6 +24,8 @@ SHAPES = {
                             num_attention_heads=32, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
                             torch_dtype="bfloat16"),
 }
+# The same shapes with a 32k context, for the long-context bench (random weights: no quality to keep).
+SHAPES.update({f"{k}-32k": {**v, "max_position_embeddings": 32768} for k, v in list(SHAPES.items())})
 
 
 def main(name: str, out: str) -> None:
