@@ -158,6 +158,40 @@ def test_preempted_request_goes_back_to_the_front_and_is_resent_whole():
     assert out.new_requests[0].token_ids == list(range(100, 108)) + [7]  # prompt and its output
 
 
+def test_preemption_takes_the_lowest_priority_first_even_when_it_already_ran_this_step():
+    """vLLM's priority policy: the largest priority value goes first, here the earlier-admitted
+    request, already scheduled in this step: it leaves the step (its row and its budget)."""
+    sch, bm = make(num_blocks=4, bs=4, budget=64)
+    low, high = req(5, 0, max_tokens=9, priority=5), req(8, 1, start=100, max_tokens=9, priority=0)
+    sch.add(low)
+    fake_step(sch)  # low alone: 2 blocks
+    sch.add(high)
+    fake_step(sch)  # high prefilled (2 blocks, the cache full); running: low, then high
+    out, _ = fake_step(sch)  # low's 8th token fits its blocks (scheduled); high's 9th needs a 3rd
+    assert out.preempted_request_ids == ["r0"] and sch.waiting[0] is low
+    assert rows(out) == [("r1", 1)] and "r0" not in out.new_block_ids
+    assert low.num_computed_tokens == 0 and not low.block_table and len(high.block_table) == 3
+    while sch.has_unfinished:
+        fake_step(sch)
+    assert low.num_output_tokens == high.num_output_tokens == 9 and bm.usage().used == 0
+
+
+def test_equal_priorities_still_preempt_the_latest_admitted():
+    sch, _ = make(num_blocks=6, bs=4, budget=64)
+    reqs = [req(8, i, start=10 * i + 10, max_tokens=9) for i in range(3)]
+    for r in reqs[:2]:
+        sch.add(r)
+    fake_step(sch)
+    sch.add(reqs[2])
+    out, _ = fake_step(sch)
+    assert out.preempted_request_ids in ([], ["r1"], ["r2"])
+    seen = set(out.preempted_request_ids)
+    while sch.has_unfinished:
+        out, _ = fake_step(sch)
+        seen |= set(out.preempted_request_ids)
+    assert "r0" not in seen  # the first admitted is never the victim while later ones run
+
+
 def test_prefix_hits_counted_in_tokens():
     sch, _ = make(budget=64)
     sch.add(req(12, 0, max_tokens=1))

@@ -158,8 +158,10 @@ class Scheduler:
                 n += self._drafts(req, out, budget - 1)
             total = req.num_computed_tokens + n
             if not self.blocks.fits(req, total):  # most decode steps fit: no allocation work
-                if not self._make_room(req, total, out):
-                    break  # req itself was preempted; everything after it already was
+                fits, returned, before = self._make_room(req, total, out, scheduled)
+                budget, i = budget + returned, i - before
+                if not fits:
+                    continue  # req itself was preempted: running[i] is the next one now
                 self._allocate(req, total, out)
             scheduled.append((req, n))
             budget -= n
@@ -188,14 +190,34 @@ class Scheduler:
         elif len(req.block_table) > len(before):
             out.new_block_ids[req.request_id] = req.block_table[len(before):]
 
-    def _make_room(self, req: Request, num_tokens: int, out: SchedulerOutput) -> bool:
-        """Preempt the latest-arrived running requests until req fits; False if req went."""
+    def _make_room(self, req: Request, num_tokens: int, out: SchedulerOutput,
+                   scheduled: list[tuple[Request, int]]) -> tuple[bool, int, int]:
+        """Preempt running requests until req fits: the lowest priority first (the largest
+        value, as vLLM's priority policy), the latest admitted among equals. A victim already
+        scheduled this step leaves the step. Returns (req still runs, the budget the victims
+        hand back, how many victims stood before req in the running list)."""
+        returned = before = 0
         while not self.blocks.can_allocate(self.blocks.new_blocks_needed(req, num_tokens)):
-            victim = self.running[-1]
+            at, victim = max(enumerate(self.running), key=lambda p: (p[1].priority, p[0]))
+            before += at < self.running.index(req)
+            returned += self._unschedule(victim, scheduled, out)
             self._preempt(victim, out)
             if victim is req:
-                return False
-        return True
+                return False, returned, before
+        return True, returned, before
+
+    def _unschedule(self, req: Request, scheduled: list[tuple[Request, int]], out: SchedulerOutput) -> int:
+        """Take req out of this step (it is being preempted): its tokens, and what the runner was
+        to learn of its blocks (their copy-on-write copies too: the blocks go back to the pool)."""
+        at = next((k for k, (r, _) in enumerate(scheduled) if r is req), None)
+        if at is None:
+            return 0
+        _, n = scheduled.pop(at)
+        out.new_block_ids.pop(req.request_id, None)
+        out.replaced_block_tables.pop(req.request_id, None)
+        mine = set(req.block_table)
+        out.blocks_to_copy = [(src, dst) for src, dst in out.blocks_to_copy if dst not in mine]
+        return n
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
