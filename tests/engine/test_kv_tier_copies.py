@@ -34,6 +34,7 @@ def test_saved_blocks_come_back_byte_for_byte_in_two_transfers(device):
         assert torch.equal(block_bytes(kv, target), saved[b])
     # Six blocks in six consecutive slots: one transfer out, one back (one per block before).
     assert tiers.host_counters.copy_calls == 2
+    assert tiers.host_counters.bytes_written == 6 * tiers.block_bytes  # each block counted once
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -234,7 +234,6 @@ class KVTiers:
             torch.index_select(self.all_blocks, 2, idx[pos : pos + n], out=rows)
             self.host_counters.copy_calls += 1
         self.host_counters.bytes_written += len(saves) * self.block_bytes
-        self.host_counters.bytes_written += len(saves) * self.block_bytes
 
     def _load(self, loads: list[tuple[object, int]]) -> None:
         """Host slots and staged disk rows into the device cache: one transfer per run of
