@@ -54,3 +54,28 @@ def test_prefill_kernel_over_a_stored_cache_is_the_kernel_over_its_values(name, 
     assert got is not None and torch.equal(got, want)
     torch.testing.assert_close(got, paged_attention_reference(q, kq, vq, meta, 0.125, window, softcap),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("rotating", [True, False])
+def test_rope_write_stores_rows_as_the_torch_quantizer_does(name, rotating):
+    """The C write's rows, bit for bit kv_quant.quantize_rows (or torch's cast) of the rows it
+    writes to a float32 cache; values from 1e-7 to 1e4 reach every rounding path."""
+    g = torch.Generator().manual_seed(3)
+    t, h, kh, d = 9, 4, 2, 64
+    scale = 10.0 ** torch.randint(-7, 5, (t, 1, 1), generator=g).float()
+    q, k, v = (torch.randn(t, n, d, generator=g) * scale for n in (h, kh, kh))
+    k[0, 0, :32] = 0.0
+    v[1, 1, 3] = -7e4 if name != "fp16" else -6e4  # past fp16 only where the format scales it
+    pos = torch.randint(0, 4000, (t,), generator=g)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d)) if rotating else None
+    slots = torch.randperm(24, generator=g)[:t]
+    f32 = [torch.zeros(6, 4, kh, d) for _ in range(2)]
+    ours = [stored(c, name)[0].zero_() for c in f32]
+    with torch.inference_mode():
+        assert attention_cpu.rope_write_kv_cpu(q, k, v, pos, inv, *f32, slots) is not None
+        assert attention_cpu.rope_write_kv_cpu(q, k, v, pos, inv, *ours, slots) is not None
+    for mine, floats in zip(ours, f32):
+        written = floats.view(24, kh, d)[slots]
+        want = written.to(mine.dtype) if name in ("bf16", "fp16") else quantize_rows(written, name)
+        assert torch.equal(mine.view(24, kh, -1)[slots].view(torch.uint8), want.view(torch.uint8))

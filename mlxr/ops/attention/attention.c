@@ -27,17 +27,18 @@ static void rotate(const float *x, const float *c, const float *s, int64_t d, fl
 
 /* q, k, v: [T, heads, d] with heads contiguous and rows q_stride/k_stride/v_stride apart.
  * Rotates q into q_out ([T, H, d], contiguous) and k into its cache slot, copies v into its
- * slot. inv_freq NULL: no rotation (q_out untouched). */
+ * slot, each cache row stored in format fmt (rb bytes; attention_rows.h). inv_freq NULL: no
+ * rotation (q_out untouched). */
 void mlxr_rope_write_kv_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                             const float *v, int64_t v_stride, const int64_t *pos, const float *inv_freq,
-                            int64_t t, int64_t h, int64_t kh, int64_t d, float *q_out, float *kc,
-                            float *vc, const int64_t *slots) {
-    float c[512], s[512]; /* d <= 1024, checked by the caller */
+                            int64_t t, int64_t h, int64_t kh, int64_t d, float *q_out, uint8_t *kc,
+                            uint8_t *vc, int fmt, int64_t rb, const int64_t *slots) {
+    float c[512], s[512], row[1024]; /* d <= 1024, checked by the caller */
     for (int64_t i = 0; i < t; i++) {
-        float *kslot = kc + slots[i] * kh * d, *vslot = vc + slots[i] * kh * d;
-        memcpy(vslot, v + i * v_stride, sizeof(float) * (size_t)(kh * d));
+        uint8_t *kslot = kc + slots[i] * kh * rb, *vslot = vc + slots[i] * kh * rb;
+        for (int64_t j = 0; j < kh; j++) encode_row(fmt, v + i * v_stride + j * d, d, vslot + j * rb);
         if (!inv_freq) {
-            memcpy(kslot, k + i * k_stride, sizeof(float) * (size_t)(kh * d));
+            for (int64_t j = 0; j < kh; j++) encode_row(fmt, k + i * k_stride + j * d, d, kslot + j * rb);
             continue;
         }
         for (int64_t j = 0; j < d / 2; j++) {
@@ -46,7 +47,14 @@ void mlxr_rope_write_kv_f32(const float *q, int64_t q_stride, const float *k, in
             s[j] = sinf(f);
         }
         for (int64_t j = 0; j < h; j++) rotate(q + i * q_stride + j * d, c, s, d, q_out + (i * h + j) * d);
-        for (int64_t j = 0; j < kh; j++) rotate(k + i * k_stride + j * d, c, s, d, kslot + j * d);
+        for (int64_t j = 0; j < kh; j++) {
+            if (fmt == KV_F32) {
+                rotate(k + i * k_stride + j * d, c, s, d, (float *)(kslot + j * rb));
+            } else {
+                rotate(k + i * k_stride + j * d, c, s, d, row);
+                encode_row(fmt, row, d, kslot + j * rb);
+            }
+        }
     }
 }
 

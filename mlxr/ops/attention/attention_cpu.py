@@ -19,7 +19,7 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library("attention")
     if lib is not None and not getattr(lib, "_typed", False):
         lib.mlxr_rope_write_kv_f32.argtypes = [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64,
-                                               _I64, _I64, _PTR, _PTR, _PTR, _PTR]
+                                               _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR]
         lib.mlxr_paged_decode_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _I64, _I64,
                                               _I64, _I64, _I64, _F32, _I64, _F32, _PTR, ctypes.c_int]
         lib.mlxr_paged_decode_f32.restype = ctypes.c_int
@@ -56,9 +56,12 @@ def rope_write_kv_cpu(
     """Rotated q (a new tensor; q itself without inv_freq) after rotated k and v were stored
     at their slots; None when the kernel does not apply."""
     rotating = inv_freq is not None
-    if not (_f32_cpu(q, k, v, k_cache, v_cache) and _heads_dense(q) and _heads_dense(k) and _heads_dense(v)
-            and k_cache.is_contiguous() and v_cache.is_contiguous() and _int64_cpu(slots)
-            and q.shape[2] <= MAX_HEAD_DIM and torch.is_inference_mode_enabled()):
+    if not (_f32_cpu(q, k, v) and k_cache.is_cpu and k_cache.dtype == v_cache.dtype and _heads_dense(q)
+            and _heads_dense(k) and _heads_dense(v) and k_cache.is_contiguous() and v_cache.is_contiguous()
+            and _int64_cpu(slots) and q.shape[2] <= MAX_HEAD_DIM and torch.is_inference_mode_enabled()):
+        return None
+    fmt = _cache_format(k_cache, q.shape[2])
+    if fmt is None:
         return None
     if rotating and not (_int64_cpu(positions) and inv_freq.dtype == torch.float32 and inv_freq.is_contiguous()):
         return None
@@ -70,7 +73,8 @@ def rope_write_kv_cpu(
     lib.mlxr_rope_write_kv_f32(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
                                positions.data_ptr() if rotating else None,
                                inv_freq.data_ptr() if rotating else None, t, h, k.shape[1], d,
-                               q_out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr())
+                               q_out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), fmt,
+                               k_cache.shape[-1] * k_cache.element_size(), slots.data_ptr())
     return q_out
 
 

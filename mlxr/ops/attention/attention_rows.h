@@ -85,3 +85,96 @@ static void decode_row(int fmt, const uint8_t *src, int64_t d, float *dst) {
         memcpy(dst, src, sizeof(float) * (size_t)d);
     }
 }
+
+/* float32 -> IEEE fp16 bits, round to nearest even (as torch and F16C convert). */
+static inline uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: infinity */
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal, steps of 2^-24 (x 2^24 is exact) */
+        float a;
+        memcpy(&a, &ax, 4);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    }
+    return (uint16_t)(sign | ((ax + 0xfffu + ((ax >> 13) & 1u) - (112u << 23)) >> 13));
+}
+
+/* float32 -> bfloat16 bits, round to nearest even (torch's conversion). */
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* float32 within +-448 -> float8 e4m3 bits, round to nearest even (torch's conversion). */
+static inline uint8_t float_to_e4m3(float y) {
+    uint32_t x;
+    memcpy(&x, &y, 4);
+    const uint32_t sign = (x >> 24) & 0x80u, ax = x & 0x7fffffffu;
+    float a;
+    memcpy(&a, &ax, 4);
+    if (a < 0.015625f) return (uint8_t)(sign | (uint32_t)nearbyintf(a * 512.0f)); /* subnormal: steps of 2^-9 */
+    const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);
+    return (uint8_t)(sign | ((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u)));
+}
+
+static inline void put_half(uint8_t *p, float f) {
+    const uint16_t h = float_to_half(f);
+    memcpy(p, &h, 2);
+}
+
+/* d floats at x -> one stored row at dst: kv_quant.py's quantize_rows, bit for bit. */
+static void encode_row(int fmt, const float *x, int64_t d, uint8_t *dst) {
+    switch (fmt) {
+    case KV_BF16:
+    case KV_F16:
+        for (int64_t i = 0; i < d; i++) {
+            const uint16_t h = fmt == KV_BF16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
+            memcpy(dst + 2 * i, &h, 2);
+        }
+        break;
+    case KV_Q8_0:
+    case KV_FP8:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            uint8_t *blk = dst + 34 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+            if (fmt == KV_Q8_0) {
+                const float s = amax / 127.0f, inv = s != 0.0f ? 1.0f / s : 0.0f;
+                put_half(blk, s);
+                for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(int8_t)roundf(xb[i] * inv);
+            } else {
+                put_half(blk, amax / 448.0f);
+                const float s = h2f(blk), inv = s != 0.0f ? 1.0f / s : 0.0f;
+                for (int i = 0; i < 32; i++) {
+                    const float y = xb[i] * inv;
+                    blk[2 + i] = float_to_e4m3(y > 448.0f ? 448.0f : y < -448.0f ? -448.0f : y);
+                }
+            }
+        }
+        break;
+    case KV_Q4_0:
+        for (int64_t b = 0; b < d / 32; b++) {
+            const float *xb = x + 32 * b;
+            uint8_t *blk = dst + 18 * b;
+            float extreme = 0.0f, amax = 0.0f;
+            for (int i = 0; i < 32; i++)
+                if (fabsf(xb[i]) > amax) amax = fabsf(xb[i]), extreme = xb[i];
+            const float s = extreme / -8.0f, inv = s != 0.0f ? 1.0f / s : 0.0f;
+            put_half(blk, s);
+            for (int i = 0; i < 16; i++) {
+                float lo = truncf(xb[i] * inv + 8.5f), hi = truncf(xb[16 + i] * inv + 8.5f);
+                lo = lo < 0.0f ? 0.0f : lo > 15.0f ? 15.0f : lo;
+                hi = hi < 0.0f ? 0.0f : hi > 15.0f ? 15.0f : hi;
+                blk[2 + i] = (uint8_t)((uint8_t)lo | ((uint8_t)hi << 4));
+            }
+        }
+        break;
+    default: /* KV_F32 */
+        memcpy(dst, x, sizeof(float) * (size_t)d);
+    }
+}

@@ -79,7 +79,8 @@ def quantize_rows(x: torch.Tensor, name: str) -> torch.Tensor:
         scale = blocks.abs().amax(-1, keepdim=True) / 127
         inv = torch.where(scale == 0, 0.0, 1.0 / scale)
         y = blocks * inv
-        payload = (torch.sign(y) * torch.floor(y.abs() + 0.5)).to(torch.int8).view(torch.uint8)  # half away from 0
+        a = y.abs()  # rounded half away from zero, exactly (as GGML's roundf)
+        payload = (torch.sign(y) * (a.floor() + (2 * (a - a.floor())).floor())).to(torch.int8).view(torch.uint8)
     elif name == "q4_0":
         extreme = blocks.gather(-1, blocks.abs().argmax(-1, keepdim=True))
         scale = extreme / -8
