@@ -37,16 +37,64 @@ static inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
+#ifdef __AVX512F__
+/* 16 codes (int32 lanes) of a packed block -> floats x s, as decode_row's scalar lines. */
+static inline __m512 fp8_lanes(__m512i x) {
+    const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+    const __m512 normal = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23)));
+    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(1.0f / 512.0f)); /* m x 2^-9, exact */
+    const __m512 v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)), normal, sub);
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+/* The packed formats, 32 values a block, 16 lanes at a time; 1 when fmt was decoded here. */
+static int decode_row_simd(int fmt, const uint8_t *src, int64_t d, float *dst) {
+    for (int64_t b = 0; b < d / 32; b++) {
+        const uint8_t *blk = src + (fmt == KV_Q4_0 ? 18 : 34) * b;
+        const __m512 s = _mm512_set1_ps(h2f(blk));
+        __m512 lo, hi;
+        if (fmt == KV_Q8_0) {
+            lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
+            hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
+        } else if (fmt == KV_Q4_0) {
+            const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))), eight = _mm512_set1_epi32(8);
+            lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(x, _mm512_set1_epi32(15)), eight));
+            hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(x, 4), eight));
+        } else if (fmt == KV_FP8) {
+            lo = fp8_lanes(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
+            hi = fp8_lanes(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
+        } else {
+            return 0;
+        }
+        _mm512_storeu_ps(dst + 32 * b, _mm512_mul_ps(lo, s));
+        _mm512_storeu_ps(dst + 32 * b + 16, _mm512_mul_ps(hi, s));
+    }
+    return 1;
+}
+#endif
+
 /* One stored row at src -> d floats at dst. */
 static void decode_row(int fmt, const uint8_t *src, int64_t d, float *dst) {
+#ifdef __AVX512F__
+    if (fmt >= KV_Q8_0 && decode_row_simd(fmt, src, d, dst)) return;
+#endif
     switch (fmt) {
-    case KV_BF16:
-        for (int64_t i = 0; i < d; i++) {
+    case KV_BF16: {
+        int64_t i = 0;
+#ifdef __AVX512F__
+        for (; i + 16 <= d; i += 16) {
+            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + 2 * i)));
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+        }
+#endif
+        for (; i < d; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
             dst[i] = bf16_to_float(h);
         }
         break;
+    }
     case KV_F16: {
         int64_t i = 0;
 #ifdef __AVX512F__
