@@ -150,7 +150,8 @@ def paged_attention(
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C kernels
-    for fp32 CPU tensors under inference mode, else the torch reference. Decode-only batches
+    for fp32 CPU queries under inference mode (over a cache of any kv_quant.py format), else the
+    torch reference. Decode-only batches
     take the decode kernels, others prefill. A step with bidirectional spans (image tokens)
     takes the reference, whose mask holds them."""
     if meta.bidirectional is not None:
