@@ -99,3 +99,20 @@ def test_disk_tier_serves_a_format_its_own_blocks_only(model, tmp_path):
                 assert got == want  # the restored blocks are the computed ones
         finally:
             llm.shutdown()
+
+
+@pytest.mark.slow  # two processes
+def test_tensor_parallel_ranks_store_the_same_format(model):
+    """Every rank allocates its heads' cache in rank 0's format: a TP-2 engine with q8_0 KV scores
+    a prompt as one device with q8_0 KV does (and holds its blocks)."""
+    one = engine(model, "q8_0", engine_process=False)
+    want = [t.logprob for t in one.engine.score_prompt(IDS, 0)[1]]
+    blocks = core(one).num_blocks
+    one.shutdown()
+    llm = engine(model, "q8_0", tensor_parallel_size=2)
+    try:
+        got = [t.logprob for t in llm.engine.score_prompt(IDS, 0)[1]]
+    finally:
+        llm.shutdown()
+    assert len(got) == len(want) and max(abs(a - b) for a, b in zip(got, want)) < 1e-3
+    assert blocks >= 3.7 * int(BUDGET_GB * (1 << 30)) // (128 * 512)
