@@ -83,3 +83,29 @@ def test_write_kv_stores_each_token_in_the_cache_format(name):
     write_kv(k, v, kc, vc, torch.tensor([5, 0, 2, 3]))
     want = quantize_rows(k, name) if name in PACKED else k.to(dtype)
     assert torch.equal(kc.view(6, 3, width)[[5, 0, 2, 3]], want)
+
+
+def test_q4_0_layer_stores_turned_rows_and_attends_as_over_them_turned_back():
+    """The layer over a q4_0 cache: K and V stored turned by the Hadamard matrix, the output
+    that of attention over the stored rows turned back; with an outlier channel (as real K
+    has) nearer the float cache's output than plain q4_0 rows of the same K and V."""
+    from mlxr.layers.attention import PagedAttention
+    from mlxr.ops.attention.kv_quant import hadamard
+
+    q, _, _, meta, ks, vs = build([40], [40], 8, 2, 64, 16)
+    k, v = ks[0].clone(), vs[0]
+    k[:, :, 3] *= 30.0  # an outlier channel
+    shape = (6, 16, 2, row_width("q4_0", 64))
+    kc, vc = torch.zeros(shape, dtype=torch.uint8), torch.zeros(shape, dtype=torch.uint8)
+    layer = PagedAttention(8, 2, 64, 0.125)
+    with torch.inference_mode():
+        got = layer(q, k, v, (kc, vc), meta)
+        h = hadamard(64, torch.float32, q.device)
+        turned_back = [dequantize_rows(c, "q4_0") @ h for c in (kc, vc)]
+        want = paged_attention_reference(q, *turned_back, meta, 0.125)
+        fk, fv = torch.zeros(6, 16, 2, 64), torch.zeros(6, 16, 2, 64)
+        exact = PagedAttention(8, 2, 64, 0.125)(q, k, v, (fk, fv), meta)
+        plain = [dequantize_rows(quantize_rows(c, "q4_0"), "q4_0") for c in (fk, fv)]
+        untouched = paged_attention_reference(q, *plain, meta, 0.125)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (got - exact).norm() < 0.7 * (untouched - exact).norm()

@@ -9,8 +9,16 @@ scale followed by its payload, stored as bytes in the cache's last dimension:
   values 0..15, high nibbles 16..31, value = (q - 8) * scale); the cache tensor is uint8;
 - fp8: 32 float8 e4m3 values scaled by max |x| / 448 (so no block overflows or wastes range);
   the cache tensor is uint8 too, told from q4_0 by its row length (34 bytes a block, not 18).
-The format therefore follows from the cache tensor and the head dim alone (kv_format)."""
+The format therefore follows from the cache tensor and the head dim alone (kv_format).
+
+q4_0 rows hold K and V turned by the normalised Hadamard matrix H of the head dim (orthogonal and
+symmetric: q.k = qH.kH, and sum p vH = (sum p v)H, so attention over the turned rows, turned back,
+is attention over the rows). It spreads a row's outlier channels over its blocks: a block's
+scale is no longer one channel's, which cost 4-bit K most of the others' values (SmolLM2's
+perplexity rose 18% with plain q4_0 rows)."""
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -66,6 +74,28 @@ def kv_format(cache: torch.Tensor, head_dim: int) -> str:
 
 def is_packed(cache: torch.Tensor) -> bool:
     return cache.dtype in (torch.int8, torch.uint8)
+
+
+ROTATED = ("q4_0",)
+
+
+def is_rotated(cache: torch.Tensor, head_dim: int) -> bool:
+    """Whether the cache's rows are stored turned by hadamard(head_dim) (q4_0's)."""
+    return cache.dtype == torch.uint8 and kv_format(cache, head_dim) in ROTATED
+
+
+@functools.cache
+def _hadamard(n: int, device: torch.device) -> torch.Tensor:
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:  # Sylvester's construction
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return (h / n ** 0.5).to(device)
+
+
+def hadamard(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The normalised n x n Hadamard matrix (n a power of 2), orthogonal and symmetric."""
+    assert n & (n - 1) == 0, "a Hadamard turn needs a power-of-2 head dim"
+    return _hadamard(n, device).to(dtype)
 
 
 def _scale_bytes(scale: torch.Tensor) -> torch.Tensor:
