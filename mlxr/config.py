@@ -14,6 +14,23 @@ def _env_flag(name: str, default: bool | None) -> bool | None:
     return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
 
 
+# The KV cache's storage formats (ops/attention/kv_quant.py, docs/kv-cache.md): "auto" is the
+# model's dtype; fp8, q8_0 and q4_0 are packed in blocks of 32 values with a scale each.
+KV_CACHE_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "q8_0", "q4_0")
+# Ollama's OLLAMA_KV_CACHE_TYPE values, as these names.
+OLLAMA_KV_CACHE_TYPES = {"f16": "fp16", "q8_0": "q8_0", "q4_0": "q4_0"}
+
+
+def kv_cache_dtype_from_env() -> str:
+    """OLLAMA_KV_CACHE_TYPE (f16, q8_0, q4_0) as a KV cache dtype, "auto" when unset."""
+    value = os.environ.get("OLLAMA_KV_CACHE_TYPE", "").strip().lower()
+    if not value:
+        return "auto"
+    if value not in OLLAMA_KV_CACHE_TYPES:
+        raise InvalidParameterError("OLLAMA_KV_CACHE_TYPE", f"{value!r} is not one of f16, q8_0, q4_0")
+    return OLLAMA_KV_CACHE_TYPES[value]
+
+
 @dataclass(frozen=True)
 class RopeScaling:
     """HF `rope_scaling`: the "llama3", "linear" and "longrope" kinds change the frequencies."""
@@ -161,6 +178,8 @@ class EngineConfig:
     block_size: int = 16
     num_kv_blocks: int | None = None  # None: sized from kv_cache_memory_gb
     kv_cache_memory_gb: float = 1.0
+    # How the KV cache stores K and V (KV_CACHE_DTYPES); unset: OLLAMA_KV_CACHE_TYPE, else "auto".
+    kv_cache_dtype: str = field(default_factory=kv_cache_dtype_from_env)
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     # A step's target time: its tokens follow the device's measured speed (at most
@@ -227,6 +246,9 @@ class EngineConfig:
     data_parallel_rank: int = 0
 
     def __post_init__(self) -> None:
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidParameterError("kv_cache_dtype", f"{self.kv_cache_dtype!r} is not one of "
+                                        f"{', '.join(KV_CACHE_DTYPES)}")
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
             raise InvalidParameterError("data_parallel_size", f"must be 1 to {MAX_DATA_PARALLEL}")
         for name in ("kv_events_endpoint", "kv_events_replay_endpoint"):

@@ -160,6 +160,13 @@ TOOLING: tuple[Switch, ...] = (
            "The web UI browser tests rewrite docs/screenshots/."),
 )
 
+# Other tools' variables MLXR honours as they do (so a setup made for them carries over).
+FOREIGN: tuple[Switch, ...] = (
+    Switch("OLLAMA_KV_CACHE_TYPE", "f16 | q8_0 | q4_0", "unset (auto: the model's dtype)",
+           "Ollama's KV cache type: the engine's --kv-cache-dtype when that is not given (f16 is fp16); "
+           "any other value is refused when the engine is configured (docs/kv-cache.md)."),
+)
+
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "environment.md"
 
 
@@ -198,6 +205,10 @@ def render() -> str:
         "## Read by the benchmarks and tests only",
         "",
         *_table(TOOLING),
+        "",
+        "## Other tools' variables, honoured as they mean them",
+        "",
+        *_table(FOREIGN),
         "",
     ]
     return "\n".join(lines)

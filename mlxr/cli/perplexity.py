@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mlxr.cli.options import add_model_options, model_path
+from mlxr.config import KV_CACHE_DTYPES
 from mlxr.errors import InvalidParameterError
 
 MAX_TEXT_BYTES = 64 << 20  # wikitext-2's test split is 1.3 MB
@@ -22,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="tokens a chunk (default 512, or the model's context where shorter)")
     p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
     p.add_argument("--json", action="store_true", help="one JSON object at the end instead of the running estimate")
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
+                   help="how the KV cache stores K and V (as `mlxr serve --kv-cache-dtype`)")
     return {"perplexity": cmd_perplexity}
 
 
@@ -48,7 +51,8 @@ def cmd_perplexity(ns: argparse.Namespace) -> int:
     from mlxr.perplexity import chunks_of, perplexity
 
     text = read_text(ns.file)
-    llm = load_llm(model_path(ns.model), ns)
+    llm = load_llm(model_path(ns.model), ns,
+                   **({} if ns.kv_cache_dtype is None else {"kv_cache_dtype": ns.kv_cache_dtype}))
     context = llm.engine.max_model_len
     ctx = min(DEFAULT_CTX, context) if ns.ctx is None else ns.ctx
     if ctx > context:

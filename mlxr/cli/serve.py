@@ -14,6 +14,7 @@ from mlxr.cli.options import (
     add_device_options, add_log_format_option, add_threads_option, check_path_exists, home_dir, use_threads,
 )
 from mlxr.distributed.launch import add_parallel_options, parallel_from, run_node
+from mlxr.config import KV_CACHE_DTYPES
 from mlxr.errors import MLXRError
 
 DEFAULT_PORT = 11434  # Ollama's, so Ollama clients find us
@@ -54,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> dict:
                         "/ max_output_tokens / num_predict (the context's remainder when less; 0: no bound)")
     s.add_argument("--kv-cache-gb", type=float, default=1.0, help="device memory for the KV cache, in GB")
     s.add_argument("--num-kv-blocks", type=int, default=None, help="device KV blocks (overrides --kv-cache-gb)")
+    s.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=None,
+                   help="how the KV cache stores K and V: auto (the model's dtype), fp32, bf16, fp16, or packed "
+                        "in blocks of 32 with a scale: fp8 (e4m3), q8_0, q4_0 (more blocks in --kv-cache-gb; "
+                        "unset: OLLAMA_KV_CACHE_TYPE f16|q8_0|q4_0, else auto; docs/kv-cache.md)")
     s.add_argument("--kv-host-cache-gb", type=float, default=0.0,
                    help="host memory for prefix-cache blocks the device evicts (0 = off)")
     s.add_argument("--kv-cache-dir", default=None,
@@ -184,6 +189,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
         speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
         **({} if ns.jump_forward is None else {"jump_forward": ns.jump_forward}),  # unset: EngineConfig reads the env
+        **({} if ns.kv_cache_dtype is None else {"kv_cache_dtype": ns.kv_cache_dtype}),
         kv_events_endpoint=ns.kv_events_endpoint, kv_events_replay_endpoint=ns.kv_events_replay_endpoint,
         kv_events_topic=ns.kv_events_topic, kv_events_allow_remote=ns.kv_events_allow_remote,
         data_parallel_size=ns.data_parallel_size,

@@ -123,7 +123,7 @@ class TPRunner(ModelRunner):
         self.executor = executor
         self.can_capture_graphs = executor.cuda_graphs
         host = kv_cache.host_layers[0][0].shape[0] if kv_cache.host_layers else 0
-        executor.send(msg.Setup(kv_cache.num_blocks, kv_cache.block_size, host))
+        executor.send(msg.Setup(kv_cache.num_blocks, kv_cache.block_size, host, kv_cache.kv_dtype))
 
     @property
     def fatal(self) -> str | None:

@@ -19,6 +19,7 @@ class Setup(msgspec.Struct, tag=True):
     num_blocks: int
     block_size: int
     host_blocks: int
+    kv_dtype: str = "auto"  # rank 0's --kv-cache-dtype: every rank stores its heads alike
 
 
 class Graphs(msgspec.Struct, tag=True):

@@ -39,7 +39,7 @@ class Worker:
             self.shard = load_shard(message.model, self.group)
         elif isinstance(message, msg.Setup):
             kv = KVCache(self.shard.local_args, message.num_blocks, message.block_size, self.shard.dtype,
-                         self.group.device, message.host_blocks)
+                         self.group.device, message.host_blocks, message.kv_dtype)
             self.runner = ModelRunner(self.shard.model, kv, self.group.device)
         elif isinstance(message, msg.Graphs):
             self.runner.enable_cuda_graphs(message.scratch_block, message.max_batch, message.max_blocks_per_seq,

@@ -7,7 +7,8 @@ from torch import nn
 
 from mlxr.ops.attention.attn_metadata import AttnMetadata  # noqa: F401 - the layer's argument, re-exported
 from mlxr.ops.attention.paged_attention import paged_attention, write_kv
-from mlxr.ops.rotary.rotary import rotary_write_kv_query
+from mlxr.ops.attention.kv_quant import hadamard, is_rotated
+from mlxr.ops.rotary.rotary import rotary_embedding, rotary_write_kv_query
 
 
 class PagedAttention(nn.Module):
@@ -44,11 +45,22 @@ class PagedAttention(nn.Module):
         """With positions and rotary frequencies, q and k are rotated first, in one fused op
         with the cache write."""
         k_cache, v_cache = kv_cache
+        if is_rotated(k_cache, q.shape[-1]):
+            return self._attend_turned(q, k, v, kv_cache, meta, positions, inv_freq)
         if inv_freq is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
             q = rotary_write_kv_query(q, k, v, positions, inv_freq, k_cache, v_cache, meta.slot_mapping)
         return self.attend(q, kv_cache, meta)
+
+    def _attend_turned(self, q, k, v, kv_cache, meta, positions, inv_freq) -> torch.Tensor:
+        """A cache of rows turned by the Hadamard matrix (ops/attention/kv_quant.py): K and V are
+        stored turned, q turned attends over them, the output is turned back."""
+        if inv_freq is not None:
+            q, k = rotary_embedding(q, k, positions, inv_freq)
+        h = hadamard(q.shape[-1], q.dtype, q.device)
+        write_kv(k @ h, v @ h, kv_cache[0], kv_cache[1], meta.slot_mapping)
+        return self.attend((q @ h).contiguous(), kv_cache, meta) @ h
 
     def attend(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttnMetadata) -> torch.Tensor:
         """Attention over the cache alone, for callers that already stored this step's K/V."""

@@ -20,7 +20,7 @@ from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.core.in_flight import StepsInFlight
 from mlxr.engine.core.warm_up import warm_up
 from mlxr.engine.kv.block_file import Layout
-from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
+from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, kv_layout_dtype, num_blocks_for_memory, resolve_kv_dtype
 from mlxr.engine.kv.disk import DiskStore
 from mlxr.engine.kv.events import KVEventPublisher, make_publisher
 from mlxr.engine.kv.preload import preload
@@ -76,10 +76,12 @@ class EngineCore:
         self.parts, self.config = parts, config
         if parts.device.type == "cuda" and torch.get_num_threads() > CUDA_CORE_TORCH_THREADS:
             torch.set_num_threads(CUDA_CORE_TORCH_THREADS)
+        self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, parts.args.head_dim)
         num_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_blocks = num_blocks
         self.max_model_len = self._max_model_len(num_blocks)
-        host_blocks = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.swap_space_gb)
+        host_blocks = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.swap_space_gb,
+                                             self.kv_dtype)
                        if config.swap_space_gb > 0 else 0)
         self.host_blocks = host_blocks
         self.tiers: KVTiers | None = None  # none during the warm-up: its synthetic blocks stay out
@@ -88,7 +90,8 @@ class EngineCore:
         # the device afresh after it (the warm-up's compiles would read as a slow device).
         self._new_scheduler(0.0 if config.warm_up else config.step_time_target_s)
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
-        self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks)
+        self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks,
+                          self.kv_dtype)
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
         max_blocks_per_seq = self.block_manager.blocks_for(self.max_model_len)
         max_rows = None  # a step's decode rows at most (a draft token is a row): the largest graph
@@ -130,14 +133,15 @@ class EngineCore:
         config, parts = self.config, self.parts
         if not config.enable_prefix_caching or (config.kv_host_cache_gb <= 0 and not config.kv_cache_dir):
             return None
-        host = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.kv_host_cache_gb)
+        host = (num_blocks_for_memory(parts.args, config.block_size, parts.dtype, config.kv_host_cache_gb, self.kv_dtype)
                 if config.kv_host_cache_gb > 0 else 0)
         disk = None
         if config.kv_cache_dir:
             a = parts.args
-            layout = Layout(parts.model_digest, str(parts.dtype).removeprefix("torch."), config.block_size,
+            layout = Layout(parts.model_digest, kv_layout_dtype(self.kv_dtype, parts.dtype), config.block_size,
                             a.num_hidden_layers, a.num_key_value_heads, a.head_dim, parts.device.type)
-            disk = DiskStore(config.kv_cache_dir, layout, kv_bytes_per_block(a, config.block_size, parts.dtype),
+            disk = DiskStore(config.kv_cache_dir, layout, kv_bytes_per_block(a, config.block_size, parts.dtype,
+                                                                             self.kv_dtype),
                              int(config.kv_cache_disk_gb * (1 << 30)))
         return KVTiers(self.kv, host, disk)
 
@@ -175,7 +179,8 @@ class EngineCore:
         """The memory budget's worth of blocks, but no more than max_num_seqs full-length
         sequences can use (plus room for cached prefixes), so small models stay small."""
         config, args = self.config, self.parts.args
-        budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, config.kv_cache_memory_gb)
+        budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, config.kv_cache_memory_gb,
+                                       self.kv_dtype)
         context = config.max_model_len or args.max_position_embeddings
         useful = 2 * config.max_num_seqs * -(-context // config.block_size)
         return min(budget, useful)

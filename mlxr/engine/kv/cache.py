@@ -1,19 +1,36 @@
-"""The paged KV cache tensors: per layer, K and V of shape [blocks, block_size, kv_heads, head_dim],
-views of one tensor."""
+"""The paged KV cache tensors: per layer, K and V of shape [blocks, block_size, kv_heads, width],
+views of one tensor. width is head_dim for float formats, the packed row's bytes for q8_0, q4_0
+and fp8 (ops/attention/kv_quant.py)."""
 from __future__ import annotations
 
 import torch
 
 from mlxr.config import ModelArgs
+from mlxr.ops.attention.kv_quant import PACKED, check_kv_dtype, row_bytes, row_width, storage_dtype
 
 
-def kv_bytes_per_block(args: ModelArgs, block_size: int, dtype: torch.dtype) -> int:
-    per_token = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim
-    return per_token * block_size * torch.empty((), dtype=dtype).element_size()
+def resolve_kv_dtype(name: str, head_dim: int) -> str:
+    """The engine's KV format from --kv-cache-dtype ("auto": the model's dtype); ValueError for
+    an unknown name or a packed format the head dim does not fit."""
+    return check_kv_dtype(name, head_dim)
 
 
-def num_blocks_for_memory(args: ModelArgs, block_size: int, dtype: torch.dtype, gb: float) -> int:
-    return max(1, int(gb * (1 << 30)) // kv_bytes_per_block(args, block_size, dtype))
+def kv_layout_dtype(kv_dtype: str, dtype: torch.dtype) -> str:
+    """The dtype the disk tier's layout (and each block file) records: a float cache its torch
+    dtype's name (the one "auto" had), a packed one its format, so blocks of another format are
+    another layout's files, never read as this one's."""
+    return kv_dtype if kv_dtype in PACKED else str(storage_dtype(kv_dtype, dtype)).removeprefix("torch.")
+
+
+def kv_bytes_per_block(args: ModelArgs, block_size: int, dtype: torch.dtype, kv_dtype: str = "auto") -> int:
+    """A block's bytes over every layer's K and V, for model dtype `dtype` and KV format kv_dtype."""
+    rows = 2 * args.num_hidden_layers * args.num_key_value_heads * block_size
+    return rows * row_bytes(kv_dtype, args.head_dim, dtype)
+
+
+def num_blocks_for_memory(args: ModelArgs, block_size: int, dtype: torch.dtype, gb: float,
+                          kv_dtype: str = "auto") -> int:
+    return max(1, int(gb * (1 << 30)) // kv_bytes_per_block(args, block_size, dtype, kv_dtype))
 
 
 class KVCache:
@@ -25,10 +42,13 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device,
         num_host_blocks: int = 0,
+        kv_dtype: str = "auto",
     ) -> None:
-        shape = (num_blocks, block_size, args.num_key_value_heads, args.head_dim)
+        shape = (num_blocks, block_size, args.num_key_value_heads, row_width(kv_dtype, args.head_dim))
+        dtype = storage_dtype(kv_dtype, dtype)
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.kv_dtype = kv_dtype
         # Every layer's K and V in one tensor [layers, K|V, blocks, ...]: the KV tiers move a block
         # of every layer in one call (kv/tiers.py); each layer's K and V are contiguous views.
         self.blocks = torch.zeros((args.num_hidden_layers, 2, *shape), dtype=dtype, device=device)

@@ -4,7 +4,8 @@
  * with an online softmax, decode split over the context by partition and merged.
  *
  * Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V; a
- * token's slot is block * block_size + offset. Same math as the torch reference in
+ * token's slot is block * block_size + offset. The paged kernels read caches of any format in
+ * attention_rows.h (fmt, rb bytes a row), converting each tile's rows to float32 as they load it. Same math as the torch reference in
  * mlxr/ops/attention/paged_attention.py and mlxr/ops/rotary/rotary.py, in fp32. */
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "attention_tiles.h"
+#include "attention_rows.h"
 
 /* Rotate ("rotate half" layout) one head of d values by the angle table c, s (d/2 each). */
 static void rotate(const float *x, const float *c, const float *s, int64_t d, float *y) {
@@ -25,17 +27,18 @@ static void rotate(const float *x, const float *c, const float *s, int64_t d, fl
 
 /* q, k, v: [T, heads, d] with heads contiguous and rows q_stride/k_stride/v_stride apart.
  * Rotates q into q_out ([T, H, d], contiguous) and k into its cache slot, copies v into its
- * slot. inv_freq NULL: no rotation (q_out untouched). */
+ * slot, each cache row stored in format fmt (rb bytes; attention_rows.h). inv_freq NULL: no
+ * rotation (q_out untouched). */
 void mlxr_rope_write_kv_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                             const float *v, int64_t v_stride, const int64_t *pos, const float *inv_freq,
-                            int64_t t, int64_t h, int64_t kh, int64_t d, float *q_out, float *kc,
-                            float *vc, const int64_t *slots) {
-    float c[512], s[512]; /* d <= 1024, checked by the caller */
+                            int64_t t, int64_t h, int64_t kh, int64_t d, float *q_out, uint8_t *kc,
+                            uint8_t *vc, int fmt, int64_t rb, const int64_t *slots) {
+    float c[512], s[512], row[1024]; /* d <= 1024, checked by the caller */
     for (int64_t i = 0; i < t; i++) {
-        float *kslot = kc + slots[i] * kh * d, *vslot = vc + slots[i] * kh * d;
-        memcpy(vslot, v + i * v_stride, sizeof(float) * (size_t)(kh * d));
+        uint8_t *kslot = kc + slots[i] * kh * rb, *vslot = vc + slots[i] * kh * rb;
+        for (int64_t j = 0; j < kh; j++) encode_row(fmt, v + i * v_stride + j * d, d, vslot + j * rb);
         if (!inv_freq) {
-            memcpy(kslot, k + i * k_stride, sizeof(float) * (size_t)(kh * d));
+            for (int64_t j = 0; j < kh; j++) encode_row(fmt, k + i * k_stride + j * d, d, kslot + j * rb);
             continue;
         }
         for (int64_t j = 0; j < d / 2; j++) {
@@ -44,7 +47,14 @@ void mlxr_rope_write_kv_f32(const float *q, int64_t q_stride, const float *k, in
             s[j] = sinf(f);
         }
         for (int64_t j = 0; j < h; j++) rotate(q + i * q_stride + j * d, c, s, d, q_out + (i * h + j) * d);
-        for (int64_t j = 0; j < kh; j++) rotate(k + i * k_stride + j * d, c, s, d, kslot + j * d);
+        for (int64_t j = 0; j < kh; j++) {
+            if (fmt == KV_F32) {
+                rotate(k + i * k_stride + j * d, c, s, d, (float *)(kslot + j * rb));
+            } else {
+                rotate(k + i * k_stride + j * d, c, s, d, row);
+                encode_row(fmt, row, d, kslot + j * rb);
+            }
+        }
     }
 }
 
@@ -55,9 +65,17 @@ static void attend_tile(const kv_view *v, int64_t r, const int64_t *lo, const in
     const int64_t d = v->d;
     const int simd = SIMD_DIM(d);
     for (int64_t j = 0; j < TK; j++) {
-        const int inside = t0 + j < last;
-        w->krow[j] = inside ? kv_row(v->kc, v, t0 + j) : v->zero;
-        w->vrow[j] = inside ? kv_row(v->vc, v, t0 + j) : v->zero;
+        if (t0 + j >= last) {
+            w->krow[j] = w->vrow[j] = v->zero;
+        } else if (v->fmt == KV_F32) {
+            w->krow[j] = (const float *)kv_row(v->kc, v, t0 + j);
+            w->vrow[j] = (const float *)kv_row(v->vc, v, t0 + j);
+        } else { /* converted as the tile is loaded: the cache is read in its own width */
+            decode_row(v->fmt, kv_row(v->kc, v, t0 + j), d, w->kbuf + j * d);
+            decode_row(v->fmt, kv_row(v->vc, v, t0 + j), d, w->vbuf + j * d);
+            w->krow[j] = w->kbuf + j * d;
+            w->vrow[j] = w->vbuf + j * d;
+        }
     }
     if (simd) {
         pack_keys(w->krow, d, w->kt);
@@ -137,12 +155,13 @@ static void *scratch_alloc(size_t bytes, int *failed) {
 
 /* One thread's scratch for blocks of up to r rows of head dim d; NULL on failure. */
 static float *scratch_init(tile_scratch *w, int64_t r, int64_t d) {
-    const int64_t floats = (r * d + d * TK + r * TK + r + 2 * r * (d + 2) + 15) / 16 * 16; /* pointers after: aligned */
+    const int64_t floats = (r * d + 3 * d * TK + r * TK + r + 2 * r * (d + 2) + 15) / 16 * 16; /* pointers after: aligned */
     float *mem = (float *)malloc(sizeof(float) * (size_t)floats + sizeof(float *) * 2 * TK + sizeof(int64_t) * 2 * r);
     if (!mem) return NULL;
     w->q = mem, w->kt = w->q + r * d, w->s = w->kt + d * TK, w->alpha = w->s + r * TK;
     w->part = (soft_state){w->alpha + r, w->alpha + 2 * r, w->alpha + 3 * r};
     w->total = (soft_state){w->part.acc + r * d, w->part.acc + r * d + r, w->part.acc + r * d + 2 * r};
+    w->kbuf = w->total.acc + r * d, w->vbuf = w->kbuf + d * TK;
     w->krow = (const float **)(mem + floats);
     w->vrow = w->krow + TK;
     return mem;
@@ -156,9 +175,9 @@ static int64_t window_start(int64_t hi, int64_t window) { return window > 0 && h
  * seq_lens[s] cached tokens (the last window of them if window > 0); out [S, H, d]. Each
  * sequence's KV heads split by partition (PART positions) over the threads, then merged in
  * order. Returns -1 when scratch memory cannot be had. */
-int mlxr_paged_decode_f32(const float *q, const float *kc, const float *vc, const int64_t *tables,
-                          int64_t max_blocks, const int64_t *seq_lens, int64_t ns, int64_t h, int64_t kh,
-                          int64_t d, int64_t bs, float scale, int64_t window, float softcap, float *out,
+int mlxr_paged_decode_f32(const float *q, const uint8_t *kc, const uint8_t *vc, int fmt, int64_t rb,
+                          const int64_t *tables, int64_t max_blocks, const int64_t *seq_lens, int64_t ns, int64_t h,
+                          int64_t kh, int64_t d, int64_t bs, float scale, int64_t window, float softcap, float *out,
                           int nthreads) {
     const int64_t g = h / kh, state = g * (d + 2);
     int64_t parts = 0, work = 0;
@@ -168,6 +187,7 @@ int mlxr_paged_decode_f32(const float *q, const float *kc, const float *vc, cons
         work += len;
     }
     int failed = 0;
+    fp8_table_init();
     int64_t *item = (int64_t *)scratch_alloc(sizeof(int64_t) * (size_t)(2 * ns + 2 * parts + 1), &failed);
     float *partial = (float *)scratch_alloc(sizeof(float) * (size_t)(parts * kh * state + 1), &failed);
     float *zero = (float *)calloc((size_t)d, sizeof(float));
@@ -194,7 +214,7 @@ int mlxr_paged_decode_f32(const float *q, const float *kc, const float *vc, cons
             const int64_t s = item[2 * (i / kh)], p = item[2 * (i / kh) + 1], kvh = i % kh, len = seq_lens[s];
             float *slot = partial + i * state;
             soft_state part = {slot, slot + g, slot + 2 * g};
-            kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, kvh, d, scale, softcap};
+            kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, kvh, d, rb, scale, softcap, fmt};
             if (!mem) continue;
             for (int64_t j = 0; j < g; j++) bound[j] = window_start(len, window), bound[g + j] = len;
             memcpy(w.q, q + (s * h + kvh * g) * d, sizeof(float) * (size_t)(g * d));
@@ -248,10 +268,10 @@ static void prefill_block(const kv_view *v, const float *q, int64_t t, int64_t t
  * token attends causally over its own sequence's cache (the last window positions if window >
  * 0), in blocks of consecutive tokens that share each K/V tile; a token's arithmetic is the
  * one its decode step runs (attention_tiles.h). Returns -1 when scratch memory cannot be had. */
-int mlxr_paged_prefill_f32(const float *q, const float *kc, const float *vc, const int64_t *tables,
-                           int64_t max_blocks, const int64_t *query_start, const int64_t *seq_lens, int64_t ns,
-                           int64_t h, int64_t kh, int64_t d, int64_t bs, float scale, int64_t window,
-                           float softcap, float *out, int nthreads) {
+int mlxr_paged_prefill_f32(const float *q, const uint8_t *kc, const uint8_t *vc, int fmt, int64_t rb,
+                           const int64_t *tables, int64_t max_blocks, const int64_t *query_start,
+                           const int64_t *seq_lens, int64_t ns, int64_t h, int64_t kh, int64_t d, int64_t bs,
+                           float scale, int64_t window, float softcap, float *out, int nthreads) {
     const int64_t g = h / kh, tq = ROWS / g > 1 ? ROWS / g : 1, tokens = query_start[ns];
     int64_t longest = 1, blocks = 0;
     for (int64_t s = 0; s < ns; s++) {
@@ -259,6 +279,7 @@ int mlxr_paged_prefill_f32(const float *q, const float *kc, const float *vc, con
         blocks += (query_start[s + 1] - query_start[s] + tq - 1) / tq;
     }
     int failed = 0;
+    fp8_table_init();
     int64_t *seq_of = (int64_t *)scratch_alloc(sizeof(int64_t) * (size_t)(blocks + 1), &failed);
     float *zero = (float *)calloc((size_t)d, sizeof(float));
     if (failed || !zero) {
@@ -280,7 +301,7 @@ int mlxr_paged_prefill_f32(const float *q, const float *kc, const float *vc, con
 #pragma omp for schedule(dynamic)
         for (int64_t i = blocks * kh - 1; i >= 0; i--) { /* later blocks see more: they go first */
             const int64_t b = i / kh, s = seq_of[b], t = block_start[b], q_end = query_start[s + 1];
-            kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, i % kh, d, scale, softcap};
+            kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, i % kh, d, rb, scale, softcap, fmt};
             if (mem)
                 prefill_block(&v, q, t, t + tq < q_end ? t + tq : q_end, seq_lens[s] - 1, q_end, g, h, window, &w, out);
         }

@@ -1,4 +1,5 @@
-"""Launchers for the CPU attention kernels (mlxr/ops/attention/attention.c): float32 only.
+"""Launchers for the CPU attention kernels (mlxr/ops/attention/attention.c): float32 queries and
+rope; the paged kernels read caches of any format of kv_quant.py.
 
 Called once per layer per step, so they check tensor attributes rather than run torch ops,
 and return None where the kernel does not apply (the caller then runs the torch reference)."""
@@ -18,12 +19,12 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library("attention")
     if lib is not None and not getattr(lib, "_typed", False):
         lib.mlxr_rope_write_kv_f32.argtypes = [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64,
-                                               _I64, _I64, _PTR, _PTR, _PTR, _PTR]
-        lib.mlxr_paged_decode_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _I64, _I64, _I64, _I64,
-                                              _F32, _I64, _F32, _PTR, ctypes.c_int]
+                                               _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR]
+        lib.mlxr_paged_decode_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _I64, _I64,
+                                              _I64, _I64, _I64, _F32, _I64, _F32, _PTR, ctypes.c_int]
         lib.mlxr_paged_decode_f32.restype = ctypes.c_int
-        lib.mlxr_paged_prefill_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64,
-                                               _F32, _I64, _F32, _PTR, ctypes.c_int]
+        lib.mlxr_paged_prefill_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _PTR, _I64,
+                                               _I64, _I64, _I64, _I64, _F32, _I64, _F32, _PTR, ctypes.c_int]
         lib.mlxr_paged_prefill_f32.restype = ctypes.c_int
         lib._typed = True
     return lib
@@ -55,9 +56,12 @@ def rope_write_kv_cpu(
     """Rotated q (a new tensor; q itself without inv_freq) after rotated k and v were stored
     at their slots; None when the kernel does not apply."""
     rotating = inv_freq is not None
-    if not (_f32_cpu(q, k, v, k_cache, v_cache) and _heads_dense(q) and _heads_dense(k) and _heads_dense(v)
-            and k_cache.is_contiguous() and v_cache.is_contiguous() and _int64_cpu(slots)
-            and q.shape[2] <= MAX_HEAD_DIM and torch.is_inference_mode_enabled()):
+    if not (_f32_cpu(q, k, v) and k_cache.is_cpu and k_cache.dtype == v_cache.dtype and _heads_dense(q)
+            and _heads_dense(k) and _heads_dense(v) and k_cache.is_contiguous() and v_cache.is_contiguous()
+            and _int64_cpu(slots) and q.shape[2] <= MAX_HEAD_DIM and torch.is_inference_mode_enabled()):
+        return None
+    fmt = _cache_format(k_cache, q.shape[2])
+    if fmt is None:
         return None
     if rotating and not (_int64_cpu(positions) and inv_freq.dtype == torch.float32 and inv_freq.is_contiguous()):
         return None
@@ -69,16 +73,29 @@ def rope_write_kv_cpu(
     lib.mlxr_rope_write_kv_f32(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
                                positions.data_ptr() if rotating else None,
                                inv_freq.data_ptr() if rotating else None, t, h, k.shape[1], d,
-                               q_out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr())
+                               q_out.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), fmt,
+                               k_cache.shape[-1] * k_cache.element_size(), slots.data_ptr())
     return q_out
+
+
+# attention_rows.h's format codes by cache dtype (uint8: q4_0 or fp8, told apart by the row's width).
+_FORMATS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3}
+_Q4_0, _FP8 = 4, 5
+
+
+def _cache_format(k_cache: torch.Tensor, head_dim: int) -> int | None:
+    """The kernel's code for the cache's format, None where it reads no such cache."""
+    if k_cache.dtype == torch.uint8:
+        return _Q4_0 if k_cache.shape[-1] * 32 == head_dim * 18 else _FP8
+    return _FORMATS.get(k_cache.dtype)
 
 
 def _paged_library(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                    *index: torch.Tensor) -> ctypes.CDLL | None:
-    """The library when a paged kernel applies to these tensors (fp32 and contiguous, int64
-    index tensors, under inference mode), else None."""
-    if not (_f32_cpu(q, k_cache, v_cache) and q.is_contiguous() and k_cache.is_contiguous()
-            and v_cache.is_contiguous() and torch.is_inference_mode_enabled()):
+    """The library when a paged kernel applies to these tensors (fp32 queries, CPU caches of
+    one format, all contiguous, int64 index tensors, under inference mode), else None."""
+    if not (_f32_cpu(q) and k_cache.is_cpu and k_cache.dtype == v_cache.dtype and q.is_contiguous()
+            and k_cache.is_contiguous() and v_cache.is_contiguous() and torch.is_inference_mode_enabled()):
         return None
     for t in index:
         if not _int64_cpu(t):
@@ -96,9 +113,13 @@ def paged_decode_cpu(
     if lib is None:
         return None
     n, h, d = q.shape
-    _, bs, kh, _ = k_cache.shape
+    _, bs, kh, width = k_cache.shape
+    fmt = _cache_format(k_cache, d)
+    if fmt is None:
+        return None
     out = torch.empty(n, h, d)
-    status = lib.mlxr_paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(),
+    status = lib.mlxr_paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), fmt,
+                                       width * k_cache.element_size(), block_tables.data_ptr(),
                                        block_tables.shape[1], seq_lens.data_ptr(), n, h, kh, d, bs, scale,
                                        sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
     if status != 0:
@@ -118,10 +139,13 @@ def paged_prefill_cpu(
     if lib is None:
         return None
     t, h, d = q.shape
-    _, bs, kh, _ = k_cache.shape
+    _, bs, kh, width = k_cache.shape
+    fmt = _cache_format(k_cache, d)
+    if fmt is None:
+        return None
     out = torch.empty(t, h, d)
-    status = lib.mlxr_paged_prefill_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-                                        block_tables.data_ptr(), block_tables.shape[1], query_start_loc.data_ptr(),
+    status = lib.mlxr_paged_prefill_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), fmt,
+                                        width * k_cache.element_size(), block_tables.data_ptr(), block_tables.shape[1], query_start_loc.data_ptr(),
                                         seq_lens.data_ptr(), seq_lens.shape[0], h, kh, d, bs, scale,
                                         sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
     if status != 0:

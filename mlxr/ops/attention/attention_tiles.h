@@ -20,10 +20,12 @@
 #endif
 
 typedef struct { /* the paged cache of one sequence's KV head */
-    const float *kc, *vc, *zero; /* zero: a row of d zeros standing in past the context */
+    const uint8_t *kc, *vc; /* rows of rb bytes in format fmt (attention_rows.h) */
+    const float *zero;      /* a row of d zeros standing in past the context */
     const int64_t *table;
-    int64_t bs, kh, kvh, d;
+    int64_t bs, kh, kvh, d, rb;
     float scale, softcap;
+    int fmt;
 } kv_view;
 
 typedef struct { /* running softmax of R rows: max, sum of weights, unnormalised output */
@@ -31,13 +33,13 @@ typedef struct { /* running softmax of R rows: max, sum of weights, unnormalised
 } soft_state;
 
 typedef struct { /* per-thread scratch for a block of up to `rows` rows */
-    float *q, *kt, *s, *alpha;
+    float *q, *kt, *s, *alpha, *kbuf, *vbuf; /* kbuf, vbuf: a tile's K/V rows as floats (other formats) */
     const float **krow, **vrow;
     soft_state part, total;
 } tile_scratch;
 
-static inline const float *kv_row(const float *cache, const kv_view *v, int64_t p) {
-    return cache + ((v->table[p / v->bs] * v->bs + p % v->bs) * v->kh + v->kvh) * v->d;
+static inline const uint8_t *kv_row(const uint8_t *cache, const kv_view *v, int64_t p) {
+    return cache + ((v->table[p / v->bs] * v->bs + p % v->bs) * v->kh + v->kvh) * v->rb;
 }
 
 static void state_reset(soft_state *st, int64_t r, int64_t d) {

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from mlxr.ops.attention.attention_cpu import paged_decode_cpu, paged_prefill_cpu
+from mlxr.ops.attention.kv_quant import load_rows, store_rows
 from mlxr.ops.backend import use_triton
 
 if TYPE_CHECKING:
@@ -24,10 +25,11 @@ def write_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Store each new token's K/V at its slot (block * block_size + offset)."""
-    nb, bs, nkv, hd = k_cache.shape
-    k_cache.view(nb * bs, nkv, hd).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(nb * bs, nkv, hd).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    """Store each new token's K/V at its slot (block * block_size + offset), in the cache's
+    dtype or packed format (ops/attention/kv_quant.py)."""
+    nb, bs, nkv, width = k_cache.shape
+    k_cache.view(nb * bs, nkv, width).index_copy_(0, slot_mapping, store_rows(k, k_cache))
+    v_cache.view(nb * bs, nkv, width).index_copy_(0, slot_mapping, store_rows(v, v_cache))
 
 
 def gather_context(
@@ -94,10 +96,11 @@ def paged_attention_reference(
     out = torch.empty_like(q)
     start = 0
     spans = meta.bidirectional
+    dim = q.shape[-1]
     for s, (q_len, seq_len) in enumerate(zip(meta.query_lens_list, meta.seq_lens_list)):
         table = meta.block_tables[s]
-        k = gather_context(k_cache, table, seq_len)
-        v = gather_context(v_cache, table, seq_len)
+        k = load_rows(gather_context(k_cache, table, seq_len), dim, torch.float32)
+        v = load_rows(gather_context(v_cache, table, seq_len), dim, torch.float32)
         out[start : start + q_len] = attend_one(
             q[start : start + q_len], k, v, scale, sliding_window, softcap, spans[s] if spans else ()
         )
@@ -121,8 +124,8 @@ def paged_decode_reference(
     group = n_heads // n_kv
     tables = meta.block_tables  # [S, B]
     width = tables.shape[1] * block_size
-    k = k_cache[tables].reshape(n_seqs, width, n_kv, dim).permute(0, 2, 3, 1)  # [S, KH, D, W]
-    v = v_cache[tables].reshape(n_seqs, width, n_kv, dim).permute(0, 2, 1, 3)  # [S, KH, W, D]
+    k = load_rows(k_cache[tables], dim, torch.float32).reshape(n_seqs, width, n_kv, dim).permute(0, 2, 3, 1)  # [S, KH, D, W]
+    v = load_rows(v_cache[tables], dim, torch.float32).reshape(n_seqs, width, n_kv, dim).permute(0, 2, 1, 3)  # [S, KH, W, D]
     qh = q.reshape(n_seqs, n_kv, group, dim)
     scores = torch.matmul(qh.float(), k.float()) * scale  # [S, KH, group, W]
     if softcap is not None:
@@ -147,7 +150,8 @@ def paged_attention(
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C kernels
-    for fp32 CPU tensors under inference mode, else the torch reference. Decode-only batches
+    for fp32 CPU queries under inference mode (over a cache of any kv_quant.py format), else the
+    torch reference. Decode-only batches
     take the decode kernels, others prefill. A step with bidirectional spans (image tokens)
     takes the reference, whose mask holds them."""
     if meta.bidirectional is not None:

@@ -28,6 +28,7 @@ from mlxr.ops.attention.attention_tiles_triton import (
     check_cache,
     dot_flags,
     gather_rows,
+    load_kv_tile,
     mma,
     online_softmax_step,
     scaled_scores,
@@ -58,6 +59,7 @@ def _decode_partition_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     PREC: tl.constexpr, UPCAST: tl.constexpr, INLINE_PARTS: tl.constexpr, PDL: tl.constexpr,
+    KV_FMT: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     seq = tl.program_id(0)
@@ -78,7 +80,7 @@ def _decode_partition_kernel(
         m, l, acc = _attend(q, k_ptr, v_ptr, table_ptr + seq * stride_ts, start,
                             tl.minimum(start + part_tokens, seq_len), first, kvh, scale, softcap,
                             stride_b, stride_t, stride_h, G_PAD, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
-                            USE_SOFTCAP, PREC, UPCAST)
+                            USE_SOFTCAP, PREC, UPCAST, KV_FMT)
         if n_valid == 1:
             out = acc / tl.where(l > 0, l, 1.0)[:, None]
             tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=head_ok[:, None])
@@ -100,10 +102,9 @@ def _decode_partition_kernel(
 @triton.jit
 def _attend(q, k_ptr, v_ptr, table_row, start, end, first, kvh, scale, softcap, stride_b, stride_t, stride_h,
             G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-            USE_SOFTCAP: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr):
+            USE_SOFTCAP: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, KV_FMT: tl.constexpr):
     """Running max, sum and unnormalised output of q's heads over context tokens [start, end)."""
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     m = tl.full([G_PAD], float("-inf"), tl.float32)
     l = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, HEAD_DIM], tl.float32)
@@ -111,8 +112,8 @@ def _attend(q, k_ptr, v_ptr, table_row, start, end, first, kvh, scale, softcap, 
         t = t0 + offs_n
         valid = (t < end) & (t >= first)
         rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
-        k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        k = load_kv_tile(k_ptr, rows, valid, q.dtype, HEAD_DIM, KV_FMT, True)
+        v = load_kv_tile(v_ptr, rows, valid, q.dtype, HEAD_DIM, KV_FMT, True)
         s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
         s = tl.where(valid[None, :], s, float("-inf"))
         m, l, acc = online_softmax_step(s, m, l, acc, v, PREC, UPCAST)
@@ -229,7 +230,7 @@ def paged_decode_triton(
     CUDA graph captured once replays for any lengths that fit the block table. part_tokens
     (every row in partitions of that many tokens), block_n and the launch knobs override the
     defaults (tests, tuning)."""
-    check_cache(k_cache, v_cache, q)
+    kv_fmt = check_cache(k_cache, v_cache, q)
     n_seqs, n_heads, dim = q.shape
     _, block_size, n_kv, _ = k_cache.shape
     assert block_tables.dim() == 2 and block_tables.shape[0] == n_seqs and block_tables.stride(1) == 1
@@ -264,7 +265,7 @@ def paged_decode_triton(
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         BLOCK_SIZE=block_size, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast, INLINE_PARTS=INLINE_MERGE_PARTS,
+        PREC=prec, UPCAST=upcast, INLINE_PARTS=INLINE_MERGE_PARTS, KV_FMT=kv_fmt,
         num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
     if parts > INLINE_MERGE_PARTS:  # some row may have more partitions than the inline merge takes

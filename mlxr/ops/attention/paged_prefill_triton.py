@@ -15,6 +15,7 @@ from mlxr.ops.attention.attention_tiles_triton import (
     check_cache,
     dot_flags,
     gather_rows,
+    load_kv_tile,
     mma,
     online_softmax_step,
     scaled_scores,
@@ -27,21 +28,17 @@ def _attend_range(
     scale, softcap, stride_b, stride_t, stride_h,
     HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
+    KV_FMT: tl.constexpr,
 ):
     """Fold the key tiles [t_lo, t_hi) into (m, l, acc); MASKED=False when every row sees
     every key of these tiles, which skips the causal/window/bounds masks."""
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     for t0 in range(t_lo, t_hi, BLOCK_N):
         t = t0 + offs_n
         valid = t < hi
         rows = gather_rows(table_row, t, t0, valid, kvh, stride_b, stride_t, stride_h, BLOCK_SIZE, BLOCK_N)
-        if MASKED:
-            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        else:
-            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :])
-            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :])
+        k = load_kv_tile(k_ptr, rows, valid, q.dtype, HEAD_DIM, KV_FMT, MASKED)
+        v = load_kv_tile(v_ptr, rows, valid, q.dtype, HEAD_DIM, KV_FMT, MASKED)
         s = scaled_scores(mma(q, tl.trans(k), PREC, UPCAST), scale, softcap, USE_SOFTCAP)
         if MASKED:
             see = valid[None, :] & (t[None, :] <= q_pos[:, None])
@@ -62,7 +59,7 @@ def _prefill_kernel(
     GROUP: tl.constexpr, G_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, KV_FMT: tl.constexpr,
 ):
     TQ: tl.constexpr = BLOCK_M // G_PAD  # query tokens per tile
     tile = tl.program_id(0)
@@ -102,15 +99,15 @@ def _prefill_kernel(
     m, l, acc = _attend_range(
         q, m, l, acc, k_ptr, v_ptr, table_row, lo, mid_lo, hi, q_pos, window, kvh, scale, softcap,
         stride_b, stride_t, stride_h, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
-        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST)
+        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST, KV_FMT)
     m, l, acc = _attend_range(
         q, m, l, acc, k_ptr, v_ptr, table_row, mid_lo, mid_hi, hi, q_pos, window, kvh, scale, softcap,
         stride_b, stride_t, stride_h, HEAD_DIM, BLOCK_SIZE, BLOCK_N, False,
-        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST)
+        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST, KV_FMT)
     m, l, acc = _attend_range(
         q, m, l, acc, k_ptr, v_ptr, table_row, mid_hi, hi, hi, q_pos, window, kvh, scale, softcap,
         stride_b, stride_t, stride_h, HEAD_DIM, BLOCK_SIZE, BLOCK_N, True,
-        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST)
+        USE_WINDOW, USE_SOFTCAP, PREC, UPCAST, KV_FMT)
 
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     o_off = (q_start + tok) * stride_ot + (kvh * GROUP + g) * stride_oh
@@ -146,7 +143,7 @@ def paged_prefill_triton(
     num_stages: int = 2,
 ) -> torch.Tensor:
     """Launcher; max_query_len (a host int) sizes the grid."""
-    check_cache(k_cache, v_cache, q)
+    kv_fmt = check_cache(k_cache, v_cache, q)
     n_tokens, n_heads, dim = q.shape
     _, block_size, n_kv, _ = k_cache.shape
     n_seqs = seq_lens.shape[0]
@@ -171,6 +168,6 @@ def paged_prefill_triton(
         GROUP=group, G_PAD=g_pad, HEAD_DIM=dim, BLOCK_SIZE=block_size,
         BLOCK_M=block_m, BLOCK_N=block_n,
         USE_WINDOW=sliding_window is not None, USE_SOFTCAP=softcap is not None,
-        PREC=prec, UPCAST=upcast, num_warps=num_warps or warps, num_stages=num_stages,
+        PREC=prec, UPCAST=upcast, KV_FMT=kv_fmt, num_warps=num_warps or warps, num_stages=num_stages,
     )
     return out
