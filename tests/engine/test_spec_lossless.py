@@ -1,4 +1,4 @@
-"""Lossless sampling: with drafts (either proposer) the tokens are distributed exactly as without.
+"""Lossless sampling: with drafts (any proposer) the tokens are distributed exactly as without.
 20,000 samples of the first three tokens (top_k=4 at temperature 1: 64 outcomes) against the
 probabilities the plain engine's own logprobs give, by a chi-square test."""
 from __future__ import annotations
@@ -57,7 +57,7 @@ def chi_square_p(counts: Counter, probs: dict, n: int) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft"])
 def test_speculative_sampling_distribution_equals_plain(method):
     model = str(fixture_model("tiny-llama").hf_dir)
     plain = cached_llm(model)

@@ -8,6 +8,7 @@ from mlxr.engine.spec_decode.draft_model import DraftModelProposer
 from mlxr.engine.spec_decode.ngram import NgramProposer
 from mlxr.engine.spec_decode.proposer import Proposer
 from mlxr.engine.spec_decode.speculator import Speculator
+from mlxr.engine.spec_decode.suffix import SuffixProposer
 from mlxr.errors import InvalidParameterError
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: 
         return None
     if method == "ngram":
         return NgramProposer()
+    if method == "suffix":
+        return SuffixProposer(config.suffix)
     draft = parts.draft
     if draft is None:
         raise InvalidParameterError("speculative_draft_model", "was not loaded")

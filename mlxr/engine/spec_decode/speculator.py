@@ -148,7 +148,7 @@ class Speculator:
         if not rows:
             return []
         try:
-            return self.proposer.propose([DraftRequest(r.request_id, r.token_ids, k, r.params) for r, k in rows])
+            return self.proposer.propose([DraftRequest(r.request_id, r.token_ids, k, r.params, r.num_prompt_tokens) for r, k in rows])
         except Exception as e:  # noqa: BLE001 - a failed proposer costs speculation, never the request
             log.warning("speculation off for %d request(s): the proposer failed: %s: %s",
                         len(rows), type(e).__name__, e)
