@@ -249,6 +249,11 @@ class EngineConfig:
     speculative_draft_model: str | None = None
     speculative_max_batch: int = 8
     suffix: SuffixConfig = field(default_factory=SuffixConfig)
+    # The step costs measured on this device kind (engine/spec_decode/batch_policy.py): with an
+    # entry for the device, drafts per row and step come from them and each request's acceptance
+    # at any batch, and speculative_max_batch bounds jump-forward alone. None: the bundled table
+    # (MLXR_SPEC_COST_TABLE names another, `none`: the fixed cut-off everywhere).
+    speculative_cost_table: str | None = field(default_factory=lambda: os.environ.get("MLXR_SPEC_COST_TABLE"))
     # Jump-forward: a structured-output row drafts the tokens its grammar forces next (a schema's
     # keys and punctuation), verified like any draft, while at most speculative_max_batch
     # requests run, with or without a speculative_method. MLXR_JUMP_FORWARD=0: off.

@@ -82,6 +82,11 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("MLXR_JUMP_FORWARD", "flag (1/true/yes/on, else off)", "on",
            "Structured output drafts the tokens its grammar forces and verifies them in the step "
            "(EngineConfig.jump_forward); --jump-forward / --no-jump-forward win over it."),
+    Switch("MLXR_SPEC_COST_TABLE", "path or `none`", "mlxr/engine/spec_decode/cost_table.json",
+           "The step costs measured per device kind (bench/kernels/spec_cost_table.py writes them) from which "
+           "n-gram and suffix speculation choose each step's drafts at any batch "
+           "(EngineConfig.speculative_cost_table); a device without an entry, or `none`: no drafts past "
+           "--speculative-max-batch requests; read when an EngineConfig is built."),
     Switch("MLXR_SUFFIX_MAX_DEPTH", "int, 2-64", "24",
            "Suffix decoding (--speculative-method suffix): tokens of a suffix-tree path; a match and its "
            "draft share them (SuffixConfig.max_depth); read when an EngineConfig is built."),
