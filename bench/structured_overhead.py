@@ -1,7 +1,8 @@
 """Structured-output overhead: decode tok/s with a JSON schema on every request against the same
 requests unconstrained, interleaved (plain, schema, plain, schema, ...), single stream and a
-batch: the median ratio and each rep's pair ratio (its arms ran back to back); the host's mask time per constrained token (in all and per way of filling), and each
-arm's host time per engine step by phase (step_phases.py). Writes
+batch: the median ratio and each rep's pair ratio (its arms ran back to back); the host's mask
+time per constrained token (in all and per way of filling), and each arm's host time per engine
+step by phase (step_phases.py). Writes
 bench/results/<day>/structured_overhead-*.json.
 
 The schema never completes within --gen-len tokens (an array with many required items), so both
