@@ -89,7 +89,7 @@ def measure(args) -> dict:
     core = llm.engine.core.core
     counter, spec = StepCounter(core.scheduler), core.speculator
     rng = random.Random(0)
-    plain, drafting = [], []
+    plain, drafting, per_row = [], [], {}
     for b in args.batches:
         prompts = [[rng.randrange(100, 20_000) for _ in range(args.prompt_tokens)] for _ in range(b)]
         run(llm, counter, prompts, 4, False)  # the batch size's one-off costs
@@ -99,14 +99,19 @@ def measure(args) -> dict:
         row = []
         for k in args.drafts:
             spec.proposer = OracleProposer(table, k)
+            before = llm.engine.stats()
             ms, tokens = step_ms(llm, counter, prompts, args.max_tokens, True, args.repeats)
             assert tokens == answers, "drafted output differs from plain: the oracle's drafts were rejected"
             row.append(ms)
+            after = llm.engine.stats()  # a step's rows are bounded (the largest CUDA graph): fewer drafts fit
+            rows_drafted = after.spec_num_drafts - before.spec_num_drafts
+            per_row[f"{b}x{k}"] = (after.spec_num_draft_tokens - before.spec_num_draft_tokens) / max(1, rows_drafted)
         drafting.append(row)
         print_table([{"batch": b, "plain_ms": plain[-1], **{f"k={k}_ms": t for k, t in zip(args.drafts, row)}}],
                     ["batch", "plain_ms", *[f"k={k}_ms" for k in args.drafts]])
     llm.shutdown()
-    return {"batches": list(args.batches), "drafts": list(args.drafts), "plain_ms": plain, "drafting_ms": drafting}
+    return {"batches": list(args.batches), "drafts": list(args.drafts), "plain_ms": plain, "drafting_ms": drafting,
+            "mean_drafts_per_row": per_row}
 
 
 def main() -> None:

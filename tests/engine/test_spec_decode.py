@@ -264,7 +264,7 @@ def test_unloaded_draft_model_leaves_requests_unharmed():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft"])
 def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
     """On CUDA: overlapped steps, and decode graphs for every step, those with drafts too (a
     row's 1 + k tokens replay as decode rows; the draft model replays its own graphs)."""
