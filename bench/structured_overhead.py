@@ -1,7 +1,8 @@
 """Structured-output overhead: decode tok/s with a JSON schema on every request against the same
 requests unconstrained, interleaved (plain, schema, plain, schema, ...), single stream and a
-batch; the host's mask time per constrained token (in all and per way of filling), and each
-arm's host time per engine step by phase (step_phases.py). Writes
+batch: the median ratio and each rep's pair ratio (its arms ran back to back); the host's mask
+time per constrained token (in all and per way of filling), and each arm's host time per engine
+step by phase (step_phases.py). Writes
 bench/results/<day>/structured_overhead-*.json.
 
 The schema never completes within --gen-len tokens (an array with many required items), so both
@@ -10,6 +11,7 @@ arms generate exactly gen-len tokens per request (the plain arm ignores EOS).
   python bench/structured_overhead.py --device cpu --batches 1 --reps 5
   python bench/structured_overhead.py --device cpu --overlap --model .fixtures/tinyllama-vocab-f32-v2/hf --batches 64
   python bench/structured_overhead.py --device cuda --model gemma3-270m --batches 1 64 --reps 5
+  python bench/structured_overhead.py --device cuda --batches 1 64 --reps 3      # issue 48's 3 pairs (SmolLM2)
   MLXR_JUMP_FORWARD=0 python bench/structured_overhead.py ...   # the masks' cost alone, no forced drafts
 """
 from __future__ import annotations
@@ -92,15 +94,18 @@ def main() -> None:
                 with time_phases(llm, spent[constrained]):
                     runs.append(run_arm(llm, batch, a.gen_len, constrained)[0])
         fill = manager.timing.since(before)
+        pairs = [s / p for p, s in zip(plain, schema)]  # each rep's arms ran back to back: the same load
         rows.append({"batch": batch, "plain_tok_s": median(plain), "schema_tok_s": median(schema),
-                     "ratio": median(schema) / median(plain), "mask_us_per_token": fill["us_per_row"],
+                     "ratio": median(schema) / median(plain), "pair_ratios": pairs, "min_pair_ratio": min(pairs),
+                     "mask_us_per_token": fill["us_per_row"],
                      "mask_fill": fill, "mask_fill_choice_us_per_row": manager.filler.us_per_row,
                      "mask_where_us_per_row": getattr(manager, "where_us_per_row", None),  # None: a tree before it
                      "plain_step_ms": per_step(spent[False]), "schema_step_ms": per_step(spent[True]),
                      "plain_runs": plain, "schema_runs": schema})
         print(f"batch {batch}: plain {median(plain):.1f} tok/s, schema {median(schema):.1f} tok/s, "
-              f"mask {fill['us_per_row']:.1f} us/row {fill['by_kind']}", flush=True)
-    print_table(rows, ["batch", "plain_tok_s", "schema_tok_s", "ratio", "mask_us_per_token"])
+              f"pairs {' '.join(f'{x:.2f}' for x in pairs)}, mask {fill['us_per_row']:.1f} us/row {fill['by_kind']}",
+              flush=True)
+    print_table(rows, ["batch", "plain_tok_s", "schema_tok_s", "ratio", "min_pair_ratio", "mask_us_per_token"])
     print_table([{"arm": f"b{r['batch']} {arm}", **r[f"{arm}_step_ms"], "eager": eager(r[f"{arm}_step_ms"])}
                  for r in rows for arm in ("plain", "schema")], ["arm", "steps", "eager", "step", *PHASES, "rest"])
     path = write_result("structured_overhead", {

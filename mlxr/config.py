@@ -167,6 +167,43 @@ class ParallelConfig:
         return self.tensor_parallel_size // self.nnodes
 
 
+def _env_int(name: str, default: int, low: int, high: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = low - 1
+    if not low <= number <= high:
+        raise InvalidParameterError(name, f"must be an integer from {low} to {high}, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class SuffixConfig:
+    """Suffix decoding's bounds (engine/spec_decode/suffix.py; the environment sets the defaults).
+    max_depth: tokens of a tree path (a match is at most max_depth - 1); window: a prompt's latest
+    tokens a request's tree indexes, and a cached output's; max_request_nodes: a request's tree
+    past it is rebuilt from its latest tokens; cache_responses / cache_nodes: the shared tree of
+    finished outputs (0 responses: none); alpha: drafts per matched token at most; min_prob: the
+    continuation's empirical probability under which the draft stops."""
+
+    max_depth: int = field(default_factory=lambda: _env_int("MLXR_SUFFIX_MAX_DEPTH", 24, 2, 64))
+    window: int = field(default_factory=lambda: _env_int("MLXR_SUFFIX_WINDOW", 4096, 16, 1 << 20))
+    max_request_nodes: int = field(default_factory=lambda: _env_int("MLXR_SUFFIX_MAX_NODES", 1 << 17, 1024, 1 << 24))
+    cache_responses: int = field(default_factory=lambda: _env_int("MLXR_SUFFIX_CACHE_RESPONSES", 256, 0, 1 << 16))
+    cache_nodes: int = field(default_factory=lambda: _env_int("MLXR_SUFFIX_CACHE_NODES", 1 << 19, 1024, 1 << 24))
+    alpha: float = 1.0
+    min_prob: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_request_nodes < 2 * self.max_depth or self.cache_nodes < self.max_depth:
+            raise InvalidParameterError("suffix", "node bounds must exceed twice the tree depth")
+        if not (self.alpha > 0 and 0 <= self.min_prob <= 1):
+            raise InvalidParameterError("suffix", "alpha must be > 0 and min_prob in 0..1")
+
+
 MAX_DATA_PARALLEL = 64
 MAX_STEP_TIME_TARGET_S = 60.0
 
@@ -222,13 +259,20 @@ class EngineConfig:
     # tensor_parallel_size > 1: the core process is rank 0 of a group (mlxr/distributed/)
     parallel: ParallelConfig = ParallelConfig()
 
-    # Speculative decoding (docs/speculative-decoding.md): "ngram" (prompt lookup) or "draft"
-    # (speculative_draft_model drafts); num_speculative_tokens drafts at most per row and step;
+    # Speculative decoding (docs/speculative-decoding.md): "suffix" (suffix trees over the request
+    # and recent outputs), "ngram" (prompt lookup) or "draft" (speculative_draft_model drafts);
+    # num_speculative_tokens drafts at most per row and step;
     # above speculative_max_batch running requests nothing is drafted.
     speculative_method: str | None = None
     num_speculative_tokens: int = 4
     speculative_draft_model: str | None = None
     speculative_max_batch: int = 8
+    suffix: SuffixConfig = field(default_factory=SuffixConfig)
+    # The step costs measured on this device kind (engine/spec_decode/batch_policy.py): with an
+    # entry for the device, drafts per row and step come from them and each request's acceptance
+    # at any batch, and speculative_max_batch bounds jump-forward alone. None: the bundled table
+    # (MLXR_SPEC_COST_TABLE names another, `none`: the fixed cut-off everywhere).
+    speculative_cost_table: str | None = field(default_factory=lambda: os.environ.get("MLXR_SPEC_COST_TABLE"))
     # Jump-forward: a structured-output row drafts the tokens its grammar forces next (a schema's
     # keys and punctuation), verified like any draft, while at most speculative_max_batch
     # requests run, with or without a speculative_method. MLXR_JUMP_FORWARD=0: off.
@@ -256,8 +300,8 @@ class EngineConfig:
                 check_event_endpoint(name, endpoint, self.kv_events_allow_remote)
         if self.kv_events_replay_endpoint is not None and self.kv_events_endpoint is None:
             raise InvalidParameterError("kv_events_replay_endpoint", "needs kv_events_endpoint")
-        if self.speculative_method not in (None, "ngram", "draft"):
-            raise InvalidParameterError("speculative_method", "must be 'ngram' or 'draft'")
+        if self.speculative_method not in (None, "suffix", "ngram", "draft"):
+            raise InvalidParameterError("speculative_method", "must be 'suffix', 'ngram' or 'draft'")
         if not 0.0 <= self.step_time_target_s <= MAX_STEP_TIME_TARGET_S:
             raise InvalidParameterError("step_time_target_s", f"must be 0 to {MAX_STEP_TIME_TARGET_S:g} seconds")
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:

@@ -82,6 +82,25 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("MLXR_JUMP_FORWARD", "flag (1/true/yes/on, else off)", "on",
            "Structured output drafts the tokens its grammar forces and verifies them in the step "
            "(EngineConfig.jump_forward); --jump-forward / --no-jump-forward win over it."),
+    Switch("MLXR_SPEC_COST_TABLE", "path or `none`", "mlxr/engine/spec_decode/cost_table.json",
+           "The step costs measured per device kind (bench/kernels/spec_cost_table.py writes them) from which "
+           "n-gram and suffix speculation choose each step's drafts at any batch "
+           "(EngineConfig.speculative_cost_table); a device without an entry, or `none`: no drafts past "
+           "--speculative-max-batch requests; read when an EngineConfig is built."),
+    Switch("MLXR_SUFFIX_MAX_DEPTH", "int, 2-64", "24",
+           "Suffix decoding (--speculative-method suffix): tokens of a suffix-tree path; a match and its "
+           "draft share them (SuffixConfig.max_depth); read when an EngineConfig is built."),
+    Switch("MLXR_SUFFIX_WINDOW", "int, 16-1048576", "4096",
+           "Suffix decoding: the latest tokens of a prompt that a request's tree indexes, and of a finished "
+           "output that the shared tree keeps (a longer prompt costs no more work)."),
+    Switch("MLXR_SUFFIX_MAX_NODES", "int, 1024-16777216", "131072",
+           "Suffix decoding: nodes of one request's tree; past them it is rebuilt from its latest tokens "
+           "(half the bound), so a hostile prompt or output cannot grow it further."),
+    Switch("MLXR_SUFFIX_CACHE_RESPONSES", "int, 0-65536", "256",
+           "Suffix decoding: finished outputs the shared tree keeps (least recently finished evicted "
+           "first); 0: no cross-request tree (drafts only from the request itself)."),
+    Switch("MLXR_SUFFIX_CACHE_NODES", "int, 1024-16777216", "524288",
+           "Suffix decoding: nodes of the shared tree of finished outputs; past them the oldest outputs go."),
     Switch("MLXR_GRAMMAR_THREADS", "int, 1-64", "llguidance's own (80% of the CPUs, at most 32)",
            "Threads of llguidance's executor, which fills grammar masks and takes landed tokens; "
            "anything but a positive integer logs a warning and keeps the default."),

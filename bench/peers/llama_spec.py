@@ -1,5 +1,6 @@
 """llama.cpp's own n-gram speculation beside MLXR's, on the same GGUF (smollm2:135m Q4_1) and the
-same input-grounded tasks as bench/spec_decode.py (the same prompt token ids), greedy, batch 1:
+same input-grounded tasks as bench/spec_decode.py (bench/spec_tasks.py: text rewrites, code edits,
+an agent's multi-turn session; the same prompt token ids), greedy, batch 1:
 each engine with speculation off and on, interleaved (every round runs every task on every
 engine and mode), median per task over the rounds.
 
@@ -10,13 +11,15 @@ Engines (any subset in one run):
                      --gpu adds -ngl 99. Both servers are killed at the end (also on error).
   --python           llama-cpp-python on this CPU, plain and with LlamaPromptLookupDecoding
                      (num_pred_tokens = k); wall-clock tok/s.
-  --mlxr DEVICE      MLXR with --speculative-method ngram, requests with speculative off / on.
+  --mlxr DEVICE      MLXR with --speculative-method suffix and ngram (--mlxr-methods), requests
+                     with speculative off / on.
 
 gen_tok_s: generated tokens per second after the first token (the decode rate); e2e_tok_s:
 tokens over the whole request (prefill included, no prefix cache; bench/spec_decode.py's
 figure). Per task: medians over rounds, the median of each round's on/off ratio (the pair ran
 back to back: the ratio that a shared machine's changing load disturbs least), the best run;
-an engine's row: their means over tasks. Each run records the 1-minute load average.
+an engine's row: their means over tasks, and each task class's mean paired speedup. Each run
+records the 1-minute load average.
 
   python bench/peers/llama_spec.py --python --mlxr cpu --threads 2                 (CPU)
   python bench/peers/llama_spec.py --server-bin B/llama-server --gpu --mlxr cuda   (GPU)
@@ -34,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import cpu_model, device_name, print_table, write_result  # noqa: E402
 from bench.peers.llama_server import LlamaServer  # noqa: E402
-from bench.spec_decode import TASKS, chat_ids  # noqa: E402
+from bench.spec_tasks import TASK_CLASS, TASK_CLASSES, TASKS, chat_ids  # noqa: E402
 from mlxr.bundled_models import smollm2_135m_path  # noqa: E402
 from mlxr.formats.gguf import open_gguf  # noqa: E402
 from mlxr.tokenizer.tokenizer import Tokenizer  # noqa: E402
@@ -131,16 +134,18 @@ class _Counting:
 
 
 class MlxrEngine:
-    """MLXR with the n-gram proposer; "off" is the same engine's requests with speculative=False."""
+    """MLXR with one model-free proposer (n-gram, or suffix trees: the request's own only, as
+    the rounds repeat the same requests); "off" is the same engine's requests with speculative=False."""
 
-    def __init__(self, args) -> None:
+    def __init__(self, args, method: str) -> None:
         from mlxr import LLM
+        from mlxr.config import SuffixConfig
 
-        self.name, self.device = f"mlxr-{args.mlxr}", args.mlxr
+        self.name, self.device = f"mlxr-{args.mlxr}-{method}", args.mlxr
         # No prefix cache: every run prefills its prompt, as the llama.cpp runs do (e2e_tok_s).
-        self.llm = LLM(args.gguf, device=args.mlxr, speculative_method="ngram", num_speculative_tokens=args.k,
-                       enable_prefix_caching=False)
-        self.config = {"device": device_name(args.mlxr)}
+        self.llm = LLM(args.gguf, device=args.mlxr, speculative_method=method, num_speculative_tokens=args.k,
+                       enable_prefix_caching=False, suffix=SuffixConfig(cache_responses=0))
+        self.config = {"device": device_name(args.mlxr), "method": method}
 
     def run(self, ids: list[int], max_tokens: int, spec: bool) -> dict:
         from mlxr import SamplingParams
@@ -216,6 +221,8 @@ def summarize(name: str, runs: dict[tuple, list], num_tasks: int) -> dict:
            "best_on_gen_tok_s": mean("best_on_gen_tok_s")}
     row["gen_speedup"] = row["on_gen_tok_s"] / row["off_gen_tok_s"]
     row["e2e_speedup"] = row["on_e2e_tok_s"] / row["off_e2e_tok_s"]
+    for cls in TASK_CLASSES:  # each task class's mean paired speedup
+        row[cls] = statistics.fmean(t["paired_gen_speedup"] for t, c in zip(per_task, TASK_CLASS) if c == cls)
     row["per_task"] = per_task
     return row
 
@@ -224,7 +231,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--server-bin", help="llama-server binary (its own speculation: ngram-simple)")
     ap.add_argument("--python", action="store_true", help="llama-cpp-python with LlamaPromptLookupDecoding")
-    ap.add_argument("--mlxr", help="also MLXR's n-gram speculation on this device (cpu, cuda)")
+    ap.add_argument("--mlxr", help="also MLXR's speculation on this device (cpu, cuda)")
+    ap.add_argument("--mlxr-methods", nargs="+", default=["suffix", "ngram"], choices=["suffix", "ngram"],
+                    help="MLXR's proposers, an engine each")
     ap.add_argument("--gpu", action="store_true", help="llama.cpp on the GPU (-ngl 99)")
     ap.add_argument("--gguf", default=str(smollm2_135m_path()))
     ap.add_argument("-k", type=int, default=4, help="draft tokens per step (bench/spec_decode.py's k)")
@@ -242,8 +251,8 @@ def main() -> None:
     prompts = [chat_ids(tokenizer, t) for t in TASKS]
     with contextlib.ExitStack() as stack:
         engines = []
-        if args.mlxr:
-            engines.append(MlxrEngine(args))
+        for method in args.mlxr_methods if args.mlxr else ():
+            engines.append(MlxrEngine(args, method))
             stack.callback(engines[-1].close)
         if args.server_bin:
             engines.append(ServerEngine(args, stack))
@@ -256,7 +265,7 @@ def main() -> None:
         rows = [summarize(e.name, runs[e.name], len(prompts)) for e in engines]
         configs = {e.name: e.config for e in engines}
     print_table(rows, ["engine", "off_gen_tok_s", "on_gen_tok_s", "gen_speedup", "paired_gen_speedup", "off_e2e_tok_s",
-                       "on_e2e_tok_s", "e2e_speedup", "best_off_gen_tok_s", "best_on_gen_tok_s", "acceptance", "identical"])
+                       "on_e2e_tok_s", "e2e_speedup", "acceptance", "identical", *TASK_CLASSES])
     for r in rows:
         print(f"{r['engine']}: speculation on/off {r['gen_speedup']:.2f}x decode (paired {r['paired_gen_speedup']:.2f}x), "
               f"{r['e2e_speedup']:.2f}x end to end, acceptance {r['acceptance']:.2f}")

@@ -79,8 +79,9 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--kv-events-allow-remote", action="store_true",
                    help="allow a non-loopback KV events address (the events carry every prompt's token ids)")
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
-    s.add_argument("--speculative-method", choices=["ngram", "draft"], default=None,
-                   help="speculative decoding: prompt lookup (ngram) or a draft model (draft)")
+    s.add_argument("--speculative-method", choices=["suffix", "ngram", "draft"], default=None,
+                   help="speculative decoding: suffix trees over the request and recent outputs (suffix), "
+                        "prompt lookup (ngram) or a draft model (draft)")
     s.add_argument("--num-speculative-tokens", type=int, default=4, help="draft tokens per step at most")
     s.add_argument("--draft-model", default=None, help="the draft model of --speculative-method draft "
                    "(registry name or path; same vocabulary as the served models)")

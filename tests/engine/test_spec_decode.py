@@ -113,7 +113,8 @@ def test_prefix_cache_and_batch_turn_down():
     want = generate(cached_llm(model), shared)
     drafted = {}
     for limit in (2, 16):
-        llm = LLM(model, dtype="float32", speculative_method="ngram", speculative_max_batch=limit, max_num_seqs=16)
+        llm = LLM(model, dtype="float32", speculative_method="ngram", speculative_max_batch=limit, max_num_seqs=16,
+                  speculative_cost_table="none")  # the fixed cut-off, not the measured costs
         assert generate(llm, shared[:1]) == want[:1]  # fills the prefix cache
         alone = llm.engine.stats().spec_num_drafts
         assert generate(llm, shared) == want
@@ -263,7 +264,7 @@ def test_unloaded_draft_model_leaves_requests_unharmed():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft"])
 def test_cuda_greedy_is_token_identical_with_overlap_and_graphs(method):
     """On CUDA: overlapped steps, and decode graphs for every step, those with drafts too (a
     row's 1 + k tokens replay as decode rows; the draft model replays its own graphs)."""

@@ -29,7 +29,7 @@ from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOu
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
-from mlxr.engine.spec_decode.factory import jumps_forward, make_speculator
+from mlxr.engine.spec_decode.factory import draft_budget, jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
@@ -48,9 +48,12 @@ CUDA_CORE_TORCH_THREADS = 1
 
 def _drafting_rows(config: EngineConfig, parts) -> int:
     """A drafting step's decode rows at most (a draft token is a row): speculative decoding's
-    or jump-forward's, both within speculative_max_batch requests."""
+    or jump-forward's, within speculative_max_batch requests unless the device's measured step
+    costs plan the drafts (then at any batch)."""
     drafts = config.speculative_method is not None or jumps_forward(config, parts)
-    return min(config.max_num_seqs, config.speculative_max_batch) * (1 + config.num_speculative_tokens) if drafts else 0
+    planned = drafts and draft_budget(config, parts.device) is not None
+    batch = config.max_num_seqs if planned else min(config.max_num_seqs, config.speculative_max_batch)
+    return batch * (1 + config.num_speculative_tokens) if drafts else 0
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+
+import torch
 
 from mlxr.config import EngineConfig
+from mlxr.engine.spec_decode.batch_policy import DraftBudget, load_costs
 from mlxr.engine.spec_decode.draft_model import DraftModelProposer
 from mlxr.engine.spec_decode.ngram import NgramProposer
 from mlxr.engine.spec_decode.proposer import Proposer
 from mlxr.engine.spec_decode.speculator import Speculator
+from mlxr.engine.spec_decode.suffix import SuffixProposer
 from mlxr.errors import InvalidParameterError
 
 log = logging.getLogger(__name__)
@@ -27,7 +32,27 @@ def make_speculator(parts, config: EngineConfig, num_blocks: int, max_blocks_per
     # 0.46 of unconstrained tok/s with them against 0.63 without on an H200, 0.53 against 0.79 on
     # 2 CPU cores; at batch 1 1.23 against 0.79 on the H200, 1.45 against 0.96 on the CPU
     # (bench/structured_overhead.py; docs/structured-output.md).
-    return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward, max_rows)
+    budget = draft_budget(config, parts.device) if proposer is not None else None
+    return Speculator(proposer, config.num_speculative_tokens, config.speculative_max_batch, jump_forward, max_rows,
+                      budget)
+
+
+BUNDLED_COST_TABLE = Path(__file__).with_name("cost_table.json")  # bench/kernels/spec_cost_table.py writes it
+
+
+def draft_budget(config: EngineConfig, device: torch.device) -> DraftBudget | None:
+    """The measured step costs' budget for this device, or None (no table, no entry for the
+    device, a draft model's proposer (each draft costs it a forward the table leaves out):
+    the fixed speculative_max_batch cut-off)."""
+    path = config.speculative_cost_table
+    if path == "none" or config.speculative_method not in ("ngram", "suffix"):
+        return None
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    costs = load_costs(Path(path) if path else BUNDLED_COST_TABLE, name)
+    if costs is None:
+        log.info("no speculative cost table entry for %s: no drafts past %d requests", name,
+                 config.speculative_max_batch)
+    return None if costs is None else DraftBudget(costs)
 
 
 def jumps_forward(config: EngineConfig, parts) -> bool:
@@ -41,6 +66,8 @@ def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: 
         return None
     if method == "ngram":
         return NgramProposer()
+    if method == "suffix":
+        return SuffixProposer(config.suffix)
     draft = parts.draft
     if draft is None:
         raise InvalidParameterError("speculative_draft_model", "was not loaded")

@@ -20,6 +20,7 @@ class DraftRequest:
     token_ids: list[int]
     num_drafts: int
     params: SamplingParams
+    num_prompt_tokens: int = 0  # token_ids[:num_prompt_tokens] are the prompt
 
 
 @dataclass

@@ -27,6 +27,7 @@ import torch
 
 from mlxr.engine.records import ModelRunnerOutput, SchedulerOutput
 from mlxr.engine.sched.request import Request
+from mlxr.engine.spec_decode.batch_policy import DraftBudget
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, Proposer
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,15 @@ class SpecStats:
 
 class Speculator:
     def __init__(self, proposer: Proposer | None, max_drafts: int, max_batch: int, jump_forward: bool = False,
-                 max_rows: int | None = None) -> None:
+                 max_rows: int | None = None, budget: DraftBudget | None = None) -> None:
         """proposer: None drafts only what grammars force (jump_forward). jump_forward: a
-        structured-output row drafts its grammar's forced tokens (within max_batch requests,
-        as the proposer's drafts; factory.py says why). max_rows: a step's rows, drafts
-        included, at most (the largest CUDA graph; None: no bound here)."""
+        structured-output row drafts its grammar's forced tokens (within max_batch requests;
+        factory.py says why). max_rows: a step's rows, drafts included, at most (the largest
+        CUDA graph; None: no bound here). budget: the proposer's drafts per row and step come
+        from the device's measured step costs and each request's acceptance, at any batch
+        (batch_policy.py); None: up to max_drafts while at most max_batch requests run."""
         self.proposer, self.max_drafts, self.max_batch = proposer, max_drafts, max_batch
-        self.jump_forward, self.max_rows = jump_forward, max_rows
+        self.jump_forward, self.max_rows, self.budget = jump_forward, max_rows, budget
         self.stats = SpecStats(0, 0, 0, [0] * max_drafts, [0] * max_drafts)
         self.draft_probs: dict[str, torch.Tensor] = {}  # this step's draft distributions, by request
         self._k: dict[str, int] = {}  # each request's current draft length (adapts to acceptance)
@@ -78,6 +81,8 @@ class Speculator:
         self.draft_probs, self._drafted = {}, False
         if self.proposer is not None:
             self.proposer.retain(set())
+        if self.budget is not None:
+            self.budget.retain(set())
 
     def _speculates(self, req: Request) -> bool:
         return req.params.speculative and req.num_computed_tokens == req.num_tokens - 1 and not req.has_all_outputs
@@ -102,11 +107,24 @@ class Speculator:
             return False  # no row left for a draft: landing first would only lose the overlap
         if not self.may_draft(len(running) + waiting):
             return False
-        return any((self._looks_up(r) or self._jumps(r)) and self._speculates(r) for r in running)
+        small = len(running) + waiting <= self.max_batch
+        if any(small and self._jumps(r) and self._speculates(r) for r in running):
+            return True
+        lookups = [(r, self._num_drafts(r)) for r in running if self._looks_up(r) and self._speculates(r)]
+        if self.budget is None or not lookups:
+            return small and bool(lookups)
+        return any(self._planned(lookups, len(running) + waiting))
 
     def may_draft(self, batch: int) -> bool:
         """Whether any row may draft while batch requests run (running and waiting)."""
+        if self.budget is not None and self.proposer is not None:
+            return True
         return (self.proposer is not None or self.jump_forward) and batch <= self.max_batch
+
+    def _planned(self, lookups: list[tuple[Request, int]], batch: int) -> list[int]:
+        """The budget's drafts for each lookup row in a step of batch requests."""
+        room = float("inf") if self.max_rows is None else self.max_rows - batch
+        return self.budget.plan(batch, [(r.request_id, k) for r, k in lookups], room)
 
     def propose(self, running: list[Request], waiting: int = 0) -> None:
         """Drafts for this step's decode rows (on req.spec_token_ids; none for the others).
@@ -123,17 +141,25 @@ class Speculator:
         self._k = {rid: k for rid, k in self._k.items() if rid in live}
         if self.proposer is not None:
             self.proposer.retain(live)
-        if not small:
+        if self.budget is not None:
+            self.budget.retain(live)
+        if not small and self.budget is None:
             return
         self._count_down_rests(live)
         lookups, jumps = [], []
         for r in running:
-            looks = self._looks_up(r)
-            if not (looks or self._jumps(r)) or r.num_in_flight or not self._speculates(r):
+            looks, jumps_forward = self._looks_up(r), small and self._jumps(r)
+            if not (looks or jumps_forward) or r.num_in_flight or not self._speculates(r):
                 continue
             k = self._num_drafts(r)
             if k > 0:
                 (lookups if looks else jumps).append((r, k))
+        if self.budget is not None and lookups:
+            planned = self._planned(lookups, len(running) + waiting)
+            jumps += [(r, k) for (r, k), n in zip(lookups, planned) if n == 0 and small and self._jumps(r)]
+            lookups = [(r, n) for (r, _), n in zip(lookups, planned) if n > 0]
+        elif not small:
+            lookups = []
         if not lookups and not jumps:
             return
         room = float("inf") if self.max_rows is None else self.max_rows - len(running)
@@ -148,7 +174,7 @@ class Speculator:
         if not rows:
             return []
         try:
-            return self.proposer.propose([DraftRequest(r.request_id, r.token_ids, k, r.params) for r, k in rows])
+            return self.proposer.propose([DraftRequest(r.request_id, r.token_ids, k, r.params, r.num_prompt_tokens) for r, k in rows])
         except Exception as e:  # noqa: BLE001 - a failed proposer costs speculation, never the request
             log.warning("speculation off for %d request(s): the proposer failed: %s: %s",
                         len(rows), type(e).__name__, e)
@@ -209,6 +235,8 @@ class Speculator:
                 stats.drafted_per_position[j] += 1
                 stats.accepted_per_position[j] += j < accepted
             forced = rid in self._forced
+            if self.budget is not None and not forced:
+                self.budget.observe(rid, len(drafts), accepted)
             if forced:
                 stats.forced_drafts += 1
                 stats.forced_draft_tokens += len(drafts)
