@@ -51,7 +51,13 @@ def read_model(record: Any) -> tuple[ModelArgs, str | None]:
 
         with open_gguf(path) as f:
             template = f.metadata.get("tokenizer.chat_template")
-            return args_from_gguf(f), template if isinstance(template, str) else None
+            args = args_from_gguf(f)
+            if record.projector is not None:
+                from mlxr.loader.mmproj_model import with_projector
+                from mlxr.tokenizer.tokenizer import Tokenizer
+
+                args, _ = with_projector(args, Tokenizer.from_gguf_metadata(f.metadata), record.projector, weights=False)
+            return args, template if isinstance(template, str) else None
     from mlxr.formats.json_file import check_text_file
     from mlxr.loader.hf_model import read_config, with_vision
     from mlxr.models.model_args import args_from_hf
