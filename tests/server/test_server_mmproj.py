@@ -62,3 +62,24 @@ def test_create_refuses_a_malformed_projector_with_the_reason(url, files, tmp_pa
     reply = httpx.post(url + "/api/create", json={"model": "broken", "files": both, "stream": False}, timeout=60)
     assert reply.status_code == 400 and "both are an mmproj file" in reply.text
     assert "broken:latest" not in [m.model for m in client.list().models]
+
+
+def test_serve_takes_a_gguf_with_its_mmproj(tmp_path, files):
+    model, mmproj = files
+    with running_server(tmp_path / "home", "--model", str(model), "--mmproj", str(mmproj)) as served:
+        client = ollama.Client(served)
+        (name,) = [m.model for m in client.list().models]
+        assert "vision" in client.show(name).capabilities
+        reply = client.generate(model=name, prompt="What is this?", images=[png(40, 30, 1)], options=OPTIONS)
+        assert reply.done and reply.prompt_eval_count > 16 and reply.eval_count == 12
+
+
+def test_serve_refuses_an_mmproj_without_one_model_file(tmp_path, files):
+    import subprocess
+
+    from server_harness import server_command
+
+    _, mmproj = files
+    cmd = server_command(tmp_path / "home", 1, "--mmproj", str(mmproj))
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "--mmproj goes with exactly one --model" in res.stderr
