@@ -36,10 +36,11 @@ class ModelSpec:
     device: torch.device | str | None = None
     weight_dtype: torch.dtype | None = None
     quantization: str | None = None
+    projector: str | None = None  # llama.cpp's mmproj GGUF beside a GGUF model
 
     def load(self, progress: Callable[[int, int], None] | None = None) -> LoadedModel:
         return load_model(self.ref, dtype=self.dtype, device=self.device, weight_dtype=self.weight_dtype,
-                          quantization=self.quantization, progress=progress)
+                          quantization=self.quantization, progress=progress, projector=self.projector)
 
     def as_strings(self) -> dict[str, str | None]:
         name = {v: k for k, v in DTYPES.items()}
@@ -48,10 +49,10 @@ class ModelSpec:
 
 
 def core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: str | None,
-               quantization: str | None, draft: str | None = None) -> CoreParts:
+               quantization: str | None, draft: str | None = None, projector: str | None = None) -> CoreParts:
     """The engine core process's factory (core_proc.py): the weights (and a speculative
     draft model's), loaded there."""
-    spec = ModelSpec(ref, DTYPES.get(dtype), device, DTYPES.get(weight_dtype), quantization)
+    spec = ModelSpec(ref, DTYPES.get(dtype), device, DTYPES.get(weight_dtype), quantization, projector)
     loaded = spec.load()
     return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
                      model_digest=model_digest(loaded), draft=_draft_parts(spec, draft))
@@ -98,10 +99,13 @@ class Built:
 def core_launch(spec: ModelSpec, config: EngineConfig) -> tuple[str, dict[str, str | None]]:
     """The factory ("module:function") and its arguments that a core process loads spec with."""
     if config.parallel.tensor_parallel_size > 1:  # (speculative decoding is not offered under tensor parallelism)
+        if spec.projector is not None:
+            raise InvalidParameterError("tensor_parallel_size", "is not offered yet for a GGUF model with an mmproj file")
         kwargs = spec.as_strings()
         kwargs["parallel"] = msgspec.json.encode(config.parallel).decode()
         return "mlxr.distributed.executor:tp_core_parts", kwargs
-    return "mlxr.engine_factory:core_parts", {**spec.as_strings(), "draft": config.speculative_draft_model}
+    return "mlxr.engine_factory:core_parts", {**spec.as_strings(), "draft": config.speculative_draft_model,
+                                              "projector": spec.projector}
 
 
 def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
@@ -137,7 +141,7 @@ def attach_engine(spec: ModelSpec, config: EngineConfig, channel: tuple[str, str
 
 def _frontend_engine(spec: ModelSpec, config: EngineConfig, connect: Callable[[], object]) -> Built:
     """The tokenizer first: a model that cannot load leaves no core process behind."""
-    _, args, tokenizer = load_frontend(spec.ref)
+    _, args, tokenizer = load_frontend(spec.ref, spec.projector)
     parts = CoreParts(None, args, None, None, tokenizer=tokenizer)  # the core loads the weights
     built = Built(LLMEngine(parts, config, core=connect()), None, args, tokenizer)
     tune_gc_once()  # this process builds the outputs of every step: the core's collector settings

@@ -61,6 +61,9 @@ SWITCHES: tuple[Switch, ...] = (
            "(decompression bombs); read per request."),
     Switch("MLXR_MAX_IMAGES", "int, > 0", "8",
            "Images one request may carry (a vision model's prompt); read per request."),
+    Switch("MLXR_LLAMA_BIN", "path", "/work/lcpp/llama.cpp/build-cpu/bin",
+           "The folder of llama.cpp's binaries whose llama-mtmd-cli the vision comparison test and "
+           "bench/vision_encode.py run (the test skips without it)."),
     Switch("MLXR_GRAMMAR_CHECK_BUDGET_S", "float, seconds", "10",
            "One time budget for all of a request's grammar checks (response_format, forced tool "
            "calls); a check past it is stopped and the request is a 400; read per request."),

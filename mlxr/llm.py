@@ -10,7 +10,7 @@ import torch
 from mlxr.config import EngineConfig, ParallelConfig
 from mlxr.errors import InvalidParameterError
 from mlxr.engine_factory import ModelSpec, build_engine
-from mlxr.types import ImagePrompt, RequestOutput, SamplingParams
+from mlxr.types import ImagePrompt, ImagePromptIds, RequestOutput, SamplingParams
 from mlxr.vision.image_files import message_images
 
 PromptList = str | ImagePrompt | Seq[str | ImagePrompt] | Seq[Seq[int]]
@@ -27,16 +27,18 @@ class LLM:
         weight_dtype: torch.dtype | str | None = None,
         quantization: str | None = None,
         load_progress: Callable[[int, int], None] | None = None,
+        mmproj: str | None = None,
         **engine_kwargs,
     ) -> None:
         """dtype sets activations and weights alike; weight_dtype stores the weights narrower.
         With neither, CPU runs fp32 activations on fp16 weights and CUDA runs bf16.
         quantization: "auto" keeps a GGUF file's quantized weights quantized; "none"
         dequantizes them; "fp8" stores linear weights as FP8 on Hopper-class GPUs.
-        load_progress(done, total) is called as the weights' tensors are placed."""
+        load_progress(done, total) is called as the weights' tensors are placed.
+        mmproj: llama.cpp's mmproj GGUF (vision tower and projector) beside a GGUF model."""
         dtype = _parse_dtype(dtype) if isinstance(dtype, str) else dtype
         weight_dtype = _parse_dtype(weight_dtype) if isinstance(weight_dtype, str) else weight_dtype
-        built = build_engine(ModelSpec(model, dtype, device, weight_dtype, quantization),
+        built = build_engine(ModelSpec(model, dtype, device, weight_dtype, quantization, mmproj),
                              _engine_config(engine_kwargs), progress=load_progress)
         self.loaded = built.loaded  # None when the engine core runs in its own process
         self.args = built.args
@@ -88,12 +90,12 @@ class LLM:
         return self.generate([ids], sampling_params)[0]
 
 
-def _normalize_prompts(prompts: PromptList) -> list[str | list[int] | ImagePrompt]:
+def _normalize_prompts(prompts: PromptList) -> list[str | list[int] | ImagePrompt | ImagePromptIds]:
     if isinstance(prompts, (str, ImagePrompt)):
         return [prompts]
-    out: list[str | list[int] | ImagePrompt] = []
+    out: list[str | list[int] | ImagePrompt | ImagePromptIds] = []
     for p in prompts:
-        if isinstance(p, (str, ImagePrompt)):
+        if isinstance(p, (str, ImagePrompt, ImagePromptIds)):  # ids with images made ready: kept whole
             out.append(p)
         elif isinstance(p, Seq) and all(isinstance(t, int) for t in p):
             out.append(list(p))

@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> dict:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     s.add_argument("--model", "-m", action="append", default=[],
                    help="registry name or model path (imported first); repeatable; none: the bundled models")
+    s.add_argument("--mmproj", type=Path, default=None,
+                   help="llama.cpp's mmproj GGUF (vision tower and projector) for the one --model GGUF path")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback only by default)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (Ollama's, so Ollama clients find it)")
     key = s.add_mutually_exclusive_group()
@@ -257,9 +259,14 @@ def draft_model_path(registry, ns: argparse.Namespace) -> str | None:
     return str(path) if path.exists() else str(registry.resolve(ns.draft_model).path)
 
 
-def register_models(registry, models: list[str]) -> tuple[str, ...]:
-    """Registry names to preload: paths are imported first; none given = the bundled models
-    (the chat model and the base completion model)."""
+def register_models(registry, models: list[str], mmproj: Path | None = None) -> tuple[str, ...]:
+    """Registry names to preload: paths are imported first (with mmproj, the one model path with
+    its projector, as llama-server's --mmproj); none given = the bundled models (the chat model
+    and the base completion model)."""
+    if mmproj is not None:
+        if len(models) != 1 or not Path(models[0]).expanduser().is_file():
+            raise ValueError("--mmproj goes with exactly one --model, a GGUF file's path")
+        return (registry.import_model(Path(models[0]).expanduser(), projector=mmproj).name,)
     if not models:
         return tuple(r.name for r in registry.ensure_all_bundled())
     names = []
@@ -293,7 +300,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     use_threads(ns)
     registry = Registry(home_dir(ns.home))
     try:
-        config = server_config(ns, keys, register_models(registry, ns.model), draft_model_path(registry, ns))
+        config = server_config(ns, keys, register_models(registry, ns.model, ns.mmproj), draft_model_path(registry, ns))
     except (ValueError, MLXRError) as e:
         return fail(str(e))
     if config.api_servers > 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -56,8 +57,10 @@ def load_model(
     weight_dtype: torch.dtype | None = None,
     quantization: str | None = None,
     progress: LoadProgress | None = None,
+    projector: str | None = None,
 ) -> LoadedModel:
     """dtype alone sets both activations and weights; neither picks the device's default.
+    projector: llama.cpp's mmproj GGUF (vision tower and projector) beside a GGUF model.
     quantization: "auto" (default) keeps a GGUF file's quantized weights as they are ("gguf"),
     "none" dequantizes them, "fp8" stores the linear weights as FP8 E4M3 (Hopper GPUs).
     progress(done, total) is called as the checkpoint's tensors are placed."""
@@ -78,9 +81,11 @@ def load_model(
         from mlxr.loader.gguf_model import read_gguf
 
         args, weights, tokenizer = read_gguf(source.path, keep_quantized, kept_types(device, quantization))
+        args, weights = _with_projector(args, weights, tokenizer, projector)
     else:
         from mlxr.loader.hf_model import read_hf_dir
 
+        _no_projector(ref, projector)
         args, weights, tokenizer = read_hf_dir(source.path)
     args = _with_canonical_type(args)
     model = materialize(args, weights, dtype, device, progress)
@@ -96,6 +101,23 @@ def load_model(
     log.info("loaded %s (%s, %s) on %s: activations %s, weights %s, quantization %s",
              ref, source.format, args.model_type, device, dtype, weight_dtype, mode)
     return LoadedModel(source, args, model, tokenizer, dtype, device, weight_dtype, mode)
+
+
+def _with_projector(args: ModelArgs, weights, tokenizer: Tokenizer, projector: str | None, load: bool = True):
+    if projector is None:
+        return args, weights
+    import itertools
+
+    from mlxr.loader.mmproj_model import with_projector
+
+    args, tower = with_projector(args, tokenizer, Path(projector), weights=load)
+    return args, itertools.chain(weights, tower) if load else weights
+
+
+def _no_projector(ref: str, projector: str | None) -> None:
+    if projector is not None:
+        raise ModelFormatError(f"{ref} is a Hugging Face directory: its vision tower is in it; an mmproj file goes "
+                               "with a GGUF model")
 
 
 def _refuse_encoder(source: ModelSource) -> None:
@@ -154,7 +176,7 @@ def _is_tied(args: ModelArgs, name: str) -> bool:
     return args.tie_word_embeddings and name == "lm_head.weight"
 
 
-def load_frontend(ref: str) -> tuple[ModelSource, ModelArgs, Tokenizer]:
+def load_frontend(ref: str, projector: str | None = None) -> tuple[ModelSource, ModelArgs, Tokenizer]:
     """A model's shape and tokenizer without building its weights (a frontend whose engine
     core loads the weights in its own process)."""
     source = resolve_model(ref)
@@ -163,9 +185,11 @@ def load_frontend(ref: str) -> tuple[ModelSource, ModelArgs, Tokenizer]:
         from mlxr.loader.gguf_model import read_gguf
 
         args, _, tokenizer = read_gguf(source.path, True)
+        args, _ = _with_projector(args, iter(()), tokenizer, projector, load=False)
     else:
         from mlxr.loader.hf_model import read_hf_dir
 
+        _no_projector(ref, projector)
         args, _, tokenizer = read_hf_dir(source.path)
     return source, _with_canonical_type(args), tokenizer
 

@@ -40,6 +40,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # Modelfile settings (registry/settings.py) as JSON.
     ("ALTER TABLE models ADD COLUMN settings TEXT NOT NULL DEFAULT '{}'",),
+    # A GGUF model's projector: llama.cpp's mmproj file (vision tower and projector), an absolute path.
+    ("ALTER TABLE models ADD COLUMN projector TEXT CHECK (projector IS NULL OR substr(projector, 1, 1) = '/')",),
 )
 
 

@@ -64,13 +64,35 @@ def inspect_model(path: Path) -> ModelFacts:
     )
 
 
-def resolve_path(path: Path) -> Path:
+def with_projector_facts(facts: ModelFacts, projector: Path) -> ModelFacts:
+    """facts of a GGUF model with its mmproj file: checked to fit the model (formats/mmproj.py
+    says what is wrong), its bytes and tensors counted, its file hashed after the model's."""
+    from dataclasses import replace
+
+    from mlxr.formats.mmproj import check_mmproj
+    from mlxr.models.model_args import args_from_gguf
+
+    if facts.format != "gguf":
+        raise InvalidParameterError("projector", "an mmproj file goes with a GGUF model; a Hugging Face "
+                                                 "directory holds its own vision tower")
+    path = resolve_path(projector, "projector")
+    with open_gguf(facts.path) as f:
+        hidden = args_from_gguf(f).hidden_size
+    check_mmproj(path, facts.architecture, hidden)
+    with open_gguf(path) as f:
+        count = sum(f.tensor_info(n).n_elements for n in f.tensor_names)
+        size = f.file_size
+    return replace(facts, parameter_count=facts.parameter_count + count, size_bytes=facts.size_bytes + size,
+                   content=(*facts.content, path))
+
+
+def resolve_path(path: Path, param: str = "path") -> Path:
     try:
         return Path(path).expanduser().resolve(strict=True)
     except FileNotFoundError:
-        raise InvalidParameterError("path", f"{path} does not exist") from None
+        raise InvalidParameterError(param, f"{path} does not exist") from None
     except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop
-        raise InvalidParameterError("path", f"cannot resolve {path}: {e}") from None
+        raise InvalidParameterError(param, f"cannot resolve {path}: {e}") from None
 
 
 def _is_regular(path: Path) -> bool:

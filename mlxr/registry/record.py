@@ -30,6 +30,7 @@ class ModelRecord:
     modified_at: str
     last_used_at: str | None = None
     settings: ModelSettings = ModelSettings()  # SYSTEM, TEMPLATE, PARAMETER, MESSAGE
+    projector: Path | None = None  # a GGUF model's mmproj file (llama.cpp's vision tower and projector)
 
     @property
     def short_id(self) -> str:

@@ -19,7 +19,7 @@ from mlxr.bundled_models import BUNDLED, GEMMA3_270M
 from mlxr.bundled_models import gemma3_270m_path as bundled_model_path
 from mlxr.errors import ModelFormatError, ModelNotFoundError
 from mlxr.registry import db
-from mlxr.registry.facts import ModelFacts, Progress, digest_files, fingerprint, inspect_model
+from mlxr.registry.facts import ModelFacts, Progress, digest_files, fingerprint, inspect_model, with_projector_facts
 from mlxr.registry.names import default_name, name_problem, parse_name
 from mlxr.registry.record import ModelRecord, format_parameter_count, now_rfc3339, rfc3339
 from mlxr.registry.settings import ModelSettings
@@ -32,7 +32,7 @@ _TOUCH_EVERY = timedelta(seconds=1)
 _COLUMNS = (
     "name", "path", "format", "architecture", "family", "parameter_count", "quantization",
     "context_length", "size_bytes", "digest", "content_bytes", "content_mtime_ns",
-    "created_at", "modified_at", "last_used_at", "settings",
+    "created_at", "modified_at", "last_used_at", "settings", "projector",
 )
 # A re-import keeps when the name was created and last used.
 _KEEP_ON_REPLACE = ("name", "created_at", "last_used_at")
@@ -103,15 +103,18 @@ class Registry:
 
     def import_model(
         self, path: Path, name: str | None = None, progress: Progress | None = None,
-        settings: ModelSettings | None = None, check: Check | None = None,
+        settings: ModelSettings | None = None, check: Check | None = None, projector: Path | None = None,
     ) -> ModelRecord:
         """Validate and register a .gguf file or a Hugging Face directory under `name`
         (default: from the file or directory name), replacing an existing entry of that name.
         `progress(done, total)` follows the hashing; `check(facts)` may refuse the model (the
-        loader's tokenizer check: the registry does not import the loader). Nothing is
+        loader's tokenizer check: the registry does not import the loader). `projector`: an
+        mmproj file for a GGUF model, checked against it and covered by the digest. Nothing is
         registered on any error."""
         canonical = parse_name(name) if name is not None else None
         facts = inspect_model(path)
+        if projector is not None:
+            facts = with_projector_facts(facts, projector)
         if check is not None:
             check(facts)
         before = fingerprint(facts.content)
@@ -123,7 +126,8 @@ class Registry:
         values = {**_fact_values(facts), "name": canonical, "digest": digest,
                   "content_bytes": before.size, "content_mtime_ns": before.mtime_ns,
                   "created_at": now, "modified_at": now, "last_used_at": None,
-                  "settings": (settings or ModelSettings()).to_json()}
+                  "settings": (settings or ModelSettings()).to_json(),
+                  "projector": str(facts.content[1]) if projector is not None else None}
         with self._db() as conn, db.transaction(conn):
             conn.execute(_UPSERT, values)
             row = conn.execute("SELECT * FROM models WHERE name = ?", (canonical,)).fetchone()
@@ -234,4 +238,5 @@ def _record(row: sqlite3.Row) -> ModelRecord:
         size_bytes=row["size_bytes"], digest=row["digest"], created_at=row["created_at"],
         modified_at=row["modified_at"], last_used_at=row["last_used_at"],
         settings=ModelSettings.from_json(row["settings"]),
+        projector=Path(row["projector"]) if row["projector"] else None,
     )

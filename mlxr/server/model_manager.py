@@ -34,10 +34,12 @@ SLOT_WAIT_S = float(os.environ.get("MLXR_MODEL_SLOT_WAIT_S", "120"))
 SLOT_POLL_S = 0.5
 
 
-def model_spec(config: ServerConfig, path) -> ModelSpec:
-    """How the server loads a registry model: its path with the server's device settings."""
+def model_spec(config: ServerConfig, record) -> ModelSpec:
+    """How the server loads a registry model: its path (and projector) with the server's device settings."""
     dtype = _parse_dtype(config.dtype) if config.dtype else None
-    return ModelSpec(str(path), dtype=dtype, device=config.device, quantization=config.quantization)
+    projector = getattr(record, "projector", None)
+    return ModelSpec(str(record.path), dtype=dtype, device=config.device, quantization=config.quantization,
+                     projector=str(projector) if projector else None)
 
 
 @dataclass(eq=False)  # by identity: a name's engine is replaced by another on re-point
@@ -170,7 +172,7 @@ class ModelManager:
     def _load(self, record) -> ServedModel:
         t0 = time.perf_counter()
         log.info("loading model %s (%s, %s)", record.name, record.quantization, record.path.name)
-        spec = model_spec(self.config, record.path)
+        spec = model_spec(self.config, record)
         if is_encoder_model(spec.ref):  # embedding and reranking models: in this process, no KV cache
             built = build_encoder_engine(spec, self.config.engine)
             engine = built.engine

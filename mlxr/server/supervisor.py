@@ -59,7 +59,7 @@ def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, st
         try:
             for i, name in enumerate(config.preload):
                 os.mkdir(f"{directory}/{i}")
-                spec = model_spec(config, registry.resolve(name).path)
+                spec = model_spec(config, registry.resolve(name))
                 cores[name] = CoreProcess(*core_launch(spec, config.engine), config.engine, f"{directory}/{i}",
                                           config.api_servers)
             for index in range(config.api_servers):

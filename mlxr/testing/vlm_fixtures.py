@@ -68,8 +68,13 @@ GEMMA3_VLM_SHAPE = {
                       "num_hidden_layers": 6, "num_attention_heads": 6, "image_size": 224, "patch_size": 14},
     "mm_tokens_per_image": 64,
 }
-VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22), "gemma3-vlm-shape": (GEMMA3_VLM_SHAPE, 23)}
+# The GGUF + mmproj tests' Gemma 3: a GGUF keeps no layer pattern, and llama.cpp makes every sixth
+# layer global, so of two layers none: the HF checkpoint says the same.
+GEMMA3_VLM_SWA = {**GEMMA3_VLM, "text_config": {**GEMMA3_VLM["text_config"], "layer_types": ["sliding_attention"] * 2}}
+VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22), "gemma3-vlm-shape": (GEMMA3_VLM_SHAPE, 23),
+                "tiny-gemma3-vlm-swa": (GEMMA3_VLM_SWA, 24)}
 _KINDS = {"tiny-gemma3-vlm": ("Gemma3ForConditionalGeneration", _SPEC),
+          "tiny-gemma3-vlm-swa": ("Gemma3ForConditionalGeneration", _SPEC),
           "gemma3-vlm-shape": ("Gemma3ForConditionalGeneration", _SPEC),
           "tiny-llava": ("LlavaForConditionalGeneration", ft.LLAVA)}
 

@@ -228,7 +228,7 @@ def test_database_settings_and_idempotent_migrations(tmp_path: Path, llama) -> N
     assert [r.name for r in reg.list()] == ["m:latest"]
     conn = sqlite3.connect(home / "registry.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
     conn.execute("INSERT INTO schema_version VALUES (99)")
     conn.commit()
     conn.close()

@@ -97,7 +97,7 @@ def _check_consistent(home: Path, models: dict[str, str]) -> int:
     for row in rows:
         assert row["path"] in models, row["path"]
         assert row["digest"] == models[row["path"]], row["name"]
-        missing = [k for k in row.keys() if row[k] is None and k != "last_used_at"]
+        missing = [k for k in row.keys() if row[k] is None and k not in ("last_used_at", "projector")]
         assert not missing and row["parameter_count"] > 0 and row["size_bytes"] > 0
     assert len(Registry(home).list()) == len(rows)
     return len(rows)

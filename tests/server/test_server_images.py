@@ -42,7 +42,11 @@ def encoder_calls(url: str) -> float:
 
 
 def test_show_says_vision(vlm_url, model):
-    assert "vision" in ollama.Client(vlm_url).show(model).capabilities
+    shown = ollama.Client(vlm_url).show(model)
+    assert "vision" in shown.capabilities
+    info = shown.modelinfo  # the tower's shape from the fixture's vision_config, as Ollama names it
+    assert info["mlxr.vision.tokens_per_image"] == TOKENS_PER_IMAGE
+    assert info["gemma3.vision.patch_size"] == 4 and info["gemma3.vision.image_size"] == 32
 
 
 def test_ollama_generate_and_chat_take_base64_images(vlm_url, model):

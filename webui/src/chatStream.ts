@@ -6,6 +6,7 @@ interface ChatChunk {
   done?: boolean;
   eval_count?: number;
   eval_duration?: number;
+  prompt_eval_count?: number;
   error?: string;
 }
 
@@ -13,6 +14,12 @@ export interface Partial {
   content: string;
   thinking: string;
   toolCalls: ToolCall[];
+}
+
+// Ollama's message: images as base64 beside the text (an image whose bytes were not kept is left out).
+function wireMessage(m: Msg) {
+  const images = (m.images ?? []).map((i) => i.data).filter(Boolean);
+  return images.length ? { role: m.role, content: m.content, images } : { role: m.role, content: m.content };
 }
 
 // Streams one reply from Ollama's /api/chat; onDelta gets the text so far after every chunk.
@@ -32,7 +39,7 @@ export async function streamChat(
     model,
     stream: true,
     options,
-    messages: messages.map((m) => ({ role: m.role, content: m.content })),
+    messages: messages.map(wireMessage),
   };
   const res = await request("POST", "/api/chat", body, signal);
   let stats: Stats = { ttftMs: 0, tokS: null, tokens: null };
@@ -49,7 +56,7 @@ export async function streamChat(
     if (chunk.done) {
       const secs = (chunk.eval_duration ?? 0) / 1e9;
       const tokens = chunk.eval_count ?? null;
-      stats = { ttftMs, tokens, tokS: tokens && secs > 0 ? tokens / secs : null };
+      stats = { ttftMs, tokens, tokS: tokens && secs > 0 ? tokens / secs : null, promptTokens: chunk.prompt_eval_count ?? null };
     }
   }
   return { ...stats, ttftMs };

@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useState } from "react";
-import { listModels, listRunning, type PsModel, type TagModel } from "./api";
+import { listModels, listRunning, showModel, type PsModel, type ShowResponse, type TagModel } from "./api";
 
 // Calls load() now and every `everyMs`; errors are kept for display, never thrown.
 export function usePoll<T>(load: () => Promise<T>, everyMs: number, deps: unknown[] = []) {
@@ -36,3 +36,18 @@ export function useModels(everyMs = 3000): ModelState {
   }, everyMs);
   return { models: data?.models ?? [], running: data?.running ?? [], error, refresh };
 }
+
+// /api/show of one model (null while it loads, or when it fails): capabilities, chat template.
+export function useShow(model: string): ShowResponse | null {
+  const [info, setInfo] = useState<{ model: string; info: ShowResponse } | null>(null);
+  useEffect(() => {
+    if (!model) return;
+    let stale = false;
+    showModel(model).then((i) => { if (!stale) setInfo({ model, info: i }); }, () => { /* unknown: no note */ });
+    return () => { stale = true; };
+  }, [model]);
+  return info?.model === model ? info.info : null;
+}
+
+export const takesImages = (info: ShowResponse | null): boolean | null =>
+  info ? (info.capabilities ?? []).includes("vision") : null;

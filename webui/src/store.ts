@@ -3,6 +3,15 @@ export interface Stats {
   ttftMs: number;
   tokS: number | null;
   tokens: number | null;
+  promptTokens?: number | null; // the server's prompt_eval_count: image tokens included
+}
+
+// An attached image: its file's bytes as base64 (what Ollama's `images` takes). `data` is empty
+// when the browser's storage was too small to keep it with the conversation.
+export interface ImageFile {
+  name: string;
+  mime: string;
+  data: string;
 }
 
 export interface ToolCall {
@@ -12,6 +21,7 @@ export interface ToolCall {
 export interface Msg {
   role: "user" | "assistant" | "system";
   content: string;
+  images?: ImageFile[];
   thinking?: string;
   toolCalls?: ToolCall[];
   stats?: Stats;
@@ -51,7 +61,16 @@ function read<T>(key: string, fallback: T): T {
 }
 
 export const loadConversations = () => read<Conversation[]>(CONVS, []);
-export const saveConversations = (c: Conversation[]) => localStorage.setItem(CONVS, JSON.stringify(c));
+// Images can outgrow localStorage's few megabytes: then the conversations are kept without
+// their images' bytes (the names stay) rather than not at all.
+export function saveConversations(c: Conversation[]): void {
+  try {
+    localStorage.setItem(CONVS, JSON.stringify(c));
+  } catch {
+    const bare = c.map((x) => ({ ...x, messages: x.messages.map((m) => (m.images ? { ...m, images: m.images.map((i) => ({ ...i, data: "" })) } : m)) }));
+    try { localStorage.setItem(CONVS, JSON.stringify(bare)); } catch { /* nothing fits: keep the previous save */ }
+  }
+}
 export const loadSampling = () => ({ ...DEFAULT_SAMPLING, ...read<Partial<Sampling>>(SAMPLING, {}) });
 export const saveSampling = (s: Sampling) => localStorage.setItem(SAMPLING, JSON.stringify(s));
 

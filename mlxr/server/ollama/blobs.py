@@ -71,11 +71,42 @@ async def push_blob(digest: str, request: Request) -> Response:
     return Response(status_code=201)
 
 
-def model_from_blobs(home: Path, files: dict[str, str]) -> Path:
-    """A GGUF file, or a checkpoint directory, made of the named blobs."""
+def model_from_blobs(home: Path, files: dict[str, str]) -> tuple[Path, Path | None]:
+    """A GGUF file, or a checkpoint directory, made of the named blobs; and a GGUF model's
+    projector when two GGUF blobs are given and one is llama.cpp's mmproj file (as `ollama
+    create` sends a model with its projector)."""
     if not files or len(files) > MAX_FILES:
         raise InvalidParameterError("files", f"give between 1 and {MAX_FILES} files (name -> blob digest)")
     blobs = {name: _existing_blob(home, name, digest) for name, digest in files.items()}
+    pair = _model_and_projector(list(blobs.values()))
+    if pair is not None:
+        model, projector = pair
+        linked = home / "models" / "blobs"
+        return _link(model, linked / f"{model.name}.gguf"), _link(projector, linked / f"{projector.name}.gguf")
+    return _model_path(home, files, blobs), None
+
+
+def _model_and_projector(blobs: list[Path]) -> tuple[Path, Path] | None:
+    if len(blobs) != 2 or not all(_is_gguf(b) for b in blobs):
+        return None
+    from mlxr.formats.gguf import open_gguf
+
+    kinds = []
+    for blob in blobs:
+        with open_gguf(blob) as f:
+            kinds.append(f.metadata.get("general.architecture") == "clip")
+    if kinds.count(True) != 1:
+        raise InvalidParameterError("files", "two GGUF files make a model and its mmproj projector: "
+                                             f"{'both are' if all(kinds) else 'neither is'} an mmproj file")
+    return (blobs[1], blobs[0]) if kinds[0] else (blobs[0], blobs[1])
+
+
+def _is_gguf(blob: Path) -> bool:
+    with open(blob, "rb") as f:
+        return f.read(4) == _GGUF_MAGIC
+
+
+def _model_path(home: Path, files: dict[str, str], blobs: dict[str, Path]) -> Path:
     if len(blobs) == 1:
         ((name, blob),) = blobs.items()
         with open(blob, "rb") as f:

@@ -61,9 +61,10 @@ def pull_path(ref: str) -> Path:
 
 
 async def import_steps(registry: Any, path: Path, name: str | None, field: str,
-                       settings: Any = None) -> AsyncIterator[dict[str, Any]]:
+                       settings: Any = None, projector: Path | None = None) -> AsyncIterator[dict[str, Any]]:
     """Progress objects while the registry imports `path` (after the loader's preflight), then
-    {"status": "success"}."""
+    {"status": "success"}. A projector (an mmproj file) comes from the client's blobs, so what is
+    wrong with it is said: it tells nothing about the server's files."""
     from mlxr.loader.preflight import check_loadable
 
     label = f"importing {path.name}"
@@ -72,8 +73,13 @@ async def import_steps(registry: Any, path: Path, name: str | None, field: str,
     def run(progress: Progress) -> Any:
         try:
             return registry.import_model(path, name=name, progress=progress, settings=settings,
-                                         check=check_loadable)
-        except (OSError, ModelFormatError) as e:  # the detail would say the file exists
+                                         check=check_loadable, projector=projector)
+        except ModelFormatError as e:
+            if projector is not None:
+                raise InvalidParameterError(field, f"the model and its projector do not load: {e.message}") from None
+            log.info("import of %s refused: %s", path, e)
+            raise unusable(path, field) from None
+        except OSError as e:  # the detail would say the file exists
             log.info("import of %s refused: %s", path, e)
             raise unusable(path, field) from None
         except InvalidParameterError as e:

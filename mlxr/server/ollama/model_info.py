@@ -51,7 +51,13 @@ def read_model(record: Any) -> tuple[ModelArgs, str | None]:
 
         with open_gguf(path) as f:
             template = f.metadata.get("tokenizer.chat_template")
-            return args_from_gguf(f), template if isinstance(template, str) else None
+            args = args_from_gguf(f)
+            if record.projector is not None:
+                from mlxr.loader.mmproj_model import with_projector
+                from mlxr.tokenizer.tokenizer import Tokenizer
+
+                args, _ = with_projector(args, Tokenizer.from_gguf_metadata(f.metadata), record.projector, weights=False)
+            return args, template if isinstance(template, str) else None
     from mlxr.formats.json_file import check_text_file
     from mlxr.loader.hf_model import read_config, with_vision
     from mlxr.models.model_args import args_from_hf
@@ -82,7 +88,22 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
     }
     if args.sliding_window:
         info[f"{arch}.attention.sliding_window"] = args.sliding_window
+    if args.vision is not None:
+        info |= vision_info(arch, args.vision)
     return info
+
+
+def vision_info(arch: str, vision: Any) -> dict[str, Any]:
+    """The tower's shape under Ollama's `{arch}.vision.*` keys, and the image tokens a prompt
+    gets for each image (the web UI's vision playground shows it)."""
+    return {
+        f"{arch}.vision.block_count": vision.num_hidden_layers,
+        f"{arch}.vision.embedding_length": vision.hidden_size,
+        f"{arch}.vision.attention.head_count": vision.num_attention_heads,
+        f"{arch}.vision.image_size": vision.image_size,
+        f"{arch}.vision.patch_size": vision.patch_size,
+        "mlxr.vision.tokens_per_image": vision.tokens_per_image,
+    }
 
 
 def capabilities(template: str, args: ModelArgs | None = None, chat_model: bool = False) -> list[str]:

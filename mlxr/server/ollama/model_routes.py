@@ -80,8 +80,8 @@ async def create(body: CreateRequest, request: Request) -> Response:
     registry = request.app.state.registry
     parse_name(body.model, "model")
     if body.files:
-        path = await asyncio.to_thread(blobs.model_from_blobs, registry.home, body.files)
-        steps = imports.import_steps(registry, path, body.model, "files", modelfile.settings_of(body))
+        path, projector = await asyncio.to_thread(blobs.model_from_blobs, registry.home, body.files)
+        steps = imports.import_steps(registry, path, body.model, "files", modelfile.settings_of(body), projector)
         return await _respond(steps, body.stream)
     path = imports.local_path(body.from_, "from")
     if path is not None:

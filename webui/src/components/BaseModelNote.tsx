@@ -1,18 +1,9 @@
-import { useEffect, useState } from "react";
-import { isBaseModel, showModel } from "../api";
+import { isBaseModel, type ShowResponse } from "../api";
 
 // A base model has no chat template of its own: it continues text rather than answering, so
 // the chat page points to the completion playground instead.
-export function BaseModelNote({ model }: { model: string }) {
-  const [base, setBase] = useState(false);
-  useEffect(() => {
-    setBase(false);
-    if (!model) return;
-    let stale = false;
-    showModel(model).then((info) => { if (!stale) setBase(isBaseModel(info)); }, () => { /* no note */ });
-    return () => { stale = true; };
-  }, [model]);
-  if (!base) return null;
+export function BaseModelNote({ model, info }: { model: string; info: ShowResponse | null }) {
+  if (!isBaseModel(info)) return null;
   const toCompletion = () => { localStorage.setItem("mlxr.model", model); location.hash = "#/playground"; };
   return (
     <div className="note warn" data-testid="base-model-note">

@@ -1,5 +1,6 @@
 import { memo, useState } from "react";
 import { Markdown } from "./Markdown";
+import { Thumbnails } from "./Thumbnails";
 import type { Conversation, Msg, Sampling } from "../store";
 
 export const ConversationList = memo(function ConversationList(props: {
@@ -36,6 +37,7 @@ function StatsLine({ m }: { m: Msg }) {
       {s && s.ttftMs > 0 && <span>TTFT {s.ttftMs.toFixed(0)} ms</span>}
       {s?.tokS != null && <span>{s.tokS.toFixed(1)} tok/s</span>}
       {s?.tokens != null && <span>{s.tokens} tokens</span>}
+      {s?.promptTokens != null && <span>prompt {s.promptTokens} tokens</span>}
       {m.stopped && <span className="warn">stopped</span>}
       {m.error && <span className="err">{m.error}</span>}
     </div>
@@ -62,6 +64,7 @@ export const MessageView = memo(function MessageView(props: {
           <pre>{m.thinking}</pre>
         </details>
       )}
+      {m.images && <Thumbnails images={m.images} testId="msg-images" />}
       {editing ? (
         <div className="edit">
           <textarea value={draft} onChange={(e) => setDraft(e.target.value)} rows={4} />

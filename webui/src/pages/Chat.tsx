@@ -6,10 +6,10 @@ import { Composer, withAttachments, type Attachment } from "../components/Compos
 import { LoadingBar, loadOf, useLoading } from "../components/LoadingState";
 import { Markdown } from "../components/Markdown";
 import { ModelPicker } from "../components/ModelPicker";
-import type { ModelState } from "../hooks";
+import { takesImages, useShow, type ModelState } from "../hooks";
 import {
   loadConversations, loadSampling, newConversation, samplingOptions, saveConversations, saveSampling,
-  type Conversation, type Msg,
+  type Conversation, type ImageFile, type Msg,
 } from "../store";
 
 const MODEL_STORE = "mlxr.model";
@@ -85,12 +85,14 @@ export function Chat({ models }: { models: ModelState }) {
     }
   };
 
-  const send = (input: string, files: Attachment[]) => {
+  const send = (input: string, files: Attachment[], images: ImageFile[]) => {
     const text = withAttachments(input, files);
-    if (!text || live) return;
+    if ((!text && !images.length) || live) return;
     const conv = { ...ensureConversation(), model };
-    const history: Msg[] = [...conv.messages, { role: "user", content: text }];
-    if (conv.messages.length === 0) update(conv.id, (c) => ({ ...c, title: input.slice(0, 60) || files[0]?.name || "Chat", model }));
+    const user: Msg = images.length ? { role: "user", content: text, images } : { role: "user", content: text };
+    const history: Msg[] = [...conv.messages, user];
+    const title = input.slice(0, 60) || files[0]?.name || images[0]?.name || "Chat";
+    if (conv.messages.length === 0) update(conv.id, (c) => ({ ...c, title, model }));
     run(conv, history);
   };
 
@@ -102,7 +104,7 @@ export function Chat({ models }: { models: ModelState }) {
   };
   const edit = (index: number, text: string) => {
     if (!current) return;
-    run(current, [...current.messages.slice(0, index), { role: "user", content: text }]);
+    run(current, [...current.messages.slice(0, index), { ...current.messages[index], content: text }]);
   };
   const pickModel = (m: string) => {
     localStorage.setItem(MODEL_STORE, m);
@@ -129,6 +131,7 @@ export function Chat({ models }: { models: ModelState }) {
   const waitingForFirst = !!live && !live.content && !live.thinking && live.toolCalls.length === 0;
   const loads = useLoading(waitingForFirst);
   const load = loadOf(loads, current?.model || model);
+  const info = useShow(model);
 
   // A chat opens at its newest message, and follows a reply while the reader is at the bottom.
   const box = useRef<HTMLDivElement>(null);
@@ -173,8 +176,8 @@ export function Chat({ models }: { models: ModelState }) {
             </div>
           )}
         </div>
-        <BaseModelNote model={model} />
-        <Composer busy={!!live} canSend={!!model} onSend={send} onStop={stop} />
+        <BaseModelNote model={model} info={info} />
+        <Composer busy={!!live} canSend={!!model} model={model} vision={takesImages(info)} onSend={send} onStop={stop} />
       </section>
       <SamplingPanel s={sampling} onChange={setSampling} system={current?.system ?? ""}
         onSystem={(v) => { const c = ensureConversation(); update(c.id, (x) => ({ ...x, system: v })); }} />

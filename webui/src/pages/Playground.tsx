@@ -1,8 +1,10 @@
 import { useState } from "react";
 import { postJSON } from "../api";
 import { ModelPicker } from "../components/ModelPicker";
+import { RerankPanel } from "../components/RerankPanel";
 import { SimilarityMatrix } from "../components/SimilarityMatrix";
-import type { ModelState } from "../hooks";
+import { VisionPanel } from "../components/VisionPanel";
+import { useShow, type ModelState } from "../hooks";
 
 interface Logprobs { tokens: string[]; token_logprobs: (number | null)[]; top_logprobs: (Record<string, number> | null)[] | null }
 interface CompletionResponse { choices: { text: string; logprobs: Logprobs | null }[] }
@@ -111,11 +113,14 @@ function Tokenizer({ model }: { model: string }) {
 export function Playground({ models }: { models: ModelState }) {
   const [model, setModel] = useState(localStorage.getItem("mlxr.model") ?? "");
   const chosen = model || models.models[0]?.name || "";
+  const info = useShow(chosen);
   return (
     <div className="playground">
       <header className="toolbar"><h2>Playgrounds</h2><ModelPicker state={models} value={chosen} onChange={setModel} /></header>
       <Completion model={chosen} />
+      <VisionPanel model={chosen} info={info} />
       <Embeddings model={chosen} />
+      <RerankPanel model={chosen} />
       <Tokenizer model={chosen} />
     </div>
   );

@@ -1,0 +1,145 @@
+"""llama.cpp's mmproj GGUF (a vision tower and its projector, as `convert_hf_to_gguf.py --mmproj`
+writes it) -> the tower's shape, its tensors' names in our models' terms, and the checks that
+refuse a malformed file with the reason. Torch-free: the registry checks a file at import."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlxr.config import ImagePreprocess
+from mlxr.errors import ModelFormatError
+from mlxr.formats.gguf import GGUFFile, open_gguf
+
+# clip.projector_type -> (our projector, the tower, the text architectures it feeds)
+PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",))}
+GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
+_MAX_SIDE = 8192
+_MAX_LAYERS = 256
+_MAX_WIDTH = 1 << 16
+
+# mmproj tensor -> parameter below the model, per encoder layer ("{i}") or once.
+_LAYER_TENSORS = {
+    "ln1": "layer_norm1", "ln2": "layer_norm2", "ffn_up": "mlp.fc1", "ffn_down": "mlp.fc2",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_out": "self_attn.out_proj",
+}
+_TOWER_TENSORS = {
+    "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
+    "v.patch_embd.bias": "vision_tower.embeddings.patch_embedding.bias",
+    "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
+    "v.post_ln.weight": "vision_tower.post_layernorm.weight",
+    "v.post_ln.bias": "vision_tower.post_layernorm.bias",
+}
+_PROJECTOR_TENSORS = {
+    "gemma3": {"mm.input_projection.weight": "multi_modal_projector.mm_input_projection_weight",
+               "mm.soft_emb_norm.weight": "multi_modal_projector.mm_soft_emb_norm.weight"},
+}
+# Stored as llama.cpp computes with it: Gemma's RMS norm weight with its 1 added (ours adds it).
+PLUS_ONE = frozenset({"mm.soft_emb_norm.weight"})
+
+
+@dataclass(frozen=True)
+class MmprojVision:
+    """The VisionArgs fields an mmproj file gives (the image tokens come from the text model)."""
+
+    fields: dict
+    projection_dim: int
+    text_architectures: tuple[str, ...]
+    tensor_names: dict[str, str]  # mmproj tensor -> our parameter name
+
+
+def read_mmproj(f: GGUFFile) -> MmprojVision:
+    """The tower and projector an open mmproj file describes; ModelFormatError names what is wrong."""
+    where = f.path.name
+    arch = f.metadata.get("general.architecture")
+    if arch != "clip":
+        raise ModelFormatError(f"{where} is not an mmproj file: general.architecture is {arch!r}, expected 'clip'")
+    if f.metadata.get("clip.has_vision_encoder") is not True:
+        raise ModelFormatError(f"{where} has no vision encoder (clip.has_vision_encoder is not true)")
+    kind = f.metadata.get("clip.projector_type")
+    if kind not in PROJECTORS:
+        raise ModelFormatError(f"{where}: projector type {kind!r} is not supported (supported: {', '.join(PROJECTORS)})")
+    projector, tower, text_archs = PROJECTORS[kind]
+    get = lambda key, top: _int(f, where, f"clip.vision.{key}", top)  # noqa: E731
+    hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
+    image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
+    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, GEMMA3_MERGE)
+    side = image // patch
+    if image % patch or side % merge:
+        raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches "
+                               f"merged {merge} a side")
+    if hidden % heads:
+        raise ModelFormatError(f"{where}: embedding_length {hidden} does not split into {heads} heads")
+    fields = {
+        "tower": tower, "projector": projector, "hidden_size": hidden, "num_attention_heads": heads,
+        "intermediate_size": get("feed_forward_length", _MAX_WIDTH * 8), "num_hidden_layers": layers,
+        "image_size": image, "patch_size": patch, "tokens_per_image": (side // merge) ** 2,
+        "layer_norm_eps": _eps(f, where), "hidden_act": "gelu_pytorch_tanh",
+        "preprocess": ImagePreprocess(height=image, width=image, resample=2,
+                                      image_mean=_triple(f, where, "clip.vision.image_mean"),
+                                      image_std=_triple(f, where, "clip.vision.image_std")),
+    }
+    names = _tensor_names(projector, layers)
+    missing = [n for n in names if n not in f]
+    if missing:
+        raise ModelFormatError(f"{where} lacks tensors: {', '.join(missing[:5])}")
+    _check_shapes(f, where, fields)
+    return MmprojVision(fields, get("projection_dim", _MAX_WIDTH), text_archs, names)
+
+
+def check_mmproj(path: Path, text_architecture: str, text_hidden: int) -> MmprojVision:
+    """An mmproj file that fits the language model it is imported with (the registry's check)."""
+    with open_gguf(path) as f:
+        vision = read_mmproj(f)
+    check_pairing(vision, Path(path).name, text_architecture, text_hidden)
+    return vision
+
+
+def check_pairing(vision: MmprojVision, where: str, text_architecture: str, text_hidden: int) -> None:
+    if text_architecture not in vision.text_architectures:
+        raise ModelFormatError(f"{where} is a {vision.fields['projector']} projector; the model is {text_architecture}")
+    if vision.projection_dim != text_hidden:
+        raise ModelFormatError(f"{where} projects into {vision.projection_dim} dimensions; the model's embeddings "
+                               f"have {text_hidden}")
+
+
+def _tensor_names(projector: str, layers: int) -> dict[str, str]:
+    names = dict(_TOWER_TENSORS)
+    for i in range(layers):
+        for ours, theirs in _LAYER_TENSORS.items():
+            for part in ("weight", "bias"):
+                names[f"v.blk.{i}.{ours}.{part}"] = f"vision_tower.encoder.layers.{i}.{theirs}.{part}"
+    return names | _PROJECTOR_TENSORS[projector]
+
+
+def _check_shapes(f: GGUFFile, where: str, v: dict) -> None:
+    d, patches = v["hidden_size"], (v["image_size"] // v["patch_size"]) ** 2
+    want = {"v.patch_embd.weight": (d, 3, v["patch_size"], v["patch_size"]), "v.position_embd.weight": (patches, d)}
+    for name, shape in want.items():
+        got = f.tensor_info(name).shape
+        if tuple(got) != shape:
+            raise ModelFormatError(f"{where}: tensor {name} has shape {tuple(got)}, expected {shape}")
+
+
+def _int(f: GGUFFile, where: str, key: str, top: int, default: int | None = None) -> int:
+    value = f.metadata.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
+        raise ModelFormatError(f"{where}: {key} must be an integer in 1..{top}, got {value!r}")
+    return value
+
+
+def _eps(f: GGUFFile, where: str) -> float:
+    value = f.metadata.get("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ModelFormatError(f"{where}: clip.vision.attention.layer_norm_epsilon must be in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _triple(f: GGUFFile, where: str, key: str) -> tuple[float, float, float]:
+    value = f.metadata.get(key, [0.5, 0.5, 0.5])
+    ok = isinstance(value, list) and len(value) == 3 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    if not ok or (key.endswith("std") and min(value) <= 0):
+        raise ModelFormatError(f"{where}: {key} must be three numbers{' above 0' if key.endswith('std') else ''}, "
+                               f"got {value!r}")
+    return (float(value[0]), float(value[1]), float(value[2]))

@@ -1,0 +1,54 @@
+"""A language model's GGUF with llama.cpp's mmproj GGUF beside it -> the vision model's args and
+the tower's and projector's weights under our parameter names (formats/mmproj.py reads the file)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mlxr.config import ModelArgs, VisionArgs
+from mlxr.errors import ModelFormatError
+from mlxr.formats.gguf import GGUFFile, open_gguf
+from mlxr.formats.mmproj import PLUS_ONE, check_pairing, read_mmproj
+from mlxr.models import canonical_model_type
+from mlxr.tokenizer.tokenizer import Tokenizer
+
+# The prompt's image tokens, as the HF processor of each projector's model writes them.
+IMAGE_TOKENS = {
+    "gemma3": {"image_marker": "<start_of_image>", "image_sequence": "\n\n<start_of_image>{image}<end_of_image>\n\n",
+               "image_token": "<image_soft_token>", "bidirectional": True},
+}
+
+
+def with_projector(args: ModelArgs, tokenizer: Tokenizer, path: Path,
+                   weights: bool = True) -> tuple[ModelArgs, Iterator[tuple[str, torch.Tensor]]]:
+    """args with the mmproj file's VisionArgs, and (when weights) its tensors as they load."""
+    f = open_gguf(path)
+    try:
+        vision = read_mmproj(f)
+        check_pairing(vision, Path(path).name, canonical_model_type(args.model_type), args.hidden_size)
+        tokens = IMAGE_TOKENS[vision.fields["projector"]]
+        image_token_id = tokenizer.token_to_id(tokens["image_token"])
+        if image_token_id is None:
+            raise ModelFormatError(f"the model's vocabulary lacks {tokens['image_token']}, which its projector "
+                                   f"{Path(path).name} needs")
+    except BaseException:
+        f.close()
+        raise
+    args = replace(args, vision=VisionArgs(**vision.fields, **tokens, image_token_id=image_token_id))
+    if not weights:
+        f.close()
+        return args, iter(())
+    return args, _tensors(f, vision.tensor_names)
+
+
+def _tensors(f: GGUFFile, names: dict[str, str]) -> Iterator[tuple[str, torch.Tensor]]:
+    with f:
+        for theirs, ours in names.items():
+            array = np.asarray(f.load(theirs), dtype=np.float32)
+            if theirs in PLUS_ONE:
+                array = array - 1.0
+            yield ours, torch.from_numpy(np.ascontiguousarray(array))

@@ -1,0 +1,87 @@
+"""A malformed or mismatched mmproj file is refused at import with the reason (formats/mmproj.py
+through the registry and `mlxr import --mmproj`), before anything is registered; a good one is
+registered with its model, and /api/show says the pair takes images."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from mmproj_files import rewrite
+from model_fixtures import FIXTURES, ROOT, fixture_model
+
+from mlxr.errors import InvalidParameterError, ModelFormatError
+from mlxr.registry import Registry
+
+
+@pytest.fixture(scope="module")
+def files():
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable
+    from mlxr.testing.mmproj_fixtures import llama_cpp_vlm
+
+    try:
+        return llama_cpp_vlm("tiny-gemma3-vlm-swa", FIXTURES)
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+
+
+BAD = {
+    "projector type": ({"clip.projector_type": "llama4"}, (), {}, "projector type 'llama4' is not supported"),
+    "no vision encoder": ({"clip.has_vision_encoder": False}, (), {}, "has no vision encoder"),
+    "layer count": ({"clip.vision.block_count": 100_000}, (), {}, "block_count must be an integer in 1..256"),
+    "patch grid": ({"clip.vision.image_size": 30}, (), {}, "not a whole number of 4-pixel patches"),
+    "heads": ({"clip.vision.attention.head_count": 3}, (), {}, "does not split into 3 heads"),
+    "std": ({"clip.vision.image_std": [0.5, 0.0, 0.5]}, (), {}, "image_std must be three numbers above 0"),
+    "missing tensor": ({}, ("v.blk.1.attn_q.weight",), {}, "lacks tensors: v.blk.1.attn_q.weight"),
+    "patch shape": ({}, (), {"v.patch_embd.weight": (32, 3, 2, 2)}, "v.patch_embd.weight has shape (32, 3, 2, 2)"),
+    "width": ({"clip.vision.projection_dim": 48}, (), {}, "projects into 48 dimensions; the model's embeddings have 64"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_malformed_mmproj_is_refused_with_the_reason(files, tmp_path, case):
+    model, mmproj = files
+    metadata, drop, shapes, reason = BAD[case]
+    bad = rewrite(mmproj, tmp_path / "bad-mmproj.gguf", metadata, drop, shapes)
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match=re.escape(reason)):
+        registry.import_model(model, "vlm", projector=bad)
+    assert registry.list() == []
+
+
+def test_the_wrong_files_are_refused(files, tmp_path):
+    model, mmproj = files
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match="is not an mmproj file: general.architecture is 'gemma3'"):
+        registry.import_model(model, "vlm", projector=model)
+    with pytest.raises(ModelFormatError, match="is a gemma3 projector; the model is llama"):
+        registry.import_model(fixture_model("tiny-llama").gguf_path, "vlm", projector=mmproj)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(mmproj.read_bytes()[:5000])
+    with pytest.raises(ModelFormatError):
+        registry.import_model(model, "vlm", projector=truncated)
+    with pytest.raises(InvalidParameterError, match="projector: .* does not exist"):
+        registry.import_model(model, "vlm", projector=tmp_path / "absent.gguf")
+    assert registry.list() == []
+
+
+def test_cli_import_registers_the_pair_or_says_why_not(files, tmp_path):
+    model, mmproj = files
+    home = tmp_path / "home"
+    bad = rewrite(mmproj, tmp_path / "bad-mmproj.gguf", {"clip.projector_type": "llama4"})
+    cli = [sys.executable, "-m", "mlxr.cli", "import", "--home", str(home)]
+    refused = subprocess.run([*cli, str(model), "--name", "vlm", "--mmproj", str(bad)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "projector type 'llama4' is not supported" in refused.stderr
+    done = subprocess.run([*cli, str(model), "--name", "vlm", "--mmproj", str(mmproj)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = Registry(home).resolve("vlm")
+    assert record.projector == mmproj.resolve()
+    assert record.size_bytes == model.stat().st_size + mmproj.stat().st_size
+    from mlxr.server.ollama.model_info import capabilities, read_model
+
+    args, template = read_model(record)
+    assert args.vision is not None and args.vision.tokens_per_image == 16
+    assert "vision" in capabilities(template or "", args)
