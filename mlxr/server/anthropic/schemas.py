@@ -50,3 +50,4 @@ class MessagesRequest(Conversation):
     stop_sequences: Annotated[list[str], Field(max_length=MAX_STOP)] | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None  # user_id: ignored
+    structured_outputs: dict[str, Any] | None = None  # vLLM's extra, as on the OpenAI routes
