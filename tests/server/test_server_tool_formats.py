@@ -168,3 +168,60 @@ def test_structured_outputs_beside_another_constraint_is_a_400_naming_it(base_ur
     r = httpx.post(base_url + "/api/generate", json={"model": name, "prompt": "go", "stream": False,
                                                      "structured_outputs": {"choice": ["yes", "no"]}}, timeout=60)
     assert r.status_code == 200 and r.json()["response"] in ("yes", "no"), r.text
+
+
+# (format, a reply's start that max_tokens cuts inside a call's third value, the members written whole)
+CUTS = [
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "unit": "',
+     {"city": "Paris", "days": 3}),
+    ("qwen3_xml", "On it.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                  "<parameter=days>\n3\n</parameter>\n<parameter=unit>\n", {"city": "Paris", "days": 3}),
+]
+CUT_AT = 96  # tokens: past each start above, inside the letters after it
+
+
+@pytest.mark.parametrize("fmt,start,whole", CUTS, ids=[c[0] for c in CUTS])
+def test_a_call_cut_by_max_tokens_is_the_same_cut_call_streamed_or_not_on_every_api(base_url, client, fmt, start,
+                                                                                   whole):
+    name, regex = served_name(client, fmt), {"structured_outputs": {"regex": literal(start) + "[a-z]{4000}"}}
+    ask = [{"role": "user", "content": "go"}]
+    chat = dict(model=name, messages=ask, tools=OPENAI_TOOLS, temperature=0.0, max_tokens=CUT_AT, extra_body=regex)
+    c = client.chat.completions.create(**chat).choices[0]
+    (call,) = c.message.tool_calls
+    assert c.finish_reason == "length" and call.function.arguments.startswith('{"city": "Paris", "days": 3, "unit": "')
+    parts = [d.function.arguments or "" for ch in client.chat.completions.create(**chat, stream=True)
+             for d in (ch.choices[0].delta.tool_calls or []) if ch.choices]
+    assert "".join(parts) == call.function.arguments
+
+    resp = dict(model=name, input="go", temperature=0.0, max_output_tokens=CUT_AT, extra_body=regex,
+                tools=[{"type": "function", "name": n, "parameters": p} for n, p in TOOLS.items()])
+    r = client.responses.create(**resp)
+    (item,) = [o for o in r.output if o.type == "function_call"]
+    assert r.status == "incomplete" and item.status == "incomplete" and item.arguments == call.function.arguments
+    events = list(client.responses.create(**resp, stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta") == item.arguments
+    assert [e.item.status for e in events if e.type == "response.output_item.done" and e.item.type == "function_call"] \
+        == ["incomplete"]
+
+    messages = anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0, timeout=120).messages
+    anth = dict(model=name, messages=ask, max_tokens=CUT_AT, tools=[{"name": n, "input_schema": p} for n, p in TOOLS.items()],
+                extra_body={"temperature": 0.0, **regex})
+    m = messages.create(**anth)
+    (use,) = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "max_tokens" and (use.name, use.input) == ("get_weather", whole)
+    with messages.stream(**anth) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    partial = "".join(e.delta.partial_json for e in events if e.type == "content_block_delta"
+                      and e.delta.type == "input_json_delta")
+    assert partial == call.function.arguments and final.stop_reason == "max_tokens"
+    assert [b.input for b in final.content if b.type == "tool_use"] == [whole]
+
+    ollama_chat = ollama.Client(host=base_url, timeout=120, transport=ExtraBody(regex)).chat
+    args = dict(model=name, messages=ask, tools=OPENAI_TOOLS, options={"temperature": 0, "num_predict": CUT_AT})
+    o = ollama_chat(**args)
+    assert o.done_reason == "length" and [(t.function.name, t.function.arguments) for t in o.message.tool_calls] == \
+        [("get_weather", whole)]
+    chunks = list(ollama_chat(**args, stream=True))
+    assert [(t.function.name, t.function.arguments) for ch in chunks for t in ch.message.tool_calls or []] == \
+        [("get_weather", whole)] and chunks[-1].done_reason == "length"
