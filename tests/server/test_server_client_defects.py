@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import anthropic
 import httpx
 import ollama
 import openai
@@ -133,6 +134,34 @@ def test_a_forced_call_cut_by_max_tokens_is_an_incomplete_call(client, model, ch
     streamed = [d.function for ch in chunks for d in (ch.choices[0].delta.tool_calls or []) if ch.choices]
     assert streamed[0].name == "get_weather" and "".join(f.arguments or "" for f in streamed) == call.function.arguments
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["length"]
+
+
+def test_a_forced_call_cut_by_max_tokens_is_an_incomplete_call_on_responses_and_anthropic(base_url, client, model):
+    f = WEATHER["function"]
+    resp = dict(model=model, input="Weather in Paris?", tools=[{"type": "function", **f}], tool_choice="required",
+                max_output_tokens=40, temperature=1.0, reasoning={"effort": "none"})
+    r = client.responses.create(**resp)
+    (item,) = r.output
+    assert r.status == "incomplete" and (item.type, item.status, item.name) == ("function_call", "incomplete",
+                                                                                 "get_weather")
+    assert item.arguments.startswith('{"city": "')
+    events = list(client.responses.create(**resp, stream=True))
+    assert [e.item.status for e in events if e.type == "response.output_item.done"] == ["incomplete"]
+    assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta").startswith(
+        '{"city": "') and events[-1].type == "response.incomplete"
+    messages = anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0, timeout=120).messages
+    anth = dict(model=model, messages=ASK, max_tokens=40, tools=[{"name": f["name"], "input_schema": f["parameters"]}],
+                tool_choice={"type": "any"}, thinking={"type": "disabled"})
+    m = messages.create(**anth)
+    assert m.stop_reason == "max_tokens" and [(b.type, b.name, b.input) for b in m.content] == \
+        [("tool_use", "get_weather", {})]  # its one string value was cut: no member is whole
+    with messages.stream(**anth) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    partial = "".join(e.delta.partial_json for e in events if e.type == "content_block_delta"
+                      and e.delta.type == "input_json_delta")
+    assert partial.startswith('{"city": "') and final.stop_reason == "max_tokens"
+    assert [(b.type, b.name) for b in final.content] == [("tool_use", "get_weather")]
 
 
 def test_every_error_response_has_a_log_line(base_url, home, client, model):
