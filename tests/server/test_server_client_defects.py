@@ -175,3 +175,19 @@ def test_every_error_response_has_a_log_line(base_url, home, client, model):
     assert any(route == "/v1/chat/completions" and status == 400 and "messages" in reason
                for route, status, reason in errors)
     assert any(status == 404 and "no-such-model" in reason for _, status, reason in errors)
+
+
+def test_error_answers_outside_the_handlers_have_a_log_line_too(base_url, home, model):
+    """Routes that answer an error themselves: a blob's HEAD, a missing web UI file, a cut upload;
+    and the Anthropic and Ollama routes' own errors."""
+    absent = "/api/blobs/sha256:" + "cd" * 32
+    assert httpx.head(base_url + absent).status_code == 404
+    assert httpx.get(base_url + "/ui/no-such-file.js").status_code == 404
+    assert httpx.post(base_url + "/v1/messages", json={"model": model, "max_tokens": 4}).status_code == 400
+    assert httpx.post(base_url + "/api/chat", json={"model": "no-such-model", "messages": ASK}).status_code == 404
+    lines = [json.loads(line) for line in server_log(home).splitlines() if line.startswith("{")]
+    errors = [(e["route"], e["status"], e["reason"]) for e in lines if e.get("msg") == "error response"]
+    assert (absent, 404, "no such blob") in errors
+    assert any(route == "/ui/no-such-file.js" and status == 404 for route, status, _ in errors)
+    assert any(route == "/v1/messages" and status == 400 and "messages" in reason for route, status, reason in errors)
+    assert any(route == "/api/chat" and status == 404 and "no-such-model" in reason for route, status, reason in errors)
