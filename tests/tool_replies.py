@@ -52,6 +52,9 @@ REPLIES = [
     ("hermes", '<tool_call>{"name": "note", "arguments": {"text": "a\\ud83d\\ude00b\\n\\t\\\\ \\/x", "n": -0.5e-3, '
                '"z": [true,false,null,{"k":[]}]}}</tool_call>',
      "", [("note", {"text": "a\U0001F600b\n\t\\ /x", "n": -0.0005, "z": [True, False, None, {"k": []}]})]),
+    ("inferred", 'Let me see. <fn_call>{"name": "get_weather", "arguments": {"city": "Lima", "days": 2}}</fn_call>'
+                 '<fn_call>{"name": "add", "arguments": {"a": 2}}</fn_call>', "Let me see. ",
+     [("get_weather", {"city": "Lima", "days": 2}), ("add", {"a": 2})]),
     ("generic", 'Hm <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> done', "Hm  done",
      [("add", {"a": 1, "b": 2})]),
 ]
@@ -70,6 +73,7 @@ TEMPLATES = {  # fragments of the families' own chat templates
     "llama3_json": "<|start_header_id|>ipython<|end_header_id|> {{ tools }} <|eot_id|>",
     "mistral": "[AVAILABLE_TOOLS] {{ tools }} [/AVAILABLE_TOOLS]",
     "generic": "{% for m in messages %}{{ m.content }}{% endfor %}",
+    "inferred": "{% for tc in message.tool_calls %}<fn_call>{{ tc.function | tojson }}</fn_call>{% endfor %}",
     "hermes": "{% for tool in tools %}{{ tool | tojson }}{% endfor %}<tool_call>\n{{ x }}\n</tool_call>",
 }
 

@@ -22,7 +22,7 @@ from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
 from mlxr.server.anthropic.errors import error_body as anthropic_error, is_anthropic_path
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.internal_errors import InternalErrors
-from mlxr.server.logs import REQUEST_LOGGER, ThroughputLogger
+from mlxr.server.logs import ThroughputLogger, log_error_response
 from mlxr.server.metrics import ServerMetrics
 from mlxr.server.model_manager import ModelManager, ServedModel
 from mlxr.server.openapi_doc import install_openapi
@@ -36,7 +36,6 @@ _NO_OTEL = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
             if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
 log = logging.getLogger(__name__)
-errors_log = logging.getLogger(REQUEST_LOGGER)
 Ready = Callable[[list[ServedModel]], None]
 # How pydantic names a union member in an error's location: "str", "list[int]", ...
 _UNION_MEMBER = re.compile(r"(str|int|float|bool)|\w+\[.*\]|function-\w+\[.*\]")
@@ -53,8 +52,7 @@ def error_response(path: str, status: int, message: str, kind: str, param: str |
     headers = {"Retry-After": "1"} if status == 503 else None
     # Every error answer is made here (handlers, guards, 500s): one line each, so a 404 on an
     # unknown route or a body that fails validation is in the log too, not only the client's.
-    fields = {"route": path, "status": status, "reason": message[:500], "param": param}
-    errors_log.log(logging.WARNING if status >= 500 else logging.INFO, "error response", extra={"fields": fields})
+    log_error_response(path, status, message, param)
     return JSONResponse(body, status_code=status, headers=headers)
 
 

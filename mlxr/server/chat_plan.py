@@ -153,7 +153,8 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
         plan.max_calls = 1 if parallel is False else MAX_CALLS
     if mode in ("required", "named"):
         if other_constraint:
-            raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with response_format")
+            raise InvalidParameterError("tool_choice", f"{tool_choice!r} cannot be combined with another constraint "
+                                        "(response_format, text.format or structured_outputs)")
         constraint = _call_constraint(fmt, tools or [], mode, name, parallel)
         forced = [name] if mode == "named" else plan.tool_names
         plan.forced, plan.constraint = True, constraint

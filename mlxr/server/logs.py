@@ -20,6 +20,13 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 LOG_FORMATS = ("auto", "json", "human")
 
 
+def log_error_response(route: str, status: int, reason: str, param: str | None = None) -> None:
+    """The one line every 4xx and 5xx answer gets: route, status and reason."""
+    fields = {"route": route, "status": status, "reason": reason[:500], "param": param}
+    logging.getLogger(REQUEST_LOGGER).log(logging.WARNING if status >= 500 else logging.INFO, "error response",
+                                          extra={"fields": fields})
+
+
 def _fields(record: logging.LogRecord) -> dict:
     """`log.info("msg", extra={"fields": {...}})`'s fields and any other `extra` keys."""
     out = dict(getattr(record, "fields", None) or {})

@@ -1,10 +1,17 @@
 """Hostile bodies on the Anthropic routes: bad or unknown content blocks, wrong roles for a
 block, huge inputs. Each is a 400 in Anthropic's error shape naming the field, never a 500,
-streamed or not, on /v1/messages and on count_tokens; the server answers throughout."""
+streamed or not, on /v1/messages and on count_tokens; the server answers throughout. And
+schemathesis over the routes' OpenAPI description (content blocks, tools and all), for the
+served model: never a 5xx, nor an api_error inside a stream."""
 from __future__ import annotations
+
+import json
 
 import httpx
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
 from server_harness import tiny_llama_server
 
 
@@ -106,3 +113,46 @@ def test_still_serving_after_hostile_bodies(base_url, name):
         assert r.status_code == 400 and r.json()["type"] == "error", r.text
     body = {"model": name, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
     assert httpx.post(base_url + "/v1/messages", json=body, timeout=120).json()["type"] == "message"
+
+
+def _served(body: object, name: str, mode: GenerationMode) -> None:
+    """The served model (a generated name is a 404 before anything else is read), few tokens
+    (in positive mode an integral float too: 4.0 is no integer to the strict schema)."""
+    if isinstance(body, dict):
+        body["model"] = name
+        tokens = body.get("max_tokens")
+        if isinstance(tokens, int) and tokens > 4 or mode is GenerationMode.POSITIVE and isinstance(tokens, float):
+            body["max_tokens"] = 4
+
+
+def _server_fault(response) -> str | None:
+    kind = (response.headers.get("content-type") or [""])[0]
+    if response.status_code >= 500 or not kind.startswith(("application/json", "text/event-stream")):
+        return f"{response.status_code} {response.text[:300]}"
+    if response.status_code >= 400 and response.json().get("type") != "error":
+        return f"not Anthropic's error shape: {response.text[:300]}"
+    if kind.startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data: ") and '"error"' in line and json.loads(line[6:])["error"]["type"] == "api_error":
+                return f"an api_error in the stream: {line[:300]}"
+    return None
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_schemathesis_over_the_anthropic_routes_finds_no_server_error(base_url, name, mode):
+    schema = schemathesis.openapi.from_url(base_url + "/openapi.json").include(path_regex=r"^/v1/messages")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert sorted(op.label for op in operations) == ["POST /v1/messages", "POST /v1/messages/count_tokens"]
+    failures: list[str] = []
+    for op in operations:
+
+        @given(case=op.as_strategy(generation_mode=mode))
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case) -> None:
+            _served(case.body, name, mode)
+            fault = _server_fault(case.call(timeout=60))
+            if fault:
+                failures.append(f"{op.label} {case.body!r:.400} -> {fault}")
+
+        check()
+    assert not failures, "\n".join(failures[:10])

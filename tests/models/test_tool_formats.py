@@ -12,8 +12,13 @@ import pytest
 from mlxr.chat.tools import CallSplitter, format_for_template, format_named
 from tool_replies import REPLIES, TEMPLATES, TOOLS
 
+def tool_format(fmt: str):
+    """The format by name; the inferred one exists only as read from its template."""
+    return format_for_template(TEMPLATES[fmt]) if fmt == "inferred" else format_named(fmt)
+
+
 def run(fmt: str, parts: list[str], tools=TOOLS, forced: bool = False, max_calls: int = 64):
-    s = CallSplitter(format_named(fmt), forced, tools, max_calls)
+    s = CallSplitter(tool_format(fmt), forced, tools, max_calls)
     pieces = [p for part in parts for p in s.feed(part)] + s.finish()
     return pieces
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import anthropic
 import httpx
 import ollama
 import openai
@@ -135,6 +136,34 @@ def test_a_forced_call_cut_by_max_tokens_is_an_incomplete_call(client, model, ch
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["length"]
 
 
+def test_a_forced_call_cut_by_max_tokens_is_an_incomplete_call_on_responses_and_anthropic(base_url, client, model):
+    f = WEATHER["function"]
+    resp = dict(model=model, input="Weather in Paris?", tools=[{"type": "function", **f}], tool_choice="required",
+                max_output_tokens=40, temperature=1.0, reasoning={"effort": "none"})
+    r = client.responses.create(**resp)
+    (item,) = r.output
+    assert r.status == "incomplete" and (item.type, item.status, item.name) == ("function_call", "incomplete",
+                                                                                 "get_weather")
+    assert item.arguments.startswith('{"city": "')
+    events = list(client.responses.create(**resp, stream=True))
+    assert [e.item.status for e in events if e.type == "response.output_item.done"] == ["incomplete"]
+    assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta").startswith(
+        '{"city": "') and events[-1].type == "response.incomplete"
+    messages = anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0, timeout=120).messages
+    anth = dict(model=model, messages=ASK, max_tokens=40, tools=[{"name": f["name"], "input_schema": f["parameters"]}],
+                tool_choice={"type": "any"}, thinking={"type": "disabled"})
+    m = messages.create(**anth)
+    assert m.stop_reason == "max_tokens" and [(b.type, b.name, b.input) for b in m.content] == \
+        [("tool_use", "get_weather", {})]  # its one string value was cut: no member is whole
+    with messages.stream(**anth) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    partial = "".join(e.delta.partial_json for e in events if e.type == "content_block_delta"
+                      and e.delta.type == "input_json_delta")
+    assert partial.startswith('{"city": "') and final.stop_reason == "max_tokens"
+    assert [(b.type, b.name) for b in final.content] == [("tool_use", "get_weather")]
+
+
 def test_every_error_response_has_a_log_line(base_url, home, client, model):
     assert httpx.get(base_url + "/no/such/route").status_code == 404
     assert httpx.post(base_url + "/v1/chat/completions", json={"model": model, "messages": "x"}).status_code == 400
@@ -146,3 +175,19 @@ def test_every_error_response_has_a_log_line(base_url, home, client, model):
     assert any(route == "/v1/chat/completions" and status == 400 and "messages" in reason
                for route, status, reason in errors)
     assert any(status == 404 and "no-such-model" in reason for _, status, reason in errors)
+
+
+def test_error_answers_outside_the_handlers_have_a_log_line_too(base_url, home, model):
+    """Routes that answer an error themselves: a blob's HEAD, a missing web UI file, a cut upload;
+    and the Anthropic and Ollama routes' own errors."""
+    absent = "/api/blobs/sha256:" + "cd" * 32
+    assert httpx.head(base_url + absent).status_code == 404
+    assert httpx.get(base_url + "/ui/no-such-file.js").status_code == 404
+    assert httpx.post(base_url + "/v1/messages", json={"model": model, "max_tokens": 4}).status_code == 400
+    assert httpx.post(base_url + "/api/chat", json={"model": "no-such-model", "messages": ASK}).status_code == 404
+    lines = [json.loads(line) for line in server_log(home).splitlines() if line.startswith("{")]
+    errors = [(e["route"], e["status"], e["reason"]) for e in lines if e.get("msg") == "error response"]
+    assert (absent, 404, "no such blob") in errors
+    assert any(route == "/ui/no-such-file.js" and status == 404 for route, status, _ in errors)
+    assert any(route == "/v1/messages" and status == 400 and "messages" in reason for route, status, reason in errors)
+    assert any(route == "/api/chat" and status == 404 and "no-such-model" in reason for route, status, reason in errors)

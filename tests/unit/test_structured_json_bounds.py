@@ -78,3 +78,25 @@ def test_objects_that_allow_other_keys_or_merge_under_all_of_keep_them():
     merged = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
                         {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
     assert all("additionalProperties" not in branch for branch in bounded_schema(merged)["allOf"])
+
+
+UNENFORCED = [  # (a property's schema llguidance cannot enforce, a value for it)
+    ({"type": "string", "format": "password"}, '"s3cret"'), ({"type": "integer", "format": "int64"}, "5"),
+    ({"type": "string", "format": "binary"}, '"AA"'), ({"not": {"type": "string"}}, "5"),
+    ({"type": "array", "contains": {"type": "integer"}, "minContains": 1}, "[1]"),
+    ({"type": "string", "if": {"maxLength": 2}, "then": {"pattern": "a"}}, '"ab"'),
+]
+
+
+@pytest.mark.parametrize("field,value", UNENFORCED, ids=["password", "int64", "binary", "not", "contains", "if-then"])
+def test_unknown_formats_and_unimplemented_keywords_are_accepted_not_enforced(field, value):
+    schema = {"type": "object", "properties": {"x": field}, "required": ["x"]}
+    check(SO(json=schema))
+    assert follows(schema, '{"x": ' + value + "}")
+
+
+def test_the_formats_llguidance_knows_are_still_enforced():
+    for fmt, good, bad in (("email", '"a@b.co"', '"not an email"'), ("uuid", '"123e4567-e89b-12d3-a456-426614174000"',
+                           '"123"'), ("date", '"2026-12-02"', '"02/12/2026"')):
+        schema = {"type": "object", "properties": {"x": {"type": "string", "format": fmt}}, "required": ["x"]}
+        assert follows(schema, '{"x": ' + good + "}") and not follows(schema, '{"x": ' + bad + "}"), fmt

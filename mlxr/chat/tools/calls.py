@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import jiter
+
 MAX_CALLS = 64  # calls taken from one reply; the rest stays content
 
 
@@ -20,6 +22,18 @@ class ToolCall:
     arguments: dict[str, Any]
     id: str = field(default_factory=new_call_id)
     cut: str | None = None  # a call that max_tokens cut off: its arguments' text as far as written
+
+    def cut_off(self, text: str) -> ToolCall:
+        """This call as max_tokens cut it: its arguments' text as far as written, and as an
+        object the members that text holds whole (what Anthropic's client makes of the streamed
+        partial JSON), so a cut call's `input` is the same streamed or not."""
+        self.cut = text
+        try:
+            value = jiter.from_json(text.encode(), partial_mode=True) if text.strip() else {}
+        except ValueError:
+            value = {}
+        self.arguments = value if isinstance(value, dict) else {}
+        return self
 
     @property
     def arguments_json(self) -> str:
@@ -81,7 +95,7 @@ def cut_calls(text: str, args_key: str = "arguments") -> list[ToolCall]:
         return whole
     after = rest[m.end():]
     key = re.match(r'\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*', after)
-    return [*whole, ToolCall(json.loads(m.group(1)), {}, cut=after[key.end():] if key else "")]
+    return [*whole, ToolCall(json.loads(m.group(1)), {}).cut_off(after[key.end():] if key else "")]
 
 
 def _whole_items(text: str) -> tuple[list[ToolCall], str]:

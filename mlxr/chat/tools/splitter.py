@@ -182,11 +182,11 @@ class CallSplitter:
         for i, call in enumerate(calls):
             if i < len(started):
                 call.id = started[i].id
-                if call.cut is not None:  # the arguments as far as they were streamed
-                    call.cut = sent[i] if sent[i] else call.cut
+                if call.cut is not None and sent[i]:  # the arguments as far as they were streamed
+                    call.cut_off(sent[i])
                 out += self._finish_started(call, started[i], sent[i])
         for i in range(len(calls), len(started)):  # started, but the block did not parse into them
-            call = ToolCall(started[i].name, {}, id=started[i].id, cut=sent[i])
+            call = ToolCall(started[i].name, {}, id=started[i].id).cut_off(sent[i])
             calls.append(call)
         self._calls += len(calls)
         self._at_start = False

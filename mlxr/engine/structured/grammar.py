@@ -35,7 +35,10 @@ LIMITS = dict(max_grammar_size=200_000, max_lexer_states=100_000,
 
 # JSON as models usually write it, one space after ':' and ','; no free whitespace, so a model
 # cannot spend its tokens on blanks (a schema's "x-guidance" options still override these).
-JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# Lenient: a `format` llguidance does not know (pydantic's "password", OpenAPI's "int64") and the
+# keywords it does not implement (not, if/then, contains, propertyNames...) are accepted and not
+# enforced, where they were a 400; the formats it knows are still enforced.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": True}
 
 
 def parser_limits() -> llguidance.LLParserLimits:

@@ -19,6 +19,7 @@ from mlxr.server.chat_plan import ChatPlan
 from mlxr.server.images import ImageSources
 from mlxr.server.openai.prompts import check_fits, render_plan
 from mlxr.server.openai.sse import stream_response
+from mlxr.server.openai.structured import vllm_constraint
 from mlxr.server.reasoning_budget import BudgetedReply
 from mlxr.server.session import Session, status_of
 from mlxr.types import RequestOutput, SamplingParams
@@ -67,7 +68,8 @@ async def _render(session: Session, body: Conversation) -> tuple[list[int], Chat
             raise InvalidParameterError("thinking", "a thinking budget is not supported with images")
         return await render_plan(served.tokenizer, served.context_length, "messages", messages,
                                  chat_tools(body), tool_choice=choice, parallel=parallel,
-                                 thinking=_thinking(body), images=images)
+                                 thinking=_thinking(body), images=images,
+                                 other_constraint=getattr(body, "structured_outputs", None) is not None)
     except InvalidParameterError as e:
         raise anthropic_param(e) from None
 
@@ -90,7 +92,8 @@ def _params(body: MessagesRequest, plan: ChatPlan, d: SamplingDefaults) -> Sampl
                               top_p=d.get("top_p", 1.0) if body.top_p is None else body.top_p,
                               top_k=d.get("top_k", 0) if body.top_k is None else body.top_k,
                               min_p=d.get("min_p", 0.0), repetition_penalty=d.get("repetition_penalty", 1.0),
-                              stop=body.stop_sequences, structured_outputs=plan.constraint_for(None))
+                              stop=body.stop_sequences,
+                              structured_outputs=plan.constraint_for(vllm_constraint(body.structured_outputs)))
     except InvalidParameterError as e:
         if e.param != "stop":
             raise

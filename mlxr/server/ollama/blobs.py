@@ -7,7 +7,6 @@ hard link (a copy across file systems) of its blobs under the names the client g
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import shutil
@@ -19,8 +18,8 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from mlxr.errors import InvalidParameterError
+from mlxr.server.logs import log_error_response
 
-log = logging.getLogger(__name__)
 router = APIRouter(tags=["ollama"])
 MAX_FILES = 128
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
@@ -41,7 +40,10 @@ def blob_path(folder: Path, digest: str, field: str = "digest") -> Path:
 
 @router.head("/api/blobs/{digest}")
 async def has_blob(digest: str, request: Request) -> Response:
-    return Response(status_code=200 if blob_path(blob_dir(request), digest).is_file() else 404)
+    if blob_path(blob_dir(request), digest).is_file():
+        return Response(status_code=200)
+    log_error_response(request.url.path, 404, "no such blob")  # a HEAD answer carries no body to say so
+    return Response(status_code=404)
 
 
 @router.post("/api/blobs/{digest}")
@@ -64,7 +66,7 @@ async def push_blob(digest: str, request: Request) -> Response:
             raise InvalidParameterError("digest", f"digest mismatch: the body hashes to sha256:{h.hexdigest()}")
         os.replace(tmp, final)
     except ClientDisconnect:  # the client's doing, not the server's: one line, no traceback
-        log.warning("blob upload %s cut by its client after %d bytes; nothing kept", final.name, size)
+        log_error_response(request.url.path, 400, f"upload cut by its client after {size} bytes; nothing kept")
         return Response(status_code=400)
     finally:
         tmp.unlink(missing_ok=True)

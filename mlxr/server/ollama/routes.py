@@ -126,7 +126,7 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
         budget = max_tokens(body.options, len(prompt_ids), window, "messages" if chat else "prompt",
                             default_max_tokens(held.request))
         held.session.trace.prompt_tokens = len(prompt_ids)
-        constraint = structured_outputs(body.format)
+        constraint = structured_outputs(body.format, body.structured_outputs)
         if planned is not None and planned.plan is not None:  # a chat reply may reason first
             await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)

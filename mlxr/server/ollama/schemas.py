@@ -13,6 +13,8 @@ KeepAlive = Annotated[float, Strict()] | Annotated[str, Strict()] | None
 MAX_EMBED_INPUTS = 256  # each is a forward pass on the engine thread
 # "json" or a JSON schema: decoding is constrained to it (see structured.py).
 Format = Literal["", "json"] | dict[str, Any] | None
+# vLLM's `structured_outputs` (regex, choice, grammar, json): an extra beside Ollama's `format`.
+Constraint = dict[str, Any] | None
 
 
 class _Body(CheckedText):
@@ -43,6 +45,7 @@ class GenerateRequest(_Body):
     context: list[Int] | None = None
     raw: bool = False
     format: Format = None
+    structured_outputs: Constraint = None
     options: Options | None = None
     stream: bool = True
     keep_alive: KeepAlive = None
@@ -80,6 +83,7 @@ class ChatRequest(_Body):
     messages: list[ChatMessage] = Field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     format: Format = None
+    structured_outputs: Constraint = None
     options: Options | None = None
     stream: bool = True
     keep_alive: KeepAlive = None

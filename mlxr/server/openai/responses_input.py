@@ -9,6 +9,7 @@ from mlxr.errors import InvalidParameterError
 from mlxr.server.images import ImageSources
 from mlxr.server.openai.schemas import SEED_MAX, SEED_MIN, MaxTokens, Priority, _Body
 from mlxr.server.openai.strict_schema import strict_schema, strict_tool
+from mlxr.server.openai.structured import vllm_constraint
 from mlxr.server.tool_history import check_arguments
 from mlxr.types import StructuredOutputsParams
 
@@ -40,6 +41,7 @@ class ResponsesRequest(_Body):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: TextOptions | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM's extra: regex, choice, grammar, json
     reasoning: Reasoning | None = None
     max_output_tokens: MaxTokens | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -158,9 +160,13 @@ def responses_param(error: InvalidParameterError) -> InvalidParameterError:
 
 
 def text_constraint(body: ResponsesRequest) -> StructuredOutputsParams | None:
+    """text.format's constraint, or vLLM's `structured_outputs` (one of the two)."""
     fmt = body.text.format if body.text else None
+    extra = vllm_constraint(body.structured_outputs)
+    if extra is not None and fmt is not None and fmt.type != "text":
+        raise InvalidParameterError("structured_outputs", "give one constraint; text.format is already one")
     if fmt is None or fmt.type == "text":
-        return None
+        return extra
     if fmt.type == "json_object":
         return StructuredOutputsParams(json_object=True)
     if not isinstance(fmt.schema_, dict):

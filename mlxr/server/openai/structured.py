@@ -18,7 +18,7 @@ def structured_outputs(body: Any) -> StructuredOutputsParams | None:
     """The one constraint the body asks for, or None."""
     found = [(name, spec) for name, spec in (
         ("response_format", _from_response_format(getattr(body, "response_format", None))),
-        ("structured_outputs", _from_vllm(getattr(body, "structured_outputs", None))),
+        ("structured_outputs", vllm_constraint(getattr(body, "structured_outputs", None))),
         *((name, _from_guided(name, getattr(body, name, None))) for name in _GUIDED),
     ) if spec is not None]
     if len(found) > 1:
@@ -38,7 +38,9 @@ def _from_response_format(fmt: Any) -> StructuredOutputsParams | None:
     return StructuredOutputsParams(json=strict_schema(schema) if spec.get("strict") is True else schema)
 
 
-def _from_vllm(raw: Any) -> StructuredOutputsParams | None:
+def vllm_constraint(raw: Any) -> StructuredOutputsParams | None:
+    """vLLM's `structured_outputs` body field, taken on every API (the Responses, Anthropic and
+    Ollama routes too)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):

@@ -17,6 +17,8 @@ from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlxr.server.logs import log_error_response
+
 STATIC_DIR = Path(__file__).parent / "static"
 UI_PREFIX = "/ui"
 DOCS_ASSETS = "/docs-assets"
@@ -58,21 +60,22 @@ class WebUI:
         elif path == UI_PREFIX:
             await RedirectResponse(UI_PREFIX + "/", status_code=307)(scope, receive, send)
         elif path.startswith(UI_PREFIX + "/"):
-            await _files(self.ui, _strip(scope, UI_PREFIX), receive, _with_headers(send, UI_HEADERS))
+            await _files(self.ui, _strip(scope, UI_PREFIX), receive, _with_headers(send, UI_HEADERS), path)
         elif path == REDOC_JS and method == "GET" and self.docs is not None:
             await Response(_offline_redoc(self.docs.directory), media_type="text/javascript")(scope, receive, send)
         elif path.startswith(DOCS_ASSETS + "/") and self.docs is not None:
-            await _files(self.docs, _strip(scope, DOCS_ASSETS), receive, send)
+            await _files(self.docs, _strip(scope, DOCS_ASSETS), receive, send, path)
         else:
             await self.app(scope, receive, send)
 
 
-async def _files(files: StaticFiles, scope: Scope, receive: Receive, send: Send) -> None:
+async def _files(files: StaticFiles, scope: Scope, receive: Receive, send: Send, route: str) -> None:
     """StaticFiles raises its 404 and 405; out here no exception handler would turn them
     into answers."""
     try:
         await files(scope, receive, send)
     except HTTPException as e:
+        log_error_response(route, e.status_code, str(e.detail))
         await PlainTextResponse(str(e.detail), status_code=e.status_code, headers=e.headers)(scope, receive, send)
 
 
