@@ -18,7 +18,7 @@ from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.core.compile_watch import WATCH
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.core.in_flight import StepsInFlight
-from mlxr.engine.core.lora_setup import adapter_slots, attach_core_lora
+from mlxr.engine.core.lora_setup import adapter_slots, attach_core_lora, lora_stats
 from mlxr.engine.core.warm_up import warm_up
 from mlxr.engine.kv.block_file import Layout
 from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, num_blocks_for_memory
@@ -371,6 +371,7 @@ class EngineCore:
                spec.forced_drafts, spec.forced_draft_tokens, spec.forced_accepted_tokens)
               if spec is not None else ()),
             vision_encoder_calls=self.runner.images.encoder_calls if getattr(self.runner, "images", None) else 0,
+            **lora_stats(self.runner.lora, sch),
         )
 
     def _device_bytes(self) -> int:

@@ -24,3 +24,15 @@ def adapter_slots(targets: LoRATargets, parts, config: EngineConfig) -> AdapterS
     for name, path in config.lora_modules:
         slots.load(name, path)
     return slots
+
+
+def lora_stats(slots: AdapterSlots | None, scheduler) -> dict:
+    """EngineStats' LoRA fields: the slots, and the adapters running and waiting by name."""
+    if slots is None:
+        return {}
+
+    def names(requests) -> tuple[str, ...]:
+        return tuple(sorted({slots.by_id[r.lora_id].name for r in requests if r.lora_id and r.lora_id in slots.by_id}))
+
+    return {"max_lora": slots.targets.slots, "running_lora_adapters": names(scheduler.running),
+            "waiting_lora_adapters": names([*scheduler.waiting, *scheduler.swapped])}

@@ -83,9 +83,12 @@ class AdapterSlots:
         """Drop unloaded adapters that no unfinished request (live_ids) names any more."""
         loaded = {a.lora_id for a in self.by_name.values()}
         for lora_id in [i for i in self.by_id if i not in loaded and i not in live_ids]:
+            slot = self.slot_of.get(lora_id)
+            if slot is not None and self.holders[slot]:
+                continue  # the runner has not yet heard of its last requests' end
             del self.by_id[lora_id]
-            slot = self.slot_of.pop(lora_id, None)
             if slot is not None:
+                del self.slot_of[lora_id]
                 self.resident[slot] = None
                 self.idle.move_to_end(slot, last=False)  # an empty slot is reused first
 
