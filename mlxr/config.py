@@ -208,6 +208,10 @@ MAX_DATA_PARALLEL = 64
 MAX_STEP_TIME_TARGET_S = 60.0
 
 
+MAX_LORAS = 256  # resident adapter slots: each holds every projection's A and B
+MAX_LORA_RANK = 512
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Knobs of the serving engine (vLLM names)."""
@@ -288,11 +292,24 @@ class EngineConfig:
     # data_parallel_rank: which one this core is (its event batches carry it; ports are offset by it).
     data_parallel_size: int = 1
     data_parallel_rank: int = 0
+    # LoRA adapters (docs/lora.md): enable_lora wraps the projections at start; up to max_loras
+    # adapters are resident at once (idle ones evicted least recently used); an adapter's rank
+    # may be at most max_lora_rank (vLLM's default, 64); lora_modules: (name, path) loaded at start.
+    enable_lora: bool = False
+    max_loras: int = 4
+    max_lora_rank: int = 64
+    lora_modules: tuple[tuple[str, str], ...] = ()
+    lora_max_bytes: int = 4 << 30  # an adapter file's size at most
+    lora_max_tensors: int = 4096  # an adapter file's tensors at most
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidParameterError("kv_cache_dtype", f"{self.kv_cache_dtype!r} is not one of "
                                         f"{', '.join(KV_CACHE_DTYPES)}")
+        if not 1 <= self.max_loras <= MAX_LORAS:
+            raise InvalidParameterError("max_loras", f"must be 1 to {MAX_LORAS}")
+        if not 1 <= self.max_lora_rank <= MAX_LORA_RANK:
+            raise InvalidParameterError("max_lora_rank", f"must be 1 to {MAX_LORA_RANK}")
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
             raise InvalidParameterError("data_parallel_size", f"must be 1 to {MAX_DATA_PARALLEL}")
         for name in ("kv_events_endpoint", "kv_events_replay_endpoint"):

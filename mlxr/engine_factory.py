@@ -23,6 +23,7 @@ from mlxr.engine.frontend.dp_client import DPClient
 from mlxr.errors import InvalidParameterError
 from mlxr.engine.frontend.llm_engine import LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
+from mlxr.loader.lora import adapter_reader
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -55,7 +56,8 @@ def core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: st
     spec = ModelSpec(ref, DTYPES.get(dtype), device, DTYPES.get(weight_dtype), quantization, projector)
     loaded = spec.load()
     return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
-                     model_digest=model_digest(loaded), draft=_draft_parts(spec, draft))
+                     model_digest=model_digest(loaded), draft=_draft_parts(spec, draft),
+                     read_adapter=adapter_reader(loaded.args))
 
 
 SAMPLE_BYTES = 1 << 20
@@ -162,7 +164,7 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
     loaded = spec.load(progress)
     parts = CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
                       model_digest=model_digest(loaded) if config.kv_cache_dir else "",
-                      draft=_draft_parts(spec, config.speculative_draft_model))
+                      draft=_draft_parts(spec, config.speculative_draft_model), read_adapter=adapter_reader(loaded.args))
     return Built(LLMEngine(parts, config), loaded, loaded.args, loaded.tokenizer)
 
 

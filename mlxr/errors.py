@@ -55,6 +55,13 @@ class ModelFormatError(MLXRError):
     kind = "invalid_model_file"
 
 
+class AdapterError(MLXRError):
+    """A LoRA adapter that cannot be served: a bad file, a bound it passes, or a base it does not fit."""
+
+    status = 400
+    kind = "invalid_lora_adapter"
+
+
 class UnsupportedModelError(MLXRError):
     """A well-formed model file whose architecture or tensor type we do not support."""
 

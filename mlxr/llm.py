@@ -46,6 +46,13 @@ class LLM:
         self.engine = built.engine
         self._ids = itertools.count()
 
+    def load_lora(self, name: str, path: str) -> None:
+        """Serve a LoRA adapter (a PEFT directory or a GGUF LoRA file) as `name` (enable_lora=True)."""
+        self.engine.load_lora(name, path)
+
+    def unload_lora(self, name: str) -> None:
+        self.engine.unload_lora(name)
+
     def shutdown(self) -> None:
         """Stop the engine core (its process, when it has one)."""
         self.engine.shutdown()
@@ -54,17 +61,20 @@ class LLM:
         self,
         prompts: PromptList,
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
+        lora: str | list[str | None] | None = None,
     ) -> list[RequestOutput]:
-        """Run every prompt to completion as one batch; outputs come back in prompt order."""
+        """Run every prompt to completion as one batch; outputs come back in prompt order.
+        lora: a loaded adapter's name (load_lora) for every prompt, or one per prompt (None: the base)."""
         prompts = _normalize_prompts(prompts)
         params = sampling_params or SamplingParams()
         params_list = params if isinstance(params, list) else [params] * len(prompts)
-        if len(params_list) != len(prompts):
+        loras = lora if isinstance(lora, list) else [lora] * len(prompts)
+        if len(params_list) != len(prompts) or len(loras) != len(prompts):
             raise InvalidParameterError("sampling_params", "needs one entry per prompt")
         ids = [f"gen-{next(self._ids)}" for _ in prompts]
         try:
-            for rid, prompt, p in zip(ids, prompts, params_list):
-                self.engine.add_request(rid, prompt, p)
+            for rid, prompt, p, name in zip(ids, prompts, params_list, loras):
+                self.engine.add_request(rid, prompt, p, lora_name=name or "")
         except Exception:
             for rid in ids:  # one bad prompt refuses the whole call and leaves nothing queued
                 self.engine.abort(rid)

@@ -255,6 +255,11 @@ class EngineStats(msgspec.Struct, array_like=True, frozen=True):
     # --data-parallel-size N: each replica's own figures by its index ("0".."N-1"): up, restarts,
     # running, waiting, load_tokens, kv_blocks_used/total, prefix hit/queried tokens, placed_<reason>.
     data_parallel: dict[str, dict[str, int]] = {}
+    # LoRA adapters (vllm:lora_requests_info): resident slots, and the adapters of the requests
+    # running and waiting, by name.
+    max_lora: int = 0
+    running_lora_adapters: tuple[str, ...] = ()
+    waiting_lora_adapters: tuple[str, ...] = ()
 
     @property
     def spec_acceptance_rate(self) -> float:

@@ -8,20 +8,28 @@ from mlxr.engine.records import NewRequestData, SchedulerOutput
 from mlxr.types import SamplingParams
 
 
-def paged_logits(llm, ids: list[int], n_prompt: int) -> torch.Tensor:
-    """[len(ids), vocab] logits: row i predicts token i + 1, as a causal LM's forward does."""
+def paged_logits(llm, ids: list[int], n_prompt: int, lora: str = "") -> torch.Tensor:
+    """[len(ids), vocab] logits: row i predicts token i + 1, as a causal LM's forward does
+    (with the loaded LoRA adapter of that name, if given)."""
+    from mlxr.engine.worker.lora_step import adapter_slots_update, lora_step
+
     core = llm.engine.core.core
     runner, bm = core.runner, core.block_manager
     blocks = bm.take_blocks(bm.blocks_for(len(ids)))
     rid = "probe"
+    lora_id = core.adapters.get(lora).lora_id if lora else 0
     prompt = SchedulerOutput(request_ids=[rid], num_scheduled_tokens=[n_prompt], num_computed_tokens=[0],
                              new_requests=[NewRequestData(rid, list(ids[:n_prompt]), n_prompt,
-                                                          SamplingParams(temperature=0.0), [], blocks)])
+                                                          SamplingParams(temperature=0.0), [], blocks, [], lora_id)])
     try:
         with torch.inference_mode():
-            runner.batch.update(prompt)
+            if runner.lora is None:
+                runner.batch.update(prompt)
+            else:
+                adapter_slots_update(runner.lora, runner.batch, prompt)
             inputs = runner.batch.build(prompt, None, False, None)
-            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta)
+            with lora_step(runner.lora.targets.step, runner.batch, prompt, runner.device) if runner.lora else _none():
+                hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta)
             rows = [runner.model.compute_logits(hidden).float()]
         state = runner.batch.states[rid]
         for i, token in enumerate(ids[n_prompt:]):
@@ -30,10 +38,18 @@ def paged_logits(llm, ids: list[int], n_prompt: int) -> torch.Tensor:
             _, logits = runner.logits(step)
             rows.append(logits.clone())  # a graph replay's logits live in its static buffer
     finally:
-        runner.batch.states.pop(rid, None)
+        state = runner.batch.states.pop(rid, None)
+        if state is not None and state.lora_slot >= 0:
+            runner.lora.release(state.lora_slot)
         runner.batch.steady.forget()
         bm.release_blocks(blocks)
     return torch.cat(rows)
+
+
+def _none():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:

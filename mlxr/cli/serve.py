@@ -93,6 +93,12 @@ def register(sub: argparse._SubParsersAction) -> dict:
                    help="structured output: draft the tokens a grammar forces next (a schema's keys and "
                         "punctuation) and verify them in the step, up to --speculative-max-batch requests (env "
                         "MLXR_JUMP_FORWARD=0: off)")
+    s.add_argument("--lora", action="append", default=[], type=lora_module, metavar="NAME=PATH",
+                   help="serve a LoRA adapter (PEFT directory or GGUF LoRA) of the first --model as NAME; repeatable")
+    s.add_argument("--enable-lora", action="store_true",
+                   help="serve LoRA adapters (implied by --lora): /v1/load_lora_adapter loads more at run time")
+    s.add_argument("--max-loras", type=int, default=4, help="LoRA adapters resident (and in one batch) at once")
+    s.add_argument("--max-lora-rank", type=int, default=64, help="the largest LoRA rank an adapter may have")
     s.add_argument("--allow-remote-images", action="store_true",
                    help="fetch http(s) image URLs that requests name (OpenAI image_url); off, only data: URLs "
                         "are taken, so a request cannot make the server reach an internal address")
@@ -196,6 +202,8 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         kv_events_endpoint=ns.kv_events_endpoint, kv_events_replay_endpoint=ns.kv_events_replay_endpoint,
         kv_events_topic=ns.kv_events_topic, kv_events_allow_remote=ns.kv_events_allow_remote,
         data_parallel_size=ns.data_parallel_size,
+        enable_lora=ns.enable_lora or bool(ns.lora), max_loras=ns.max_loras, max_lora_rank=ns.max_lora_rank,
+        lora_modules=tuple(ns.lora),
     )
     return ServerConfig(
         host=ns.host, port=ns.port, api_keys=keys, allow_unauthenticated=ns.allow_unauthenticated,
@@ -205,6 +213,13 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         stream_interval=ns.stream_interval, api_servers=ns.api_servers,
         allow_remote_images=ns.allow_remote_images,
     )
+
+
+def lora_module(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"--lora: {text!r} is not NAME=PATH")
+    return name.strip(), str(Path(path.strip()).expanduser().resolve())
 
 
 def step_time_target_ms(text: str) -> int:
@@ -306,6 +321,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     if config.api_servers > 1:
         if config.engine.data_parallel_size > 1:
             return fail("--data-parallel-size above 1 runs behind one API process for now: drop --api-servers")
+        if config.engine.enable_lora:
+            return fail("LoRA adapters are served behind one API process for now: drop --api-servers")
         return _supervise(config, registry, ns)
     return run_server(config, registry, ns.shutdown_timeout, ns.log_stats_every, ns.max_tokens_default)
 

@@ -29,6 +29,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     eos_token_ids: list[int]
     arrival_time: float
     images: list[ImageInput] = []  # in prompt order, their spans disjoint
+    lora_name: str = ""  # a LoRA adapter the engine has loaded; "": the base model
 
 
 # --- core -> frontend ------------------------------------------------------------------------
@@ -62,6 +63,7 @@ class NewRequestData(msgspec.Struct, array_like=True, omit_defaults=True):
     eos_token_ids: list[int]
     block_ids: list[int]
     images: list[ImageInput] = []
+    lora_id: int = 0  # the core's id of its LoRA adapter; 0: the base model
 
 
 class SchedulerOutput(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -126,6 +128,15 @@ class PromptLogprobs(msgspec.Struct, tag=True, array_like=True):
     first: int = 0  # the first position whose next token is scored
 
 
+class LoRACall(msgspec.Struct, tag=True, array_like=True):
+    """Load ("load", name, path), unload ("unload", name) or list ("list") the core's LoRA adapters."""
+
+    call_id: int
+    op: str
+    name: str = ""
+    path: str = ""
+
+
 class Shutdown(msgspec.Struct, tag=True, array_like=True):
     pass
 
@@ -135,7 +146,7 @@ class Hello(msgspec.Struct, tag=True, array_like=True):
     API processes, or one restarted under them, cannot know when each listens)."""
 
 
-CoreInput = AddRequests | AbortRequests | Embed | PromptLogprobs | Shutdown | Hello
+CoreInput = AddRequests | AbortRequests | Embed | PromptLogprobs | LoRACall | Shutdown | Hello
 
 
 class CoreReady(msgspec.Struct, tag=True, array_like=True):
@@ -154,6 +165,7 @@ class Reply(msgspec.Struct, tag=True, array_like=True, omit_defaults=True):
     vector: list[float] | None = None
     error: str | None = None  # "OverloadedError: ..." and the like
     logprobs: list[TokenLogprob] | None = None
+    names: list[str] | None = None  # a LoRACall's adapters loaded after it
 
 
 class CoreFailed(msgspec.Struct, tag=True, array_like=True):

@@ -67,6 +67,11 @@ def iter_safetensors(model_dir: str | os.PathLike[str]) -> Iterator[RawTensor]:
             yield tensor
 
 
+def iter_safetensors_file(path: Path) -> Iterator[RawTensor]:
+    """Every tensor of one safetensors file (a LoRA adapter's), validated as a shard is."""
+    return _iter_file(Path(path), None)
+
+
 def _index(root: Path) -> dict[str, set[str]]:
     """shard file name -> tensor names, from a validated model.safetensors.index.json."""
     index = read_json_object(root / INDEX_FILE, _MAX_INDEX_BYTES)

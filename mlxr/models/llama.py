@@ -9,6 +9,7 @@ from mlxr.formats.hf_config import no_sliding
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.fused_linear import merge_linears
 from mlxr.layers.linear import Linear, VocabProjection
+from mlxr.layers.lora import plain
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
@@ -75,7 +76,7 @@ class LlamaAttention(nn.Module):
                           meta: AttnMetadata) -> torch.Tensor | None:
         """One decode token's rotated q, its K/V already in the cache, from one kernel; None where
         it does not apply (see qkv_rope_write_kv; per-head norms sit between projection and rope)."""
-        proj = self.qkv_proj
+        proj = plain(self.qkv_proj)  # a LoRA wrapper while no adapter runs: its base
         if type(proj) is not Linear or type(self.q_norm) is not nn.Identity or type(self.k_norm) is not nn.Identity:
             return None
         return qkv_rope_write_kv(x, proj.weight, proj.bias, self.n_heads, self.n_kv, positions,

@@ -16,13 +16,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
-from mlxr.errors import MLXRError
+from mlxr.errors import InvalidParameterError, MLXRError
 from mlxr.server import admin, anthropic, log_tail, openai, tokenize_route, warm_requests, webui
 from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
 from mlxr.server.anthropic.errors import error_body as anthropic_error, is_anthropic_path
 from mlxr.server.guards import OPEN_PATHS, Guard  # noqa: F401 - OPEN_PATHS re-exported
 from mlxr.server.internal_errors import InternalErrors
 from mlxr.server.logs import ThroughputLogger, log_error_response
+from mlxr.server.lora_table import ServedAdapter, check_adapter_name
 from mlxr.server.metrics import ServerMetrics
 from mlxr.server.model_manager import ModelManager, ServedModel
 from mlxr.server.openapi_doc import install_openapi
@@ -147,6 +148,7 @@ def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
     app.state.metrics = ServerMetrics(snapshot, api_server=(api_server_index, config.api_servers),
                                       engine=config.engine, dtype=config.dtype)
     app.state.default_model = config.preload[0] if config.preload else None
+    add_start_adapters(models, config, app.state.default_model)
     app.state.api_server = {"index": api_server_index, "count": config.api_servers, "pid": os.getpid()}
     warm_requests.install(app)
     install_error_handlers(app)
@@ -179,6 +181,14 @@ def _add_routes(app: FastAPI, models: ModelManager) -> None:
     ollama = _ollama_router()
     if ollama is not None:
         app.include_router(ollama)
+
+
+def add_start_adapters(models: ModelManager, config: ServerConfig, default: str | None) -> None:
+    """--lora NAME=PATH: adapters of the default model, loaded with it."""
+    if config.engine.lora_modules and default is None:
+        raise InvalidParameterError("lora", "--lora needs a model to adapt: name one with --model")
+    for name, path in config.engine.lora_modules:
+        models.adapters.add(ServedAdapter(check_adapter_name(name), models.canonical(default), path))
 
 
 def _ollama_router():

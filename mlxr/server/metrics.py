@@ -108,7 +108,7 @@ CACHE_INFO_LABELS = ("model_name", "engine", "block_size", "cache_dtype", "enabl
 
 def _info(stats: dict[str, EngineStats], engine: EngineConfig, dtype: str | None) -> Iterator[Metric]:
     """vLLM's info gauges: the cache's configuration as labels (value 1), and the LoRA adapters
-    running and waiting (none: MLXR serves no adapters yet; the value is the scrape's time, as vLLM's)."""
+    running and waiting, comma-separated (the value is the scrape's time, as vLLM's)."""
     cache = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine's cache_config",
                               labels=list(CACHE_INFO_LABELS))
     lora = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
@@ -122,7 +122,8 @@ def _info(stats: dict[str, EngineStats], engine: EngineConfig, dtype: str | None
             cache.add_metric([model, engine_index, str(engine.block_size), dtype or "auto",
                               str(engine.enable_prefix_caching), "sha256", str(blocks), host_blocks,
                               str(engine.swap_space_gb)], 1.0)
-        lora.add_metric([model, "0", "", ""], time.time())
+        lora.add_metric([model, str(s.max_lora), ",".join(s.waiting_lora_adapters), ",".join(s.running_lora_adapters)],
+                        time.time())
     yield cache
     yield lora
 

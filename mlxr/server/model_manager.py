@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mlxr.config import ModelArgs, ServerConfig
 from mlxr.engine.frontend.async_engine import AsyncEngine
@@ -24,6 +24,7 @@ from mlxr.engine_factory import ModelSpec, attach_engine, build_encoder_engine, 
 from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype
 from mlxr.loader.sampling_defaults import SamplingDefaults, model_sampling_defaults
+from mlxr.server.lora_table import AdapterTable
 
 log = logging.getLogger(__name__)
 TOUCH_EVERY_S = 1.0
@@ -71,6 +72,7 @@ class ModelManager:
         self.registry = registry
         self.attached = attached  # None: models load on demand in this process's own cores
         self.served: dict[str, ServedModel] = {}
+        self.adapters = AdapterTable()  # LoRA adapters by name, each on its base model
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
@@ -173,14 +175,15 @@ class ModelManager:
         t0 = time.perf_counter()
         log.info("loading model %s (%s, %s)", record.name, record.quantization, record.path.name)
         spec = model_spec(self.config, record)
+        config = replace(self.config.engine, lora_modules=self.adapters.for_base(record.name))
         if is_encoder_model(spec.ref):  # embedding and reranking models: in this process, no KV cache
-            built = build_encoder_engine(spec, self.config.engine)
+            built = build_encoder_engine(spec, config)
             engine = built.engine
         elif self.attached is not None:
-            built = attach_engine(spec, self.config.engine, self.attached[record.name])
+            built = attach_engine(spec, config, self.attached[record.name])
             engine = AsyncEngine(built.engine)
         else:
-            built = build_engine(spec, self.config.engine)
+            built = build_engine(spec, config)
             engine = AsyncEngine(built.engine)
         took = time.perf_counter() - t0
         log.info("loaded model %s in %.2fs", record.name, took)

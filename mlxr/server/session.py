@@ -83,8 +83,8 @@ async def _first_output(engine: AsyncEngine, request_id: str, stream) -> Request
 
 
 async def _pump(engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams,
-                index: int, queue: asyncio.Queue, interval: int) -> None:
-    stream = engine.stream(request_id, prompt, params, interval)
+                index: int, queue: asyncio.Queue, interval: int, lora_name: str = "") -> None:
+    stream = engine.stream(request_id, prompt, params, interval, lora_name)
     try:
         out = await _first_output(engine, request_id, stream)
         queue.put_nowait((index, out))
@@ -98,11 +98,12 @@ async def _pump(engine: AsyncEngine, request_id: str, prompt: list[int], params:
 
 
 async def _single_stream(
-    engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams, interval: int
+    engine: AsyncEngine, request_id: str, prompt: list[int], params: SamplingParams, interval: int,
+    lora_name: str = "",
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     """merge_streams of one prompt without the relay task and queue (two hops less per output,
     what most requests are)."""
-    stream = engine.stream(request_id, prompt, params, interval)
+    stream = engine.stream(request_id, prompt, params, interval, lora_name)
     out = await _first_output(engine, request_id, stream)
     try:
         yield 0, out
@@ -114,21 +115,23 @@ async def _single_stream(
 
 
 def merge_streams(
-    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams, interval: int = 1
+    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams, interval: int = 1,
+    lora_name: str = "",
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     """One engine request per prompt, their outputs as they come (each delta `interval` tokens
     at least but the first and the last), tagged with the prompt's position; closing this
-    aborts every one of them."""
+    aborts every one of them. lora_name: the LoRA adapter they run with ("": none)."""
     if len(prompts) == 1:
-        return _single_stream(engine, f"{request_id}-0", prompts[0], params, interval)
-    return _merged(engine, request_id, prompts, params, interval)
+        return _single_stream(engine, f"{request_id}-0", prompts[0], params, interval, lora_name)
+    return _merged(engine, request_id, prompts, params, interval, lora_name)
 
 
 async def _merged(
-    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams, interval: int
+    engine: AsyncEngine, request_id: str, prompts: list[list[int]], params: SamplingParams, interval: int,
+    lora_name: str = "",
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     queue: asyncio.Queue = asyncio.Queue()
-    tasks = [asyncio.ensure_future(_pump(engine, f"{request_id}-{i}", p, params, i, queue, interval))
+    tasks = [asyncio.ensure_future(_pump(engine, f"{request_id}-{i}", p, params, i, queue, interval, lora_name))
              for i, p in enumerate(prompts)]
     try:
         left = len(tasks)
@@ -149,9 +152,11 @@ async def _merged(
 class Session:
     """One HTTP request that generates. Always end it with `await close(status)`."""
 
-    def __init__(self, request: Request, served: ServedModel, trace: RequestTrace, request_id: str) -> None:
+    def __init__(self, request: Request, served: ServedModel, trace: RequestTrace, request_id: str,
+                 lora_name: str = "") -> None:
         self.request = request
         self.served = served
+        self.lora_name = lora_name  # the LoRA adapter the request named as its model ("": none)
         self.trace = trace
         self.request_id = request_id
         self.created = int(time.time())
@@ -170,7 +175,9 @@ class Session:
         trace = RequestTrace(request_id, route, arrival, None if quiet else request.app.state.metrics, quiet=quiet)
         try:
             # hold: counted as active under the model's lock, so no unload comes in between
-            served = await request.app.state.models.acquire(model or default_model(request), hold=True)
+            adapter = request.app.state.models.adapters.get(model)  # a LoRA adapter runs on its base
+            served = await request.app.state.models.acquire(adapter.base if adapter else model or default_model(request),
+                                                            hold=True)
             _check_encoder_route(served, route)
         except InvalidParameterError as e:
             request.app.state.models.release(served)
@@ -179,12 +186,12 @@ class Session:
         except BaseException as e:
             trace.finish(status_of(e), str(e))
             raise
-        trace.model = served.name
-        return cls(request, served, trace, request_id)
+        trace.model = adapter.name if adapter else served.name
+        return cls(request, served, trace, request_id, adapter.name if adapter else "")
 
     @property
     def model(self) -> str:
-        return self.served.name
+        return self.lora_name or self.served.name
 
     def check_admissible(self, num_prompts: int) -> None:
         """Refuse a batch the admission queue could never take (before any work on it)."""
@@ -199,7 +206,7 @@ class Session:
         self.check_admissible(len(prompts))
         self.trace.prompt_tokens = sum(len(p) for p in prompts)
         interval = self.request.app.state.config.stream_interval
-        self._stream = merge_streams(self.served.engine, self.request_id, prompts, params, interval)
+        self._stream = merge_streams(self.served.engine, self.request_id, prompts, params, interval, self.lora_name)
 
     async def restart(self, prompt: list[int], params: SamplingParams, tag: str) -> None:
         """Submit a reply's next engine request once the last has ended (the Anthropic API's
@@ -207,7 +214,8 @@ class Session:
         assert self._stream is not None, "start() first"
         await self._stream.aclose()
         interval = self.request.app.state.config.stream_interval
-        self._stream = merge_streams(self.served.engine, f"{self.request_id}-{tag}", [prompt], params, interval)
+        self._stream = merge_streams(self.served.engine, f"{self.request_id}-{tag}", [prompt], params, interval,
+                                     self.lora_name)
 
     async def next(self) -> tuple[int, RequestOutput] | None:
         """The next output (prompt index, delta), or None when every request finished.

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 SDIST = "llama-cpp-python==0.3.36"
-_MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+_MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
+LORA_CONVERTER = "convert_lora_to_gguf.py"
 # The fixture tokenizers are trained here, so the converter's table of known pre-tokenizer
 # hashes cannot know them: they split as GPT-2 does, which is what the fallback names ("default"
 # for encoders' WordPiece / unigram vocabularies). Decoder fixtures are BPE tokenizer.json files
@@ -55,11 +56,16 @@ class ConverterUnavailable(RuntimeError):
     pass
 
 
-def llama_cpp_tree(root: Path) -> Path:
-    """The unpacked converter under root (downloading the sdist once, without its dependencies)."""
+def llama_cpp_tree(root: Path, need: str = "convert_hf_to_gguf.py") -> Path:
+    """The unpacked converter under root (downloading the sdist once, without its dependencies);
+    a tree unpacked before it held `need` gets a second one beside it."""
     tree = Path(root) / "llama.cpp"
-    if (tree / "convert_hf_to_gguf.py").is_file():
+    if (tree / need).is_file():
         return tree
+    if tree.is_dir():
+        tree = Path(root) / f"llama.cpp-{Path(need).stem}"
+        if (tree / need).is_file():
+            return tree
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", SDIST, "--no-binary", ":all:", "--no-deps",
@@ -100,6 +106,29 @@ def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32", flags: tu
     if res.returncode != 0 or not tmp.is_file():
         raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf_dir}:\n{res.stderr[-3000:]}")
     shutil.move(tmp, out)
+    return out
+
+
+def convert_lora(tree: Path, adapter_dir: Path, base_hf_dir: Path, out: Path, outtype: str = "f32") -> Path:
+    """A PEFT adapter -> a GGUF LoRA with llama.cpp's convert_lora_to_gguf.py (the base's
+    config from base_hf_dir); raises with its log on failure."""
+    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
+    driver = _DRIVER.replace("convert_hf_to_gguf.py", LORA_CONVERTER)
+    cmd = [sys.executable, "-c", driver, str(tree), str(adapter_dir), "--base", str(base_hf_dir),
+           "--outfile", str(tmp), "--outtype", outtype]
+    env = {**os.environ, "NO_LOCAL_GGUF": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    if res.returncode != 0 or not tmp.is_file():
+        raise RuntimeError(f"{LORA_CONVERTER} failed on {adapter_dir}:\n{res.stderr[-3000:]}")
+    shutil.move(tmp, out)
+    return out
+
+
+def llama_cpp_lora_gguf(adapter_dir: Path, base_hf_dir: Path, root: Path, outtype: str = "f32") -> Path:
+    """llama.cpp's GGUF LoRA of a PEFT adapter directory, written once beside it."""
+    out = Path(adapter_dir).parent / f"{Path(adapter_dir).name}-llama-cpp-{outtype}.gguf"
+    if not out.is_file():
+        convert_lora(llama_cpp_tree(Path(root), LORA_CONVERTER), Path(adapter_dir), Path(base_hf_dir), out, outtype)
     return out
 
 

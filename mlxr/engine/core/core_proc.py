@@ -18,7 +18,7 @@ from mlxr.config import EngineConfig
 from mlxr.engine.core.core_channels import Channels
 from mlxr.engine.core.engine_core import EngineCore
 from mlxr.engine.records import (
-    AbortRequests, AddRequests, CoreFailed, CoreReady, Embed, Hello, PromptLogprobs, Reply, Shutdown,
+    AbortRequests, AddRequests, CoreFailed, CoreReady, Embed, Hello, LoRACall, PromptLogprobs, Reply, Shutdown,
 )
 
 log = logging.getLogger("mlxr.engine.core")
@@ -105,11 +105,21 @@ class CoreLoop:
             elif isinstance(message, PromptLogprobs):
                 self.channels.send(channel, _reply(message.call_id, lambda: {
                     "logprobs": self.core.prompt_logprobs(message.token_ids, message.top, message.first)}))
+            elif isinstance(message, LoRACall):
+                self.channels.send(channel, _reply(message.call_id, lambda: lora_call(self.core, message)))
             elif isinstance(message, Hello):
                 self.channels.send(channel, CoreReady(self.core.stats(), self.on_gpu, os.getpid()))
             elif isinstance(message, Shutdown):
                 self.stop = True
                 return
+
+
+def lora_call(core: EngineCore, call: LoRACall) -> dict:
+    if call.op == "load":
+        core.load_lora(call.name, call.path)
+    elif call.op == "unload":
+        core.unload_lora(call.name)
+    return {"names": core.lora_names()}
 
 
 def _reply(call_id: int, compute) -> Reply:

@@ -18,6 +18,7 @@ from mlxr.config import EngineConfig, ModelArgs
 from mlxr.engine.core.compile_watch import WATCH
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.core.in_flight import StepsInFlight
+from mlxr.engine.core.lora_setup import adapter_slots, attach_core_lora, lora_stats
 from mlxr.engine.core.warm_up import warm_up
 from mlxr.engine.kv.block_file import Layout
 from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, kv_layout_dtype, num_blocks_for_memory, resolve_kv_dtype
@@ -33,7 +34,8 @@ from mlxr.engine.spec_decode.factory import draft_budget, jumps_forward, make_sp
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
-from mlxr.errors import ContextLengthError, OverloadedError
+from mlxr.engine.worker.lora_slots import AdapterSlots
+from mlxr.errors import ContextLengthError, InvalidParameterError, OverloadedError
 from mlxr.models.pooling import pool
 from mlxr.types import EngineStats
 
@@ -72,6 +74,9 @@ class CoreParts:
     # announces every step to its workers); it runs without step overlap.
     make_runner: Callable[[torch.nn.Module, KVCache, torch.device], ModelRunner] | None = None
     draft: "CoreParts | None" = None  # the draft model of speculative_method "draft"
+    # (name, path, bounds) -> the adapter in the model's own names (the loader maps GGUF names);
+    # None: formats/lora_adapter.read_adapter, PEFT directories as they are.
+    read_adapter: Callable | None = None
 
 
 class EngineCore:
@@ -95,7 +100,10 @@ class EngineCore:
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks,
                           self.kv_dtype)
+        lora_targets = attach_core_lora(parts, config)  # before any graph: they record the bases
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
+        if lora_targets is not None:
+            self.runner.lora = adapter_slots(lora_targets, parts, config)
         max_blocks_per_seq = self.block_manager.blocks_for(self.max_model_len)
         max_rows = None  # a step's decode rows at most (a draft token is a row): the largest graph
         WATCH.install()  # before graph capture: it compiles most kernels, and its budget leaves them out
@@ -164,7 +172,8 @@ class EngineCore:
         if self.kv_events is not None:
             self.kv_events.cleared()
         self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len, step_time_target_s),
+            SchedulerConfig(config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len, step_time_target_s,
+                            config.max_loras if (config.enable_lora or config.lora_modules) else 0),
             self.block_manager,
             SwapSpace(self.host_blocks) if self.host_blocks else None,
         )
@@ -198,6 +207,9 @@ class EngineCore:
     # --- requests ------------------------------------------------------------------------------
     def add_request(self, request: EngineCoreRequest) -> None:
         req = Request(request)
+        if request.lora_name:
+            adapter = self.adapters.get(request.lora_name)
+            req.lora_id, req.lora_root = adapter.lora_id, adapter.root
         if request.params.structured_outputs is None:
             self.scheduler.add(req)
         else:
@@ -225,6 +237,9 @@ class EngineCore:
         """One step: schedule -> execute (queued on the device) -> land the step before it.
         Returns the outputs of every step that landed in it."""
         outputs = self._step()
+        lora = self.runner.lora
+        if lora is not None and len(lora.by_id) > len(lora.by_name):  # unloaded ones may be free now
+            lora.forget_retired({r.lora_id for r in self.scheduler.requests.values() if r.lora_id})
         if self.kv_events is not None:
             self.kv_events.flush()
         return outputs
@@ -291,6 +306,24 @@ class EngineCore:
         spec.propose(running, waiting)
         return landed, spec.draft_probs
 
+    # --- LoRA adapters --------------------------------------------------------------------------
+    @property
+    def adapters(self) -> AdapterSlots:
+        if self.runner.lora is None:
+            raise InvalidParameterError("model", "this engine serves no LoRA adapters (start it with --enable-lora or --lora)")
+        return self.runner.lora
+
+    def load_lora(self, name: str, path: str) -> int:
+        """Load an adapter for requests that name it; its id (vLLM's lora_int_id)."""
+        return self.adapters.load(name, path).lora_id
+
+    def unload_lora(self, name: str) -> None:
+        """New requests may no longer name it; those admitted keep it until they finish."""
+        self.adapters.unload(name, {r.lora_id for r in self.scheduler.requests.values() if r.lora_id})
+
+    def lora_names(self) -> list[str]:
+        return [] if self.runner.lora is None else list(self.runner.lora.by_name)
+
     # --- between steps -------------------------------------------------------------------------
     def embed(self, token_ids: list[int]) -> list[float]:
         """The last hidden states pooled as the model's files say (Qwen3-Embedding: its last
@@ -346,6 +379,7 @@ class EngineCore:
                spec.forced_drafts, spec.forced_draft_tokens, spec.forced_accepted_tokens)
               if spec is not None else ()),
             vision_encoder_calls=self.runner.images.encoder_calls if getattr(self.runner, "images", None) else 0,
+            **lora_stats(self.runner.lora, sch),
         )
 
     def _device_bytes(self) -> int:

@@ -28,6 +28,7 @@ class _Add:
     params: SamplingParams
     sink: "_Sink"
     accepted: Future
+    lora_name: str = ""
 
 
 @dataclass
@@ -77,17 +78,19 @@ class AsyncEngine:
 
     # --- public API (any thread / event loop) ------------------------------------------------
     async def stream(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams, stream_interval: int = 1
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, stream_interval: int = 1,
+        lora_name: str = "",
     ) -> AsyncIterator[RequestOutput]:
         """Deltas of one request until it finishes; closing the iterator aborts it. A delta
-        gathers stream_interval tokens at least, except the first and the last.
+        gathers stream_interval tokens at least, except the first and the last. lora_name: a
+        loaded LoRA adapter the request runs with ("": the base model).
         Admission errors (invalid prompt, too long, overloaded) raise before the first yield."""
         if params.structured_outputs is not None:  # off the engine thread, which serves the others
             await check_bounded(params.structured_outputs)
         loop = asyncio.get_running_loop()
         sink = _Sink(loop, OutputCollector(loop, stream_interval))
         accepted: Future = Future()
-        self._submit(adds=[_Add(request_id, prompt, params, sink, accepted)])
+        self._submit(adds=[_Add(request_id, prompt, params, sink, accepted, lora_name)])
         try:
             await asyncio.wrap_future(accepted)
         except asyncio.CancelledError:
@@ -107,6 +110,18 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         self._submit(aborts=[request_id])
+
+    async def lora(self, op: str, name: str = "", path: str = "") -> None:
+        """Load ("load") or unload ("unload") a LoRA adapter on the engine thread, between steps:
+        requests running keep theirs."""
+        fn = {"load": lambda: self.engine.load_lora(name, path), "unload": lambda: self.engine.unload_lora(name)}[op]
+        call = _Call(fn, Future())
+        self._submit(calls=[call])
+        await asyncio.wrap_future(call.result)
+
+    @property
+    def lora_names(self) -> list[str]:
+        return self.engine.lora_names
 
     async def embed(self, prompt: str | list[int]) -> tuple[list[float], int]:
         """Embedding of one input, computed on the engine thread between steps."""
@@ -233,7 +248,8 @@ class AsyncEngine:
             if not add.accepted.set_running_or_notify_cancel():
                 continue  # the caller went away before admission
             try:
-                self.engine.add_request(add.request_id, add.prompt, add.params, stream_deltas=True)
+                self.engine.add_request(add.request_id, add.prompt, add.params, stream_deltas=True,
+                                        lora_name=add.lora_name)
             except BaseException as e:  # noqa: BLE001 - handed back to the caller
                 add.accepted.set_exception(e)
                 continue

@@ -17,14 +17,21 @@ import msgspec
 import zmq
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core.core_proc import CoreLaunch
+from mlxr.engine.core.core_proc import CoreLaunch, lora_call
 from mlxr.engine.core.engine_core import CoreParts, EngineCore
 from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, Embed, EngineCoreOutput,
-    EngineCoreRequest, Hello, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
+    EngineCoreRequest, Hello, LoRACall, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,
 )
-from mlxr.errors import ContextLengthError, EngineDeadError, EngineError, OverloadedError
+from mlxr.errors import (
+    AdapterError, ContextLengthError, EngineDeadError, EngineError, InvalidParameterError, ModelNotFoundError,
+    OverloadedError,
+)
 from mlxr.types import EngineStats
+
+# A LoRA call's errors, raised again on this side by their names.
+_LORA_ERRORS = {"AdapterError": AdapterError, "ModelNotFoundError": ModelNotFoundError,
+                "InvalidParameterError": lambda text: InvalidParameterError("model", text.removeprefix("model: "))}
 
 
 class CoreClient(Protocol):
@@ -71,6 +78,10 @@ class InprocClient:
 
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
         return self.core.prompt_logprobs(token_ids, top, first)
+
+    def lora(self, op: str, name: str = "", path: str = "") -> list[str]:
+        """Load, unload or list ("list") LoRA adapters; the names loaded after it."""
+        return lora_call(self.core, LoRACall(0, op, name, path))["names"]
 
     def stats(self) -> EngineStats:
         return self.core.stats()
@@ -153,6 +164,17 @@ class ZmqClient:
 
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
         return self._call(token_ids, lambda call_id: PromptLogprobs(call_id, token_ids, top, first)).logprobs
+
+    def lora(self, op: str, name: str = "", path: str = "") -> list[str]:
+        call_id = next(self._calls)
+        self._send(LoRACall(call_id, op, name, path))
+        while call_id not in self._replies:
+            self._receive(self.POLL_MS)
+        reply = self._replies.pop(call_id)
+        if reply.error is not None:
+            kind, _, text = reply.error.partition(": ")
+            raise _LORA_ERRORS.get(kind, EngineError)(text or kind)
+        return reply.names or []
 
     def _call(self, token_ids: list[int], message) -> Reply:
         """Send a prompt's call between steps and wait for its reply."""

@@ -208,6 +208,13 @@ class DPClient:
     def prompt_logprobs(self, token_ids: list[int], top: int, first: int = 0) -> list[TokenLogprob]:
         return self._least_loaded().prompt_logprobs(token_ids, top, first)
 
+    def lora(self, op: str, name: str = "", path: str = "") -> list[str]:
+        """Every replica loads (unloads) the adapter; a replica restarted since has the start's ones."""
+        names = [r.client.lora(op, name, path) for r in self.replicas if r.client is not None]
+        if not names:
+            raise EngineDeadError("every data-parallel engine core is down (restarting)")
+        return names[0]
+
     # --- figures -------------------------------------------------------------------------------
     def stats(self) -> EngineStats:
         self._adopt_restarted()  # an idle engine does not step: a scrape or /health takes a restarted core in

@@ -17,7 +17,7 @@ from mlxr.engine.frontend.core_client import CoreClient, InprocClient
 from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
 from mlxr.engine.frontend.processor import Limits, Processor
 from mlxr.engine.records import EngineCoreRequest, TokenLogprob
-from mlxr.errors import EngineDeadError, InvalidParameterError, OverloadedError
+from mlxr.errors import EngineDeadError, InvalidParameterError, ModelNotFoundError, OverloadedError
 from mlxr.types import EngineStats, ImagePrompt, ImagePromptIds, RequestMetrics, RequestOutput, SamplingParams, TokenLogprobs
 from mlxr.vision.image_prompt import check_takes_images, image_prompt_ids
 
@@ -46,12 +46,16 @@ class LLMEngine:
         self.num_aborted = 0
         self.prompt_tokens_total = 0
         self._core_base: EngineStats | None = None  # the core's counters when they were last forgotten
+        self._lora_names: list[str] | None = None  # asked of the core once, then kept by load/unload
 
     # --- requests -----------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    stream_deltas: bool = False, arrival_time: float | None = None) -> None:
+                    stream_deltas: bool = False, arrival_time: float | None = None, lora_name: str = "") -> None:
+        """lora_name: a loaded LoRA adapter's name (load_lora); "": the base model."""
         if request_id in self.output.requests:
             raise InvalidParameterError("request_id", f"{request_id!r} is already running")
+        if lora_name and lora_name not in self.lora_names:
+            raise ModelNotFoundError(f"The model `{lora_name}` does not exist: no LoRA adapter of that name is loaded.")
         images: list = []
         if isinstance(prompt, ImagePrompt):
             prompt = image_prompt_ids(prompt, self.args.vision, self.tokenizer)
@@ -66,7 +70,8 @@ class LLMEngine:
         if waiting >= self.config.max_waiting:
             raise OverloadedError(f"{waiting} requests are already waiting")
         now = arrival_time or time.monotonic()
-        core_reqs = [self._core_request(request_id, i, ids, params, max_tokens, now, images) for i in range(params.n)]
+        core_reqs = [self._core_request(request_id, i, ids, params, max_tokens, now, images, lora_name)
+                     for i in range(params.n)]
         rs = RequestState(request_id, text, ids, params, RequestMetrics(now), stream_deltas)
         if params.prompt_logprobs is not None:  # before anything is queued: a busy cache refuses the request
             rs.prompt_logprobs = self.logprob_entries(self.core.prompt_logprobs(ids, params.prompt_logprobs))
@@ -79,12 +84,26 @@ class LLMEngine:
         self.prompt_tokens_total += len(ids)
 
     def _core_request(self, request_id: str, index: int, ids: list[int], params: SamplingParams,
-                      max_tokens: int, now: float, images: list) -> EngineCoreRequest:
+                      max_tokens: int, now: float, images: list, lora_name: str = "") -> EngineCoreRequest:
         if params.n == 1:
-            return EngineCoreRequest(request_id, ids, params, max_tokens, self._eos, now, images)
+            return EngineCoreRequest(request_id, ids, params, max_tokens, self._eos, now, images, lora_name)
         seed = None if params.seed is None else (params.seed + index) % (1 << 64)
         sample = replace(params, n=1, seed=seed)
-        return EngineCoreRequest(f"{request_id}#{index}", ids, sample, max_tokens, self._eos, now, images)
+        return EngineCoreRequest(f"{request_id}#{index}", ids, sample, max_tokens, self._eos, now, images, lora_name)
+
+    # --- LoRA adapters -------------------------------------------------------------------------
+    @property
+    def lora_names(self) -> list[str]:
+        """The LoRA adapters loaded in the core, by name."""
+        if self._lora_names is None:
+            self._lora_names = self.core.lora("list") if self.config.enable_lora or self.config.lora_modules else []
+        return self._lora_names
+
+    def load_lora(self, name: str, path: str) -> None:
+        self._lora_names = self.core.lora("load", name, path)
+
+    def unload_lora(self, name: str) -> None:
+        self._lora_names = self.core.lora("unload", name)
 
     def step(self) -> list[RequestOutput]:
         try:

@@ -276,7 +276,7 @@ class DiskStore:
             self.total_bytes += size
         self.counters.bytes_written += len(payload)
         if self.events is not None:
-            self.events.stored(h, block.parent, block.tokens, MEDIUM_DISK)
+            self.events.stored(h, block.parent, block.tokens, medium=MEDIUM_DISK)
 
     def _evict(self, db: sqlite3.Connection) -> None:
         """Least recently used files go, of any layout, until the directory is within its bound."""

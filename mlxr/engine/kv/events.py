@@ -116,22 +116,25 @@ class KVEventPublisher:
         return pub, replay
 
     # --- the hooks -----------------------------------------------------------------------------
-    def stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], medium: str = MEDIUM_DEVICE) -> None:
+    def stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], lora_id: int | None = None,
+               medium: str = MEDIUM_DEVICE) -> None:
         with self._lock:
-            self._stored(h, parent, tokens, medium)
+            self._stored(h, parent, tokens, medium, lora_id)
 
-    def _stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], medium: str) -> None:
+    def _stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], medium: str,
+                lora_id: int | None = None) -> None:
         known = self._known.setdefault(h, _Known(parent, tokens, set()))
         if medium in known.media:
             return
         known.media.add(medium)
         last = self._pending[-1] if self._pending else None
-        if isinstance(last, BlockStored) and self._tail == (parent, medium) and parent is not None:
+        if (isinstance(last, BlockStored) and self._tail == (parent, medium) and parent is not None
+                and last.lora_id == lora_id):
             last.block_hashes.append(external_hash(h))  # the chain goes on: one event for the run
             last.token_ids.extend(tokens)
         else:
             self._pending.append(BlockStored([external_hash(h)], None if parent is None else external_hash(parent),
-                                             list(tokens), self.block_size, None, medium))
+                                             list(tokens), self.block_size, lora_id, medium))
         self._tail = (h, medium)
 
     def copied(self, h: bytes, medium: str) -> None:

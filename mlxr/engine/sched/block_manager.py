@@ -56,7 +56,7 @@ class LowerTiers(Protocol):
 class BlockEvents(Protocol):
     """Told when a prefix block joins or leaves the device's cache (kv/events.py publishes it)."""
 
-    def stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...]) -> None: ...
+    def stored(self, h: bytes, parent: bytes | None, tokens: tuple[int, ...], lora_id: int | None = None) -> None: ...
 
     def removed(self, h: bytes) -> None: ...
 
@@ -172,7 +172,7 @@ class BlockManager:
         if not self.enable_prefix_caching or seq.block_table:
             return 0
         max_blocks = (seq.num_tokens - 1) // self.block_size
-        parent = None
+        parent = seq.lora_root
         for i in range(max_blocks):
             h = self._hash(seq, parent, i)
             block = self.cached.get(h)
@@ -219,8 +219,8 @@ class BlockManager:
                 self.cached[h] = block
                 self.hash_of[block] = h
                 if self.events is not None:
-                    parent = seq.block_hashes[-1] if seq.block_hashes else None
-                    self.events.stored(h, parent, self._block_tokens(seq, len(seq.block_table)))
+                    parent = seq.block_hashes[-1] if seq.block_hashes else None  # an adapter's root is no block
+                    self.events.stored(h, parent, self._block_tokens(seq, len(seq.block_table)), seq.lora_id)
                 seq.block_table.append(block)
                 seq.block_hashes.append(h)
             else:
@@ -253,13 +253,15 @@ class BlockManager:
         full = min(full, len(seq.block_table))
         while len(seq.block_hashes) < full:
             i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            # A request of a LoRA adapter chains from the adapter's root: its blocks never serve another.
+            parent = seq.block_hashes[-1] if seq.block_hashes else seq.lora_root
             tokens = self._block_tokens(seq, i)
             images = block_images(seq, i, self.block_size) if seq.images else b""
             h = block_hash(parent, tokens, images)
             seq.block_hashes.append(h)
             # The lower tiers key a block by (parent, tokens) alone: image blocks stay on the device.
-            self._publish(h, seq.block_table[i], parent, tokens, lower_tiers=not images)
+            self._publish(h, seq.block_table[i], parent, tokens, lower_tiers=not images, lora_id=seq.lora_id,
+                          announced_parent=seq.block_hashes[-2] if i else None)
 
     def commit_blocks(self, blocks: list[int], token_ids: list[int]) -> None:
         """Publish the hashes of caller-owned blocks (take_blocks) that now hold token_ids' KV,
@@ -276,14 +278,16 @@ class BlockManager:
             parent = h
 
     def _publish(self, h: bytes, block: int, parent: bytes | None, tokens: tuple[int, ...],
-                 lower_tiers: bool = True) -> None:
+                 lower_tiers: bool = True, lora_id: int | None = None,
+                 announced_parent: bytes | None | bool = False) -> None:
+        """announced_parent: the parent block the events name (an adapter's root is none); by default parent."""
         if h not in self.cached and block not in self.hash_of:
             self.cached[h] = block
             self.hash_of[block] = h
             if self.tiers is not None and lower_tiers:
                 self.tiers.committed(h, block, parent, tokens)
             if self.events is not None:
-                self.events.stored(h, parent, tokens)
+                self.events.stored(h, parent if announced_parent is False else announced_parent, tokens, lora_id)
 
     def _hash(self, seq: Request, parent: bytes | None, i: int) -> bytes:
         tokens = self._block_tokens(seq, i)

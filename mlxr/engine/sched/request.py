@@ -23,7 +23,7 @@ class Request:
         "eos_token_ids", "arrival_time", "status", "num_computed_tokens", "num_in_flight",
         "block_table", "block_hashes", "host_block_table", "finish_reason", "stop_reason",
         "num_cached_tokens", "spec_token_ids", "first_scheduled_time", "runner_knows", "grammar",
-        "images", "image_spans",
+        "images", "image_spans", "lora_name", "lora_id", "lora_root",
     )
 
     def __init__(self, core: EngineCoreRequest) -> None:
@@ -50,6 +50,9 @@ class Request:
         self.images = core.images  # sent to the runner with the request's data
         # [start, end) of each image's tokens: a prefill chunk never ends inside one
         self.image_spans = [(im.offset, im.offset + im.length) for im in core.images]
+        self.lora_name = core.lora_name  # "" for the base model
+        self.lora_id: int | None = None  # the loaded adapter's id and prefix-hash root (set by the core)
+        self.lora_root: bytes | None = None
 
     def whole_images(self, n: int) -> int:
         """n tokens to compute from num_computed_tokens, cut back to the start of an image it
@@ -102,3 +105,11 @@ class Request:
         if len(self.token_ids) - self.num_prompt_tokens >= self.max_output_tokens:
             return "length"
         return None
+
+
+def adapter_fits(req: Request, running: list[Request], max_loras: int) -> bool:
+    """Whether req's LoRA adapter (if any) has a slot: one running requests use, or a free one."""
+    if not req.lora_id:
+        return True
+    ids = {r.lora_id for r in running if r.lora_id}
+    return req.lora_id in ids or len(ids) < max_loras

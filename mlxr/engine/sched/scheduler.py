@@ -20,7 +20,7 @@ from mlxr.engine.sched.budget import StepSpeed, prefill_budget, prefill_shares
 from mlxr.engine.records import (
     EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
 )
-from mlxr.engine.sched.request import Request, RequestStatus
+from mlxr.engine.sched.request import Request, RequestStatus, adapter_fits
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class SchedulerConfig:
     # A step's target time (budget.StepSpeed): its tokens follow the measured speed; 0: every
     # step may take max_num_batched_tokens.
     step_time_target_s: float = 0.0
+    # LoRA adapters a batch may mix at most (the runner's resident slots); 0: no adapters.
+    max_loras: int = 0
 
 
 @dataclass
@@ -241,8 +243,8 @@ class Scheduler:
     def _schedule_swapped(self, out: SchedulerOutput, scheduled: list, budget: int) -> int:
         while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
-            if req.num_in_flight:
-                break  # its last step has not landed: resume it once its tokens are known
+            if req.num_in_flight or not adapter_fits(req, self.running, self.config.max_loras):
+                break  # its last step has not landed (resume it once its tokens are known), or no adapter slot
             n = min(req.num_uncomputed_tokens, budget, self._shares.get(req, 0))
             if n == 0:
                 break
@@ -267,6 +269,8 @@ class Scheduler:
             share = self._shares.get(req, 0)
             if req.num_in_flight or share == 0:
                 break  # preempted with a step in flight (recompute once its tokens are known), or no share
+            if not adapter_fits(req, self.running, self.config.max_loras):
+                break  # every adapter slot serves running requests: wait for one to free
             req.num_computed_tokens = self.blocks.match_prefix(req)
             n = min(req.num_uncomputed_tokens, budget, share)
             if req.image_spans:
@@ -324,7 +328,7 @@ class Scheduler:
                 req.runner_knows = True
                 out.new_requests.append(NewRequestData(
                     req.request_id, list(req.token_ids), req.num_prompt_tokens, req.params,
-                    sorted(req.eos_token_ids), list(req.block_table), req.images))
+                    sorted(req.eos_token_ids), list(req.block_table), req.images, req.lora_id or 0))
                 if req.first_scheduled_time is None:
                     req.first_scheduled_time = now = now or time.monotonic()
                     self._first_scheduled.append(req)

@@ -23,13 +23,14 @@ from mlxr.ops.attention.attn_metadata import AttnMetadata
 class CachedRequestState:
     """What the runner keeps of one request between steps."""
 
-    __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "block_table", "sampling")
+    __slots__ = ("request_id", "token_ids", "num_prompt_tokens", "block_table", "sampling", "lora_slot")
 
     def __init__(self, new: NewRequestData, device: torch.device) -> None:
         self.request_id = new.request_id
         self.token_ids = list(new.token_ids)  # known on the host; landed samples are appended
         self.num_prompt_tokens = new.num_prompt_tokens
         self.block_table = list(new.block_ids)
+        self.lora_slot = -1  # its LoRA adapter's slot (model_runner.py); -1: the base model
         params = new.params
         self.sampling = SamplingState(
             params=params,

@@ -16,6 +16,8 @@ from mlxr.engine.spec_decode.rejection import RejectionSampler
 from mlxr.engine.spec_decode.verify_step import sample_with_drafts
 from mlxr.engine.worker.image_embeddings import StepImages
 from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs, slots_for
+from mlxr.engine.worker.lora_step import adapter_slots_update, lora_step
+from mlxr.engine.worker.lora_slots import AdapterSlots
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.prompt_logprobs import logit_chunks
 from mlxr.engine.worker.sampler import LastTokens, SampleFuture, Sampler
@@ -89,6 +91,7 @@ class ModelRunner:
         self.prefill_graphs = None  # PrefillGraphs, likewise
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
         self.images = None  # ImageEmbeddings of a vision-language model (set_up_images)
+        self.lora: AdapterSlots | None = None  # LoRA adapters (set by an engine that serves them)
         if getattr(getattr(model, "args", None), "vision", None) is not None:
             self.set_up_images()
 
@@ -182,7 +185,10 @@ class ModelRunner:
         self._apply(out)
 
     def _apply(self, out: SchedulerOutput) -> None:
-        self.batch.update(out)
+        if self.lora is None:
+            self.batch.update(out)
+        else:
+            adapter_slots_update(self.lora, self.batch, out)
         if self.images is not None:
             self.images.update(out)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
@@ -211,6 +217,13 @@ class ModelRunner:
         replay the logits may be a view of the graph's static output, valid until the next step."""
         if not out.request_ids:  # housekeeping alone (a tensor-parallel worker's copy of one)
             return [], None
+        if self.lora is not None:
+            with lora_step(self.lora.targets.step, self.batch, out, self.device) as eager:
+                if eager:  # some row runs an adapter: no graph holds its products
+                    return self._run_inputs(self.batch.build(out, pending, False, None), graphs=False)
+        return self._forward_base(out, pending)
+
+    def _forward_base(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
         if self.images is not None and self.images.needed(out):
             step = self.images.for_step(out)
             if step is not None:
@@ -227,9 +240,9 @@ class ModelRunner:
             return list(inputs.request_ids), self.graphs.run_steady(inputs, pending.tokens)
         return self._run_inputs(inputs)
 
-    def _run_inputs(self, inputs: StepInputs) -> tuple[list[str], torch.Tensor | None]:
+    def _run_inputs(self, inputs: StepInputs, graphs: bool = True) -> tuple[list[str], torch.Tensor | None]:
         every_row_samples = len(inputs.logit_rows) == inputs.meta.num_seqs
-        if self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
+        if graphs and self.graphs is not None and every_row_samples and self.graphs.can_run(inputs.meta):
             # Every decode row (a speculative row's tokens are rows too) samples, in order, so
             # the graph's logits are the answer.
             return inputs.sampling_ids, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.models import ENCODERS
+from mlxr.server.openai.lora import adapter_cards
 from mlxr.server.openai.prompts import encode_inputs
 from mlxr.server.openai.schemas import MAX_EMBEDDING_TOKENS, EmbeddingRequest
 from mlxr.server.prompt_work import off_loop
@@ -44,11 +45,15 @@ def model_card(record, served=None) -> dict:
 async def list_models(request: Request) -> JSONResponse:
     records = await asyncio.to_thread(request.app.state.registry.list)
     served = request.app.state.models.served
-    return JSONResponse({"object": "list", "data": [model_card(r, served.get(r.name)) for r in records]})
+    cards = [model_card(r, served.get(r.name)) for r in records] + adapter_cards(request)
+    return JSONResponse({"object": "list", "data": cards})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> JSONResponse:
+    adapter = [c for c in adapter_cards(request) if c["id"] == model_id]
+    if adapter:
+        return JSONResponse(adapter[0])
     record = await asyncio.to_thread(request.app.state.registry.resolve, model_id)
     return JSONResponse(model_card(record, request.app.state.models.served.get(record.name)))
 

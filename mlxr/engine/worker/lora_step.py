@@ -1,0 +1,50 @@
+"""A step's LoRA inputs: each row's adapter slot held from the runner's first sight of the
+request to its end, and each token's slot set on the model's LoRAStep for one forward.
+
+A step with an adapter row runs eagerly (no CUDA or CPU graph holds the adapters' products);
+a step of base rows alone replays graphs as before, through the wrappers' bases."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from mlxr.engine.records import SchedulerOutput
+from mlxr.engine.worker.input_batch import InputBatch
+from mlxr.engine.worker.lora_slots import AdapterSlots
+from mlxr.layers.lora import LoRAStep
+
+
+def adapter_slots_update(slots: AdapterSlots, batch: InputBatch, out: SchedulerOutput) -> None:
+    """batch.update(out), releasing the slots of requests it forgets and taking those of new ones."""
+    for rid in (*out.finished_request_ids, *out.preempted_request_ids):
+        state = batch.states.get(rid)
+        if state is not None and state.lora_slot >= 0:
+            slots.release(state.lora_slot)
+            state.lora_slot = -1
+    batch.update(out)
+    for new in out.new_requests:
+        if new.lora_id:
+            batch.states[new.request_id].lora_slot = slots.acquire(new.lora_id)
+
+
+@contextlib.contextmanager
+def lora_step(step: LoRAStep, batch: InputBatch, out: SchedulerOutput, device: torch.device) -> Iterator[bool]:
+    """Sets each token's slot on step while the forward runs; yields whether any row has one."""
+    rows = [batch.states[rid].lora_slot for rid in out.request_ids]
+    if max(rows) < 0:
+        yield False
+        return
+    counts = out.num_scheduled_tokens
+    per_token = torch.repeat_interleave(torch.tensor(rows, dtype=torch.long), torch.tensor(counts, dtype=torch.long))
+    step.token_slots = per_token.to(device, non_blocking=True)
+    distinct = sorted({s for s in rows if s >= 0})
+    if len(distinct) == 1 and min(rows) >= 0:
+        step.groups = [(distinct[0], None)]
+    else:
+        step.groups = [(s, (per_token == s).nonzero().flatten().to(device)) for s in distinct]
+    try:
+        yield True
+    finally:
+        step.clear()
