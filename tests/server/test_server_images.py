@@ -49,6 +49,15 @@ def test_show_says_vision(vlm_url, model):
     assert info["gemma3.vision.patch_size"] == 4 and info["gemma3.vision.image_size"] == 32
 
 
+def test_the_model_list_says_it_takes_images(vlm_url, model):
+    """Before and after it is loaded (the config's vision_config, then the loaded tower)."""
+    card = httpx.get(vlm_url + f"/v1/models/{model}").json()
+    assert card["capabilities"] == ["completion", "vision"]
+    ollama.Client(vlm_url).generate(model=model, prompt="hi", options={"num_predict": 1})
+    listed = [c for c in openai.OpenAI(base_url=vlm_url + "/v1", api_key="x").models.list().data if c.id == model]
+    assert listed[0].model_extra["capabilities"] == ["completion", "vision"]
+
+
 def test_ollama_generate_and_chat_take_base64_images(vlm_url, model):
     client = ollama.Client(vlm_url)
     reply = client.generate(model=model, prompt="What is this?", images=[png(40, 30, 1)],
@@ -101,6 +110,7 @@ def test_text_only_model_refuses_images(tmp_path):
             ollama.Client(url).generate(model=name, prompt="x", images=[png()])
         assert e.value.status_code == 400 and "text only" in str(e.value)
         assert "vision" not in ollama.Client(url).show(name).capabilities
+        assert "capabilities" not in httpx.get(url + f"/v1/models/{name}").json()
         client = openai.OpenAI(base_url=url + "/v1", api_key="none")
         content = [{"type": "image_url", "image_url": {"url": data_url(png())}}]
         with pytest.raises(openai.BadRequestError, match="text only"):

@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 
 from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.errors import ContextLengthError, InvalidParameterError
-from mlxr.models import ENCODERS
+from mlxr.loader.hf_model import read_config
+from mlxr.models import ENCODERS, VISION_MODELS
 from mlxr.server.openai.lora import adapter_cards
 from mlxr.server.openai.prompts import encode_inputs
 from mlxr.server.openai.schemas import MAX_EMBEDDING_TOKENS, EmbeddingRequest
@@ -38,7 +39,24 @@ def model_card(record, served=None) -> dict:
     if record.architecture in ENCODERS:  # embedding and reranking models say so; the rest generate
         reranker = served is not None and getattr(served.engine, "is_reranker", False)
         card["capabilities"] = ["rerank"] if reranker else ["embedding"]
+    elif takes_images(record, served):
+        card["capabilities"] = ["completion", "vision"]
     return card
+
+
+def takes_images(record, served=None) -> bool:
+    """A loaded model's tower, an mmproj beside a GGUF, or an HF directory whose config.json has
+    a vision_config (of an architecture MLXR runs with images)."""
+    if served is not None and getattr(served, "args", None) is not None:
+        return served.args.vision is not None
+    if getattr(record, "projector", None) is not None:
+        return True
+    if record.format != "safetensors" or record.architecture not in VISION_MODELS:
+        return False
+    try:
+        return isinstance(read_config(record.path).get("vision_config"), dict)
+    except Exception:  # noqa: BLE001 - an unreadable directory is the loader's error to name
+        return False
 
 
 @router.get("/v1/models")
