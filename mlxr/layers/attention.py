@@ -40,16 +40,19 @@ class PagedAttention(nn.Module):
         meta: AttnMetadata,
         positions: torch.Tensor | None = None,
         inv_freq: torch.Tensor | None = None,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """With positions and rotary frequencies, q and k are rotated first, in one fused op
-        with the cache write."""
+        with the cache write. sinks: one logit per query head counted in every softmax (gpt-oss)."""
         k_cache, v_cache = kv_cache
         if inv_freq is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
             q = rotary_write_kv_query(q, k, v, positions, inv_freq, k_cache, v_cache, meta.slot_mapping)
-        return self.attend(q, kv_cache, meta)
+        return self.attend(q, kv_cache, meta, sinks)
 
-    def attend(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttnMetadata) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttnMetadata,
+               sinks: torch.Tensor | None = None) -> torch.Tensor:
         """Attention over the cache alone, for callers that already stored this step's K/V."""
-        return paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.sliding_window, self.softcap)
+        return paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.sliding_window, self.softcap,
+                               sinks)

@@ -65,6 +65,15 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
                                                   "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
                                                   "short_factor": [1.0, 1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]},
                               "pad_token_id": 0}, tokenizer=ft.LLAMA, seed=15),
+    # gpt-oss: a window of 8 on layer 0 inside the 24-token prompt; YaRN over an original 64
+    # positions (cos/sin x 1.14, the low frequencies interpolated), truncated as llama.cpp always
+    # does (arch_variants.py has the released configs' untruncated one); 4 experts, 2 picked.
+    "tiny-gpt_oss": ArchFixture({**_BASE, "model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
+                                 "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 32,
+                                 "sliding_window": 8,
+                                 "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                                     "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+                                                     "original_max_position_embeddings": 64}}, seed=20),
     # More experts than the router picks, so routing matters.
     "tiny-mixtral": ArchFixture({**_BASE, "model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
                                  "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64},
