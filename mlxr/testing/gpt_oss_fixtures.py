@@ -22,6 +22,19 @@ from mlxr.testing.arch_fixtures import ARCH_FIXTURES, arch_fixture_dir
 NAME = "tiny-gpt_oss"
 
 
+def harmony_fixture_dir(root: Path) -> Path:
+    """tiny-gpt_oss with a tokenizer holding harmony's special tokens and a harmony template
+    (fixture_tokenizer.HARMONY), for the servers' harmony replies."""
+    from mlxr.testing import fixture_tokenizer as ft
+    from mlxr.testing.arch_fixtures import ArchFixture
+
+    base = ARCH_FIXTURES[NAME]
+    eos = [ft.HARMONY.specials.index(t) for t in ft.HARMONY.eos]
+    spec = ArchFixture({**base.config, "bos_token_id": eos[0], "eos_token_id": eos, "max_position_embeddings": 1024},
+                       ft.HARMONY, base.seed)
+    return arch_fixture_dir(f"{NAME}-harmony", root, spec)
+
+
 def openai_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[..., out, in] float -> (blocks [..., out, in / 32, 16], scales [..., out, in / 32], the
     dequantized weight) from gguf-py's MXFP4."""
