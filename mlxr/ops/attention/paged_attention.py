@@ -163,9 +163,10 @@ def paged_attention(
     """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C kernels
     for fp32 CPU tensors under inference mode, else the torch reference. Decode-only batches
     take the decode kernels, others prefill. A step with bidirectional spans (image tokens)
-    takes the reference, whose mask holds them; so do attention sinks (one logit per head that
-    takes a share of each softmax, gpt-oss's), which the kernels do not take yet."""
-    if sinks is not None:
+    takes the reference, whose mask holds them. Attention sinks (one logit per head that takes
+    a share of each softmax, gpt-oss's) run in the C kernels and the references; the Triton
+    kernels do not take them yet, so on CUDA they run the references."""
+    if sinks is not None and (not q.is_cpu or meta.bidirectional is not None):
         if meta.is_decode_only:
             return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
         return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
@@ -175,16 +176,17 @@ def paged_attention(
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop
         if q.is_cpu:
-            out = paged_decode_cpu(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window, softcap)
+            out = paged_decode_cpu(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window,
+                                   softcap, sinks)
             if out is not None:
                 return out
-        return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+        return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
     if q.is_cpu:
         out = paged_prefill_cpu(q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, scale,
-                                sliding_window, softcap)
+                                sliding_window, softcap, sinks)
         if out is not None:
             return out
-    return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+    return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
 
 
 def _paged_attention_triton(
