@@ -100,3 +100,15 @@ def test_ngram_speculation_gives_hfs_tokens(hf_dir, hf):
     out = llm.generate([prompt], SamplingParams(max_tokens=32, **GREEDY))[0]
     assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 32)
     assert llm.engine.stats().spec_num_draft_tokens > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True])
+def test_mxfp4_gguf_on_cuda_gives_hfs_tokens(mxfp4_dirs, graphs):
+    """The MXFP4 experts through the Triton kernel, the sinks through the torch references, with
+    and without CUDA graphs, fp32 activations: HF's 32 greedy tokens."""
+    ref = hf_model(mxfp4_dirs[1])
+    llm = LLM(llama_cpp_gguf(mxfp4_dirs[0]), dtype="float32", device="cuda", enable_cuda_graphs=graphs)
+    prompts = [PROMPT[:5], PROMPT, PROMPT + PROMPT[:16]]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=32, **GREEDY))
+    assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(ref, p, 32) for p in prompts]
