@@ -69,3 +69,12 @@ def test_settings_not_supported_yet_are_refused_naming_them(hf_dir, tmp_path, ch
     (model / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(UnsupportedModelError, match=named):
         LLM(str(model), dtype="float32")
+
+
+def test_a_tiny_cache_preempts_and_still_gives_hfs_tokens(hf_dir, hf):
+    llm = LLM(str(hf_dir), dtype="float32", num_kv_blocks=12, block_size=4, max_num_seqs=4,
+              enable_prefix_caching=False)
+    prompts = [PROMPT[:9], PROMPT[3:17], PROMPT[:5], PROMPT[6:20]]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=16, **GREEDY))
+    assert llm.engine.stats().num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(hf, p, 16) for p in prompts]

@@ -112,3 +112,12 @@ def test_mxfp4_gguf_on_cuda_gives_hfs_tokens(mxfp4_dirs, graphs):
     prompts = [PROMPT[:5], PROMPT, PROMPT + PROMPT[:16]]
     outs = llm.generate(prompts, SamplingParams(max_tokens=32, **GREEDY))
     assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(ref, p, 32) for p in prompts]
+
+
+def test_a_tiny_cache_preempts_and_still_gives_hfs_tokens(hf_dir, hf):
+    llm = LLM(str(hf_dir), dtype="float32", num_kv_blocks=12, block_size=4, max_num_seqs=4,
+              enable_prefix_caching=False)
+    prompts = [PROMPT[:9], PROMPT[3:17], PROMPT[:5], PROMPT[6:20]]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=16, **GREEDY))
+    assert llm.engine.stats().num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(hf, p, 16) for p in prompts]
