@@ -33,7 +33,7 @@ def kv_cache_dtype_from_env() -> str:
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """HF `rope_scaling`: the "llama3", "linear" and "longrope" kinds change the frequencies."""
+    """HF `rope_scaling`: the "llama3", "linear", "longrope" and "yarn" kinds change the frequencies."""
 
     rope_type: str = "default"
     factor: float = 1.0
@@ -45,6 +45,11 @@ class RopeScaling:
     long_factor: tuple[float, ...] = ()
     short_factor: tuple[float, ...] = ()
     attention_factor: float = 1.0
+    # yarn (gpt-oss): the ramp between the dimensions turning beta_fast and beta_slow times over
+    # the original context, its ends rounded outwards where truncate (layers/yarn.py).
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None
     speculative: bool = True  # False: this request never carries draft tokens (when the engine speculates)
     priority: int = 0  # vLLM's: lower values are admitted and prefilled first (engine/sched/budget.py)
+    # vLLM's: special tokens left out of the text; False keeps them (harmony's channel markers)
+    skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

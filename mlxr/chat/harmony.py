@@ -6,15 +6,17 @@ for a tool call, the recipient (` to=functions.NAME`, before or after the channe
 arguments' type (`<|constrain|>json`). Channels map to the APIs' fields: analysis -> reasoning,
 final -> content, commentary addressed to functions.NAME -> a call of NAME whose arguments are
 the body's JSON, commentary to nobody (a preamble) -> content. The split does not depend on how
-the text was chunked; a call is given whole once its body ends, and a body that is not a JSON
-object, or a call cut off by max_tokens, falls back to content. Needs the special tokens kept in
-the decoded text."""
+the text was chunked; a call is given whole once its body ends (at <|call|>, or at the end of the
+reply: <|call|> is a stop token, whose text the engine drops), and a body that is not a JSON
+object (a call cut off by max_tokens) falls back to content. Needs the special tokens kept in the
+decoded text (SamplingParams.skip_special_tokens False)."""
 from __future__ import annotations
 
 import json
 import re
 
 from mlxr.chat.tools.calls import MAX_CALLS, ToolCall
+from mlxr.chat.tools.harmony_format import template_is_harmony  # noqa: F401 - this module's test, re-exported
 from mlxr.chat.tools.splitter import Piece, held_suffix
 
 START, MESSAGE, CHANNEL = "<|start|>", "<|message|>", "<|channel|>"
@@ -22,11 +24,6 @@ ENDS = ("<|end|>", "<|call|>", "<|return|>")
 MAX_HEADER_CHARS = 512  # a longer header is not harmony: the text goes on as content
 _RECIPIENT = re.compile(r"\bto=(\S+?)(?=<\||\s|$)")
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*(\w+)")
-
-
-def template_is_harmony(source: str | None) -> bool:
-    """Whether a chat template renders harmony (gpt-oss's): it writes channels and <|call|>."""
-    return bool(source) and CHANNEL in source and "<|call|>" in source  # type: ignore[operator]
 
 
 class HarmonySplitter:
@@ -52,8 +49,8 @@ class HarmonySplitter:
         if self._header is not None:  # a header never closed: not harmony after all
             text = self._header + text
             return [Piece("content", text)] if text.strip() else []
-        if self._kind == "call":  # cut off before <|call|>
-            return [Piece("content", text)] if text else []
+        if self._kind == "call":  # ended by the <|call|> stop token, or cut off
+            return [self._call(text)] if text else []
         return [Piece(self._kind, text)] if text else []
 
     def _read_header(self, out: list[Piece]) -> bool:

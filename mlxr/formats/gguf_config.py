@@ -146,6 +146,16 @@ def _vocab_size(m: _Meta, from_tensor: int | None) -> int:
     return m.pos_int("vocab_size")
 
 
+def yarn_scaling(m: _Meta, truncate: bool) -> RopeScaling:
+    """YaRN from llama.cpp's keys; `truncate` is the architecture's convention (GGUF stores none)."""
+    factor = m.pos_float("rope.scaling.factor", 1.0)
+    default_attn = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+    return RopeScaling("yarn", factor, original_max_position_embeddings=m.pos_int("rope.scaling.original_context_length"),
+                       attention_factor=m.pos_float("rope.scaling.attn_factor", default_attn),
+                       beta_fast=m.pos_float("rope.scaling.yarn_beta_fast", 32.0),
+                       beta_slow=m.pos_float("rope.scaling.yarn_beta_slow", 1.0), truncate=truncate)
+
+
 def _uniform_window(m: _Meta, layers: int) -> tuple[int | None, tuple[bool, ...]]:
     """A window on every layer where the file names one (0 or absent: none)."""
     window = m.raw("attention.sliding_window")
@@ -158,8 +168,10 @@ def _rope_scaling(
     m: _Meta, rope_freqs: Sequence[float] | None, head_dim: int, theta: float
 ) -> RopeScaling | None:
     kind = m.raw("rope.scaling.type")
-    if kind not in (None, "none", "linear"):
+    if kind not in (None, "none", "linear", "yarn"):
         raise UnsupportedModelError(f"GGUF rope scaling type {kind!r} is not supported")
+    if kind == "yarn":
+        return yarn_scaling(m, truncate=True)
     if kind == "linear":
         factor = m.pos_float("rope.scaling.factor", 1.0)
         return None if factor == 1.0 else RopeScaling(rope_type="linear", factor=factor)

@@ -111,7 +111,24 @@ def _rope_scaling(raw: Any, key: str) -> RopeScaling | None:
         )
     if kind in ("longrope", "su"):
         return RopeScaling(rope_type="longrope")  # completed by _longrope, which needs the whole config
-    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3, longrope)")
+    if kind == "yarn":
+        return _yarn(raw, key)
+    raise UnsupportedModelError(f"{key} type {kind!r} is not supported (default, linear, llama3, longrope, yarn)")
+
+
+def _yarn(raw: dict, key: str) -> RopeScaling:
+    """YaRN as transformers reads it; DeepSeek's mscale variant and a factor left to be derived
+    from max_position_embeddings are refused."""
+    if raw.get("mscale") or raw.get("mscale_all_dim"):
+        raise UnsupportedModelError(f"{key} yarn with mscale / mscale_all_dim is not supported")
+    if raw.get("partial_rotary_factor", 1.0) != 1.0:
+        raise UnsupportedModelError("partial_rotary_factor other than 1 is not supported")
+    factor = _pos_float(raw, "factor")
+    default_attn = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+    return RopeScaling("yarn", factor, original_max_position_embeddings=_pos_int(raw, "original_max_position_embeddings"),
+                       attention_factor=_pos_float(raw, "attention_factor", default_attn),
+                       beta_fast=_pos_float(raw, "beta_fast", 32.0), beta_slow=_pos_float(raw, "beta_slow", 1.0),
+                       truncate=_bool(raw, "truncate", True))
 
 
 def _longrope(cfg: dict, raw: dict) -> RopeScaling:

@@ -58,7 +58,10 @@ class SparseMoE(nn.Module):
         return weights.to(x.dtype), ids
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.route(x)
+        return self.mix(x, *self.route(x))
+
+    def mix(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The chosen experts' outputs on x, weighted (Gemma 4 routes on another input than x)."""
         if x.is_cpu:
             return self._grouped(x, weights, ids)
         w = self.experts

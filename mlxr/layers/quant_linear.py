@@ -67,16 +67,19 @@ class QuantEmbedding(nn.Module):
 
 
 class QuantStacked(nn.Module):
-    """Stacked expert weights kept as a GGUF file's blocks, [E, out, row bytes] uint8."""
+    """Stacked expert weights kept as a GGUF file's blocks, [E, out, row bytes] uint8, with the
+    experts' biases [E, out] where the replaced module had them (gpt-oss)."""
 
-    def __init__(self, packed: PackedWeight) -> None:
+    def __init__(self, packed: PackedWeight, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         self.register_buffer("raw", packed.raw, persistent=False)
         self.qtype = packed.qtype
         self.in_features = packed.shape[-1]
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def matmul(self, e: int, rows: torch.Tensor) -> torch.Tensor:
-        return qmatmul(rows, self.raw[e], self.qtype, self.in_features)
+        y = qmatmul(rows, self.raw[e], self.qtype, self.in_features)
+        return y if self.bias is None else y + self.bias[e].to(y.dtype)
 
 
 def install_packed(model: nn.Module, packed: dict[str, PackedWeight], dtype: torch.dtype, tied: bool) -> None:
@@ -88,7 +91,7 @@ def install_packed(model: nn.Module, packed: dict[str, PackedWeight], dtype: tor
         parent = model.get_submodule(parent_path)
         old = getattr(parent, attr)
         if len(weight.shape) == 3:
-            setattr(parent, attr, QuantStacked(weight))
+            setattr(parent, attr, QuantStacked(weight, getattr(old, "bias", None)))
         elif isinstance(old, nn.Embedding):
             setattr(parent, attr, QuantEmbedding(weight, dtype))
         else:

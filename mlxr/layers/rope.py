@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from mlxr.config import RopeScaling
+from mlxr.layers.yarn import yarn_inv_freq
 from mlxr.ops.rotary.rotary import rope_cos_sin, rotary_embedding
 
 
@@ -34,6 +35,9 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
         return inv_freq / scaling.factor
     if scaling.rope_type == "longrope":
         return inv_freq / _longrope_factors(scaling.short_factor, head_dim)
+    if scaling.rope_type == "yarn":
+        return yarn_inv_freq(head_dim, theta, scaling.factor, scaling.original_max_position_embeddings,
+                             scaling.beta_fast, scaling.beta_slow, scaling.truncate)
     raise ValueError(f"unsupported rope scaling {scaling.rope_type!r}")
 
 
@@ -51,7 +55,7 @@ class RotaryEmbedding(nn.Module):
 
     @property
     def attention_factor(self) -> float:
-        """Scale of cos and sin (longrope); callers fold its square into the attention scale."""
+        """Scale of cos and sin (longrope, yarn); callers fold its square into the attention scale."""
         return self.scaling.attention_factor if self.scaling is not None else 1.0
 
     def reset_buffers(self, device: torch.device | None) -> None:

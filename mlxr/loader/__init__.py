@@ -199,7 +199,8 @@ def kept_types(device: torch.device, quantization: str) -> Collection[str]:
     use integer dot products (quant.c, Q4_1 among them): the other extra types' plain C kernels
     decoded a Q4_1 file at 13 tok/s against 56 with its weights expanded to 16 bits at load
     (2-core AMD EPYC, bench/peers/cpu_vs_llama_cpp.py, 2026-11-24, before quant.c took Q4_1).
-    `--quantization gguf` keeps every type."""
-    from mlxr.ops.quant.block_types import CPU_INT_TYPES, KEPT_TYPES
+    `--quantization gguf` keeps every type. MXFP4 (gpt-oss's experts) always stays 4-bit: expanded,
+    gpt-oss-20b's experts alone would take 40 GB."""
+    from mlxr.ops.quant.block_types import CPU_INT_TYPES, KEPT_TYPES, MXFP4_TYPES
 
-    return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else CPU_INT_TYPES
+    return KEPT_TYPES if device.type != "cpu" or quantization == "gguf" else {**CPU_INT_TYPES, **MXFP4_TYPES}

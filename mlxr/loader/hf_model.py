@@ -13,7 +13,7 @@ from dataclasses import replace
 from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_preprocess import preprocess_from_hf
-from mlxr.models import hf_architecture
+from mlxr.models import architecture, hf_architecture
 from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
@@ -106,7 +106,9 @@ def to_torch(array: np.ndarray, dtype: str = "F32") -> torch.Tensor:
 
 
 def _weights(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:
-    return stack_experts(_checkpoint_tensors(model_dir, args), args)
+    transform = architecture(args.model_type).checkpoint_tensors
+    tensors = _checkpoint_tensors(model_dir, args)
+    return stack_experts(tensors if transform is None else transform(tensors), args)
 
 
 def _checkpoint_tensors(model_dir: Path, args: ModelArgs) -> Iterator[tuple[str, torch.Tensor]]:

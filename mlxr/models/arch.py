@@ -7,7 +7,7 @@ arguments and knows no architecture by name.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,10 @@ class Architecture:
     gguf_match: Callable[[dict], bool] = _always
     gguf_permuted_qk: bool = False  # llama.cpp's converter permutes q/k rows (LlamaModel subclasses)
     gguf_norm_plus_one: bool = False  # llama.cpp stores Gemma's RMSNorm weights as 1 + w
+    # A safetensors checkpoint's (name, tensor) stream -> ours, for layouts a rename cannot undo
+    # (gpt-oss: gate and up interleaved by columns, MXFP4 blocks and scales as two tensors);
+    # None: the tensors as they are.
+    checkpoint_tensors: Callable[[Iterator[tuple[str, Any]]], Iterator[tuple[str, Any]]] | None = None
     # A multimodal config.json (its vision_config present) -> VisionArgs' fields but `preprocess`;
     # None: this architecture takes text only (its tower's weights are skipped).
     hf_vision: Callable[[dict], dict[str, Any]] | None = None

@@ -9,6 +9,7 @@ from typing import Any
 
 from mlxr.chat.reasoning import ThinkMarkers, markers_for_template, template_toggles_thinking
 from mlxr.chat.tools import ToolFormat, format_for_template, template_messages
+from mlxr.chat.tools.harmony_format import HARMONY
 from mlxr.chat.tools.calls import MAX_CALLS
 from mlxr.engine.structured.check_process import GrammarBudgetError, check_bounded
 from mlxr.errors import InvalidParameterError
@@ -33,6 +34,12 @@ class ChatPlan:
     # (field, a forced tool's own call schema): checked one by one when the union fails, to name the tool
     call_schemas: list[tuple[str, StructuredOutputsParams]] = field(default_factory=list)
     reasoning: tuple[str, str] | None = None  # markers a constrained reply may reason between first
+    harmony: bool = False  # gpt-oss: the reply's channels are read by chat/harmony.py
+
+    @property
+    def skip_special_tokens(self) -> bool:
+        """Harmony's channel markers are special tokens: its replies keep them in the text."""
+        return not self.harmony
 
     def constraint_for(self, other: StructuredOutputsParams | None) -> StructuredOutputsParams | None:
         """The reply's constraint (a forced call's, or the request's own), starting after the
@@ -124,7 +131,11 @@ def _reason(e: InvalidParameterError) -> str:
     return e.message.removeprefix(f"{e.param}: ")
 
 
-def _template_kwargs(extra: dict[str, Any] | None, thinking: bool | None, toggles: bool) -> dict[str, Any]:
+HARMONY_EFFORTS = ("low", "medium", "high")  # the system message's "Reasoning:" levels
+
+
+def _template_kwargs(extra: dict[str, Any] | None, thinking: bool | None, toggles: bool,
+                     effort: str | None, harmony: bool) -> dict[str, Any]:
     kwargs = dict(extra or {})
     if len(kwargs) > MAX_TEMPLATE_KWARGS:
         raise InvalidParameterError("chat_template_kwargs", f"at most {MAX_TEMPLATE_KWARGS} entries")
@@ -132,20 +143,28 @@ def _template_kwargs(extra: dict[str, Any] | None, thinking: bool | None, toggle
         raise InvalidParameterError("chat_template_kwargs", f"may not set {bad}")
     if thinking is not None and toggles:
         kwargs["enable_thinking"] = thinking
+    if harmony and effort is not None:
+        # gpt-oss always reasons: "minimal" and "none" ask for the least it has
+        kwargs["reasoning_effort"] = effort if effort in HARMONY_EFFORTS else "low"
     return kwargs
 
 
 def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
               tool_choice: Any = None, parallel: bool | None = None, thinking: bool | None = None,
               template_kwargs: dict[str, Any] | None = None, add_generation_prompt: bool = True,
-              other_constraint: bool = False) -> ChatPlan:
+              other_constraint: bool = False, effort: str | None = None) -> ChatPlan:
     """Render the prompt text; raises InvalidParameterError for a bad tool_choice. A forced
-    call's grammar is checked after, on the event loop: check_forced_calls."""
+    call's grammar is checked after, on the event loop: check_forced_calls. effort: the
+    request's reasoning effort, which a harmony template writes into its system message."""
     _check_tools(tools)
     source = tokenizer.template_source
     fmt = format_for_template(source)
     mode, name = _choice(tool_choice, tools)
-    plan = ChatPlan(markers=markers_for_template(source))
+    harmony = fmt is HARMONY
+    if harmony and mode in ("required", "named"):
+        raise InvalidParameterError("tool_choice", f"{tool_choice!r} is not supported with gpt-oss's harmony format "
+                                                   "(use 'auto' or 'none')")
+    plan = ChatPlan(markers=None if harmony else markers_for_template(source), harmony=harmony)
     if mode != "none":
         plan.fmt, plan.tool_names = fmt, [_tool_function(t).get("name", "") for t in tools or []]
         plan.tool_params = {_tool_function(t).get("name", ""): _tool_function(t).get("parameters") or {}
@@ -160,7 +179,7 @@ def plan_chat(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[s
         plan.forced, plan.constraint = True, constraint
         plan.call_schemas = _call_schemas(fmt, tools or [], forced)
     shown, shown_tools = template_messages(messages, fmt, tools if mode != "none" else None)
-    kwargs = _template_kwargs(template_kwargs, thinking, template_toggles_thinking(source))
+    kwargs = _template_kwargs(template_kwargs, thinking, template_toggles_thinking(source), effort, harmony)
     plan.prompt_text = tokenizer.apply_chat_template(
         shown, add_generation_prompt=add_generation_prompt, tools=shown_tools, **kwargs)
     if plan.markers is not None and thinking is not False:

@@ -65,6 +65,29 @@ ARCH_FIXTURES: dict[str, ArchFixture] = {
                                                   "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
                                                   "short_factor": [1.0, 1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]},
                               "pad_token_id": 0}, tokenizer=ft.LLAMA, seed=15),
+    # gpt-oss: a window of 8 on layer 0 inside the 24-token prompt; YaRN over an original 64
+    # positions (cos/sin x 1.14, the low frequencies interpolated), truncated as llama.cpp always
+    # does (arch_variants.py has the released configs' untruncated one); 4 experts, 2 picked.
+    "tiny-gpt_oss": ArchFixture({**_BASE, "model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
+                                 "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 32,
+                                 "sliding_window": 8,
+                                 "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                                     "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+                                                     "original_max_position_embeddings": 64}}, seed=20),
+    # Gemma 4 with every text feature on: windows of 8 on the even layers, the last two layers
+    # reading layers 2's and 3's K/V (double-wide MLPs), values equal to keys on full layers,
+    # per-layer inputs of 8, 2 of 4 experts beside each MLP, a final soft-cap.
+    "tiny-gemma4": ArchFixture({**_BASE, "model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"],
+                                "num_hidden_layers": 6, "sliding_window": 8, "hidden_activation": "gelu_pytorch_tanh",
+                                "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+                                "layer_types": ["sliding_attention", "full_attention"] * 3,
+                                "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                    "full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+                                "global_head_dim": 16, "vocab_size_per_layer_input": 512,
+                                "hidden_size_per_layer_input": 8, "num_kv_shared_layers": 2, "attention_k_eq_v": True,
+                                "use_double_wide_mlp": True, "enable_moe_block": True, "num_experts": 4,
+                                "top_k_experts": 2, "moe_intermediate_size": 32, "final_logit_softcapping": 2.0},
+                               tokenizer=ft.GEMMA, seed=21),
     # More experts than the router picks, so routing matters.
     "tiny-mixtral": ArchFixture({**_BASE, "model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
                                  "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64},

@@ -46,6 +46,8 @@ _GEMMA3 = ArchFixture({**_BASE, "model_type": "gemma3_text", "architectures": ["
 def _gemma3(seed: int, **changes) -> ArchFixture:
     return ArchFixture({**_GEMMA3.config, **changes}, _GEMMA3.tokenizer, seed, True)
 
+_YARN = ARCH_FIXTURES["tiny-gpt_oss"].config["rope_parameters"]
+
 VARIANTS: dict[str, Variant] = {
     "gguf-llama-wide-heads": Variant("llama", ArchFixture({**_LLAMA.config, "head_dim": 32, "tie_word_embeddings": True},
                                                           _LLAMA.tokenizer, _LLAMA.seed),
@@ -84,6 +86,18 @@ VARIANTS: dict[str, Variant] = {
     "gguf-qwen3moe-top4-of-16": Variant("qwen3moe", _on("tiny-qwen3moe", 39, num_experts=16, num_experts_per_tok=4,
                                                         head_dim=32),
                                         why="4 of 16 experts, head_dim 32"),
+    "gguf-gpt_oss-top3-of-8": Variant("gpt_oss", _on("tiny-gpt_oss", 47, num_local_experts=8, num_experts_per_tok=3,
+                                                      head_dim=32, num_hidden_layers=4, sliding_window=4),
+                                      why="3 of 8 experts, head_dim 32, windows of 4 on layers 0 and 2"),
+    # llama.cpp's gpt-oss runs the released SwiGLU constants (alpha 1.702, limit 7): no key for them.
+    "gguf-gpt_oss-clamp": Variant("gpt_oss", _on("tiny-gpt_oss", 48, swiglu_limit=0.2),
+                                  gguf_runs_as={"swiglu_limit": 7.0}, slow=False,
+                                  why="a SwiGLU limit of 0.2: the converter writes none, llama.cpp clamps at 7"),
+    "gguf-gpt_oss-untruncated-yarn": Variant(
+        "gpt_oss", _on("tiny-gpt_oss", 49, rope_parameters={**_YARN, "truncate": False}),
+        gguf_runs_as={"rope_parameters": {**_YARN, "truncate": True}}, slow=False,
+        why="the released configs' YaRN leaves the correction range untruncated; the converter writes no flag "
+            "and ggml's YaRN rounds the range outwards"),
     "gguf-mixtral-top3": Variant("mixtral", _on("tiny-mixtral", 40, num_local_experts=8, num_experts_per_tok=3),
                                  why="3 of 8 experts"),
     "gguf-granite-tied": Variant("granite", _on("tiny-granite", 41, tie_word_embeddings=True),

@@ -56,7 +56,39 @@ GEMMA_VLM = TokenizerSpec(GEMMA.specials + ("<start_of_image>", "<end_of_image>"
 # LLaVA: Llama's specials and its <image> placeholder (id 3).
 LLAVA = TokenizerSpec(("<unk>", "<s>", "</s>", "<image>"), "<s>", ("</s>",), None, "<unk>", "zephyr", True)
 
+# gpt-oss's specials (in the fixture's own ids 0..7); its replies stop at <|return|> or <|call|>.
+HARMONY = TokenizerSpec(("<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
+                         "<|return|>", "<|call|>"), None, ("<|return|>", "<|call|>", "<|endoftext|>"),
+                        "<|endoftext|>", None, "harmony", False)
+
+# The harmony format's rendering, as the fixture's own template: the system message naming the
+# reasoning level and the channels, the tools as a `namespace functions` developer message, past
+# calls to `functions.NAME` on the commentary channel, their results from `functions.NAME`, past
+# answers on the final channel, and the reply opened as `<|start|>assistant`.
+_HARMONY_TEMPLATE = (
+    "{%- set ns = namespace(tool='') -%}"
+    "<|start|>system<|message|>Reasoning: {{ reasoning_effort if reasoning_effort is defined else 'medium' }}\n"
+    "# Valid channels: analysis, commentary, final.<|end|>"
+    "{%- if tools -%}<|start|>developer<|message|># Tools\nnamespace functions {\n"
+    "{% for t in tools %}{% set f = t.function if t.function is defined else t %}"
+    "type {{ f.name }} = (_: {{ f.parameters | tojson }}) => any;\n{% endfor -%}"
+    "} // namespace functions<|end|>{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role in ('system', 'developer') -%}<|start|>developer<|message|>{{ m.content }}<|end|>"
+    "{%- elif m.role == 'user' -%}<|start|>user<|message|>{{ m.content }}<|end|>"
+    "{%- elif m.role == 'assistant' and m.tool_calls -%}"
+    "{%- for c in m.tool_calls %}{% set f = c.function if c.function is defined else c %}{% set ns.tool = f.name -%}"
+    "<|start|>assistant to=functions.{{ f.name }}<|channel|>commentary json<|message|>"
+    "{{ f.arguments if f.arguments is string else f.arguments | tojson }}<|call|>{%- endfor -%}"
+    "{%- elif m.role == 'assistant' -%}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>"
+    "{%- elif m.role == 'tool' -%}<|start|>functions.{{ ns.tool }} to=assistant<|channel|>commentary<|message|>"
+    "{{ m.content }}<|end|>"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"
+)
+
 CHAT_TEMPLATES = {
+    "harmony": _HARMONY_TEMPLATE,
     "zephyr": (
         "{{ bos_token }}{% for message in messages %}"
         "{{ '<|' + message['role'] + '|>\\n' + message['content'] + eos_token + '\\n' }}"

@@ -86,3 +86,25 @@ def test_rotary_cache_write_matches_reference(split):
     torch.testing.assert_close(got_q, want_q, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(kc.view(12, kh, d)[slots], want_k, rtol=1e-5, atol=1e-5)
     assert torch.equal(vc.view(12, kh, d)[slots], v)
+
+
+@pytest.mark.parametrize("n_heads,n_kv", [(8, 2), (4, 4)])
+@pytest.mark.parametrize("window", [None, 5])
+def test_the_kernels_take_attention_sinks_as_the_references_do(n_heads, n_kv, window):
+    sinks = torch.linspace(-2.0, 3.0, n_heads)
+    q, kc, vc, meta, _, _ = build([7, 1, 3, 1], [7, 12, 20, 1], n_heads, n_kv, 64, 16)
+    kc, vc = kc.nan_to_num(0.0), vc.nan_to_num(0.0)
+    dq, dkc, dvc, dmeta, _, _ = build([1, 1, 1], [9, 1, 40], n_heads, n_kv, 64, 4)
+    dkc, dvc = dkc.nan_to_num(0.0), dvc.nan_to_num(0.0)
+    with torch.inference_mode():
+        prefill = attention_cpu.paged_prefill_cpu(q, kc, vc, meta.block_tables, meta.query_start_loc, meta.seq_lens,
+                                                  0.125, window, None, sinks)
+        decode = attention_cpu.paged_decode_cpu(dq, dkc, dvc, dmeta.block_tables, dmeta.seq_lens, 0.125, window, None,
+                                                sinks)
+    assert prefill is not None and decode is not None
+    torch.testing.assert_close(prefill, paged_attention_reference(q, kc, vc, meta, 0.125, window, None, sinks),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(decode, paged_decode_reference(dq, dkc, dvc, dmeta, 0.125, window, None, sinks),
+                               rtol=1e-5, atol=1e-5)
+    plain = paged_attention_reference(q, kc, vc, meta, 0.125, window, None)
+    assert (prefill - plain).abs().max() > 1e-2  # the sinks change the output

@@ -76,3 +76,34 @@ def test_batched_decode_equals_per_sequence_reference(window):
     batched = paged_decode_reference(q, kc.nan_to_num(), vc.nan_to_num(), meta, 0.3, window)
     looped = paged_attention_reference(q, kc.nan_to_num(), vc.nan_to_num(), meta, 0.3, window)
     torch.testing.assert_close(batched, looped, atol=1e-6, rtol=1e-6)
+
+
+def dense_with_sinks(q, k, v, scale, window, sinks):
+    """As dense, each head's softmax also counting its sink logit (whose weight is dropped)."""
+    out = dense(q, k, v, scale, window)  # softmax over the keys alone, then renormalised
+    q_len, n_heads, _ = q.shape
+    k64 = k.double().repeat_interleave(n_heads // k.shape[1], 1)
+    s = torch.einsum("qhd,khd->hqk", q.double(), k64) * scale
+    qp, kp = torch.arange(k.shape[0] - q_len, k.shape[0])[:, None], torch.arange(k.shape[0])[None]
+    mask = (kp <= qp) & ((kp > qp - window) if window else True)
+    lse = s.masked_fill(~mask, float("-inf")).logsumexp(-1)  # [H, q]
+    keep = torch.sigmoid(lse - sinks.double()[:, None])  # Z / (Z + e^sink)
+    return out * keep.T[..., None]
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_sinks_match_dense_float64_in_prefill_and_batched_decode(window):
+    sinks = torch.tensor([-1.0, 0.5, 2.0, 4.0, 0.0, 1.0, -3.0, 3.0])
+    q_lens, seq_lens = [7, 1, 3, 1], [7, 12, 20, 1]
+    q, kc, vc, meta, ks, vs = build(q_lens, seq_lens, 8, 2, 16, 4)
+    out = paged_attention(q, kc, vc, meta, 0.25, window, sinks=sinks)
+    start = 0
+    for ql, k, v in zip(q_lens, ks, vs):
+        want = dense_with_sinks(q[start : start + ql], k, v, 0.25, window, sinks)
+        torch.testing.assert_close(out[start : start + ql].double(), want, atol=1e-5, rtol=1e-5)
+        start += ql
+    dq, dkc, dvc, dmeta, dks, dvs = build([1] * 3, [1, 9, 30], 8, 2, 16, 4)
+    decoded = paged_attention(dq, dkc.nan_to_num(), dvc.nan_to_num(), dmeta, 0.25, window, sinks=sinks)
+    for i, (k, v) in enumerate(zip(dks, dvs)):
+        torch.testing.assert_close(decoded[i:i + 1].double(), dense_with_sinks(dq[i:i + 1], k, v, 0.25, window, sinks),
+                                   atol=1e-5, rtol=1e-5)

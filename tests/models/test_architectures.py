@@ -53,7 +53,8 @@ class Case:
     features: tuple[tuple[dict, float], ...] = ()
     check_args: Callable[[Any], None] | None = None  # on the loaded ModelArgs, before the logits
     # Whose converter writes the GGUF compared: "llama.cpp", or "mlxr" (the main fixtures' GGUF,
-    # so the case runs on mlxr/testing/fixtures.py's model even where an arch fixture exists).
+    # so the case runs on mlxr/testing/fixtures.py's model even where an arch fixture exists);
+    # "none": MLXR reads no GGUF of this architecture yet.
     gguf: str = "llama.cpp"
     short_prompt: bool = False  # also PROMPT[:8] + 7 decode steps (Phi-3's short RoPE factors)
     # llama.cpp's converter drops the sliding window: its file runs full attention, against HF
@@ -78,6 +79,11 @@ CASES: dict[str, Case] = {
     "olmo2": Case(notes="post-norms, q/k norms over all heads"),
     "qwen3": Case(notes="per-head q/k RMSNorm"),
     "qwen3moe": Case(notes="sparse experts; GGUF ffn_*_exps"),
+    # With v its own projection transformers gives the full layers a freshly initialised one.
+    "gemma4": Case(features=(({"sliding_window": 4096}, 1e-3), ({"final_logit_softcapping": None}, 1e-3),
+                             ({"enable_moe_block": False}, 1e-2),
+                             ({"attention_k_eq_v": False}, 1e-3)),
+                   gguf="none", notes="per-layer inputs, shared K/V, k = v, MoE beside the MLP; HF only"),
 }
 # LLaVA takes images and has no text-only checkpoint: tests/models/test_llava.py checks it;
 # encoders: tests/models/test_encoders.py.
@@ -103,6 +109,8 @@ def hf_dir(arch: str):
 def model_path(arch: str, source: str) -> str:
     if source == "safetensors":
         return str(hf_dir(arch))
+    if case(arch).gguf == "none":
+        pytest.skip(f"MLXR reads no {arch} GGUF yet")
     if case(arch).gguf == "mlxr":
         return str(fixture_model(f"tiny-{arch}").gguf_path)
     return llama_cpp_gguf(hf_dir(arch))

@@ -60,8 +60,9 @@ def hf_of(name: str, as_gguf: bool):
 
 
 def test_every_registered_architecture_has_a_variant():
-    # encoders (tests/models/test_encoders.py) and LLaVA (test_llava.py) have tests of their own
-    assert {v.arch for v in VARIANTS.values()} == set(ARCHITECTURES) - ENCODERS - {"llava"}
+    # encoders (tests/models/test_encoders.py) and LLaVA (test_llava.py) have tests of their own;
+    # MLXR reads no Gemma 4 GGUF yet (models/gemma4.py)
+    assert {v.arch for v in VARIANTS.values()} == set(ARCHITECTURES) - ENCODERS - {"llava", "gemma4"}
 
 
 @pytest.mark.parametrize("name", ALL)

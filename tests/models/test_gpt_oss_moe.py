@@ -1,6 +1,6 @@
 """gpt-oss's experts (models/gpt_oss_moe.py) against transformers' own GptOssMLP on the same
-weights: float experts, and MXFP4 experts kept 4-bit (quantized by gguf-py, HF given gguf-py's
-dequantization of the same blocks)."""
+weights: float experts, and MXFP4 experts kept 4-bit as the loader installs them (QuantStacked
+of type MXFP4, quantized by gguf-py; HF given gguf-py's dequantization of the same blocks)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +9,7 @@ import torch
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
+from mlxr.layers.quant_linear import PackedWeight, QuantStacked
 from mlxr.models.gpt_oss_moe import GptOssMoE, from_hf_experts
 from paged_probe import rel_err
 
@@ -39,15 +40,18 @@ def _load(ours: GptOssMoE, ref, mxfp4: bool) -> None:
     with torch.no_grad():
         ours.router.weight.copy_(ref.router.weight)
         ours.router.bias.copy_(ref.router.bias)
-        ours.gate_proj.bias.copy_(ref.experts.gate_up_proj_bias[:, ::2])
-        ours.up_proj.bias.copy_(ref.experts.gate_up_proj_bias[:, 1::2])
-        ours.down_proj.bias.copy_(ref.experts.down_proj_bias)
-        for name, proj in (("gate", ours.gate_proj), ("up", ours.up_proj), ("down", ours.down_proj)):
+        w = ours.experts
+        w.gate_proj.bias.copy_(ref.experts.gate_up_proj_bias[:, ::2])
+        w.up_proj.bias.copy_(ref.experts.gate_up_proj_bias[:, 1::2])
+        w.down_proj.bias.copy_(ref.experts.down_proj_bias)
+        for name in ("gate", "up", "down"):
+            proj = getattr(w, f"{name}_proj")
             if not mxfp4:
                 proj.weight.copy_(parts[name])
                 continue
-            proj.blocks.copy_(_mxfp4(parts[name])[0])
-            parts[name] = _mxfp4(parts[name])[1]
+            blocks, parts[name] = _mxfp4(parts[name])
+            setattr(w, f"{name}_proj", QuantStacked(PackedWeight(blocks, "MXFP4", tuple(proj.weight.shape)),
+                                                     proj.bias.detach().clone()))
         if mxfp4:  # HF computes with the weights the blocks hold
             gate_up = torch.stack([parts["gate"], parts["up"]], dim=2).reshape(E, 2 * I, H)  # rows interleaved
             ref.experts.gate_up_proj.copy_(gate_up.transpose(1, 2))
@@ -57,13 +61,13 @@ def _load(ours: GptOssMoE, ref, mxfp4: bool) -> None:
 @pytest.mark.parametrize("mxfp4", [False, True])
 def test_matches_transformers_gpt_oss_mlp(mxfp4):
     ref = _hf_block()
-    ours = GptOssMoE(H, I, E, K, mxfp4=mxfp4)
+    ours = GptOssMoE(H, I, E, K)
     _load(ours, ref, mxfp4)
     x = torch.randn(1, 40, H, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         want = ref(x)[0]
         got = ours(x)
-        gate = ours.gate_proj(x[0], 0)
+        gate = ours.experts.gate_proj.matmul(0, x[0])
     assert rel_err(got, want) <= 1e-5
     assert float(gate.max()) > 7.0  # the clamp bites
     assert len(torch.unique(ours.route(x[0])[1])) == E

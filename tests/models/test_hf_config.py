@@ -62,10 +62,20 @@ def test_rope_parameters_v5_forms() -> None:
     assert g.rope_scaling == RopeScaling("linear", 8.0)
 
 
-@pytest.mark.parametrize("kind", ["yarn", "dynamic"])
+@pytest.mark.parametrize("kind", ["dynamic"])
 def test_unsupported_rope_scaling(kind: str) -> None:
     with pytest.raises(UnsupportedModelError, match=kind):
         args_from_hf({**LLAMA, "rope_scaling": {"type": kind, "factor": 2.0}})
+
+
+def test_yarn_reads_its_keys_and_refuses_mscale() -> None:
+    rope = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "truncate": False,
+            "beta_fast": 32.0, "beta_slow": 1.0}
+    s = args_from_hf({**LLAMA, "rope_parameters": {**rope, "rope_theta": 150000.0}}).rope_scaling
+    assert (s.rope_type, s.factor, s.original_max_position_embeddings, s.truncate) == ("yarn", 32.0, 4096, False)
+    assert s.attention_factor == pytest.approx(0.1 * math.log(32.0) + 1.0)
+    with pytest.raises(UnsupportedModelError, match="mscale"):
+        args_from_hf({**LLAMA, "rope_scaling": {**rope, "mscale": 0.707, "mscale_all_dim": 0.707}})
 
 
 def test_longrope_reads_factors_and_defaults_the_attention_factor_as_transformers() -> None:

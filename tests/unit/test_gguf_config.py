@@ -1,6 +1,7 @@
 """GGUF metadata -> ModelArgs (llama.cpp conventions), incl. the bundled Gemma 3 270M."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +74,19 @@ def test_qwen2_has_bias() -> None:
 def test_linear_rope_scaling_and_unsupported_kinds() -> None:
     meta = {**LLAMA_META, "llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}
     assert args_from_gguf(meta, has_output_tensor=True).rope_scaling == RopeScaling("linear", 4.0)
-    with pytest.raises(UnsupportedModelError, match="yarn"):
-        args_from_gguf({**LLAMA_META, "llama.rope.scaling.type": "yarn"}, has_output_tensor=True)
+    with pytest.raises(UnsupportedModelError, match="longrope"):
+        args_from_gguf({**LLAMA_META, "llama.rope.scaling.type": "longrope"}, has_output_tensor=True)
+
+
+def test_yarn_rope_scaling_reads_llama_cpp_keys() -> None:
+    meta = {**LLAMA_META, "llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 32.0,
+            "llama.rope.scaling.original_context_length": 4096, "llama.rope.scaling.yarn_beta_fast": 16.0}
+    s = args_from_gguf(meta, has_output_tensor=True).rope_scaling
+    assert (s.rope_type, s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow) == (
+        "yarn", 32.0, 4096, 16.0, 1.0)
+    assert s.attention_factor == pytest.approx(0.1 * math.log(32.0) + 1.0) and s.truncate
+    with pytest.raises(ModelFormatError, match="original_context_length"):
+        args_from_gguf({**meta, "llama.rope.scaling.original_context_length": None}, has_output_tensor=True)
 
 
 @pytest.mark.parametrize("scaling, head_dim, theta", [

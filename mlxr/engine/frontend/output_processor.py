@@ -70,7 +70,7 @@ class OutputProcessor:
     def add(self, rs: RequestState, core_ids: list[str]) -> None:
         params = rs.params
         for index, core_id in enumerate(core_ids):
-            sample = SampleState(index, core_id, make_detokenizer(self.tokenizer, rs.prompt_token_ids),
+            sample = SampleState(index, core_id, make_detokenizer(self.tokenizer, rs.prompt_token_ids, params.skip_special_tokens),
                                  StopStringMatcher(params.stop), logprobs=[] if params.logprobs is not None else None)
             rs.samples.append(sample)
             self._by_core_id[core_id] = (rs, sample)

@@ -138,11 +138,16 @@ static void attend_span(const kv_view *v, int64_t r, const int64_t *lo, const in
     }
 }
 
-/* Normalised rows into the output: row i is head i % g of token i / g (tokens h * d apart). */
-static void state_finish(const soft_state *st, int64_t r, int64_t g, int64_t h, int64_t d, float *out) {
+/* Normalised rows into the output: row i is head i % g of token i / g (tokens h * d apart). With
+ * sink (one logit per head of the group, gpt-oss's attention sinks), each row's denominator also
+ * counts e^sink: the sink takes its share of the softmax and adds nothing to the sum of values. */
+static void state_finish(const soft_state *st, int64_t r, int64_t g, int64_t h, int64_t d, const float *sink,
+                         float *out) {
     for (int64_t i = 0; i < r; i++) {
         float *o = out + (i / g) * h * d + (i % g) * d;
-        const float *a = st->acc + i * d, l = st->l[i];
+        const float *a = st->acc + i * d;
+        float l = st->l[i];
+        if (sink && l > 0.0f) l += expf(sink[i % g] - st->m[i]);
         for (int64_t c = 0; c < d; c++) o[c] = l > 0.0f ? a[c] / l : 0.0f;
     }
 }
@@ -177,8 +182,8 @@ static int64_t window_start(int64_t hi, int64_t window) { return window > 0 && h
  * order. Returns -1 when scratch memory cannot be had. */
 int mlxr_paged_decode_f32(const float *q, const uint8_t *kc, const uint8_t *vc, int fmt, int64_t rb,
                           const int64_t *tables, int64_t max_blocks, const int64_t *seq_lens, int64_t ns, int64_t h,
-                          int64_t kh, int64_t d, int64_t bs, float scale, int64_t window, float softcap, float *out,
-                          int nthreads) {
+                          int64_t kh, int64_t d, int64_t bs, float scale, int64_t window, float softcap,
+                          const float *sinks, float *out, int nthreads) {
     const int64_t g = h / kh, state = g * (d + 2);
     int64_t parts = 0, work = 0;
     for (int64_t s = 0; s < ns; s++) {
@@ -234,7 +239,7 @@ int mlxr_paged_decode_f32(const float *q, const uint8_t *kc, const uint8_t *vc, 
             float *slot = partial + (k * kh + kvh) * state;
             state_merge(&w.total, &(soft_state){slot, slot + g, slot + 2 * g}, g, d);
         }
-        state_finish(&w.total, g, g, h, d, out + (s * h + kvh * g) * d);
+        state_finish(&w.total, g, g, h, d, sinks ? sinks + kvh * g : NULL, out + (s * h + kvh * g) * d);
     }
     failed |= !mem;
     free(mem);
@@ -245,7 +250,7 @@ int mlxr_paged_decode_f32(const float *q, const uint8_t *kc, const uint8_t *vc, 
 /* A block of up to ROWS query rows: tokens [t, t_end) of sequence s (positions ending at
  * last_pos), heads of KV head v->kvh; attends causally (and within the window) and writes out. */
 static void prefill_block(const kv_view *v, const float *q, int64_t t, int64_t t_end, int64_t last_pos, int64_t q_end,
-                          int64_t g, int64_t h, int64_t window, tile_scratch *w, float *out) {
+                          int64_t g, int64_t h, int64_t window, const float *sinks, tile_scratch *w, float *out) {
     const int64_t d = v->d, r = (t_end - t) * g;
     int64_t *lo = row_bounds(w), *hi = lo + r, start = INT64_MAX, end = 0;
     for (int64_t i = 0; i < r; i++) {
@@ -260,7 +265,7 @@ static void prefill_block(const kv_view *v, const float *q, int64_t t, int64_t t
     state_reset(&w->total, r, d);
     attend_span(v, r, lo, hi, start / TK * TK, end, w, &w->part, &w->total);
     state_merge(&w->total, &w->part, r, d);
-    state_finish(&w->total, r, g, h, d, out + (t * h + v->kvh * g) * d);
+    state_finish(&w->total, r, g, h, d, sinks ? sinks + v->kvh * g : NULL, out + (t * h + v->kvh * g) * d);
 }
 
 /* A prompt's tokens (or several sequences' new tokens): q [T, H, d] contiguous, sequence s's
@@ -271,7 +276,7 @@ static void prefill_block(const kv_view *v, const float *q, int64_t t, int64_t t
 int mlxr_paged_prefill_f32(const float *q, const uint8_t *kc, const uint8_t *vc, int fmt, int64_t rb,
                            const int64_t *tables, int64_t max_blocks, const int64_t *query_start,
                            const int64_t *seq_lens, int64_t ns, int64_t h, int64_t kh, int64_t d, int64_t bs,
-                           float scale, int64_t window, float softcap, float *out, int nthreads) {
+                           float scale, int64_t window, float softcap, const float *sinks, float *out, int nthreads) {
     const int64_t g = h / kh, tq = ROWS / g > 1 ? ROWS / g : 1, tokens = query_start[ns];
     int64_t longest = 1, blocks = 0;
     for (int64_t s = 0; s < ns; s++) {
@@ -303,7 +308,8 @@ int mlxr_paged_prefill_f32(const float *q, const uint8_t *kc, const uint8_t *vc,
             const int64_t b = i / kh, s = seq_of[b], t = block_start[b], q_end = query_start[s + 1];
             kv_view v = {kc, vc, zero, tables + s * max_blocks, bs, kh, i % kh, d, rb, scale, softcap, fmt};
             if (mem)
-                prefill_block(&v, q, t, t + tq < q_end ? t + tq : q_end, seq_lens[s] - 1, q_end, g, h, window, &w, out);
+                prefill_block(&v, q, t, t + tq < q_end ? t + tq : q_end, seq_lens[s] - 1, q_end, g, h, window, sinks,
+                              &w, out);
         }
         free(mem);
     }

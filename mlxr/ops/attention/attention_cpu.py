@@ -21,10 +21,10 @@ def _library() -> ctypes.CDLL | None:
         lib.mlxr_rope_write_kv_f32.argtypes = [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64,
                                                _I64, _I64, _PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR]
         lib.mlxr_paged_decode_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _I64, _I64,
-                                              _I64, _I64, _I64, _F32, _I64, _F32, _PTR, ctypes.c_int]
+                                              _I64, _I64, _I64, _F32, _I64, _F32, _PTR, _PTR, ctypes.c_int]
         lib.mlxr_paged_decode_f32.restype = ctypes.c_int
         lib.mlxr_paged_prefill_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_int, _I64, _PTR, _I64, _PTR, _PTR, _I64,
-                                               _I64, _I64, _I64, _I64, _F32, _I64, _F32, _PTR, ctypes.c_int]
+                                               _I64, _I64, _I64, _I64, _F32, _I64, _F32, _PTR, _PTR, ctypes.c_int]
         lib.mlxr_paged_prefill_f32.restype = ctypes.c_int
         lib._typed = True
     return lib
@@ -90,6 +90,14 @@ def _cache_format(k_cache: torch.Tensor, head_dim: int) -> int | None:
     return _FORMATS.get(k_cache.dtype)
 
 
+def _sinks_fit(sinks: torch.Tensor | None, heads: int) -> bool:
+    return sinks is None or (_f32_cpu(sinks) and sinks.is_contiguous() and tuple(sinks.shape) == (heads,))
+
+
+def _pointer(x: torch.Tensor | None) -> int | None:
+    return None if x is None else x.data_ptr()
+
+
 def _paged_library(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                    *index: torch.Tensor) -> ctypes.CDLL | None:
     """The library when a paged kernel applies to these tensors (fp32 queries, CPU caches of
@@ -106,11 +114,12 @@ def _paged_library(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
 def paged_decode_cpu(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     seq_lens: torch.Tensor, scale: float, sliding_window: int | None, softcap: float | None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """One new token per sequence (q [S, H, D]) over its paged context; None when the kernel
-    does not apply."""
+    does not apply. sinks: [H] float32, one logit per head counted in every softmax."""
     lib = _paged_library(q, k_cache, v_cache, block_tables, seq_lens)
-    if lib is None:
+    if lib is None or not _sinks_fit(sinks, q.shape[1]):
         return None
     n, h, d = q.shape
     _, bs, kh, width = k_cache.shape
@@ -121,7 +130,8 @@ def paged_decode_cpu(
     status = lib.mlxr_paged_decode_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), fmt,
                                        width * k_cache.element_size(), block_tables.data_ptr(),
                                        block_tables.shape[1], seq_lens.data_ptr(), n, h, kh, d, bs, scale,
-                                       sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
+                                       sliding_window or 0, softcap or 0.0, _pointer(sinks), out.data_ptr(),
+                                       torch.get_num_threads())
     if status != 0:
         raise MemoryError("paged decode attention: no scratch memory")
     return out
@@ -130,13 +140,13 @@ def paged_decode_cpu(
 def paged_prefill_cpu(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     query_start_loc: torch.Tensor, seq_lens: torch.Tensor, scale: float, sliding_window: int | None,
-    softcap: float | None,
+    softcap: float | None, sinks: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Each sequence's new tokens (q [T, H, D], sequence s's at query_start_loc[s]:[s+1]) over
     its paged context, causally; None when the kernel does not apply. The decode kernel's
     arithmetic, a token at a time."""
     lib = _paged_library(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
-    if lib is None:
+    if lib is None or not _sinks_fit(sinks, q.shape[1]):
         return None
     t, h, d = q.shape
     _, bs, kh, width = k_cache.shape
@@ -147,7 +157,8 @@ def paged_prefill_cpu(
     status = lib.mlxr_paged_prefill_f32(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), fmt,
                                         width * k_cache.element_size(), block_tables.data_ptr(), block_tables.shape[1], query_start_loc.data_ptr(),
                                         seq_lens.data_ptr(), seq_lens.shape[0], h, kh, d, bs, scale,
-                                        sliding_window or 0, softcap or 0.0, out.data_ptr(), torch.get_num_threads())
+                                        sliding_window or 0, softcap or 0.0, _pointer(sinks), out.data_ptr(),
+                                        torch.get_num_threads())
     if status != 0:
         raise MemoryError("paged prefill attention: no scratch memory")
     return out

@@ -66,6 +66,7 @@ def attend_one(
     sliding_window: int | None,
     softcap: float | None,
     spans: list[tuple[int, int]] = (),
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal (optionally windowed) attention of one sequence's queries over its context."""
     q_len, n_heads, _ = q.shape
@@ -79,8 +80,17 @@ def attend_one(
         scores = torch.tanh(scores / softcap) * softcap
     mask = attention_mask(q_len, seq_len, sliding_window, q.device, spans).repeat(group, 1)
     scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.matmul(F.softmax(scores, dim=-1), vh.float())  # [KH, group*q_len, D]
+    sink = None if sinks is None else sinks.float().view(n_kv, group, 1).repeat_interleave(q_len, 1)
+    out = torch.matmul(_softmax(scores, sink), vh.float())  # [KH, group*q_len, D]
     return out.reshape(n_heads, q_len, -1).permute(1, 0, 2).to(q.dtype)
+
+
+def _softmax(scores: torch.Tensor, sink: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim; with a sink (gpt-oss), each row's softmax also counts one more
+    logit, the head's sink, whose weight is dropped: the row's weights sum to less than one."""
+    if sink is None:
+        return F.softmax(scores, dim=-1)
+    return F.softmax(torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], dim=-1), dim=-1)[..., :-1]
 
 
 def paged_attention_reference(
@@ -91,6 +101,7 @@ def paged_attention_reference(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each sequence's new tokens attend causally over its whole cached context."""
     out = torch.empty_like(q)
@@ -102,7 +113,7 @@ def paged_attention_reference(
         k = load_rows(gather_context(k_cache, table, seq_len), dim, torch.float32)
         v = load_rows(gather_context(v_cache, table, seq_len), dim, torch.float32)
         out[start : start + q_len] = attend_one(
-            q[start : start + q_len], k, v, scale, sliding_window, softcap, spans[s] if spans else ()
+            q[start : start + q_len], k, v, scale, sliding_window, softcap, spans[s] if spans else (), sinks
         )
         start += q_len
     return out
@@ -116,6 +127,7 @@ def paged_decode_reference(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode for a whole batch at once: gather every block table (padded), mask by length.
     Same math as attend_one, without a Python loop over sequences."""
@@ -136,7 +148,8 @@ def paged_decode_reference(
     if sliding_window is not None:
         mask &= pos > last - sliding_window
     scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
-    out = torch.matmul(F.softmax(scores, dim=-1), v.float())  # [S, KH, group, D]
+    sink = None if sinks is None else sinks.float().view(1, n_kv, group, 1)
+    out = torch.matmul(_softmax(scores, sink), v.float())  # [S, KH, group, D]
     return out.reshape(n_seqs, n_heads, dim).to(q.dtype)
 
 
@@ -148,28 +161,36 @@ def paged_attention(
     scale: float,
     sliding_window: int | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dispatcher: Triton kernels for CUDA tensors (unless MLXR_KERNELS=reference), the C kernels
     for fp32 CPU queries under inference mode (over a cache of any kv_quant.py format), else the
     torch reference. Decode-only batches
     take the decode kernels, others prefill. A step with bidirectional spans (image tokens)
-    takes the reference, whose mask holds them."""
+    takes the reference, whose mask holds them. Attention sinks (one logit per head that takes
+    a share of each softmax, gpt-oss's) run in the C kernels and the references; the Triton
+    kernels do not take them yet, so on CUDA they run the references."""
+    if sinks is not None and (not q.is_cpu or meta.bidirectional is not None):
+        if meta.is_decode_only:
+            return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
+        return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
     if meta.bidirectional is not None:
         return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if not q.is_cpu and use_triton(q, k_cache):  # CPU first: decode runs this once a layer
         return _paged_attention_triton(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode_only:  # also one sequence: CUDA graphs capture this path, not the loop
         if q.is_cpu:
-            out = paged_decode_cpu(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window, softcap)
+            out = paged_decode_cpu(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale, sliding_window,
+                                   softcap, sinks)
             if out is not None:
                 return out
-        return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+        return paged_decode_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
     if q.is_cpu:
         out = paged_prefill_cpu(q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.seq_lens, scale,
-                                sliding_window, softcap)
+                                sliding_window, softcap, sinks)
         if out is not None:
             return out
-    return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap)
+    return paged_attention_reference(q, k_cache, v_cache, meta, scale, sliding_window, softcap, sinks)
 
 
 def _paged_attention_triton(

@@ -51,7 +51,10 @@ EXTRA_TYPES: dict[str, QuantType] = {
         QuantType("NF4", 12, 64, 36),
     )
 }
-KEPT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, **EXTRA_TYPES}
+# gpt-oss's expert type, multiplied by its own kernels (mlxr/ops/quant/mxfp4.py: torch on bounded
+# slices on the CPU, Triton on CUDA); no C build takes its code.
+MXFP4_TYPES: dict[str, QuantType] = {"MXFP4": QuantType("MXFP4", 13, 32, 17)}
+KEPT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, **EXTRA_TYPES, **MXFP4_TYPES}
 # The types quant.c's integer kernel takes on the CPU: the core ones and Q4_1 (Q4_0's codes with
 # a per-block offset). The others of EXTRA_TYPES run quant_extra.c there.
 CPU_INT_TYPES: dict[str, QuantType] = {**QUANT_TYPES, "Q4_1": EXTRA_TYPES["Q4_1"]}

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from mlxr.ops.backend import use_triton
 from mlxr.ops.quant import cpu as quant_cpu
 from mlxr.ops.quant import extra as quant_extra
-from mlxr.ops.quant.block_types import CPU_INT_TYPES
+from mlxr.ops.quant import mxfp4
+from mlxr.ops.quant.block_types import CPU_INT_TYPES, MXFP4_TYPES
 
 # MLXR_KERNELS=reference (read once): dequantize + fp32 GEMM on the CPU too, a continuous
 # function of the activations, which tests compare at 1e-5 (the kernels round activations).
@@ -29,6 +30,8 @@ CPU_GEMM_MIN_ROWS = quant_cpu.GEMM_MIN_ROWS[0]
 
 def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
+    if qtype in MXFP4_TYPES:
+        return mxfp4.mxfp4_matmul(x, raw, k)
     if x.is_cpu and not CPU_REFERENCE and qtype in CPU_INT_TYPES:
         return _qmatmul_cpu(x, raw, qtype, k)
     if quant_extra.is_extra(qtype):
@@ -44,6 +47,8 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
 
 def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """Rows of the weight in float32: an embedding lookup."""
+    if qtype in MXFP4_TYPES:
+        return mxfp4.dequantize(raw.index_select(0, rows.reshape(-1)), k).reshape(*rows.shape, k)
     if quant_extra.is_extra(qtype):
         return quant_extra.dequantize_rows(raw, rows, qtype, k)
     if raw.device.type == "cpu" and quant_cpu.available():

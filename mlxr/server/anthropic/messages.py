@@ -93,7 +93,8 @@ def _params(body: MessagesRequest, plan: ChatPlan, d: SamplingDefaults) -> Sampl
                               top_k=d.get("top_k", 0) if body.top_k is None else body.top_k,
                               min_p=d.get("min_p", 0.0), repetition_penalty=d.get("repetition_penalty", 1.0),
                               stop=body.stop_sequences,
-                              structured_outputs=plan.constraint_for(vllm_constraint(body.structured_outputs)))
+                              structured_outputs=plan.constraint_for(vllm_constraint(body.structured_outputs)),
+                              skip_special_tokens=plan.skip_special_tokens)
     except InvalidParameterError as e:
         if e.param != "stop":
             raise

@@ -111,9 +111,10 @@ def chat_plan(req: ChatRequest, tokenizer: Any, vision: VisionArgs | None = None
         raise InvalidParameterError("think", f"is true, false or one of {sorted(THINK_LEVELS - {'', 'true', 'false'})}, "
                                              f"got {req.think!r}")
     thinking = None if req.think in (None, "") else req.think not in (False, "false")
+    effort = req.think if req.think in ("low", "medium", "high") else None
     plan = plan_chat(tokenizer, messages, req.tools or None, thinking=thinking,
-                     other_constraint=bool(req.format))
-    if thinking and plan.markers is None:
+                     other_constraint=bool(req.format), effort=effort)
+    if thinking and plan.markers is None and not plan.harmony:
         raise InvalidParameterError("think", f"{req.model!r} does not support thinking")
     return plan
 

@@ -21,14 +21,14 @@ def _message(reply: Reply) -> dict[str, Any]:
 
 
 def whole_message(plan: ChatPlan | None, text: str) -> dict[str, Any]:
-    if plan is None or (plan.fmt is None and plan.markers is None):
+    if plan is None or (plan.fmt is None and plan.markers is None and not plan.harmony):
         return {"role": "assistant", "content": text}
     return _message(parse_reply(plan, text))
 
 
 class StreamedMessage:
     def __init__(self, plan: ChatPlan | None) -> None:
-        parse = plan is not None and (plan.fmt is not None or plan.markers is not None)
+        parse = plan is not None and (plan.fmt is not None or plan.markers is not None or plan.harmony)
         self._parser = ReplyParser(plan) if parse else None  # type: ignore[arg-type]
 
     def delta(self, text: str, finished: bool) -> dict[str, Any] | None:

@@ -131,7 +131,8 @@ async def _start(held: Hold, body: GenerateRequest | ChatRequest, arrival: float
             await check_forced_calls(planned.plan)
             constraint = planned.plan.constraint_for(constraint)
         params = replace(sampling_params(body.options, budget, held.served.sampling), logprobs=top_n,
-                         structured_outputs=constraint)
+                         structured_outputs=constraint,
+                         skip_special_tokens=planned is None or planned.plan is None or planned.plan.skip_special_tokens)
         job = Job(held, body.model, prompt_ids, params, chat, arrival, top_n, truncated_from=truncated_from)
         job.plan = planned.plan if planned else None
         job.think_budget = effort_budget(getattr(body, "think", None)) if chat else None

@@ -60,7 +60,8 @@ async def _chat(session: Session, body: ChatCompletionRequest) -> Response:
     params = sampling_params(body, max_tokens, top_n, served.sampling)
     if plan.constraint is not None and params.structured_outputs is not None:
         raise InvalidParameterError("tool_choice", "a forced tool call cannot be combined with another constraint")
-    params = replace(params, structured_outputs=plan.constraint_for(params.structured_outputs))
+    params = replace(params, structured_outputs=plan.constraint_for(params.structured_outputs),
+                     skip_special_tokens=plan.skip_special_tokens)
     check_fits(len(ids), served.context_length, max_tokens)
     choices = Choices(1, body.n)
     choices.prompt_tokens = len(ids)

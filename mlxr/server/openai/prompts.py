@@ -141,7 +141,7 @@ async def render_chat(tokenizer: Any, body: ChatCompletionRequest, context_lengt
     thinking = None if body.reasoning_effort is None else body.reasoning_effort != "none"
     fmt = getattr(body, "response_format", None)
     return await render_plan(tokenizer, context_length, "messages", messages, tools, tool_choice=body.tool_choice,
-                             parallel=body.parallel_tool_calls, thinking=thinking,
+                             parallel=body.parallel_tool_calls, thinking=thinking, effort=body.reasoning_effort,
                              template_kwargs=body.chat_template_kwargs,
                              add_generation_prompt=body.add_generation_prompt,
                              other_constraint=fmt is not None and fmt.type != "text", images=images)

@@ -11,7 +11,7 @@ from mlxr.server.reply_parser import Reply, ReplyParser, parse_reply
 
 
 def needs_parsing(plan: ChatPlan) -> bool:
-    return plan.fmt is not None or plan.markers is not None
+    return plan.fmt is not None or plan.markers is not None or plan.harmony
 
 
 def finish_reason(reason: str | None, has_calls: bool) -> str | None:

@@ -48,7 +48,7 @@ async def _render(session: Session, body: ResponsesRequest,
     thinking = None if effort is None else effort != "none"
     try:
         return await render_plan(tokenizer, context, "input", messages, tools, tool_choice=body.tool_choice,
-                                 parallel=body.parallel_tool_calls, thinking=thinking,
+                                 parallel=body.parallel_tool_calls, thinking=thinking, effort=effort,
                                  other_constraint=constraint is not None, images=images)
     except InvalidParameterError as e:
         raise responses_param(e) from None
@@ -92,7 +92,8 @@ async def _respond(session: Session, body: ResponsesRequest) -> Response:
                             top_p=d.get("top_p", 1.0) if body.top_p is None else body.top_p,
                             top_k=d.get("top_k", 0), min_p=d.get("min_p", 0.0),
                             repetition_penalty=d.get("repetition_penalty", 1.0),
-                            structured_outputs=plan.constraint_for(constraint), priority=body.priority)
+                            structured_outputs=plan.constraint_for(constraint), priority=body.priority,
+                            skip_special_tokens=plan.skip_special_tokens)
     effort = body.reasoning.effort if body.reasoning else None
     run = _Run(session, body, plan, len(ids), BudgetedReply(session, plan, params, effort_budget(effort)))
     run.steps.start(ids)
