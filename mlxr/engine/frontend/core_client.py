@@ -178,7 +178,13 @@ class ZmqClient:
         return self._stats
 
     def alive(self) -> bool:
-        return self.dead is None and self._exit_status() is None
+        return self.death() is None
+
+    def death(self) -> str | None:
+        """Why the core is gone (once known, kept), or None while it runs."""
+        if self.dead is None:
+            self.dead = self._exit_status()
+        return self.dead
 
     @property
     def outputs_socket(self) -> zmq.Socket:
