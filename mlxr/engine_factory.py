@@ -14,8 +14,9 @@ from pathlib import Path
 import msgspec
 import torch
 
-from mlxr.config import EngineConfig
+from mlxr.config import EngineConfig, ParallelConfig
 from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.core.core_attach import Attachment
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.frontend.attached_client import AttachedClient
 from mlxr.engine.frontend.core_client import MPClient
@@ -110,35 +111,88 @@ def core_launch(spec: ModelSpec, config: EngineConfig) -> tuple[str, dict[str, s
                                               "projector": spec.projector}
 
 
-def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
-    """N core processes, each on its own CUDA device or its share of this process's CPUs; their
-    KV events go where the user said (each replica at its port offset) or to private sockets."""
-    n = config.data_parallel_size
-    if config.parallel.tensor_parallel_size > 1:
-        raise InvalidParameterError("data_parallel_size", "is not offered with tensor_parallel_size > 1 yet")
+@dataclass(frozen=True)
+class ReplicaLaunch:
+    """How a data-parallel replica's core process starts: its factory, its ranked config, and
+    the CPUs or CUDA devices it (and its tensor-parallel workers) may use."""
+    factory: str
+    kwargs: dict[str, str | None]
+    config: EngineConfig
+    cpus: list[int] | None
+    cuda_devices: list[str] | None
+
+
+def replica_launches(spec: ModelSpec, config: EngineConfig, events: str) -> list[ReplicaLaunch]:
+    """N core processes, each on its own CUDA device or its share of this process's CPUs (with
+    tensor parallelism: its own tensor_parallel_size devices, or its share of the CPUs split
+    between its ranks), publishing KV events at `events` offset by its rank."""
+    n, tp = config.data_parallel_size, config.parallel.tensor_parallel_size
+    if config.parallel.nnodes > 1:
+        raise InvalidParameterError("data_parallel_size", "is not offered with a tensor-parallel group over several "
+                                                          "nodes: run a server per group behind a router")
     cuda = spec.device is not None and torch.device(spec.device).type == "cuda"
-    if cuda and torch.cuda.device_count() < n:
-        raise InvalidParameterError("data_parallel_size", f"{n} replicas need {n} CUDA devices, "
+    if cuda and torch.cuda.device_count() < n * tp:
+        raise InvalidParameterError("data_parallel_size", f"{n} replicas need {n * tp} CUDA devices ({tp} each), "
                                                           f"{torch.cuda.device_count()} are visible")
     cpus = sorted(os.sched_getaffinity(0))
     share = max(1, len(cpus) // n)
+    out = []
+    for rank in range(n):
+        ranked = replace(config, data_parallel_rank=rank, kv_events_endpoint=events, engine_process=True,
+                         parallel=_replica_group(config.parallel, rank))
+        own = None if cuda or len(cpus) < n else cpus[rank * share:(rank + 1) * share]
+        device, visible = spec.device, None
+        if cuda and tp > 1:  # the replica's ranks see its devices alone, as cuda:0..tp-1
+            device, visible = "cuda:0", _visible_devices()[rank * tp:(rank + 1) * tp]
+        elif cuda:
+            device = f"cuda:{rank}"
+        out.append(ReplicaLaunch(*core_launch(replace(spec, device=device), ranked), ranked, own, visible))
+    return out
+
+
+def data_parallel_client(spec: ModelSpec, config: EngineConfig) -> DPClient:
+    """The replicas' core processes, started and restarted by this process; their KV events go
+    where the user said (each replica at its port offset) or to private sockets."""
     private = None if config.kv_events_endpoint else tempfile.mkdtemp(prefix="mlxr-dp-")
     events = config.kv_events_endpoint or f"ipc://{private}/kv-events"
+    try:
+        launches = replica_launches(spec, config, events)
+    except BaseException:
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
+        raise
 
     def launch(rank: int) -> MPClient:
-        device = f"cuda:{rank}" if cuda else spec.device
-        ranked = replace(config, data_parallel_rank=rank, kv_events_endpoint=events, engine_process=True)
-        own = None if cuda or len(cpus) < n else cpus[rank * share:(rank + 1) * share]
-        return MPClient(*core_launch(replace(spec, device=device), ranked), ranked, cpus=own)
+        r = launches[rank]
+        return MPClient(r.factory, r.kwargs, r.config, cpus=r.cpus, cuda_devices=r.cuda_devices)
 
     cleanup = (lambda: shutil.rmtree(private, ignore_errors=True)) if private else (lambda: None)
-    return DPClient(launch, n, config.block_size, events, on_shutdown=cleanup)
+    return DPClient(launch, config.data_parallel_size, config.block_size, events, on_shutdown=cleanup)
 
 
-def attach_engine(spec: ModelSpec, config: EngineConfig, channel: tuple[str, str]) -> Built:
-    """An engine over a core process that a supervisor started (`mlxr serve --api-servers N`):
-    this process keeps the tokenizer and attaches to the core through its own channel."""
-    return _frontend_engine(spec, config, lambda: AttachedClient(*channel))
+def _replica_group(parallel: ParallelConfig, rank: int) -> ParallelConfig:
+    """A replica's own tensor-parallel rendezvous: a free port each, or the given one offset by rank."""
+    if parallel.tensor_parallel_size == 1 or parallel.master_port == 0:
+        return parallel
+    return replace(parallel, master_port=parallel.master_port + rank)
+
+
+def _visible_devices() -> list[str]:
+    """The CUDA devices this process sees, as CUDA_VISIBLE_DEVICES names them."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return given.split(",") if given else [str(i) for i in range(torch.cuda.device_count())]
+
+
+def attach_engine(spec: ModelSpec, config: EngineConfig, attachment: Attachment) -> Built:
+    """An engine over the core processes that a supervisor started (`mlxr serve --api-servers
+    N`): this process keeps the tokenizer and attaches to each core through its own channel;
+    several (data-parallel replicas) behind this process's own placement, the supervisor
+    restarting a replica that dies."""
+    channels = attachment.channels
+    if len(channels) == 1:
+        return _frontend_engine(spec, config, lambda: AttachedClient(*channels[0]))
+    return _frontend_engine(spec, config, lambda: DPClient(lambda rank: AttachedClient(*channels[rank]),
+                                                           len(channels), config.block_size, attachment.events))
 
 
 def _frontend_engine(spec: ModelSpec, config: EngineConfig, connect: Callable[[], object]) -> Built:

@@ -319,8 +319,6 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     except (ValueError, MLXRError) as e:
         return fail(str(e))
     if config.api_servers > 1:
-        if config.engine.data_parallel_size > 1:
-            return fail("--data-parallel-size above 1 runs behind one API process for now: drop --api-servers")
         if config.engine.enable_lora:
             return fail("LoRA adapters are served behind one API process for now: drop --api-servers")
         return _supervise(config, registry, ns)
@@ -330,7 +328,7 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 def _supervise(config, registry, ns: argparse.Namespace) -> int:
     from mlxr.server.supervisor import LogSettings, run_supervisor
 
-    if config.engine.engine_process is False:
+    if config.engine.engine_process is False and config.engine.data_parallel_size == 1:  # replicas are processes
         return fail(f"--api-servers {config.api_servers} needs the engine core in its own process, "
                     "but MLXR_ENGINE_PROCESS=0 keeps it in this one: unset it or set it to 1")
     return run_supervisor(config, registry, ns.shutdown_timeout, ns.log_stats_every,

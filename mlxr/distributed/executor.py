@@ -22,7 +22,9 @@ from mlxr.config import ParallelConfig
 from mlxr.distributed import messages as msg
 from mlxr.distributed.launch import spawn_workers, stop
 from mlxr.distributed.model_shard import load_shard
-from mlxr.distributed.parallel_state import Rendezvous, TPGroup, WorkerGroupError, free_port, rank_device
+from mlxr.distributed.parallel_state import (
+    Rendezvous, TPGroup, WorkerGroupError, cpu_threads, free_port, rank_device,
+)
 from mlxr.engine.core.engine_core import CoreParts
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.worker import prompt_logprobs as plp
@@ -45,7 +47,7 @@ class TPExecutor:
         atexit.register(self.shutdown)
         threading.Thread(target=self._watch, name="tp-worker-watch", daemon=True).start()
         if device_type == "cpu":  # the node's cores shared between its ranks
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // parallel.nproc_per_node))
+            torch.set_num_threads(cpu_threads(parallel.nproc_per_node))
         rdzv = Rendezvous(0, parallel.tensor_parallel_size, 0, parallel.nproc_per_node, parallel.master_addr, port)
         self.group = TPGroup(rdzv, rank_device(device_type, 0), parallel.timeout_s)
 

@@ -49,6 +49,13 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def cpu_threads(local_world_size: int) -> int:
+    """A CPU rank's share of the CPUs this process may run on (a data-parallel replica's are
+    its share of the host's, which its workers inherit)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // local_world_size)
+
+
 def rank_device(device_type: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
 

@@ -13,7 +13,7 @@ import torch
 
 from mlxr.distributed import messages as msg
 from mlxr.distributed.model_shard import ModelShard, load_shard
-from mlxr.distributed.parallel_state import Rendezvous, TPGroup, die_with_parent, rank_device
+from mlxr.distributed.parallel_state import Rendezvous, TPGroup, cpu_threads, die_with_parent, rank_device
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.worker.model_runner import ModelRunner
 
@@ -74,7 +74,7 @@ def main() -> None:
     rdzv = Rendezvous.from_env(dict(os.environ))
     device = rank_device(os.environ.get("MLXR_TP_DEVICE", "cpu"), rdzv.local_rank)
     if device.type == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // rdzv.local_world_size))
+        torch.set_num_threads(cpu_threads(rdzv.local_world_size))
     group = TPGroup(rdzv, device, float(os.environ.get("MLXR_TP_TIMEOUT_S", "600")))
     try:
         Worker(group).run()

@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 
 from mlxr.config import ServerConfig
+from mlxr.engine.core.core_attach import Attachment
 
 log = logging.getLogger("mlxr.server.api_worker")
 BACKLOG = 4096  # a burst of hundreds of streams connects at once
@@ -26,7 +27,7 @@ MAX_API_SERVERS = 16  # here, not in supervisor.py: `mlxr serve` checks it witho
 class WorkerLaunch(msgspec.Struct):
     index: int
     config: ServerConfig
-    channels: dict[str, tuple[str, str]]  # model name -> (requests, outputs) of this process
+    channels: dict[str, Attachment]  # model name -> this process's channels to its core(s)
     supervisor_pid: int
     log_level: str
     log_format: str

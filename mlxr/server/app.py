@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxr.config import ServerConfig
+from mlxr.engine.core.core_attach import Attachment
 from mlxr.errors import InvalidParameterError, MLXRError
 from mlxr.server import admin, anthropic, log_tail, openai, tokenize_route, warm_requests, webui
 from mlxr.server.access import LOOPBACK_ORIGIN_REGEX, AccessPolicy
@@ -108,7 +109,7 @@ def install_guards(app: FastAPI, config: ServerConfig) -> None:
 
 
 def create_app(config: ServerConfig, registry, stats_every_s: float = 5.0,
-               attached: dict[str, tuple[str, str]] | None = None, api_server_index: int = 0,
+               attached: dict[str, Attachment] | None = None, api_server_index: int = 0,
                max_tokens_default: int = DEFAULT_MAX_TOKENS, ready: Ready | None = None) -> FastAPI:
     """attached: the engine cores' channels of this API process under a supervisor
     (`--api-servers N`); None: the process loads its models itself. max_tokens_default: a

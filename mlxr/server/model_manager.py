@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from mlxr.config import ModelArgs, ServerConfig
+from mlxr.engine.core.core_attach import Attachment
 from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.engine_factory import ModelSpec, attach_engine, build_encoder_engine, build_engine, is_encoder_model
 from mlxr.errors import ModelNotFoundError, OverloadedError
@@ -67,7 +68,7 @@ class ServedModel:
 
 
 class ModelManager:
-    def __init__(self, config: ServerConfig, registry, attached: dict[str, tuple[str, str]] | None = None) -> None:
+    def __init__(self, config: ServerConfig, registry, attached: dict[str, Attachment] | None = None) -> None:
         self.config = config
         self.registry = registry
         self.attached = attached  # None: models load on demand in this process's own cores

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import msgspec
 
 from mlxr.config import ServerConfig
-from mlxr.engine.core.core_attach import CoreProcess
-from mlxr.engine_factory import core_launch
+from mlxr.engine.core.core_attach import Attachment, CoreProcess
+from mlxr.engine_factory import core_launch, replica_launches
 from mlxr.server.api_worker import WorkerLaunch, listening_socket
 from mlxr.server.model_manager import model_spec
 
@@ -53,25 +53,42 @@ def run_supervisor(config: ServerConfig, registry, shutdown_timeout_s: float, st
     if config.port == 0:  # every API process must take the one port the kernel picked
         config = dataclasses.replace(config, port=claim.getsockname()[1])
     with claim, tempfile.TemporaryDirectory(prefix="mlxr-serve-") as directory:
-        cores: dict[str, CoreProcess] = {}
+        cores: dict[str, list[CoreProcess]] = {}
+        events: dict[str, str | None] = {}
         workers: list[subprocess.Popen] = []
         stop = _StopSignal()
         try:
             for i, name in enumerate(config.preload):
                 os.mkdir(f"{directory}/{i}")
                 spec = model_spec(config, registry.resolve(name))
-                cores[name] = CoreProcess(*core_launch(spec, config.engine), config.engine, f"{directory}/{i}",
-                                          config.api_servers)
+                cores[name], events[name] = _start_cores(spec, config, f"{directory}/{i}")
             for index in range(config.api_servers):
-                channels = {name: core.channels[index] for name, core in cores.items()}
-                launch = WorkerLaunch(index, config, channels, os.getpid(), logging_.level, logging_.format,
+                attached = {name: Attachment([c.channels[index] for c in replicas], events[name])
+                            for name, replicas in cores.items()}
+                launch = WorkerLaunch(index, config, attached, os.getpid(), logging_.level, logging_.format,
                                       shutdown_timeout_s, stats_every_s, max_tokens_default, banner=index == 0)
                 workers.append(_start_worker(launch))
             log.info("supervising %d API processes (pids %s) and %d engine cores (pids %s)", len(workers),
-                     [w.pid for w in workers], len(cores), [c.pid for c in cores.values()])
+                     [w.pid for w in workers], sum(map(len, cores.values())),
+                     [c.pid for replicas in cores.values() for c in replicas])
             return _Watch(cores, workers, stop).run()
         finally:
             _stop_all(workers, cores, shutdown_timeout_s)
+
+
+def _start_cores(spec, config: ServerConfig, directory: str) -> tuple[list[CoreProcess], str | None]:
+    """A model's core, or its data-parallel replicas' (each on its share of the CPUs or its own
+    devices, as one API process would start them), and where those publish their KV events."""
+    engine = config.engine
+    if engine.data_parallel_size == 1:
+        return [CoreProcess(*core_launch(spec, engine), engine, directory, config.api_servers)], None
+    events = engine.kv_events_endpoint or f"ipc://{directory}/kv-events"
+    cores = []
+    for rank, r in enumerate(replica_launches(spec, engine, events)):
+        os.mkdir(f"{directory}/{rank}")
+        cores.append(CoreProcess(r.factory, r.kwargs, r.config, f"{directory}/{rank}", config.api_servers,
+                                 cpus=r.cpus, cuda_devices=r.cuda_devices))
+    return cores, events
 
 
 def _start_worker(launch: WorkerLaunch) -> subprocess.Popen:
@@ -95,7 +112,7 @@ class _StopSignal:
 
 
 class _Watch:
-    def __init__(self, cores: dict[str, CoreProcess], workers: list[subprocess.Popen], stop: _StopSignal) -> None:
+    def __init__(self, cores: dict[str, list[CoreProcess]], workers: list[subprocess.Popen], stop: _StopSignal) -> None:
         self.cores, self.workers, self.stop = cores, workers, stop
         self.deaths: list[float] = []
 
@@ -107,9 +124,10 @@ class _Watch:
                     log.error("API process %d (pid %d) exited with status %s; stopping the server",
                               index, w.pid, w.returncode)
                     return 1
-            for name, core in self.cores.items():
-                if core.exit_code() is not None and not self._restart(name, core):
-                    return 1
+            for name, replicas in self.cores.items():
+                for core in replicas:
+                    if core.exit_code() is not None and not self._restart(name, core):
+                        return 1
         log.info("signal %d: stopping the API processes, then the engine cores", self.stop.signal)
         return 0
 
@@ -126,7 +144,7 @@ class _Watch:
         return True
 
 
-def _stop_all(workers: list[subprocess.Popen], cores: dict[str, CoreProcess], shutdown_timeout_s: float) -> None:
+def _stop_all(workers: list[subprocess.Popen], cores: dict[str, list[CoreProcess]], shutdown_timeout_s: float) -> None:
     for w in workers:
         if w.poll() is None:
             w.send_signal(signal.SIGTERM)
@@ -138,5 +156,6 @@ def _stop_all(workers: list[subprocess.Popen], cores: dict[str, CoreProcess], sh
             log.error("API process %d did not stop in time; killing it", w.pid)
             w.kill()
             w.wait()
-    for core in cores.values():
-        core.stop()
+    for replicas in cores.values():
+        for core in replicas:
+            core.stop()

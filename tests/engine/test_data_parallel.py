@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -151,3 +152,48 @@ def test_replicas_publish_at_offset_ports_with_their_rank(model):
         llm.shutdown()
         for sub in subs:
             sub.close(linger=0)
+
+
+def test_tensor_parallel_replicas_match_one_core(model):
+    """DP=2 x TP=2 over gloo: each replica's core is rank 0 of its own group, its rank-1 worker
+    on the replica's share of the CPUs; the greedy outputs are one core's."""
+    batch = prompts(6)
+    one = LLM(model, dtype=torch.float32)
+    try:
+        expected = texts(one, batch)
+    finally:
+        one.shutdown()
+    llm = LLM(model, dtype=torch.float32, data_parallel_size=2, tensor_parallel_size=2)
+    try:
+        got = texts(llm, batch)
+        groups = [[pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))] for pid in llm.engine.core.pids()]
+        pins = [set().union(*(os.sched_getaffinity(pid) for pid in g)) for g in groups]
+    finally:
+        llm.shutdown()
+    assert got == expected
+    assert [len(g) for g in groups] == [2, 2], groups  # a core and its worker each
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert pins[0].isdisjoint(pins[1]), pins
+
+
+@pytest.mark.gpu
+def test_tensor_parallel_replicas_on_their_own_gpus_match_one_gpu(model):
+    """DP=2 x TP=2 on 4 GPUs (NCCL): each replica's ranks on devices of their own."""
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs 4 CUDA devices")
+    batch = prompts(6)
+    one = LLM(model, dtype=torch.float32, device="cuda")
+    try:
+        expected = texts(one, batch)
+    finally:
+        one.shutdown()
+    llm = LLM(model, dtype=torch.float32, device="cuda", data_parallel_size=2, tensor_parallel_size=2)
+    try:
+        got = texts(llm, batch)
+        visible = [psutil.Process(pid).environ().get("CUDA_VISIBLE_DEVICES") for pid in llm.engine.core.pids()]
+    finally:
+        llm.shutdown()
+    assert got == expected
+    names = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(torch.cuda.device_count())))
+    names = names.split(",")
+    assert visible == [",".join(names[0:2]), ",".join(names[2:4])], visible

@@ -1,5 +1,5 @@
-"""`mlxr serve --data-parallel-size` out of its range, or with --api-servers above 1 (not
-offered yet), is refused by serve itself with a message naming what was wrong; no core starts."""
+"""`mlxr serve --data-parallel-size` out of its range is refused by serve itself with a message
+naming what was wrong; no core starts. More replicas than CUDA devices is refused too."""
 from __future__ import annotations
 
 import os
@@ -24,11 +24,6 @@ def refused(tmp_path, *flags: str) -> str:
 @pytest.mark.parametrize("size", ["0", "65", "-2"])
 def test_a_size_out_of_range_is_refused(tmp_path, size):
     assert refused(tmp_path, "--data-parallel-size", size).startswith("error: data_parallel_size: must be 1 to 64")
-
-
-def test_with_several_api_servers_is_refused(tmp_path):
-    err = refused(tmp_path, "--data-parallel-size", "2", "--api-servers", "2")
-    assert err.startswith("error: --data-parallel-size above 1") and "--api-servers" in err
 
 
 def test_more_replicas_than_cuda_devices_is_refused():

@@ -78,3 +78,37 @@ def test_replicas_serve_and_a_killed_one_fails_only_its_streams(tmp_path):
         assert client.completions.create(model=name, prompt=prompts[0], max_tokens=4, temperature=0).choices[0].text
         up = {s.labels["replica"]: s.value for s in samples(url, "mlxr:dp_replica_up")}
         assert up == {"0": 1.0, "1": 1.0}
+
+
+def test_replicas_behind_several_api_processes_give_one_servers_greedy_outputs(tmp_path):
+    """--data-parallel-size 2 --api-servers 2: two API processes, each placing its requests on
+    both replicas (one channel to each core); the greedy outputs are a one-core server's, and
+    each API process reports both replicas up. A replica's core killed while idle is noticed
+    before the next request is placed (none fails) and the supervisor starts it again."""
+    prompts = [[(7 * k + 3 * i) % 500 + 5 for i in range(24 + k)] for k in range(8)]
+
+    def greedy(url: str) -> list[str]:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", timeout=120, max_retries=0)
+        name = client.models.list().data[0].id
+        return [client.completions.create(model=name, prompt=p, max_tokens=8, temperature=0,
+                                          extra_body={"ignore_eos": True}).choices[0].text for p in prompts]
+
+    with tiny_llama_server(tmp_path / "one") as url:
+        expected = greedy(url)
+    with tiny_llama_server(tmp_path / "dp", "--data-parallel-size", "2", "--api-servers", "2") as url:
+        assert greedy(url) == expected
+        name = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        for _ in range(10):  # each a new connection: either API process answers
+            with httpx.Client() as fresh:
+                replicas = fresh.get(url + "/health").json()["replicas"][name]
+            assert [r["up"] for r in replicas] == [True, True], replicas
+        os.kill(replicas[0]["pid"], signal.SIGKILL)
+        assert greedy(url) == expected  # each request placed on a live replica
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with httpx.Client() as fresh:
+                back = fresh.get(url + "/health").json()["replicas"][name]
+            if back[0]["up"] and back[0]["pid"] != replicas[0]["pid"]:
+                break
+            time.sleep(0.5)
+        assert back[0]["up"] and back[0]["restarts"] == 1 and back[0]["pid"] != replicas[0]["pid"], back

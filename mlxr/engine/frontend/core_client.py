@@ -200,7 +200,13 @@ class ZmqClient:
         return self._stats
 
     def alive(self) -> bool:
-        return self.dead is None and self._exit_status() is None
+        return self.death() is None
+
+    def death(self) -> str | None:
+        """Why the core is gone (once known, kept), or None while it runs."""
+        if self.dead is None:
+            self.dead = self._exit_status()
+        return self.dead
 
     @property
     def outputs_socket(self) -> zmq.Socket:
@@ -260,13 +266,19 @@ class MPClient(ZmqClient):
     """The core in a process this client starts and stops (core_proc.py)."""
 
     def __init__(self, factory: str, factory_kwargs: dict[str, str | None], config: EngineConfig,
-                 start_timeout_s: float = 900.0, cpus: list[int] | None = None) -> None:
-        """cpus: the CPUs the core may run on (a data-parallel replica's share), its threads one each."""
+                 start_timeout_s: float = 900.0, cpus: list[int] | None = None,
+                 cuda_devices: list[str] | None = None) -> None:
+        """cpus: the CPUs the core may run on (a data-parallel replica's share), its threads one
+        each; cuda_devices: the devices it (and its tensor-parallel workers) may see."""
         self._dir = tempfile.mkdtemp(prefix="mlxr-core-")
         channel = (f"ipc://{self._dir}/requests", f"ipc://{self._dir}/outputs")
         super().__init__(*channel)
         launch = CoreLaunch([channel], factory, factory_kwargs, config, os.getpid())
-        env = None if cpus is None else {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
+        env = dict(os.environ)
+        if cpus is not None:
+            env["OMP_NUM_THREADS"] = str(len(cpus))
+        if cuda_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(cuda_devices)
         self.proc = subprocess.Popen([sys.executable, "-m", "mlxr.engine.core.core_proc"], stdin=subprocess.PIPE,
                                      env=env)
         if cpus is not None:  # before it imports torch (a second or more): its thread pool sees the share

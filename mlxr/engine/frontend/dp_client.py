@@ -71,6 +71,7 @@ class DPClient:
         self.max_model_len = min(c.max_model_len for c in started)
         self.on_gpu = started[0].on_gpu
         self._owner: dict[str, int] = {}
+        self._failed: list[EngineCoreOutput] = []  # a dead replica's requests, failed at the next step
 
     def _try_launch(self, rank: int) -> ZmqClient | Exception:
         try:
@@ -89,8 +90,17 @@ class DPClient:
     def _loads(self) -> list[int | None]:
         return [sum(r.load.values()) if r.client is not None else None for r in self.replicas]
 
+    def _reap_dead(self) -> None:
+        """Retire the replicas whose core is gone before anything is placed or reported: an idle
+        engine does not step, so a core killed meanwhile would take the next request with it."""
+        for replica in self.replicas:
+            why = replica.client.death() if replica.client is not None else None
+            if why is not None:
+                self._failed += self._died(replica, why)
+
     def add_requests(self, requests: list[EngineCoreRequest]) -> None:
         self._adopt_restarted()
+        self._reap_dead()
         self._take_events()
         for request in requests:
             loads = self._loads()
@@ -125,7 +135,7 @@ class DPClient:
             poller.register(r.events, zmq.POLLIN)
         poller.poll(POLL_MS)
         self._take_events()
-        outputs = []
+        outputs, self._failed = self._failed, []
         for replica in self.replicas:
             if replica.client is None:
                 continue
@@ -218,6 +228,7 @@ class DPClient:
     # --- figures -------------------------------------------------------------------------------
     def stats(self) -> EngineStats:
         self._adopt_restarted()  # an idle engine does not step: a scrape or /health takes a restarted core in
+        self._reap_dead()  # ... and notices a dead one
         per, total = {}, dict.fromkeys(COUNTERS + GAUGES, 0)
         for replica in self.replicas:
             if replica.client is not None:
