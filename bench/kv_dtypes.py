@@ -13,10 +13,14 @@
 CPU (the default, 2 threads as CI):
   python bench/kv_dtypes.py
   python bench/kv_dtypes.py --models smollm2:135m --dtypes auto bf16 q8_0 --runs 3
-GPU (the lent machine): the capacity rows for batch 256 at 4k, then decode at --batch rows of
---context tokens for each dtype that fits:
-  python bench/kv_dtypes.py --device cuda --models PATH.gguf --dtypes auto q8_0 q4_0 fp8 \\
-      --context 4096 --batch 256 --kv-cache-gb 20 --skip perplexity agreement
+GPU (the lent machine; one engine at a time): the 8B shape (bench/gpu/write_shape_gguf.py) at 4k
+context, batch 256 (bf16 KV, 128 KB a token, does not fit 100 GB; q8_0 does), then batch 16 for
+decode beside bf16:
+  python bench/gpu/write_shape_gguf.py llama3-8b-shape /tmp/8b/model-f16.gguf
+  python bench/kv_dtypes.py --device cuda --models /tmp/8b/model-f16.gguf --dtypes auto q8_0 q4_0 fp8 \\
+      --context 4096 --batch 256 --kv-cache-gb 100 --skip perplexity agreement
+  python bench/kv_dtypes.py --device cuda --models /tmp/8b/model-f16.gguf --dtypes auto q8_0 q4_0 fp8 \\
+      --context 4096 --batch 16 --kv-cache-gb 100 --runs 3 --skip perplexity agreement
 JSON to bench/results/<day>/kv_dtypes-*.json; tables last.
 """
 from __future__ import annotations
@@ -121,35 +125,56 @@ def bench_model(a, model: str) -> list[dict]:
         print_table(rows, ["model", "kv", "ppl", "ppl_change_pct", "scored"])
     if "agreement" in a.skip and "speed" in a.skip:
         return rows
-    llms = {d: engine(a, model, d, a.context) for d in a.dtypes}
-    try:
-        for d, llm in llms.items():
-            core = llm.engine.core.core
-            rows.append({"part": "capacity", "model": model, "kv": d, "blocks": core.num_blocks,
-                         "tokens": core.num_blocks * core.config.block_size,
-                         "fits_batch_at_context": core.num_blocks * core.config.block_size
-                         >= a.batch * (a.context + a.gen)})
-        if "agreement" not in a.skip:
-            prompts = text_prompts(a, llms[a.dtypes[0]])
-            outs = {d: timed(llm, prompts, a.gen)[2] for d, llm in llms.items()}
-            for d in a.dtypes:
-                share, prefix = agreement(outs[a.dtypes[0]], outs[d])
-                rows.append({"part": "agreement", "model": model, "kv": d, "same_share": share,
-                             "first_diff_mean": prefix, "gen": a.gen, "prompts": len(prompts)})
-        if "speed" not in a.skip:
-            for run in range(a.runs):
-                prompts = [random_prompt(a.context, 1000 * run + i) for i in range(a.batch)]
-                for d, llm in llms.items():
-                    if a.batch * (a.context + a.gen) > llm.engine.core.core.num_blocks * 16:
-                        continue  # does not fit this dtype's cache
-                    before = load()
-                    ttft, decode, _ = timed(llm, prompts, a.gen)
-                    rows.append({"part": "speed", "model": model, "kv": d, "run": run, "context": a.context,
-                                 "batch": a.batch, "prefill_tok_s": a.batch * a.context / ttft,
-                                 "decode_tok_s": decode, "load": [before, load()]})
-    finally:
-        for llm in llms.values():
+    if a.device == "cpu" and not a.one_at_a_time:  # every dtype's engine at once: interleaved runs
+        llms = {d: engine(a, model, d, a.context) for d in a.dtypes}
+        try:
+            rows += [r for r in measure(a, model, llms) if r["part"] != "agreement_tokens"]
+        finally:
+            for llm in llms.values():
+                llm.shutdown()
+        return rows
+    first = None  # one engine at a time (on a GPU an 8B model's weights and cache each)
+    for d in a.dtypes:
+        llm = engine(a, model, d, a.context)
+        try:
+            got = measure(a, model, {d: llm}, first)
+            first = first or next((r["tokens"] for r in got if r["part"] == "agreement_tokens"), None)
+            rows += [r for r in got if r["part"] != "agreement_tokens"]
+        finally:
             llm.shutdown()
+    return rows
+
+
+def measure(a, model: str, llms: dict, base_tokens: list[list[int]] | None = None) -> list[dict]:
+    """Capacity, greedy agreement with the first dtype's tokens (base_tokens when given) and the
+    speed runs of these engines, interleaved run by run."""
+    rows: list[dict] = []
+    for d, llm in llms.items():
+        core = llm.engine.core.core
+        rows.append({"part": "capacity", "model": model, "kv": d, "blocks": core.num_blocks,
+                     "tokens": core.num_blocks * core.config.block_size,
+                     "fits_batch_at_context": core.num_blocks * core.config.block_size >= a.batch * (a.context + a.gen)})
+    if "agreement" not in a.skip:
+        prompts = text_prompts(a, next(iter(llms.values())))
+        outs = {d: timed(llm, prompts, a.gen)[2] for d, llm in llms.items()}
+        base = base_tokens or outs[next(iter(outs))]
+        rows.append({"part": "agreement_tokens", "tokens": base})
+        for d in llms:
+            share, prefix = agreement(base, outs[d])
+            rows.append({"part": "agreement", "model": model, "kv": d, "same_share": share,
+                         "first_diff_mean": prefix, "gen": a.gen, "prompts": len(prompts)})
+    if "speed" not in a.skip:
+        for run in range(a.runs):
+            prompts = [random_prompt(a.context, 1000 * run + i) for i in range(a.batch)]
+            for d, llm in llms.items():
+                core = llm.engine.core.core
+                if a.batch * (a.context + a.gen) > core.num_blocks * core.config.block_size:
+                    continue  # does not fit this dtype's cache
+                before = load()
+                ttft, decode, _ = timed(llm, prompts, a.gen)
+                rows.append({"part": "speed", "model": model, "kv": d, "run": run, "context": a.context,
+                             "batch": a.batch, "prefill_tok_s": a.batch * a.context / ttft,
+                             "decode_tok_s": decode, "load": [before, load()]})
     return rows
 
 
@@ -198,6 +223,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--kv-cache-gb", type=float, default=1.0)
     p.add_argument("--skip", nargs="*", default=[], choices=PARTS)
+    p.add_argument("--one-at-a-time", action="store_true", help="one engine loaded at a time (always on a GPU)")
     a = p.parse_args()
     rows = [r for m in a.models for r in bench_model(a, m)]
     table = summary(rows, a.dtypes[0])

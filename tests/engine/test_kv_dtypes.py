@@ -116,3 +116,17 @@ def test_tensor_parallel_ranks_store_the_same_format(model):
         llm.shutdown()
     assert len(got) == len(want) and max(abs(a - b) for a, b in zip(got, want)) < 1e-3
     assert blocks >= 3.7 * int(BUDGET_GB * (1 << 30)) // (128 * 512)
+
+
+def test_serve_flag_wins_over_the_ollama_variable(monkeypatch, capsys):
+    from mlxr.cli.main import build_parser
+    from mlxr.cli.serve import server_config
+
+    monkeypatch.setenv("OLLAMA_KV_CACHE_TYPE", "q4_0")
+    parser, _ = build_parser()
+    assert server_config(parser.parse_args(["serve", "--kv-cache-dtype", "bf16"]), (), ()).engine.kv_cache_dtype \
+        == "bf16"
+    assert server_config(parser.parse_args(["serve"]), (), ()).engine.kv_cache_dtype == "q4_0"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--kv-cache-dtype", "q5_k"])
+    assert "q5_k" in capsys.readouterr().err
