@@ -71,11 +71,12 @@ async def push_blob(digest: str, request: Request) -> Response:
     return Response(status_code=201)
 
 
-def model_from_blobs(home: Path, files: dict[str, str]) -> Path:
-    """A GGUF file, or a checkpoint directory, made of the named blobs."""
+def model_from_blobs(home: Path, files: dict[str, str], field: str = "files") -> Path:
+    """A GGUF file, or a checkpoint directory, made of the named blobs (`field`: the request's
+    name for them, in errors)."""
     if not files or len(files) > MAX_FILES:
-        raise InvalidParameterError("files", f"give between 1 and {MAX_FILES} files (name -> blob digest)")
-    blobs = {name: _existing_blob(home, name, digest) for name, digest in files.items()}
+        raise InvalidParameterError(field, f"give between 1 and {MAX_FILES} files (name -> blob digest)")
+    blobs = {name: _existing_blob(home, name, digest, field) for name, digest in files.items()}
     if len(blobs) == 1:
         ((name, blob),) = blobs.items()
         with open(blob, "rb") as f:
@@ -88,12 +89,12 @@ def model_from_blobs(home: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def _existing_blob(home: Path, name: str, digest: str) -> Path:
+def _existing_blob(home: Path, name: str, digest: str, field: str = "files") -> Path:
     if not isinstance(name, str) or not _FILE_NAME.fullmatch(name) or ".." in name:
-        raise InvalidParameterError("files", f"{name!r} is not a plain file name")
-    path = blob_path(home / "blobs", digest, f"files.{name}")
+        raise InvalidParameterError(field, f"{name!r} is not a plain file name")
+    path = blob_path(home / "blobs", digest, f"{field}.{name}")
     if not path.is_file():
-        raise InvalidParameterError(f"files.{name}", f"blob {digest} not found: push it with POST /api/blobs/{digest}")
+        raise InvalidParameterError(f"{field}.{name}", f"blob {digest} not found: push it with POST /api/blobs/{digest}")
     return path
 
 
