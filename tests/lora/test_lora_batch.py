@@ -117,3 +117,17 @@ def test_adapters_in_a_core_process_equal_the_in_process_engine(llm4):
             llm.load_lora("r8-all", str(peft_adapter(base, "r8-all")))
     finally:
         llm.shutdown()
+
+
+@pytest.mark.gpu
+def test_mixed_batch_on_cuda_equals_each_request_alone():
+    """Triton's gathered kernels in an eager step beside CUDA-graph steps of the base alone."""
+    llm = _llm(4, device="cuda", engine_process=False)
+    try:
+        loras = SPECS + [None]
+        together = llm.generate(PROMPTS, _params(), lora=loras)
+        alone = [llm.generate([p], _params(), lora=name)[0] for p, name in zip(PROMPTS, loras)]
+        for a, b in zip(together, alone):
+            _same(a, b)
+    finally:
+        llm.shutdown()
