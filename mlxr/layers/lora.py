@@ -111,17 +111,21 @@ class LoRATargets:
             wrapper.write(slot, prepared.get(w, {}))
 
 
-def _features(m: nn.Module) -> tuple[int, int]:
-    """(out, in) of a dense, stored or quantized linear."""
-    if hasattr(m, "out_features") and hasattr(m, "in_features"):
+def _features(m: nn.Module) -> tuple[int, int] | None:
+    """(out, in) of a dense, stored or quantized linear; None for anything else."""
+    if isinstance(getattr(m, "out_features", None), int) and isinstance(getattr(m, "in_features", None), int):
         return m.out_features, m.in_features
-    return tuple(m.weight.shape)
+    weight = getattr(m, "weight", None)
+    return tuple(weight.shape) if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
 
 
-def _part_sizes(owner: nn.Module, attr: str, out: int) -> list[int]:
+def _part_sizes(owner: nn.Module, attr: str, out: int) -> list[int] | None:
+    """A merged projection's parts' rows; None where the owner does not say (not the shared anatomy)."""
     if attr == "qkv_proj":
+        if not all(hasattr(owner, a) for a in ("n_heads", "n_kv", "head_dim")):
+            return None
         q, kv = owner.n_heads * owner.head_dim, owner.n_kv * owner.head_dim
-        return [q, kv, kv]
+        return [q, kv, kv] if q + 2 * kv == out else None
     return [out // 2, out // 2]
 
 
@@ -133,9 +137,11 @@ def attach_lora(model: nn.Module, slots: int, max_rank: int, dtype: torch.dtype,
         for attr, child in list(owner.named_children()):
             if child is None or isinstance(child, LoRALinear) or attr not in (*PROJECTIONS, *MERGED):
                 continue
-            out, inp = _features(child)
-            parts = _part_sizes(owner, attr, out) if attr in MERGED else [out]
-            names = MERGED.get(attr, (attr,))
+            shape = _features(child)
+            parts = None if shape is None else _part_sizes(owner, attr, shape[0]) if attr in MERGED else [shape[0]]
+            if parts is None:
+                continue  # not a linear of the llama-family anatomy: adapters cannot name it
+            inp, names = shape[1], MERGED.get(attr, (attr,))
             wrapper = LoRALinear(child, parts, inp, slots, max_rank, targets.step, dtype, device)
             setattr(owner, attr, wrapper)
             for i, n in enumerate(names):

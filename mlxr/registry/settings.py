@@ -24,17 +24,18 @@ class ModelSettings:
     template: str | None = None
     parameters: dict[str, Any] = field(default_factory=dict)  # Ollama option name -> value
     messages: tuple[dict[str, str], ...] = ()  # {"role", "content"}
+    adapter: str | None = None  # ADAPTER: a LoRA adapter's path (GGUF file or PEFT directory) the model runs with
 
     def to_json(self) -> str:
         body = {"system": self.system, "template": self.template, "parameters": self.parameters,
-                "messages": list(self.messages)}
+                "messages": list(self.messages), "adapter": self.adapter}
         return json.dumps({k: v for k, v in body.items() if v})
 
     @classmethod
     def from_json(cls, text: str | None) -> ModelSettings:
         data = json.loads(text) if text else {}
         return cls(data.get("system"), data.get("template"), dict(data.get("parameters") or {}),
-                   tuple(data.get("messages") or ()))
+                   tuple(data.get("messages") or ()), data.get("adapter"))
 
     def parameters_text(self) -> str:
         """Ollama's `parameters` string of /api/show: one "name value" line per value."""

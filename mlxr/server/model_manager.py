@@ -176,7 +176,8 @@ class ModelManager:
         t0 = time.perf_counter()
         log.info("loading model %s (%s, %s)", record.name, record.quantization, record.path.name)
         spec = model_spec(self.config, record)
-        config = replace(self.config.engine, lora_modules=self.adapters.for_base(record.name))
+        own = ((record.name, record.settings.adapter),) if record.settings.adapter else ()  # its ADAPTER
+        config = replace(self.config.engine, lora_modules=self.adapters.for_base(record.name) + own)
         if is_encoder_model(spec.ref):  # embedding and reranking models: in this process, no KV cache
             built = build_encoder_engine(spec, config)
             engine = built.engine

@@ -186,12 +186,14 @@ class Session:
         except BaseException as e:
             trace.finish(status_of(e), str(e))
             raise
+        # a LoRA adapter named as the model, or a model created with one (ADAPTER) runs with it
+        lora = adapter.name if adapter else served.name if served.record.settings.adapter else ""
         trace.model = adapter.name if adapter else served.name
-        return cls(request, served, trace, request_id, adapter.name if adapter else "")
+        return cls(request, served, trace, request_id, lora)
 
     @property
     def model(self) -> str:
-        return self.lora_name or self.served.name
+        return self.lora_name or self.served.name  # (a model with its own ADAPTER: its name)
 
     def check_admissible(self, num_prompts: int) -> None:
         """Refuse a batch the admission queue could never take (before any work on it)."""

@@ -92,3 +92,42 @@ def test_unknown_adapter_is_a_not_found_error(llm4):
 
     with pytest.raises(ModelNotFoundError, match="nope"):
         llm4.generate([PROMPTS[0]], _params(), lora="nope")
+
+
+@pytest.mark.slow
+def test_adapters_in_a_core_process_equal_the_in_process_engine(llm4):
+    """The core in its own process (CUDA's default): load, generate and unload go over its channel."""
+    base = fixture_model("tiny-llama").hf_dir
+    llm = LLM(str(base), dtype=torch.float32, enable_lora=True, engine_process=True, warm_up=False,
+              lora_modules=(("r8-all", str(peft_adapter(base, "r8-all"))),))
+    try:
+        llm.load_lora("r2-ko", str(peft_adapter(base, "r2-ko")))
+        assert sorted(llm.engine.lora_names) == ["r2-ko", "r8-all"]
+        loras = ["r8-all", "r2-ko", None]
+        got = llm.generate(PROMPTS[:3], _params(), lora=loras)
+        want = llm4.generate(PROMPTS[:3], _params(), lora=loras)
+        for a, b in zip(got, want):
+            _same(a, b)
+        llm.unload_lora("r2-ko")
+        from mlxr.errors import AdapterError, ModelNotFoundError
+
+        with pytest.raises(ModelNotFoundError):
+            llm.unload_lora("r2-ko")
+        with pytest.raises(AdapterError, match="already been loaded"):
+            llm.load_lora("r8-all", str(peft_adapter(base, "r8-all")))
+    finally:
+        llm.shutdown()
+
+
+@pytest.mark.gpu
+def test_mixed_batch_on_cuda_equals_each_request_alone():
+    """Triton's gathered kernels in an eager step beside CUDA-graph steps of the base alone."""
+    llm = _llm(4, device="cuda", engine_process=False)
+    try:
+        loras = SPECS + [None]
+        together = llm.generate(PROMPTS, _params(), lora=loras)
+        alone = [llm.generate([p], _params(), lora=name)[0] for p, name in zip(PROMPTS, loras)]
+        for a, b in zip(together, alone):
+            _same(a, b)
+    finally:
+        llm.shutdown()

@@ -29,15 +29,22 @@ def _check(base_name: str, spec: str, **llm_kwargs) -> None:
         with ref_model.disable_adapter():
             plain = base_ref(torch.tensor([ids])).logits[0]
     assert rel_err(plain, ref) > 1e-3  # the adapter changes the logits: the check below can fail
-    ours = paged_logits(llm, ids, len(PROMPT), lora=name)
+    ours = paged_logits(llm, ids, len(PROMPT), lora=name).cpu()
     assert rel_err(ours[: len(PROMPT)], ref[: len(PROMPT)]) <= 1e-4
     assert rel_err(ours[len(PROMPT):], ref[len(PROMPT):]) <= 1e-4
-    assert rel_err(paged_logits(llm, ids, len(PROMPT)), plain) <= 1e-4  # and the base stays the base
+    assert rel_err(paged_logits(llm, ids, len(PROMPT)).cpu(), plain) <= 1e-4  # and the base stays the base
 
 
 @pytest.mark.parametrize("base_name,spec", CASES)
 def test_adapter_logits_equal_peft(base_name, spec):
     _check(base_name, spec)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["r8-all", "r16-mlp-rslora"])
+def test_adapter_logits_equal_peft_on_cuda(spec):
+    """The Triton shrink/expand kernels in the model, fp32 on CUDA, against peft fp32 on the CPU."""
+    _check("tiny-llama", spec, device="cuda", engine_process=False)
 
 
 def test_adapter_on_fp16_weights_equals_peft_within_storage_error():
@@ -50,4 +57,7 @@ def test_adapter_on_fp16_weights_equals_peft_within_storage_error():
     ref_model = peft_reference(base, adapter)
     with torch.inference_mode():
         ref = ref_model(torch.tensor([PROMPT])).logits[0]
+        with ref_model.disable_adapter():
+            plain = ref_model(torch.tensor([PROMPT])).logits[0]
+    assert rel_err(plain, ref) > 0.1  # far past the tolerance below: without the adapter it fails
     assert rel_err(paged_logits(llm, PROMPT, len(PROMPT), lora="a"), ref) <= 2e-3

@@ -33,8 +33,8 @@ def lora_add_grouped(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch
         delta = (xa @ a[slot, :rank].to(x.dtype).t()) @ b[slot, :, :rank].to(x.dtype).t()
         if rows is None:
             y += delta.to(y.dtype)
-        else:
-            y.index_add_(0, rows, delta.to(y.dtype))
+        else:  # (index_add_ on the CPU took 150 ms for 2 rows of 192 on a loaded host; this, 2 us)
+            y.index_put_((rows,), delta.to(y.dtype), accumulate=True)
     return y
 
 

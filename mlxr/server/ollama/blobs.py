@@ -77,15 +77,24 @@ def model_from_blobs(home: Path, files: dict[str, str]) -> tuple[Path, Path | No
     """A GGUF file, or a checkpoint directory, made of the named blobs; and a GGUF model's
     projector when two GGUF blobs are given and one is llama.cpp's mmproj file (as `ollama
     create` sends a model with its projector)."""
-    if not files or len(files) > MAX_FILES:
-        raise InvalidParameterError("files", f"give between 1 and {MAX_FILES} files (name -> blob digest)")
-    blobs = {name: _existing_blob(home, name, digest) for name, digest in files.items()}
+    blobs = _named_blobs(home, files, "files")
     pair = _model_and_projector(list(blobs.values()))
     if pair is not None:
         model, projector = pair
         linked = home / "models" / "blobs"
         return _link(model, linked / f"{model.name}.gguf"), _link(projector, linked / f"{projector.name}.gguf")
     return _model_path(home, files, blobs), None
+
+
+def files_from_blobs(home: Path, files: dict[str, str], field: str) -> Path:
+    """A GGUF file, or a directory, made of the named blobs (an adapter's: `field` names them in errors)."""
+    return _model_path(home, files, _named_blobs(home, files, field))
+
+
+def _named_blobs(home: Path, files: dict[str, str], field: str) -> dict[str, Path]:
+    if not files or len(files) > MAX_FILES:
+        raise InvalidParameterError(field, f"give between 1 and {MAX_FILES} files (name -> blob digest)")
+    return {name: _existing_blob(home, name, digest, field) for name, digest in files.items()}
 
 
 def _model_and_projector(blobs: list[Path]) -> tuple[Path, Path] | None:
@@ -121,12 +130,12 @@ def _model_path(home: Path, files: dict[str, str], blobs: dict[str, Path]) -> Pa
     return folder
 
 
-def _existing_blob(home: Path, name: str, digest: str) -> Path:
+def _existing_blob(home: Path, name: str, digest: str, field: str = "files") -> Path:
     if not isinstance(name, str) or not _FILE_NAME.fullmatch(name) or ".." in name:
-        raise InvalidParameterError("files", f"{name!r} is not a plain file name")
-    path = blob_path(home / "blobs", digest, f"files.{name}")
+        raise InvalidParameterError(field, f"{name!r} is not a plain file name")
+    path = blob_path(home / "blobs", digest, f"{field}.{name}")
     if not path.is_file():
-        raise InvalidParameterError(f"files.{name}", f"blob {digest} not found: push it with POST /api/blobs/{digest}")
+        raise InvalidParameterError(f"{field}.{name}", f"blob {digest} not found: push it with POST /api/blobs/{digest}")
     return path
 
 

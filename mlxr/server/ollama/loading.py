@@ -52,9 +52,17 @@ async def resolve(request: Request, name: str, field: str = "model") -> Any:
         raise InvalidParameterError(field, e.message.removeprefix(f"{e.param}: ")) from None
 
 
+def model_of(request: Request, name: str) -> str:
+    """The registry model a request for `name` runs: a LoRA adapter's base, else name itself."""
+    adapter = request.app.state.models.adapters.get(name)
+    return adapter.base if adapter is not None else name
+
+
 async def hold(request: Request, name: str, route: str, keep_alive_s: float | None) -> Hold:
-    """Load `name` if needed and hold it; end with `finish()` or `session.fail()`."""
-    await resolve(request, name)
+    """Load `name` if needed and hold it; end with `finish()` or `session.fail()`. A LoRA
+    adapter's name holds its base (the session runs the adapter)."""
+    if request.app.state.models.adapters.get(name) is None:
+        await resolve(request, name)
     started, wall = time.perf_counter(), time.time()
     session = await Session.open(request, name, route, "ollama-")
     ready = time.perf_counter()

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mlxr.errors import InvalidParameterError
+from mlxr.formats.lora_adapter import LoRABounds, read_adapter
 from mlxr.loader.sampling_defaults import model_sampling_defaults
 from mlxr.registry import parse_name
 from mlxr.pull import is_remote, parse_ref
@@ -21,7 +22,7 @@ from mlxr.server.ollama.schemas import CopyRequest, CreateRequest, DeleteRequest
 
 router = APIRouter(tags=["ollama"])
 router.include_router(blobs.router)
-_UNSUPPORTED_CREATE = ("adapters", "quantize", "license")
+_UNSUPPORTED_CREATE = ("quantize", "license")
 
 
 @router.get("/api/tags")
@@ -79,17 +80,32 @@ async def create(body: CreateRequest, request: Request) -> Response:
                                     "model name) and `files` (blob digests)")
     registry = request.app.state.registry
     parse_name(body.model, "model")
+    adapter = await adapter_of(request, body.adapters) if body.adapters else None
     if body.files:
         path, projector = await asyncio.to_thread(blobs.model_from_blobs, registry.home, body.files)
-        steps = imports.import_steps(registry, path, body.model, "files", modelfile.settings_of(body), projector)
+        steps = imports.import_steps(registry, path, body.model, "files", modelfile.settings_of(body, adapter=adapter),
+                                     projector)
         return await _respond(steps, body.stream)
     path = imports.local_path(body.from_, "from")
     if path is not None:
-        steps = imports.import_steps(registry, path, body.model, "from", modelfile.settings_of(body))
+        steps = imports.import_steps(registry, path, body.model, "from", modelfile.settings_of(body, adapter=adapter))
     else:
         base = await resolve(request, body.from_, "from")
-        steps = imports.copy_steps(registry, body.from_, body.model, modelfile.settings_of(body, base.settings))
+        steps = imports.copy_steps(registry, body.from_, body.model,
+                                   modelfile.settings_of(body, base.settings, adapter))
     return await _respond(steps, body.stream)
+
+
+async def adapter_of(request: Request, adapters: dict[str, str]) -> str:
+    """`adapters` (file name -> blob digest: one GGUF LoRA, or a PEFT directory's files) as the
+    path the model records (ADAPTER); read once now, so a bad adapter is a 400 naming it."""
+    if not request.app.state.config.engine.enable_lora:
+        raise InvalidParameterError("adapters", "this server serves no LoRA adapters: start it with --enable-lora")
+    path = await asyncio.to_thread(blobs.files_from_blobs, request.app.state.registry.home, adapters, "adapters")
+    engine = request.app.state.config.engine
+    bounds = LoRABounds(engine.max_lora_rank, engine.lora_max_bytes, engine.lora_max_tensors)
+    await asyncio.to_thread(read_adapter, "adapters", path, bounds)
+    return str(path)
 
 
 @router.post("/api/pull")

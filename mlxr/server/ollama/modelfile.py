@@ -17,8 +17,9 @@ from mlxr.server.ollama.prompts import render_go_template
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, CreateRequest, GenerateRequest
 
 
-def settings_of(body: CreateRequest, base: ModelSettings | None = None) -> ModelSettings:
-    """The request's settings over `base` (a model created `from` another keeps its settings)."""
+def settings_of(body: CreateRequest, base: ModelSettings | None = None, adapter: str | None = None) -> ModelSettings:
+    """The request's settings over `base` (a model created `from` another keeps its settings);
+    adapter: the LoRA adapter's path its `adapters` made (ADAPTER)."""
     parameters = body.parameters
     if parameters is not None:
         try:
@@ -33,7 +34,7 @@ def settings_of(body: CreateRequest, base: ModelSettings | None = None) -> Model
     base = base or ModelSettings()
     return ModelSettings(
         new.system or base.system, new.template or base.template,
-        {**base.parameters, **new.parameters}, new.messages or base.messages)
+        {**base.parameters, **new.parameters}, new.messages or base.messages, adapter or base.adapter)
 
 
 def for_generate(body: GenerateRequest, settings: ModelSettings) -> GenerateRequest:
@@ -67,6 +68,8 @@ def show_fields(settings: ModelSettings) -> dict[str, Any]:
         lines += [f'MESSAGE {m["role"]} """{m["content"]}"""' for m in settings.messages]
     params = settings.parameters_text()
     lines += [f"PARAMETER {line}" for line in params.splitlines()]
+    if settings.adapter:
+        lines.append(f"ADAPTER {settings.adapter}")
     return {"fields": fields, "parameters": params, "lines": lines}
 
 

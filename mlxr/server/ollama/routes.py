@@ -25,7 +25,7 @@ from mlxr.server.chat_plan import check_forced_calls
 from mlxr.server.ollama import generation, modelfile
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
-from mlxr.server.ollama.loading import Hold, hold, resolve
+from mlxr.server.ollama.loading import Hold, hold, model_of, resolve
 from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.model_routes import router as model_router
 from mlxr.server.ollama.options import (
@@ -67,7 +67,7 @@ async def generate(body: GenerateRequest, request: Request) -> Response:
     arrival = time.perf_counter()
     _check_extras(body.format, body.think, body.options)
     top_n = _logprobs(body.logprobs, body.top_logprobs)
-    body = modelfile.for_generate(body, (await resolve(request, body.model)).settings)
+    body = modelfile.for_generate(body, (await resolve(request, model_of(request, body.model))).settings)
     held = await hold(request, body.model, "/api/generate", parse_keep_alive(body.keep_alive))
     await _use_threads(held, body.options)
     if not body.prompt:
@@ -84,7 +84,7 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     arrival = time.perf_counter()
     _check_extras(body.format, None, body.options)  # `think` is checked against the template
     top_n = _logprobs(body.logprobs, body.top_logprobs)
-    body = modelfile.for_chat(body, (await resolve(request, body.model)).settings)
+    body = modelfile.for_chat(body, (await resolve(request, model_of(request, body.model))).settings)
     held = await hold(request, body.model, "/api/chat", parse_keep_alive(body.keep_alive))
     await _use_threads(held, body.options)
     if not body.messages:
