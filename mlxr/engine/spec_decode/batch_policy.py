@@ -112,13 +112,15 @@ class DraftBudget:
         kept, missed = self.kept.get(request_id, 0.0), self.missed.get(request_id, 0.0)
         return (PRIOR_WEIGHT * prior + kept) / (PRIOR_WEIGHT + kept + missed)
 
-    def plan(self, batch: int, rows: list[tuple[str, int]], limit: float = float("inf")) -> list[int]:
+    def plan(self, batch: int, rows: list[tuple[str, int]], limit: float = float("inf"), count: bool = True) -> list[int]:
         """rows: (request id, drafts at most) of the rows that may draft in a step of batch rows;
-        each one's drafts (limit in all), 0 for all when drafting would not beat a plain step."""
+        each one's drafts (limit in all), 0 for all when drafting would not beat a plain step.
+        count: this plan is the step's own (not a look ahead), and counts towards the next probe."""
         probe = self._idle_plans >= PROBE_EVERY
         rates = [max(self.acceptance(rid), PROBE_ACCEPTANCE) if probe else self.acceptance(rid) for rid, _ in rows]
         counts = self.best_counts(batch, [(a, k) for a, (_, k) in zip(rates, rows)], limit)
-        self._idle_plans = 0 if any(counts) or probe else self._idle_plans + 1
+        if count:
+            self._idle_plans = 0 if any(counts) or probe else self._idle_plans + 1
         return counts
 
     def best_counts(self, batch: int, rows: list[tuple[float, int]], limit: float = float("inf")) -> list[int]:

@@ -113,7 +113,7 @@ class Speculator:
         lookups = [(r, self._num_drafts(r)) for r in running if self._looks_up(r) and self._speculates(r)]
         if self.budget is None or not lookups:
             return small and bool(lookups)
-        return any(self._planned(lookups, len(running) + waiting))
+        return any(self._planned(lookups, len(running) + waiting, count=False))
 
     def may_draft(self, batch: int) -> bool:
         """Whether any row may draft while batch requests run (running and waiting)."""
@@ -121,10 +121,11 @@ class Speculator:
             return True
         return (self.proposer is not None or self.jump_forward) and batch <= self.max_batch
 
-    def _planned(self, lookups: list[tuple[Request, int]], batch: int) -> list[int]:
-        """The budget's drafts for each lookup row in a step of batch requests."""
+    def _planned(self, lookups: list[tuple[Request, int]], batch: int, count: bool = True) -> list[int]:
+        """The budget's drafts for each lookup row in a step of batch requests (count: the
+        step's own plan, not needs_landed_tokens' look ahead)."""
         room = float("inf") if self.max_rows is None else self.max_rows - batch
-        return self.budget.plan(batch, [(r.request_id, k) for r, k in lookups], room)
+        return self.budget.plan(batch, [(r.request_id, k) for r, k in lookups], room, count)
 
     def propose(self, running: list[Request], waiting: int = 0) -> None:
         """Drafts for this step's decode rows (on req.spec_token_ids; none for the others).
