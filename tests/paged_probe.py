@@ -21,7 +21,7 @@ def paged_logits(llm, ids: list[int], n_prompt: int) -> torch.Tensor:
         with torch.inference_mode():
             runner.batch.update(prompt)
             inputs = runner.batch.build(prompt, None, False, None)
-            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta)
+            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.model_layers, inputs.meta)
             rows = [runner.model.compute_logits(hidden).float()]
         state = runner.batch.states[rid]
         for i, token in enumerate(ids[n_prompt:]):
@@ -60,7 +60,7 @@ def paged_image_logits(llm, ids: list[int], images: list) -> torch.Tensor:
             embeds.index_copy_(0, found.rows, found.embeddings)
             if runner.images.bidirectional:
                 inputs.meta.bidirectional = found.spans
-            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta, embeds)
+            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.model_layers, inputs.meta, embeds)
             return runner.model.compute_logits(hidden).float()
     finally:
         runner.batch.states.pop(rid, None)

@@ -82,7 +82,7 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
-        self.batch = InputBatch(kv_cache.block_size, device)
+        self.batch = InputBatch(kv_cache.block_size, device, kv_cache.state)
         self.sampler = Sampler()
         self.rejection = RejectionSampler(self.sampler)
         self.graphs = None  # DecodeGraphs, set by enable_cuda_graphs on CUDA (enable_cpu_graphs on the CPU)
@@ -122,7 +122,7 @@ class ModelRunner:
 
     def reset(self) -> None:
         """Forget every request (the engine core starts over)."""
-        self.batch = InputBatch(self.kv_cache.block_size, self.device)
+        self.batch = InputBatch(self.kv_cache.block_size, self.device, self.kv_cache.state)
         self._last = None
 
     @torch.inference_mode()
@@ -233,7 +233,7 @@ class ModelRunner:
             # Every decode row (a speculative row's tokens are rows too) samples, in order, so
             # the graph's logits are the answer.
             return inputs.sampling_ids, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
-        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.model_layers, inputs.meta)
         if not inputs.sampling_ids:
             return [], None
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
@@ -250,7 +250,7 @@ class ModelRunner:
         embeds.index_copy_(0, step.rows, step.embeddings.to(embeds.dtype))
         if self.images.bidirectional:
             inputs.meta.bidirectional = step.spans
-        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta, embeds)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.model_layers, inputs.meta, embeds)
         if not inputs.sampling_ids:
             return [], None
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
@@ -284,4 +284,6 @@ class ModelRunner:
         bs, n = self.kv_cache.block_size, len(token_ids)
         step = pack_step(token_ids, list(range(n)), slots_for(block_table, 0, n, bs), [n], [n], block_table,
                          len(block_table), [], bs, self.device)
-        return self.model(step.input_ids, step.positions, self.kv_cache.layers, step.meta)
+        if self.kv_cache.state is not None:  # one prefill from a fresh state: the scratch slot
+            step.meta.state_slots = torch.tensor([self.kv_cache.state.scratch], device=self.device)
+        return self.model(step.input_ids, step.positions, self.kv_cache.model_layers, step.meta)

@@ -1,0 +1,24 @@
+"""Tiny random hybrid (recurrent-state + attention) models, written by transformers' own classes
+as arch_fixtures.py writes the others (kept apart so that each family's table stays its own)."""
+from __future__ import annotations
+
+from mlxr.testing.arch_fixtures import _BASE, ArchFixture
+
+_QWEN35 = {**_BASE, "num_hidden_layers": 4, "layer_types": ["linear_attention", "linear_attention",
+                                                            "linear_attention", "full_attention"],
+           "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+           "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}}
+
+# Three Gated DeltaNet layers then one gated full-attention layer; two value heads a key head;
+# RoPE on a quarter of each head.
+HYBRID_FIXTURES: dict[str, ArchFixture] = {
+    "tiny-qwen35": ArchFixture({**_QWEN35, "model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"]},
+                               seed=30, gemma_norms=True),
+}
+
+
+def hybrid_fixture_dir(name: str, root):
+    from mlxr.testing.arch_fixtures import arch_fixture_dir
+
+    return arch_fixture_dir(name, root, HYBRID_FIXTURES[name])

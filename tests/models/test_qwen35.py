@@ -1,0 +1,101 @@
+"""Qwen3.5 (hybrid: Gated DeltaNet layers with a recurrent state, and gated full attention) against
+HF transformers fp32 on a tiny random checkpoint written by transformers itself."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_compare import PROMPT, check_greedy, check_logits, hf_model
+from model_fixtures import FIXTURES, cached_llm
+from paged_probe import rel_err
+
+from mlxr import SamplingParams
+
+
+def qwen35_dir():
+    from mlxr.testing.hybrid_fixtures import hybrid_fixture_dir
+
+    return hybrid_fixture_dir("tiny-qwen35", FIXTURES)
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return hf_model(qwen35_dir())
+
+
+def llm(**kwargs):
+    return cached_llm(str(qwen35_dir()), **kwargs)
+
+
+def test_prompt_and_decode_logits_match_hf(hf):
+    check_logits(hf, llm())
+
+
+def test_32_greedy_tokens_match_hf(hf):
+    check_greedy(hf, llm())
+
+
+def test_a_prompt_longer_than_a_scan_chunk_matches_hf(hf):
+    """70 tokens: the chunked scan carries its state across a chunk boundary (64)."""
+    prompt = [(i * 37 + 11) % 500 + 3 for i in range(70)]
+    check_logits(hf, llm(), prompt, n_decode=4)
+
+
+def test_prompt_chunks_split_across_steps_match_hf(hf):
+    """A prompt computed in chunks of 8 tokens a step: each chunk starts from the state the last left."""
+    check_greedy(hf, llm(max_num_batched_tokens=8, step_time_target_s=0.0))
+
+
+def test_batched_requests_of_different_lengths_give_their_own_tokens(hf):
+    from hf_compare import hf_greedy
+
+    prompts = [PROMPT[:n] for n in (3, 24, 11, 1, 17)]
+    outs = llm().generate(prompts, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 12)
+
+
+def test_preempted_requests_recompute_their_state(hf):
+    """KV blocks for about one request: the others are preempted, recomputed from scratch (their
+    state slot given back and taken anew) and still give HF's tokens."""
+    from hf_compare import hf_greedy
+
+    small = llm(num_kv_blocks=6, block_size=8, max_num_seqs=4)
+    prompts = [PROMPT[:n] for n in (20, 14, 9, 17)]
+    outs = small.generate(prompts, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
+    core = small.engine.core.core
+    assert core.scheduler.counters.num_preemptions > 0
+    # Every slot back, but those of requests that finished in the last step: the runner learns
+    # of those with the next step (as it does of their blocks).
+    assert set(core.kv.state.slot_of) <= set(core.scheduler._finished_ids)
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 24)
+
+
+def test_the_state_layers_keep_no_kv_blocks():
+    kv = llm().engine.core.core.kv
+    assert len(kv.layers) == 1 and len(kv.model_layers) == 4
+    conv, delta = kv.model_layers[0]
+    assert conv.shape[1:] == (2 * 2 * 16 + 4 * 8, 3) and delta.shape[1:] == (4, 16, 8)
+
+
+def test_speculation_is_refused_with_a_reason():
+    from mlxr import LLM
+    from mlxr.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="speculative_method"):
+        LLM(str(qwen35_dir()), dtype=torch.float32, speculative_method="ngram")
+
+
+def test_hf_logits_depend_on_the_recurrent_layers(hf):
+    """The fixture's DeltaNet layers matter: zeroing their output changes HF's logits a lot."""
+    ids = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        ref = hf(ids).logits[0]
+        for layer in hf.model.layers[:3]:
+            layer.linear_attn.out_proj.weight.data.zero_()
+        try:
+            changed = hf(ids).logits[0]
+        finally:
+            del hf.model  # the module's HF copy is spoilt: drop it
+    assert rel_err(changed, ref) > 0.05
