@@ -6,11 +6,11 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, granite, llava, llama, mistral, mixtral, olmo2, phi3, qwen2,
-                         qwen3, qwen3moe, qwen35, xlm_roberta)
+                         qwen3, qwen3moe, qwen35, qwen35moe, xlm_roberta)
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
-_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, qwen35)
+_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, qwen35, qwen35moe)
 # Encoders (embedding and reranking models): no KV cache, loaded by loader/encoder_model.py.
 _ENCODER_MODULES = (bert, xlm_roberta)
 ENCODERS = frozenset(m.ARCH.name for m in _ENCODER_MODULES)

@@ -15,6 +15,13 @@ _QWEN35 = {**_BASE, "num_hidden_layers": 4, "layer_types": ["linear_attention", 
 HYBRID_FIXTURES: dict[str, ArchFixture] = {
     "tiny-qwen35": ArchFixture({**_QWEN35, "model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"]},
                                seed=30, gemma_norms=True),
+    # Every layer's MLP a mixture: 8 experts, 2 a token (renormalised), and a shared expert
+    # behind a sigmoid gate.
+    "tiny-qwen35moe": ArchFixture({**_QWEN35, "model_type": "qwen3_5_moe_text",
+                                   "architectures": ["Qwen3_5MoeForCausalLM"], "num_experts": 8,
+                                   "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                   "shared_expert_intermediate_size": 48},
+                                  seed=31, gemma_norms=True),
 }
 
 

@@ -1,5 +1,5 @@
-"""Qwen3.5 (hybrid: Gated DeltaNet layers with a recurrent state, and gated full attention) against
-HF transformers fp32 on a tiny random checkpoint written by transformers itself."""
+"""Qwen3.5 dense and MoE (hybrid: Gated DeltaNet layers with a recurrent state, and gated full
+attention) against HF transformers fp32 on tiny random checkpoints written by transformers itself."""
 from __future__ import annotations
 
 import pytest
@@ -12,41 +12,50 @@ from paged_probe import rel_err
 from mlxr import SamplingParams
 
 
-def qwen35_dir():
+VARIANTS = ("tiny-qwen35", "tiny-qwen35moe")
+
+
+def fixture_dir(name: str):
     from mlxr.testing.hybrid_fixtures import hybrid_fixture_dir
 
-    return hybrid_fixture_dir("tiny-qwen35", FIXTURES)
+    return hybrid_fixture_dir(name, FIXTURES)
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def variant(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def hf():
-    return hf_model(qwen35_dir())
+def hf(variant):
+    return hf_model(fixture_dir(variant))
 
 
-def llm(**kwargs):
-    return cached_llm(str(qwen35_dir()), **kwargs)
+@pytest.fixture(scope="module")
+def llm(variant):
+    return lambda **kwargs: cached_llm(str(fixture_dir(variant)), **kwargs)
 
 
-def test_prompt_and_decode_logits_match_hf(hf):
+def test_prompt_and_decode_logits_match_hf(hf, llm):
     check_logits(hf, llm())
 
 
-def test_32_greedy_tokens_match_hf(hf):
+def test_32_greedy_tokens_match_hf(hf, llm):
     check_greedy(hf, llm())
 
 
-def test_a_prompt_longer_than_a_scan_chunk_matches_hf(hf):
+def test_a_prompt_longer_than_a_scan_chunk_matches_hf(hf, llm):
     """70 tokens: the chunked scan carries its state across a chunk boundary (64)."""
     prompt = [(i * 37 + 11) % 500 + 3 for i in range(70)]
     check_logits(hf, llm(), prompt, n_decode=4)
 
 
-def test_prompt_chunks_split_across_steps_match_hf(hf):
+def test_prompt_chunks_split_across_steps_match_hf(hf, llm):
     """A prompt computed in chunks of 8 tokens a step: each chunk starts from the state the last left."""
     check_greedy(hf, llm(max_num_batched_tokens=8, step_time_target_s=0.0))
 
 
-def test_batched_requests_of_different_lengths_give_their_own_tokens(hf):
+def test_batched_requests_of_different_lengths_give_their_own_tokens(hf, llm):
     from hf_compare import hf_greedy
 
     prompts = [PROMPT[:n] for n in (3, 24, 11, 1, 17)]
@@ -55,7 +64,7 @@ def test_batched_requests_of_different_lengths_give_their_own_tokens(hf):
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 12)
 
 
-def test_preempted_requests_recompute_their_state(hf):
+def test_preempted_requests_recompute_their_state(hf, llm):
     """KV blocks for about one request: the others are preempted, recomputed from scratch (their
     state slot given back and taken anew) and still give HF's tokens."""
     from hf_compare import hf_greedy
@@ -72,7 +81,7 @@ def test_preempted_requests_recompute_their_state(hf):
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 24)
 
 
-def test_the_state_layers_keep_no_kv_blocks():
+def test_the_state_layers_keep_no_kv_blocks(llm):
     kv = llm().engine.core.core.kv
     assert len(kv.layers) == 1 and len(kv.model_layers) == 4
     conv, delta = kv.model_layers[0]
@@ -84,18 +93,19 @@ def test_speculation_is_refused_with_a_reason():
     from mlxr.errors import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match="speculative_method"):
-        LLM(str(qwen35_dir()), dtype=torch.float32, speculative_method="ngram")
+        LLM(str(fixture_dir("tiny-qwen35")), dtype=torch.float32, speculative_method="ngram")
 
 
-def test_hf_logits_depend_on_the_recurrent_layers(hf):
-    """The fixture's DeltaNet layers matter: zeroing their output changes HF's logits a lot."""
+@pytest.mark.parametrize("part", ["linear_attn.out_proj", "mlp.shared_expert.down_proj"])
+def test_hf_logits_depend_on_each_feature(part):
+    """The fixture's DeltaNet layers and the MoE's shared expert matter: zeroing either changes
+    HF's logits a lot (so matching them checks each)."""
+    hf = hf_model(fixture_dir("tiny-qwen35moe"))
     ids = torch.tensor([PROMPT])
     with torch.inference_mode():
         ref = hf(ids).logits[0]
-        for layer in hf.model.layers[:3]:
-            layer.linear_attn.out_proj.weight.data.zero_()
-        try:
-            changed = hf(ids).logits[0]
-        finally:
-            del hf.model  # the module's HF copy is spoilt: drop it
+        for layer in hf.model.layers:
+            if hasattr(layer, part.split(".")[0]):
+                layer.get_submodule(part).weight.zero_()
+        changed = hf(ids).logits[0]
     assert rel_err(changed, ref) > 0.05
