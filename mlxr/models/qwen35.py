@@ -23,6 +23,7 @@ from mlxr.layers.norm import GemmaRMSNorm
 from mlxr.layers.rope import RotaryEmbedding
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaBackbone, LlamaForCausalLM, input_norm
+from mlxr.models import qwen35_gguf
 from mlxr.ops.rotary.rotary import rotary_embedding
 
 FULL, LINEAR = "full_attention", "linear_attention"
@@ -144,6 +145,18 @@ def hf_fields(cfg: dict) -> dict[str, Any]:
     return {"linear_attention": linear, "partial_rotary_factor": float(factor)}
 
 
+def block_params(block_class: type[nn.Module]):
+    """(args, layer) -> that layer's parameters and their shapes in a GGUF file, from the block
+    built on the meta device."""
+    def params(args: ModelArgs, layer: int) -> dict[str, tuple[int, ...]]:
+        with torch.device("meta"):
+            block = block_class(args, layer)
+        return {name: qwen35_gguf.stored_shape(name, tuple(p.shape)) for name, p in block.named_parameters()}
+    return params
+
+
 MODEL = Qwen35ForCausalLM
 ARCH = Architecture("qwen35", ("qwen3_5_text", "qwen3_5"), ("qwen35",), hf_config=text_config, hf_fields=hf_fields,
-                    default_rope_theta=10_000_000.0)
+                    default_rope_theta=10_000_000.0, gguf_fields=qwen35_gguf.gguf_fields,
+                    gguf_tensors=qwen35_gguf.TENSORS, layer_params=block_params(Qwen35Block),
+                    gguf_layout=qwen35_gguf.to_hf_layout, gguf_partial_rotary=True)

@@ -15,7 +15,9 @@ from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.moe import SparseMoE
 from mlxr.models import moe_arch
 from mlxr.models.arch import Architecture
-from mlxr.models.qwen35 import Qwen35Backbone, Qwen35Block, Qwen35ForCausalLM, hf_fields as dense_fields, text_config
+from mlxr.models import qwen35_gguf
+from mlxr.models.qwen35 import (Qwen35Backbone, Qwen35Block, Qwen35ForCausalLM, block_params, hf_fields as dense_fields,
+                                text_config)
 from mlxr.models.qwen3moe import _checkpoint_name
 
 
@@ -59,4 +61,6 @@ def _hf_fields(cfg: dict) -> dict[str, Any]:
 
 MODEL = Qwen35MoeForCausalLM
 ARCH = Architecture("qwen35moe", ("qwen3_5_moe_text", "qwen3_5_moe"), ("qwen35moe",), hf_config=_hf_config,
-                    hf_fields=_hf_fields, default_rope_theta=10_000_000.0, checkpoint_name=_checkpoint_name)
+                    hf_fields=_hf_fields, default_rope_theta=10_000_000.0, checkpoint_name=_checkpoint_name,
+                    gguf_fields=qwen35_gguf.moe_gguf_fields, gguf_tensors=qwen35_gguf.MOE_TENSORS,
+                    layer_params=block_params(Qwen35MoeBlock), gguf_layout=qwen35_gguf.to_hf_layout, gguf_partial_rotary=True)

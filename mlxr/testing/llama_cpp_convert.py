@@ -85,10 +85,11 @@ def _unpack(sdist: Path, dest: Path) -> None:
                 tar.extract(member, dest, filter="data")
 
 
-def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32") -> Path:
+def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32", options: tuple[str, ...] = ()) -> Path:
     """hf_dir -> out with llama.cpp's converter; raises with its log on failure."""
     tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
-    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype]
+    cmd = [sys.executable, "-c", _DRIVER, str(tree), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype,
+           *options]
     env = {**os.environ, "NO_LOCAL_GGUF": "1"}  # the driver puts the tree's gguf-py first itself
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     if res.returncode != 0 or not tmp.is_file():
@@ -97,9 +98,10 @@ def convert(tree: Path, hf_dir: Path, out: Path, outtype: str = "f32") -> Path:
     return out
 
 
-def llama_cpp_gguf(hf_dir: Path, root: Path, outtype: str = "f32") -> Path:
-    """llama.cpp's GGUF of a fixture directory, written once beside it."""
+def llama_cpp_gguf(hf_dir: Path, root: Path, outtype: str = "f32", options: tuple[str, ...] = ()) -> Path:
+    """llama.cpp's GGUF of a fixture directory, written once beside it; options: the converter's
+    further flags (`--no-mtp` for a Qwen3.5 checkpoint without its multi-token-prediction layer)."""
     out = Path(hf_dir).parent / f"llama-cpp-{outtype}.gguf"
     if not out.is_file():
-        convert(llama_cpp_tree(Path(root)), Path(hf_dir), out, outtype)
+        convert(llama_cpp_tree(Path(root)), Path(hf_dir), out, outtype, options)
     return out

@@ -109,3 +109,29 @@ def test_hf_logits_depend_on_each_feature(part):
                 layer.get_submodule(part).weight.zero_()
         changed = hf(ids).logits[0]
     assert rel_err(changed, ref) > 0.05
+
+
+@pytest.fixture(scope="module")
+def gguf_llm(variant):
+    from hf_compare import llama_cpp_gguf
+
+    path = llama_cpp_gguf_no_mtp(fixture_dir(variant))
+    return cached_llm(path)
+
+
+def llama_cpp_gguf_no_mtp(hf_dir) -> str:
+    """llama.cpp's own converter's f32 GGUF (the fixture has no multi-token-prediction layer)."""
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable, llama_cpp_gguf
+
+    try:
+        return str(llama_cpp_gguf(hf_dir, FIXTURES, "f32", ("--no-mtp",)))
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+
+
+def test_llama_cpp_gguf_logits_match_hf(hf, gguf_llm):
+    check_logits(hf, gguf_llm)
+
+
+def test_llama_cpp_gguf_32_greedy_tokens_match_hf(hf, gguf_llm):
+    check_greedy(hf, gguf_llm)
