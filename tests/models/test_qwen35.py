@@ -2,6 +2,15 @@
 attention) against HF transformers fp32 on tiny random checkpoints written by transformers itself."""
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -85,7 +94,7 @@ def test_the_state_layers_keep_no_kv_blocks(llm):
     kv = llm().engine.core.core.kv
     assert len(kv.layers) == 1 and len(kv.model_layers) == 4
     conv, delta = kv.model_layers[0]
-    assert conv.shape[1:] == (2 * 2 * 16 + 4 * 8, 3) and delta.shape[1:] == (4, 16, 8)
+    assert conv.shape[1:] == (2 * 2 * 16 + 4 * 16, 3) and delta.shape[1:] == (4, 16, 16)
 
 
 def test_speculation_is_refused_with_a_reason():
@@ -113,8 +122,6 @@ def test_hf_logits_depend_on_each_feature(part):
 
 @pytest.fixture(scope="module")
 def gguf_llm(variant):
-    from hf_compare import llama_cpp_gguf
-
     path = llama_cpp_gguf_no_mtp(fixture_dir(variant))
     return cached_llm(path)
 
@@ -135,3 +142,40 @@ def test_llama_cpp_gguf_logits_match_hf(hf, gguf_llm):
 
 def test_llama_cpp_gguf_32_greedy_tokens_match_hf(hf, gguf_llm):
     check_greedy(hf, gguf_llm)
+
+
+LLAMA_BIN = Path(os.environ.get("MLXR_TEST_LLAMA_BIN", "/work/lcpp/llama.cpp/build-cpu/bin"))
+
+
+def llama_cpp_greedy(gguf: str, prompt: list[int], n: int) -> list[int]:
+    """n greedy tokens from llama.cpp's own llama-server on the file (its CPU build)."""
+    server = LLAMA_BIN / "llama-server"
+    if not server.is_file():
+        pytest.skip(f"no llama-server at {server} (MLXR_TEST_LLAMA_BIN)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(server), "-m", gguf, "--port", str(port), "-t", "1", "-c", "256", "--no-warmup"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    body = json.dumps({"prompt": prompt, "n_predict": n, "temperature": 0, "samplers": ["top_k"], "top_k": 1,
+                       "return_tokens": True, "cache_prompt": False}).encode()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body)
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return json.load(r)["tokens"]
+            except (urllib.error.URLError, ConnectionError):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_llama_cpp_runs_the_gguf_to_the_same_32_tokens(gguf_llm, variant):
+    """llama.cpp itself, on the file its converter wrote, gives MLXR's (and HF's) greedy tokens."""
+    ours = gguf_llm.generate([PROMPT], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+    assert llama_cpp_greedy(llama_cpp_gguf_no_mtp(fixture_dir(variant)), PROMPT, 32) == ours[0].outputs[0].token_ids
