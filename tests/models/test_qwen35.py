@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import time
-import urllib.error
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -97,12 +94,21 @@ def test_the_state_layers_keep_no_kv_blocks(llm):
     assert conv.shape[1:] == (2 * 2 * 16 + 4 * 16, 3) and delta.shape[1:] == (4, 16, 16)
 
 
-def test_speculation_is_refused_with_a_reason():
-    from mlxr import LLM
-    from mlxr.errors import InvalidParameterError
+def test_ngram_speculation_rolls_the_state_back_to_the_last_accepted_token(hf, llm):
+    """Prompts A + B + A, B the greedy continuation of A alone: prompt lookup drafts B after the
+    second A, which the model takes in part. The greedy tokens stay HF's, which they would not
+    if a rejected draft's update stayed in the state."""
+    from hf_compare import hf_greedy
 
-    with pytest.raises(InvalidParameterError, match="speculative_method"):
-        LLM(str(fixture_dir("tiny-qwen35")), dtype=torch.float32, speculative_method="ngram")
+    spec = llm(speculative_method="ngram", num_speculative_tokens=3)
+    prompts = []
+    for a in (PROMPT[:6], PROMPT[6:12], PROMPT[3:7]):
+        prompts.append(a + hf_greedy(hf, a, 8) + a)
+    outs = spec.generate(prompts, SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
+    stats = spec.engine.core.core.speculator.stats
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 24)
+    assert stats.num_draft_tokens > stats.num_accepted_tokens  # some drafts were rejected
 
 
 @pytest.mark.parametrize("part", ["linear_attn.out_proj", "mlp.shared_expert.down_proj"])
@@ -144,38 +150,25 @@ def test_llama_cpp_gguf_32_greedy_tokens_match_hf(hf, gguf_llm):
     check_greedy(hf, gguf_llm)
 
 
-LLAMA_BIN = Path(os.environ.get("MLXR_TEST_LLAMA_BIN", "/work/lcpp/llama.cpp/build-cpu/bin"))
+def llama_server_tokens(gguf: str, n: int) -> list[int]:
+    """n greedy tokens from llama.cpp's own llama-server (MLXR_LLAMA_SERVER) on the file."""
+    binary = os.environ.get("MLXR_LLAMA_SERVER")
+    if not binary or not Path(binary).is_file():
+        pytest.skip("MLXR_LLAMA_SERVER names no llama-server binary")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "peers"))
+    from llama_server import LlamaServer
+
+    body = {"prompt": PROMPT, "n_predict": n, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
+            "return_tokens": True, "ignore_eos": True}
+    with LlamaServer(binary, gguf, False, 1, 256, ["-ctk", "f32", "-ctv", "f32"]) as server:
+        req = urllib.request.Request(server.url + "/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())["tokens"]
 
 
-def llama_cpp_greedy(gguf: str, prompt: list[int], n: int) -> list[int]:
-    """n greedy tokens from llama.cpp's own llama-server on the file (its CPU build)."""
-    server = LLAMA_BIN / "llama-server"
-    if not server.is_file():
-        pytest.skip(f"no llama-server at {server} (MLXR_TEST_LLAMA_BIN)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(server), "-m", gguf, "--port", str(port), "-t", "1", "-c", "256", "--no-warmup"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    body = json.dumps({"prompt": prompt, "n_predict": n, "temperature": 0, "samplers": ["top_k"], "top_k": 1,
-                       "return_tokens": True, "cache_prompt": False}).encode()
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body)
-                with urllib.request.urlopen(req, timeout=30) as r:
-                    return json.load(r)["tokens"]
-            except (urllib.error.URLError, ConnectionError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
+@pytest.mark.slow
 def test_llama_cpp_runs_the_gguf_to_the_same_32_tokens(gguf_llm, variant):
     """llama.cpp itself, on the file its converter wrote, gives MLXR's (and HF's) greedy tokens."""
     ours = gguf_llm.generate([PROMPT], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
-    assert llama_cpp_greedy(llama_cpp_gguf_no_mtp(fixture_dir(variant)), PROMPT, 32) == ours[0].outputs[0].token_ids
+    assert llama_server_tokens(llama_cpp_gguf_no_mtp(fixture_dir(variant)), 32) == ours[0].outputs[0].token_ids

@@ -72,17 +72,19 @@ class CoreParts:
     draft: "CoreParts | None" = None  # the draft model of speculative_method "draft"
 
 
-def stateful_config(config: EngineConfig, args: ModelArgs) -> EngineConfig:
+def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
     """A model with recurrent-state layers runs without what needs a state at an arbitrary
-    earlier position (prefix caching, swapping preempted requests: they recompute; speculation)
-    or captured steps: not offered for it yet (docs/models.md)."""
+    earlier position (prefix caching; swapping preempted requests: they recompute) or captured
+    steps: not offered for it yet (docs/models.md). Rejected drafts roll its state back
+    (worker/state_rollback.py); a draft model with such layers is refused."""
+    if parts.draft is not None and parts.draft.args.linear_attention is not None:
+        raise InvalidParameterError("speculative_draft_model", f"{parts.draft.args.model_type} keeps a recurrent "
+                                                               "state: not offered as a draft model yet")
+    args = parts.args
     if args.linear_attention is None:
         return config
-    if config.speculative_method is not None:
-        raise InvalidParameterError("speculative_method", f"is not offered yet for {args.model_type} "
-                                                          "(its recurrent state cannot roll back rejected drafts)")
     off = dict(enable_prefix_caching=False, swap_space_gb=0.0, kv_host_cache_gb=0.0, kv_cache_dir=None,
-               enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False, jump_forward=False)
+               enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False)
     changed = [k for k, v in off.items() if getattr(config, k) != v]
     if changed:
         log.info("%s keeps a recurrent state per request: %s off", args.model_type, ", ".join(changed))
@@ -91,7 +93,7 @@ def stateful_config(config: EngineConfig, args: ModelArgs) -> EngineConfig:
 
 class EngineCore:
     def __init__(self, parts: CoreParts, config: EngineConfig = EngineConfig()) -> None:
-        config = stateful_config(config, parts.args)
+        config = stateful_config(config, parts)
         self.parts, self.config = parts, config
         if parts.device.type == "cuda" and torch.get_num_threads() > CUDA_CORE_TORCH_THREADS:
             torch.set_num_threads(CUDA_CORE_TORCH_THREADS)

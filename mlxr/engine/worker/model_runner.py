@@ -19,6 +19,7 @@ from mlxr.engine.worker.input_batch import InputBatch, PendingTokens, StepInputs
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.prompt_logprobs import logit_chunks
 from mlxr.engine.worker.sampler import LastTokens, SampleFuture, Sampler
+from mlxr.engine.worker.state_rollback import StateSnapshot
 from mlxr.engine.worker.steady_decode import DecodeArrays
 from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.backend import use_triton
@@ -134,12 +135,16 @@ class ModelRunner:
         land the previous step; it returns the rows' packed token bitmask (structured output; in
         a drafting step a row per sampled position) or None. draft_probs: each drafted row's
         draft distributions (none for certain drafts)."""
+        # Drafted rows are decode rows of requests the runner knows: their slots are taken already.
+        snapshot = StateSnapshot(self.kv_cache, out) if out.spec_token_ids and self.kv_cache.state is not None else None
         fwd = self.forward(out)
         ids = fwd.request_ids
         if out.spec_token_ids and ids:
             masks = before_sample(ids, out.spec_token_ids) if before_sample is not None else None
             output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, fwd.logits,
                                         self._pending_for(ids, fwd.pending), draft_probs or {}, masks)
+            if snapshot is not None:
+                snapshot.roll_back(self.model, self.kv_cache, self.batch, output)
             self._last = step = RunnerStep(self.batch, ids, None, output)
             return step
         bitmask = before_sample(ids, {}) if before_sample is not None and ids else None
