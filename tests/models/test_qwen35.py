@@ -92,6 +92,9 @@ def test_the_state_layers_keep_no_kv_blocks(llm):
     assert len(kv.layers) == 1 and len(kv.model_layers) == 4
     conv, delta = kv.model_layers[0]
     assert conv.shape[1:] == (2 * 2 * 16 + 4 * 16, 3) and delta.shape[1:] == (4, 16, 16)
+    per_request = llm().engine.core.core.parts.args.linear_attention.state_bytes_per_sequence()
+    assert per_request == 3 * (128 * 3 + 4 * 16 * 16) * 4  # three DeltaNet layers, fp32
+    assert kv.state.nbytes == per_request * (kv.state.num_slots + 1)  # the slots and the scratch slot
 
 
 def test_ngram_speculation_rolls_the_state_back_to_the_last_accepted_token(hf, llm):
