@@ -69,7 +69,9 @@ class Qwen35Block(nn.Module):
 
     def __init__(self, args: ModelArgs, layer: int) -> None:
         super().__init__()
-        self.is_linear = args.linear_attention.layers[layer]
+        # A layer past the table (the multi-token-prediction layer, built by a proposer) is full attention.
+        kinds = args.linear_attention.layers
+        self.is_linear = layer < len(kinds) and kinds[layer]
         if self.is_linear:
             self.linear_attn = linear_attention(args, layer)
         else:

@@ -28,6 +28,7 @@ HYBRID_FIXTURES: dict[str, ArchFixture] = {
 }
 
 
+HYBRID_ARCHS = ("qwen35", "qwen35moe")  # the architectures these fixtures cover (tests/models/test_qwen35.py)
 HYBRID_FIXTURE_VERSION = 3  # bump when the written files change
 
 

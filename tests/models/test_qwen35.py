@@ -175,3 +175,13 @@ def test_llama_cpp_runs_the_gguf_to_the_same_32_tokens(gguf_llm, variant):
     """llama.cpp itself, on the file its converter wrote, gives MLXR's (and HF's) greedy tokens."""
     ours = gguf_llm.generate([PROMPT], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
     assert llama_server_tokens(llama_cpp_gguf_no_mtp(fixture_dir(variant)), 32) == ours[0].outputs[0].token_ids
+
+
+def test_a_block_past_the_layer_table_is_gated_full_attention(llm):
+    """What a multi-token-prediction proposer builds from the target's block class: Qwen3.5's MTP
+    layer is a full-attention layer."""
+    from mlxr.models.qwen35 import Qwen35Attention, Qwen35Block
+
+    args = llm().engine.core.core.parts.args
+    block = Qwen35Block(args, args.num_hidden_layers)
+    assert isinstance(block.self_attn, Qwen35Attention) and not block.is_linear
