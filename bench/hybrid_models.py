@@ -14,6 +14,7 @@ K/V bytes per token (the attention layers only) are reported from the model's sh
   python bench/hybrid_models.py                      # ~75M-parameter dense model
   python bench/hybrid_models.py --moe --runs 3
   python bench/hybrid_models.py --llama-bin ''       # MLXR alone
+  python bench/hybrid_models.py --device cuda --llama-bin ~/llama.cpp/build/bin   # the GPU (-ngl 99)
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 
 import bench_folders  # noqa: F401,I001  (bench/peers on sys.path)
-from common import cpu_model, median, print_table, write_result
+from common import cpu_model, device_name, median, print_table, write_result
 
 LLAMA_BIN = "/work/lcpp/llama.cpp/build-cpu/bin"
 
@@ -62,7 +63,8 @@ def gguf_file(a: argparse.Namespace) -> Path:
 
 
 def llama_bench(a: argparse.Namespace, path: Path, args: list[str]) -> float:
-    argv = [str(Path(a.llama_bin) / "llama-bench"), "-m", str(path), "-t", str(a.threads), "-r", "1", "-ngl", "0",
+    argv = [str(Path(a.llama_bin) / "llama-bench"), "-m", str(path), "-t", str(a.threads), "-r", "1",
+            "-ngl", "99" if a.device == "cuda" else "0",
             "-o", "json", *args]
     run = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=3600)
     return float(json.loads(run.stdout)[0]["avg_ts"])
@@ -99,6 +101,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--llama-bin", default=LLAMA_BIN, help="llama.cpp's bin folder (llama-bench); empty: MLXR alone")
     p.add_argument("--work", default=str(Path(__file__).resolve().parents[1] / ".fixtures" / "bench"))
     a = p.parse_args()
@@ -106,7 +109,7 @@ def main() -> None:
 
     path = gguf_file(a)
     torch.set_num_threads(a.threads)
-    llm = LLM(str(path), dtype=torch.float32, max_num_seqs=max(8, a.batch), warm_up=False)
+    llm = LLM(str(path), dtype=torch.float32, device=a.device, max_num_seqs=max(8, a.batch), warm_up=False)
     args = llm.engine.core.core.parts.args
     kv = llm.engine.core.core.kv
     rng, rows = random.Random(0), []
@@ -129,12 +132,12 @@ def main() -> None:
               "kv_bytes_per_token": kv.blocks[0, 0, 0].numel() * 2 * len(kv.layers) // kv.block_size
               * kv.blocks.element_size(),
               "params": sum(p.numel() for p in llm.engine.core.core.parts.model.parameters())}
-    print(f"{cpu_model()}, {a.threads} threads; {path.name} ({memory['params'] / 1e6:.0f}M parameters); "
+    print(f"{device_name(a.device)}, {a.threads} threads; {path.name} ({memory['params'] / 1e6:.0f}M parameters); "
           f"state {memory['state_bytes_per_request'] / 2**20:.2f} MiB a request, "
           f"K/V {memory['kv_bytes_per_token'] / 1024:.1f} KiB a token")
     print_table(rows, columns)
     print(json.dumps(summary, indent=1))
-    out = write_result("hybrid_models", {"cpu": cpu_model(), "threads": a.threads, "shared_host_load_1m": load(),
+    out = write_result("hybrid_models", {"cpu": cpu_model(), "device": device_name(a.device), "threads": a.threads, "shared_host_load_1m": load(),
                                          "args": vars(a), "gguf": str(path), "memory": memory, "rows": rows,
                                          "summary": summary})
     print(out)

@@ -70,6 +70,17 @@ def test_batched_requests_of_different_lengths_give_their_own_tokens(hf, llm):
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 12)
 
 
+def test_overlapped_steps_read_the_last_token_on_the_device(hf, llm):
+    """Step N+1 launched before step N's tokens land (CUDA's default, here on the CPU): the state
+    slots ride beside the in-flight tokens."""
+    from hf_compare import hf_greedy
+
+    prompts = [PROMPT[:n] for n in (5, 19, 2)]
+    outs = llm(overlap_steps=True).generate(prompts, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 12)
+
+
 def test_preempted_requests_recompute_their_state(hf, llm):
     """KV blocks for about one request: the others are preempted, recomputed from scratch (their
     state slot given back and taken anew) and still give HF's tokens."""
@@ -185,3 +196,17 @@ def test_a_block_past_the_layer_table_is_gated_full_attention(llm):
     args = llm().engine.core.core.parts.args
     block = Qwen35Block(args, args.num_hidden_layers)
     assert isinstance(block.self_attn, Qwen35Attention) and not block.is_linear
+
+
+@pytest.mark.gpu
+def test_on_cuda_batched_greedy_tokens_match_hf(hf, variant):
+    """The same reference ops on CUDA (graphs are off for hybrid models): batched requests of
+    different lengths give HF's greedy tokens."""
+    from mlxr import LLM
+    from hf_compare import hf_greedy
+
+    gpu = LLM(str(fixture_dir(variant)), dtype="float32", device="cuda")
+    prompts = [PROMPT[:n] for n in (3, 24, 11, 1)]
+    outs = gpu.generate(prompts, SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 16)
