@@ -94,6 +94,25 @@ class VisionArgs:
 
 
 @dataclass(frozen=True)
+class LinearAttentionArgs:
+    """Gated DeltaNet layers (Qwen3.5's "linear_attention" layers): their heads, and which
+    layers they are (the others are full attention)."""
+
+    layers: tuple[bool, ...]  # per layer: True where it is a linear-attention layer
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    def state_bytes_per_sequence(self) -> int:
+        """fp32 conv state plus delta-rule state of every linear layer, for one sequence."""
+        conv_dim = 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+        per_layer = conv_dim * (self.conv_kernel - 1) + self.num_value_heads * self.key_head_dim * self.value_head_dim
+        return 4 * per_layer * sum(self.layers)
+
+
+@dataclass(frozen=True)
 class ModelArgs:
     """The architecture of one model, in Hugging Face terms (config.json names)."""
 
@@ -134,6 +153,8 @@ class ModelArgs:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     vision: VisionArgs | None = None  # a vision-language model's tower; None: text only
+    linear_attention: LinearAttentionArgs | None = None  # recurrent-state layers (Qwen3.5); None: all attention
+    partial_rotary_factor: float = 1.0  # the share of each head's dims that RoPE rotates (the first ones)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def is_sliding(self, layer: int) -> bool:

@@ -29,7 +29,7 @@ def paged_logits(llm, ids: list[int], n_prompt: int, lora: str = "") -> torch.Te
                 adapter_slots_update(runner.lora, runner.batch, prompt)
             inputs = runner.batch.build(prompt, None, False, None)
             with lora_step(runner.lora.targets.step, runner.batch, prompt, runner.device) if runner.lora else _none():
-                hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta)
+                hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.model_layers, inputs.meta)
             rows = [runner.model.compute_logits(hidden).float()]
         state = runner.batch.states[rid]
         for i, token in enumerate(ids[n_prompt:]):
@@ -76,7 +76,7 @@ def paged_image_logits(llm, ids: list[int], images: list) -> torch.Tensor:
             embeds.index_copy_(0, found.rows, found.embeddings)
             if runner.images.bidirectional:
                 inputs.meta.bidirectional = found.spans
-            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.layers, inputs.meta, embeds)
+            hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.model_layers, inputs.meta, embeds)
             return runner.model.compute_logits(hidden).float()
     finally:
         runner.batch.states.pop(rid, None)

@@ -42,7 +42,7 @@ def args_from_gguf(
     kv_heads = m.pos_int("attention.head_count_kv", heads)
     if heads % kv_heads:
         raise ModelFormatError(f"GGUF head_count {heads} is not a multiple of head_count_kv {kv_heads}")
-    head_dim = _head_dim(m, hidden, heads)
+    head_dim = _head_dim(m, hidden, heads, declaration.gguf_partial_rotary)
     layers = check_layer_count(m.pos_int("block_count"), f"GGUF {arch}.block_count")
     theta = m.pos_float("rope.freq_base", declaration.default_rope_theta)
     window, sliding = _uniform_window(m, layers)
@@ -126,12 +126,13 @@ class _Meta:
         return float(str(np.float32(value))) if isinstance(value, float) else float(value)
 
 
-def _head_dim(m: _Meta, hidden: int, heads: int) -> int:
+def _head_dim(m: _Meta, hidden: int, heads: int, partial_rotary: bool = False) -> int:
     """llama.cpp's rule: key_length, else hidden / heads; rope.dimension_count is how many of those
-    dimensions rotate, and a file that rotates fewer (Phi-4-mini's partial rotary) is refused."""
+    dimensions rotate, and a file that rotates fewer (Phi-4-mini's partial rotary) is refused
+    unless its architecture rotates part of each head (its declaration's gguf_fields reads it)."""
     head_dim = m.pos_int("attention.key_length", hidden // heads)
     rotated = m.pos_int("rope.dimension_count", head_dim)
-    if rotated != head_dim:
+    if rotated != head_dim and not partial_rotary:
         raise UnsupportedModelError(f"GGUF {m.arch}.rope.dimension_count {rotated} is less than the head "
                                     f"dimension {head_dim}: partial rotary embeddings are not supported")
     return head_dim

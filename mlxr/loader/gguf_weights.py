@@ -38,7 +38,7 @@ _LAYER_COMMON = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
-_LAYER_NAME = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
+_LAYER_NAME = re.compile(r"blk\.(\d+)\.([a-z][a-z0-9_]*)(?:\.(weight|bias))?")
 
 
 def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
@@ -50,11 +50,15 @@ def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
         return f"{_GLOBAL[base]}.weight"
     match = _LAYER_NAME.fullmatch(gguf_name)
     table = {**_LAYER_COMMON, **architecture(args.model_type).gguf_tensors}
-    if match is None or match.group(2) not in table:
+    tail = gguf_name.split(".", 2)[2] if match is not None else ""
+    # A whole tensor name may map to a whole parameter name ("ssm_dt.bias": "linear_attn.dt_bias").
+    if match is None or (tail not in table and (match.group(2) not in table or match.group(3) is None)):
         raise ModelFormatError(f"unknown GGUF tensor {gguf_name!r} for a {args.model_type} model")
     layer = int(match.group(1))
     if layer >= args.num_hidden_layers:
         raise ModelFormatError(f"GGUF tensor {gguf_name!r} names layer {layer} of {args.num_hidden_layers}")
+    if tail in table:
+        return f"model.layers.{layer}.{table[tail]}"
     return f"model.layers.{layer}.{table[match.group(2)]}.{match.group(3)}"
 
 
@@ -82,7 +86,8 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
         layer.pop(name)
     layer.update(arch.layer_shapes(args))
     for i in range(args.num_hidden_layers):
-        shapes.update({f"model.layers.{i}.{k}": v for k, v in layer.items()})
+        own = arch.layer_params(args, i) if arch.layer_params is not None else layer
+        shapes.update({f"model.layers.{i}.{k}": v for k, v in own.items()})
     return shapes
 
 
@@ -147,6 +152,8 @@ def dequantized_types(f: GGUFFile, keep_quantized: bool, kept: Collection[str] =
 def to_hf_layout(target: str, array: np.ndarray, args: ModelArgs) -> np.ndarray:
     """Undo the converter's changes for one tensor already named in HF terms."""
     arch = architecture(args.model_type)
+    if arch.gguf_layout is not None:
+        return arch.gguf_layout(target, array, args)
     if arch.gguf_permuted_qk:
         if ".self_attn.q_proj." in target:
             return unpermute_rows(array, args.num_attention_heads)

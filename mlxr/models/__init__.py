@@ -6,11 +6,13 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, gemma4, gemma_embedding, gpt_oss, granite, llava, llama,
-                         mistral, mixtral, nomic_bert, olmo2, phi3, qwen2, qwen3, qwen3moe, xlm_roberta)
+                         mistral, mixtral, nomic_bert, olmo2, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe,
+                         xlm_roberta)
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
-_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, gpt_oss, gemma4)
+_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, gpt_oss, gemma4,
+            qwen35, qwen35moe)
 # Encoders (embedding and reranking models): no KV cache, loaded by loader/encoder_model.py.
 _ENCODER_MODULES = (bert, xlm_roberta, nomic_bert, gemma_embedding)
 ENCODERS = frozenset(m.ARCH.name for m in _ENCODER_MODULES)

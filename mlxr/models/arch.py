@@ -83,3 +83,12 @@ class Architecture:
     # A multimodal config.json (its vision_config present) -> VisionArgs' fields but `preprocess`;
     # None: this architecture takes text only (its tower's weights are skipped).
     hf_vision: Callable[[dict], dict[str, Any]] | None = None
+    # Layers of different kinds (a hybrid model): (args, layer) -> that layer's HF parameters and
+    # shapes, in place of the Llama ones with layer_shapes; None: every layer alike.
+    layer_params: Callable[[ModelArgs, int], Shapes] | None = None
+    # (HF name, array, args) -> the array in HF layout, for converters' changes beyond the
+    # flags above; None: those flags alone (loader/gguf_weights.to_hf_layout).
+    gguf_layout: Callable[[str, Any, ModelArgs], Any] | None = None
+    # RoPE turns only part of each head (Qwen3.5): a GGUF rope.dimension_count below the head
+    # dimension is taken (gguf_fields reads it), not refused.
+    gguf_partial_rotary: bool = False

@@ -114,7 +114,7 @@ def convert_lora(tree: Path, adapter_dir: Path, base_hf_dir: Path, out: Path, ou
     config from base_hf_dir); raises with its log on failure."""
     tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
     driver = _DRIVER.replace("convert_hf_to_gguf.py", LORA_CONVERTER)
-    cmd = [sys.executable, "-c", driver, str(tree), str(adapter_dir), "--base", str(base_hf_dir),
+    cmd = [sys.executable, "-c", driver, str(tree), "gpt-2", "0", str(adapter_dir), "--base", str(base_hf_dir),
            "--outfile", str(tmp), "--outtype", outtype]
     env = {**os.environ, "NO_LOCAL_GGUF": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -132,9 +132,10 @@ def llama_cpp_lora_gguf(adapter_dir: Path, base_hf_dir: Path, root: Path, outtyp
     return out
 
 
-def llama_cpp_gguf(hf_dir: Path, root: Path, outtype: str = "f32") -> Path:
-    """llama.cpp's GGUF of a fixture directory, written once beside it."""
+def llama_cpp_gguf(hf_dir: Path, root: Path, outtype: str = "f32", options: tuple[str, ...] = ()) -> Path:
+    """llama.cpp's GGUF of a fixture directory, written once beside it; options: the converter's
+    further flags (`--no-mtp` for a Qwen3.5 checkpoint without its multi-token-prediction layer)."""
     out = Path(hf_dir).parent / f"llama-cpp-{outtype}.gguf"
     if not out.is_file():
-        convert(llama_cpp_tree(Path(root)), Path(hf_dir), out, outtype)
+        convert(llama_cpp_tree(Path(root)), Path(hf_dir), out, outtype, options)
     return out

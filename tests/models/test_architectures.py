@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from mlxr.testing.hybrid_fixtures import HYBRID_ARCHS
 from hf_compare import PROMPT, arch_fixture, check_greedy, check_logits, hf_model, llama_cpp_gguf
 from mlxr.models import ARCHITECTURES, ENCODERS
 from model_fixtures import cached_llm, fixture_model
@@ -86,8 +87,8 @@ CASES: dict[str, Case] = {
                    gguf="none", notes="per-layer inputs, shared K/V, k = v, MoE beside the MLP; HF only"),
 }
 # LLaVA takes images and has no text-only checkpoint: tests/models/test_llava.py checks it;
-# encoders: tests/models/test_encoders.py.
-ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava"})
+# encoders: tests/models/test_encoders.py; hybrid models (recurrent state): tests/models/test_qwen35.py.
+ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava"} - set(HYBRID_ARCHS))
 SOURCES = ["safetensors", "gguf"]
 
 

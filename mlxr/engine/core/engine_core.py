@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -25,6 +25,7 @@ from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block, kv_layout_dtype, n
 from mlxr.engine.kv.disk import DiskStore
 from mlxr.engine.kv.events import KVEventPublisher, make_publisher
 from mlxr.engine.kv.preload import preload
+from mlxr.engine.kv.state import state_bytes
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
@@ -79,8 +80,28 @@ class CoreParts:
     read_adapter: Callable | None = None
 
 
+def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
+    """A model with recurrent-state layers runs without what needs a state at an arbitrary
+    earlier position (prefix caching; swapping preempted requests: they recompute) or captured
+    steps: not offered for it yet (docs/models.md). Rejected drafts roll its state back
+    (worker/state_rollback.py); a draft model with such layers is refused."""
+    if parts.draft is not None and parts.draft.args.linear_attention is not None:
+        raise InvalidParameterError("speculative_draft_model", f"{parts.draft.args.model_type} keeps a recurrent "
+                                                               "state: not offered as a draft model yet")
+    args = parts.args
+    if args.linear_attention is None:
+        return config
+    off = dict(enable_prefix_caching=False, swap_space_gb=0.0, kv_host_cache_gb=0.0, kv_cache_dir=None,
+               enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False)
+    changed = [k for k, v in off.items() if getattr(config, k) != v]
+    if changed:
+        log.info("%s keeps a recurrent state per request: %s off", args.model_type, ", ".join(changed))
+    return replace(config, **off)
+
+
 class EngineCore:
     def __init__(self, parts: CoreParts, config: EngineConfig = EngineConfig()) -> None:
+        config = stateful_config(config, parts)
         self.parts, self.config = parts, config
         if parts.device.type == "cuda" and torch.get_num_threads() > CUDA_CORE_TORCH_THREADS:
             torch.set_num_threads(CUDA_CORE_TORCH_THREADS)
@@ -99,7 +120,7 @@ class EngineCore:
         self._new_scheduler(0.0 if config.warm_up else config.step_time_target_s)
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks,
-                          self.kv_dtype)
+                          self.kv_dtype, num_state_slots=config.max_num_seqs)
         lora_targets = attach_core_lora(parts, config)  # before any graph: they record the bases
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
         if lora_targets is not None:
@@ -191,8 +212,10 @@ class EngineCore:
         """The memory budget's worth of blocks, but no more than max_num_seqs full-length
         sequences can use (plus room for cached prefixes), so small models stay small."""
         config, args = self.config, self.parts.args
-        budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, config.kv_cache_memory_gb,
-                                       self.kv_dtype)
+        gb = config.kv_cache_memory_gb
+        if args.linear_attention is not None:  # the state slots come out of the same budget
+            gb = max(gb / 2, gb - state_bytes(args.linear_attention, config.max_num_seqs) / (1 << 30))
+        budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, gb, self.kv_dtype)
         context = config.max_model_len or args.max_position_embeddings
         useful = 2 * config.max_num_seqs * -(-context // config.block_size)
         return min(budget, useful)

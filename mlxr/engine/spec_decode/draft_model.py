@@ -124,7 +124,7 @@ class DraftModelProposer:
         last_t = step.extra
         if self.graphs is not None and self.graphs.can_run(step.meta):
             return self.graphs.run(step.input_ids, step.positions, step.meta).index_select(0, last_t)
-        hidden = self.model(step.input_ids, step.positions, self.kv.layers, step.meta)
+        hidden = self.model(step.input_ids, step.positions, self.kv.model_layers, step.meta)
         return self.model.compute_logits(hidden.index_select(0, last_t)).float()
 
     def _draw(self, logits: torch.Tensor, argmax: int, r: DraftRequest) -> tuple[int, torch.Tensor | None]:

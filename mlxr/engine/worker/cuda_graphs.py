@@ -106,7 +106,7 @@ class DecodeGraphs(GraphPool):
 
     def _forward(self, size: int) -> torch.Tensor:
         g = self.inputs[size]
-        hidden = self.model(g.input_ids, g.positions, self.kv.layers, g.meta(self.kv.block_size))
+        hidden = self.model(g.input_ids, g.positions, self.kv.model_layers, g.meta(self.kv.block_size))
         return self.model.compute_logits(hidden).float()  # the sampler's dtype, cast in the graph
 
     def padded_size(self, n: int) -> int | None:

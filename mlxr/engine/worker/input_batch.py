@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlxr.engine.kv.state import RecurrentState
 from mlxr.engine.records import NewRequestData, SchedulerOutput
 from mlxr.engine.worker.metadata import decode_metadata, pack_step
 from mlxr.engine.worker.sampler import SamplingState, make_generator
@@ -68,25 +69,36 @@ def slots_for(table: list[int], start: int, end: int, block_size: int) -> list[i
 
 
 class InputBatch:
-    def __init__(self, block_size: int, device: torch.device) -> None:
+    def __init__(self, block_size: int, device: torch.device, recurrent: RecurrentState | None = None) -> None:
         self.block_size = block_size
         self.device = device
         self.states: dict[str, CachedRequestState] = {}
+        # A recurrent-state slot per request it knows (models with state layers; kv/state.py).
+        self.recurrent = recurrent
+        if recurrent is not None:
+            recurrent.reset()
         self.steady = SteadyDecode(block_size)  # the last all-decode step's arrays
 
     def update(self, out: SchedulerOutput) -> None:
         """Apply a step's request changes: forget, learn, extend or replace block tables."""
         states = self.states
         for rid in out.finished_request_ids:
-            states.pop(rid, None)
+            self.forget(rid)
         for rid in out.preempted_request_ids:
-            states.pop(rid, None)
+            self.forget(rid)
         for new in out.new_requests:
             states[new.request_id] = CachedRequestState(new, self.device)
+            if self.recurrent is not None:
+                self.recurrent.acquire(new.request_id)
         for rid, blocks in out.new_block_ids.items():
             states[rid].block_table += blocks
         for rid, table in out.replaced_block_tables.items():
             states[rid].block_table = list(table)
+
+    def forget(self, request_id: str) -> None:
+        self.states.pop(request_id, None)
+        if self.recurrent is not None:
+            self.recurrent.release(request_id)
 
     def build(self, out: SchedulerOutput, pending: PendingTokens | None, graph_ok: bool,
               graph_fits) -> StepInputs | DecodeArrays:
@@ -150,14 +162,20 @@ class InputBatch:
             tables += t
             if len(t) < width:
                 tables += [0] * (width - len(t))
-        if len(ids) == len(q_lens) == len(rows) and not spec:  # every row one token, every row samples: next may advance it
+        # Every row one token, every row samples: the next step may advance it (not with state
+        # slots, which the steady arrays do not carry).
+        if len(ids) == len(q_lens) == len(rows) and not spec and self.recurrent is None:
             self.steady.remember(out, tables, width)
         else:
             self.steady.forget()
-        step = pack_step(ids, pos, slots, q_lens, seq_lens, tables, width, fill_at + fill_from, bs, self.device)
+        state_slots = [self.recurrent.slot_of[rid] for rid in out.request_ids] if self.recurrent is not None else []
+        step = pack_step(ids, pos, slots, q_lens, seq_lens, tables, width, fill_at + fill_from + state_slots, bs,
+                         self.device)
+        fills = step.extra
         if fill_at:
-            fills = step.extra
-            step.input_ids[fills[: len(fill_at)]] = pending.tokens[fills[len(fill_at):]]
+            step.input_ids[fills[: len(fill_at)]] = pending.tokens[fills[len(fill_at): 2 * len(fill_at)]]
+        if state_slots:
+            step.meta.state_slots = fills[2 * len(fill_at):]
         return StepInputs(step.input_ids, step.positions, step.meta, rows, sampling)
 
     def _steady_inputs(self, a: DecodeArrays, pending: PendingTokens) -> StepInputs:

@@ -21,6 +21,7 @@ from mlxr.engine.worker.lora_slots import AdapterSlots
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.prompt_logprobs import logit_chunks
 from mlxr.engine.worker.sampler import LastTokens, SampleFuture, Sampler
+from mlxr.engine.worker.state_rollback import StateSnapshot
 from mlxr.engine.worker.steady_decode import DecodeArrays
 from mlxr.engine.worker.transfers import to_device
 from mlxr.ops.backend import use_triton
@@ -84,7 +85,7 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.device = device
-        self.batch = InputBatch(kv_cache.block_size, device)
+        self.batch = InputBatch(kv_cache.block_size, device, kv_cache.state)
         self.sampler = Sampler()
         self.rejection = RejectionSampler(self.sampler)
         self.graphs = None  # DecodeGraphs, set by enable_cuda_graphs on CUDA (enable_cpu_graphs on the CPU)
@@ -125,7 +126,7 @@ class ModelRunner:
 
     def reset(self) -> None:
         """Forget every request (the engine core starts over)."""
-        self.batch = InputBatch(self.kv_cache.block_size, self.device)
+        self.batch = InputBatch(self.kv_cache.block_size, self.device, self.kv_cache.state)
         self._last = None
 
     @torch.inference_mode()
@@ -137,12 +138,16 @@ class ModelRunner:
         land the previous step; it returns the rows' packed token bitmask (structured output; in
         a drafting step a row per sampled position) or None. draft_probs: each drafted row's
         draft distributions (none for certain drafts)."""
+        # Drafted rows are decode rows of requests the runner knows: their slots are taken already.
+        snapshot = StateSnapshot(self.kv_cache, out) if out.spec_token_ids and self.kv_cache.state is not None else None
         fwd = self.forward(out)
         ids = fwd.request_ids
         if out.spec_token_ids and ids:
             masks = before_sample(ids, out.spec_token_ids) if before_sample is not None else None
             output = sample_with_drafts(self.batch, self.sampler, self.rejection, out, ids, fwd.logits,
                                         self._pending_for(ids, fwd.pending), draft_probs or {}, masks)
+            if snapshot is not None:
+                snapshot.roll_back(self.model, self.kv_cache, self.batch, output)
             self._last = step = RunnerStep(self.batch, ids, None, output)
             return step
         bitmask = before_sample(ids, {}) if before_sample is not None and ids else None
@@ -246,7 +251,7 @@ class ModelRunner:
             # Every decode row (a speculative row's tokens are rows too) samples, in order, so
             # the graph's logits are the answer.
             return inputs.sampling_ids, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
-        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.model_layers, inputs.meta)
         if not inputs.sampling_ids:
             return [], None
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
@@ -263,7 +268,7 @@ class ModelRunner:
         embeds.index_copy_(0, step.rows, step.embeddings.to(embeds.dtype))
         if self.images.bidirectional:
             inputs.meta.bidirectional = step.spans
-        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.layers, inputs.meta, embeds)
+        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.model_layers, inputs.meta, embeds)
         if not inputs.sampling_ids:
             return [], None
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)
@@ -297,4 +302,6 @@ class ModelRunner:
         bs, n = self.kv_cache.block_size, len(token_ids)
         step = pack_step(token_ids, list(range(n)), slots_for(block_table, 0, n, bs), [n], [n], block_table,
                          len(block_table), [], bs, self.device)
-        return self.model(step.input_ids, step.positions, self.kv_cache.layers, step.meta)
+        if self.kv_cache.state is not None:  # one prefill from a fresh state: the scratch slot
+            step.meta.state_slots = torch.tensor([self.kv_cache.state.scratch], device=self.device)
+        return self.model(step.input_ids, step.positions, self.kv_cache.model_layers, step.meta)

@@ -45,7 +45,7 @@ class PrefillGraphs(GraphPool):
 
     def _forward(self, size: int) -> torch.Tensor:
         meta = chunk_metadata(self.slots[:size], self.table, self.q_start, self.seq_len, size, self.kv.block_size)
-        hidden = self.model(self.ids[:size], self.positions[:size], self.kv.layers, meta)
+        hidden = self.model(self.ids[:size], self.positions[:size], self.kv.model_layers, meta)
         return self.model.compute_logits(hidden.index_select(0, self.row))
 
     def bucket(self, num_tokens: int, num_blocks: int) -> int | None:

@@ -25,6 +25,9 @@ class AttnMetadata:
     # Per sequence, the [start, end) positions of spans whose tokens attend to each other both
     # ways (a Gemma 3 image's soft tokens); None, the text-only common case: causal everywhere.
     bidirectional: list[list[tuple[int, int]]] | None = None
+    # Per sequence, its recurrent-state slot (engine/kv/state.py) for layers whose memory is a
+    # state rather than K/V (Gated DeltaNet); None for models without such layers.
+    state_slots: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
