@@ -91,3 +91,20 @@ def write_mtp_target(target_dir: Path, out_dir: Path, seed: int = 0,
     tensors.update(weights if weights is not None else random_weights(mtp_shapes(_target_config(target_dir)), seed))
     safetensors.numpy.save_file(tensors, str(out_dir / "model.safetensors"))
     return out_dir
+
+
+def write_scaled_attention_target(target_dir: Path, out_dir: Path, scale: float) -> Path:
+    """A copy of the target whose attention outputs are scaled by `scale`: its next token
+    leans on the current one (a head learns to copy it in a few hundred steps), the context
+    still moves it. The bench's and the trained-head tests' target."""
+    target_dir = Path(target_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in target_dir.iterdir():
+        if f.is_file() and f.name != "model.safetensors":
+            shutil.copy(f, out_dir / f.name)
+    tensors = safetensors.numpy.load_file(str(target_dir / "model.safetensors"))
+    for name in tensors:
+        if name.endswith("self_attn.o_proj.weight"):
+            tensors[name] = (tensors[name] * scale).astype(tensors[name].dtype)
+    safetensors.numpy.save_file(tensors, str(out_dir / "model.safetensors"))
+    return out_dir
