@@ -68,6 +68,17 @@ def test_head_under_preemption_prefix_cache_and_overlap_is_token_identical(kind,
     assert s.num_preemptions > 0 and s.spec_num_draft_tokens > 0 and s.kv_blocks_used == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_cuda_head_greedy_is_token_identical_with_overlap(kind):
+    """On CUDA (tapped steps run eagerly; the rest of the engine as ever: overlap, graphs built)."""
+    reqs = looping_requests(12, seed=23)
+    want = generate(LLM(str(target_dir()), dtype="float32", device="cuda", engine_process=False), reqs)
+    spec = head_llm(kind, device="cuda", engine_process=False, speculative_max_batch=16, num_speculative_tokens=3)
+    assert generate(spec, reqs) == want
+    assert spec.engine.stats().spec_num_draft_tokens > 0
+
+
 def test_opted_out_and_sampled_requests_with_a_head():
     spec = head_llm("mtp", num_speculative_tokens=2)
     reqs = looping_requests(3, seed=9)
