@@ -17,7 +17,7 @@ class HiddenTap:
         self.proposer, self.layers = proposer, tuple(proposer.aux_layers)
         self._streams: dict[int, torch.Tensor] = {}
         self._active = False
-        blocks = model.model.layers
+        blocks = model.model.layers if self.layers else []
         self._hooks = [blocks[i].register_forward_pre_hook(self._grab(i)) for i in sorted(set(self.layers))]
 
     def _grab(self, layer: int):
