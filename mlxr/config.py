@@ -162,6 +162,8 @@ class ModelArgs:
 
 
 MAX_SPECULATIVE_TOKENS = 16
+HEAD_METHODS = ("eagle3", "mtp")  # proposers that draft from the target's hidden states
+SPECULATIVE_METHODS = ("suffix", "ngram", "draft", *HEAD_METHODS)
 
 
 @dataclass(frozen=True)
@@ -290,12 +292,16 @@ class EngineConfig:
     parallel: ParallelConfig = ParallelConfig()
 
     # Speculative decoding (docs/speculative-decoding.md): "suffix" (suffix trees over the request
-    # and recent outputs), "ngram" (prompt lookup) or "draft" (speculative_draft_model drafts);
+    # and recent outputs), "ngram" (prompt lookup), "draft" (speculative_draft_model drafts),
+    # "eagle3" or "mtp" (a model head: speculative_model);
     # num_speculative_tokens drafts at most per row and step;
     # above speculative_max_batch running requests nothing is drafted.
     speculative_method: str | None = None
     num_speculative_tokens: int = 4
     speculative_draft_model: str | None = None
+    # "eagle3": an EAGLE-3 head's directory; "mtp": the checkpoint directory holding the target's
+    # mtp.* tensors (the target's own, for a model that ships its MTP layer with it).
+    speculative_model: str | None = None
     speculative_max_batch: int = 8
     suffix: SuffixConfig = field(default_factory=SuffixConfig)
     # The step costs measured on this device kind (engine/spec_decode/batch_policy.py): with an
@@ -343,8 +349,11 @@ class EngineConfig:
                 check_event_endpoint(name, endpoint, self.kv_events_allow_remote)
         if self.kv_events_replay_endpoint is not None and self.kv_events_endpoint is None:
             raise InvalidParameterError("kv_events_replay_endpoint", "needs kv_events_endpoint")
-        if self.speculative_method not in (None, "suffix", "ngram", "draft"):
-            raise InvalidParameterError("speculative_method", "must be 'suffix', 'ngram' or 'draft'")
+        if self.speculative_method not in (None, *SPECULATIVE_METHODS):
+            raise InvalidParameterError("speculative_method", f"must be one of {', '.join(SPECULATIVE_METHODS)}")
+        if (self.speculative_method in HEAD_METHODS) != (self.speculative_model is not None):
+            raise InvalidParameterError("speculative_model", "is needed by, and only by, speculative_method "
+                                                             "'eagle3' or 'mtp'")
         if not 0.0 <= self.step_time_target_s <= MAX_STEP_TIME_TARGET_S:
             raise InvalidParameterError("step_time_target_s", f"must be 0 to {MAX_STEP_TIME_TARGET_S:g} seconds")
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:

@@ -81,9 +81,13 @@ def register(sub: argparse._SubParsersAction) -> dict:
     s.add_argument("--kv-events-allow-remote", action="store_true",
                    help="allow a non-loopback KV events address (the events carry every prompt's token ids)")
     s.add_argument("--max-waiting", type=int, default=1024, help="queue limit; past it requests get 503")
-    s.add_argument("--speculative-method", choices=["suffix", "ngram", "draft"], default=None,
+    s.add_argument("--speculative-method", choices=["suffix", "ngram", "draft", "eagle3", "mtp"], default=None,
                    help="speculative decoding: suffix trees over the request and recent outputs (suffix), "
-                        "prompt lookup (ngram) or a draft model (draft)")
+                        "prompt lookup (ngram), a draft model (draft), an EAGLE-3 head (eagle3) or the model's "
+                        "own MTP layer (mtp)")
+    s.add_argument("--speculative-model", default=None,
+                   help="--speculative-method eagle3: the head's directory; mtp: the checkpoint directory "
+                        "holding the mtp.* tensors (default: the served model's, when it is a directory)")
     s.add_argument("--num-speculative-tokens", type=int, default=4, help="draft tokens per step at most")
     s.add_argument("--draft-model", default=None, help="the draft model of --speculative-method draft "
                    "(registry name or path; same vocabulary as the served models)")
@@ -197,6 +201,7 @@ def server_config(ns: argparse.Namespace, keys: tuple[str, ...], preload: tuple[
         kv_cache_disk_gb=ns.kv_cache_disk_gb, kv_cache_preload=ns.kv_cache_preload, parallel=parallel_from(ns),
         speculative_method=ns.speculative_method, num_speculative_tokens=ns.num_speculative_tokens,
         speculative_draft_model=draft, speculative_max_batch=ns.speculative_max_batch,
+        speculative_model=head_model_path(ns),
         **({} if ns.jump_forward is None else {"jump_forward": ns.jump_forward}),  # unset: EngineConfig reads the env
         **({} if ns.kv_cache_dtype is None else {"kv_cache_dtype": ns.kv_cache_dtype}),
         kv_events_endpoint=ns.kv_events_endpoint, kv_events_replay_endpoint=ns.kv_events_replay_endpoint,
@@ -263,6 +268,18 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"--keep-alive: {text!r} is not a duration such as 5m, 1h or 30s")
     seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
     return -1.0 if seconds < 0 else seconds
+
+
+def head_model_path(ns: argparse.Namespace) -> str | None:
+    """--speculative-model as an absolute path (the engine core may run in another process);
+    mtp without one reads the served model's directory."""
+    path = ns.speculative_model
+    if path is None and ns.speculative_method == "mtp" and ns.model and Path(ns.model[0]).expanduser().is_dir():
+        path = ns.model[0]
+    if path is None:
+        return None
+    check_path_exists(path)
+    return str(Path(path).expanduser().resolve())
 
 
 def draft_model_path(registry, ns: argparse.Namespace) -> str | None:

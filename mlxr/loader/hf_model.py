@@ -35,6 +35,7 @@ PREFIX_REWRITES = (
     ("embed_tokens.", "model.embed_tokens."),
     ("norm.", "model.norm."),
 )
+MTP_PREFIX = "mtp."
 SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
 
 
@@ -91,6 +92,8 @@ def with_sentence_pooling(args: ModelArgs, model_dir: Path) -> ModelArgs:
 
 
 def hf_name(name: str, vision: bool = False) -> str | None:
+    if name.startswith(MTP_PREFIX):  # a multi-token-prediction layer: the mtp proposer reads it (spec_decode/mtp.py)
+        return None
     if name.startswith(SKIPPED_PREFIXES):
         return vision_name(name) if vision else None
     for old, new in PREFIX_REWRITES:

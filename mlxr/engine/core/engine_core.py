@@ -31,7 +31,7 @@ from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOu
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
-from mlxr.engine.spec_decode.factory import draft_budget, jumps_forward, make_speculator
+from mlxr.engine.spec_decode.factory import connect_hidden_states, draft_budget, jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
@@ -144,6 +144,7 @@ class EngineCore:
         self.structured = StructuredOutputManager(parts.tokenizer, parts.args.vocab_size,
                                                   pin_masks=parts.device.type == "cuda")
         self.speculator = make_speculator(parts, config, num_blocks, max_blocks_per_seq, max_rows)
+        connect_hidden_states(self.speculator, self.runner)
         self.device_bytes = self._device_bytes()
         if config.warm_up:
             warm_up(self)

@@ -15,6 +15,7 @@ from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, ProposerUnavai
 from mlxr.engine.worker.input_batch import slots_for
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.sampler import Sampler, SamplingState, make_generator
+from mlxr.types import SamplingParams
 
 
 @dataclass
@@ -128,13 +129,18 @@ class DraftModelProposer:
         return self.model.compute_logits(hidden.index_select(0, last_t)).float()
 
     def _draw(self, logits: torch.Tensor, argmax: int, r: DraftRequest) -> tuple[int, torch.Tensor | None]:
-        """Greedy rows take the argmax (a certain draft); others sample q, the request's own
-        sampling distribution (temperature, top_k/top_p, min_p) over the draft's logits: any q
-        keeps verification lossless, and one filtered as the target's p drafts tokens p can
-        take (unfiltered, a draft outside p's top_k is always rejected)."""
-        if r.params.greedy:
-            return argmax, None
-        state = SamplingState(r.params, [], [], frozenset(), None)
-        q = torch.softmax(Sampler.filtered_logits(torch.nan_to_num(logits, nan=-1e30).unsqueeze(0), [state])[0], dim=-1)
-        token = torch.multinomial(q, 1, generator=self.seqs[r.request_id].generator)
-        return int(token), q
+        return draw_draft(logits, argmax, r.params, self.seqs[r.request_id].generator)
+
+
+def draw_draft(logits: torch.Tensor, argmax: int, params: SamplingParams,
+               generator: torch.Generator | None) -> tuple[int, torch.Tensor | None]:
+    """Greedy rows take the argmax (a certain draft); others sample q, the request's own
+    sampling distribution (temperature, top_k/top_p, min_p) over the draft's logits: any q
+    keeps verification lossless, and one filtered as the target's p drafts tokens p can
+    take (unfiltered, a draft outside p's top_k is always rejected)."""
+    if params.greedy:
+        return argmax, None
+    state = SamplingState(params, [], [], frozenset(), None)
+    q = torch.softmax(Sampler.filtered_logits(torch.nan_to_num(logits, nan=-1e30).unsqueeze(0), [state])[0], dim=-1)
+    token = torch.multinomial(q, 1, generator=generator)
+    return int(token), q

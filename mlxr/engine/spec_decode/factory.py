@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from mlxr.config import EngineConfig
+from mlxr.config import HEAD_METHODS, EngineConfig
 from mlxr.engine.spec_decode.batch_policy import DraftBudget, load_costs
 from mlxr.engine.spec_decode.draft_model import DraftModelProposer
 from mlxr.engine.spec_decode.ngram import NgramProposer
@@ -68,6 +68,8 @@ def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: 
         return NgramProposer()
     if method == "suffix":
         return SuffixProposer(config.suffix)
+    if method in HEAD_METHODS:
+        return _head_proposer(parts, config, num_blocks)
     draft = parts.draft
     if draft is None:
         raise InvalidParameterError("speculative_draft_model", "was not loaded")
@@ -80,3 +82,27 @@ def _proposer(parts, config: EngineConfig, num_blocks: int, max_blocks_per_seq: 
     if draft.device.type == "cuda" and config.enable_cuda_graphs:
         proposer.enable_cuda_graphs(min(config.speculative_max_batch, config.max_num_seqs), max_blocks_per_seq)
     return proposer
+
+
+def _head_proposer(parts, config: EngineConfig, num_blocks: int) -> Proposer:
+    """An EAGLE-3 head or the target's MTP layer (docs/speculative-decoding.md)."""
+    from mlxr.engine.spec_decode.heads import HeadProposer
+
+    if parts.make_runner is not None:
+        raise InvalidParameterError("speculative_method", f"{config.speculative_method!r} is not offered under "
+                                                          "tensor parallelism")
+    if config.speculative_method == "eagle3":
+        from mlxr.engine.spec_decode.eagle3 import load_eagle3 as load
+    else:
+        from mlxr.engine.spec_decode.mtp import load_mtp as load
+    head = load(config.speculative_model, parts.model, parts.args, parts.dtype, parts.device)
+    return HeadProposer(head, parts.dtype, parts.device, config.block_size, num_blocks)
+
+
+def connect_hidden_states(speculator: Speculator | None, runner) -> None:
+    """Give the runner a tap of the target's hidden states where the proposer drafts from them."""
+    proposer = None if speculator is None else speculator.proposer
+    if proposer is not None and hasattr(proposer, "take_hidden"):
+        from mlxr.engine.worker.hidden_tap import HiddenTap
+
+        runner.hidden_tap = HiddenTap(runner.model, proposer)

@@ -46,3 +46,29 @@ class Proposer(Protocol):
     def retain(self, request_ids: set[str]) -> None:
         """Forget every request not in request_ids (finished, aborted, preempted)."""
         ...
+
+
+@dataclass
+class StepHidden:
+    """A target step's hidden states, handed to a proposer that drafts from them (a model head):
+    the step's rows in order, row i computing counts[i] tokens of request_ids[i] from position
+    starts[i]. final: the target's last hidden states [tokens, hidden] (after its final norm);
+    aux: the residual streams entering the layers the proposer asked for (its aux_layers), each
+    [tokens, hidden]. Positions of drafts the target then rejects are included: the proposer
+    keeps only those below each request's last token."""
+
+    request_ids: list[str]
+    starts: list[int]
+    counts: list[int]
+    final: torch.Tensor
+    aux: list[torch.Tensor]
+
+
+class HiddenStateProposer(Proposer, Protocol):
+    """A proposer the runner hands every step's hidden states (the runner runs such steps
+    eagerly; a runner without one pays nothing)."""
+
+    aux_layers: tuple[int, ...]  # target layers whose input residual stream it needs (may be empty)
+
+    def take_hidden(self, step: StepHidden) -> None:
+        ...

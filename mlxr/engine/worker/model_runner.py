@@ -93,6 +93,9 @@ class ModelRunner:
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
         self.images = None  # ImageEmbeddings of a vision-language model (set_up_images)
         self.lora: AdapterSlots | None = None  # LoRA adapters (set by an engine that serves them)
+        # A head proposer's HiddenTap (spec_decode/heads.py): its steps run eagerly and hand it
+        # their hidden states; None (no such proposer) costs nothing.
+        self.hidden_tap = None
         if getattr(getattr(model, "args", None), "vision", None) is not None:
             self.set_up_images()
 
@@ -233,6 +236,8 @@ class ModelRunner:
             step = self.images.for_step(out)
             if step is not None:
                 return self._run_with_images(out, pending, step)
+        if self.hidden_tap is not None:
+            return self._run_tapped(out, pending)
         if self._prefill_graph_fits(out):
             rid, start, n = out.request_ids[0], out.num_computed_tokens[0], out.num_scheduled_tokens[0]
             state = self.batch.states[rid]
@@ -252,6 +257,17 @@ class ModelRunner:
             # the graph's logits are the answer.
             return inputs.sampling_ids, self.graphs.run(inputs.input_ids, inputs.positions, inputs.meta)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.model_layers, inputs.meta)
+        if not inputs.sampling_ids:
+            return [], None
+        rows = to_device(inputs.logit_rows, torch.long, hidden.device)
+        return inputs.sampling_ids, self.model.compute_logits(hidden.index_select(0, rows)).float()
+
+    def _run_tapped(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
+        """A step whose hidden states a head proposer takes: eager (graphs return logits only)."""
+        inputs = self.batch.build(out, pending, False, None)
+        hidden = self.hidden_tap.forward(self.model, inputs.input_ids, inputs.positions, self.kv_cache.layers,
+                                         inputs.meta)
+        self.hidden_tap.hand_over(out, hidden)
         if not inputs.sampling_ids:
             return [], None
         rows = to_device(inputs.logit_rows, torch.long, hidden.device)

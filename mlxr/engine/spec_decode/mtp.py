@@ -1,0 +1,91 @@
+"""A model's own multi-token-prediction layer (DeepSeek-V3, Qwen3-Next, Qwen3.5): the next
+token's embedding and the target's last hidden state, each normed, side by side through one
+projection (eh_proj: 2 x hidden -> hidden), one decoder block of the target's own kind with a
+KV cache of its own, a final norm, and the target's lm_head. A second draft takes the layer's
+own output in the target hidden state's place (one layer chained k times).
+
+MTPLayer takes any block with the decoder-block call of mlxr's models
+(x, positions, kv, meta, residual) -> (out, residual), so a family plugs in its own; load_mtp
+reads Qwen3-Next's layout (`mtp.fc`, `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`,
+`mtp.layers.0.*`, `mtp.norm`) from the target's checkpoint, with the target's block class."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mlxr.config import ModelArgs
+from mlxr.engine.spec_decode.head_weights import place_weights, read_tensors
+from mlxr.errors import ModelFormatError
+from mlxr.layers.linear import Linear
+
+MTP_PREFIX = "mtp."
+
+
+class MTPLayer(nn.Module):
+    def __init__(self, hidden_size: int, block: nn.Module, norm_class, eps: float, chain_normed: bool = True) -> None:
+        """chain_normed: the next draft takes the final norm's output (Qwen3-Next) rather than
+        the stream before it (DeepSeek-V3)."""
+        super().__init__()
+        self.pre_fc_norm_embedding = norm_class(hidden_size, eps)
+        self.pre_fc_norm_hidden = norm_class(hidden_size, eps)
+        self.fc = Linear(2 * hidden_size, hidden_size, bias=False)
+        self.layers = nn.ModuleList([block])
+        self.norm = norm_class(hidden_size, eps)
+        self.chain_normed = chain_normed
+
+    def forward(self, embeds, hidden, positions, kv, meta) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.fc(torch.cat([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], dim=-1))
+        out, residual = self.layers[0](x, positions, kv, meta, None)
+        normed, stream = self.norm(out, residual)
+        return normed, normed if self.chain_normed else stream
+
+
+class MTPHead(nn.Module):
+    """What HeadProposer drives: the target's final hidden states in, logits from its lm_head."""
+
+    aux_layers: tuple[int, ...] = ()
+
+    def __init__(self, layer: MTPLayer, target_model: nn.Module, kv_args: ModelArgs) -> None:
+        super().__init__()
+        self.layer, self.kv_args = layer, kv_args
+        self._target = [target_model]  # (a list: the target's weights are not the head's parameters)
+
+    def features(self, final: torch.Tensor, aux: list[torch.Tensor]) -> torch.Tensor:
+        return final
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        return features
+
+    def forward(self, input_ids, hidden, positions, kv, meta) -> tuple[torch.Tensor, torch.Tensor]:
+        embeds = self._target[0].model.embed(input_ids).to(hidden.dtype)
+        return self.layer(embeds, hidden, positions, kv, meta)
+
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        return self._target[0].compute_logits(normed).float()
+
+
+def load_mtp(checkpoint_dir: str | Path, target_model: nn.Module, target: ModelArgs, dtype: torch.dtype,
+             device: torch.device, make_block=None) -> MTPHead:
+    """The MTP layer stored beside a target's weights (its `mtp.*` tensors), built from the
+    target's own norm class and make_block(args) (default: the block class of the target's last
+    layer; a hybrid family passes its full-attention block)."""
+    tensors = read_tensors(checkpoint_dir, MTP_PREFIX)
+    if not tensors:
+        raise ModelFormatError(f"{checkpoint_dir} holds no {MTP_PREFIX}* tensors: the checkpoint has no MTP layer")
+    extra = sorted({n.split(".")[1] for n in tensors if n.startswith("layers.") and not n.startswith("layers.0.")})
+    if extra:
+        raise ModelFormatError(f"MTP layers {', '.join(extra)}: only one MTP layer (layers.0) is supported")
+    backbone = target_model.model
+    norm_class = type(backbone.norm)
+    with torch.device("meta"):
+        block = (make_block or _last_block_class(backbone))(target)
+        layer = MTPLayer(target.hidden_size, block, norm_class, target.rms_norm_eps)
+    place_weights(layer, tensors, f"the MTP layer of {Path(checkpoint_dir).name}", dtype, device)
+    return MTPHead(layer, target_model, replace(target, num_hidden_layers=1))
+
+
+def _last_block_class(backbone: nn.Module):
+    return lambda args: type(backbone.layers[-1])(args, args.num_hidden_layers - 1)
