@@ -121,7 +121,8 @@ def test_adapters_in_a_core_process_equal_the_in_process_engine(llm4):
 
 @pytest.mark.gpu
 def test_mixed_batch_on_cuda_equals_each_request_alone():
-    """Triton's gathered kernels in an eager step beside CUDA-graph steps of the base alone."""
+    """Triton's gathered kernels inside the decode CUDA graphs (each row's slot from their buffer),
+    a mixed batch replaying the same graphs as a request alone."""
     llm = _llm(4, device="cuda", engine_process=False)
     try:
         loras = SPECS + [None]

@@ -78,13 +78,19 @@ class DecodeGraphs(GraphPool):
         max_batch: int,
         max_blocks_per_seq: int,
         capture_budget_s: float = 60.0,
+        lora_step=None,
     ) -> None:
+        """lora_step: the model's LoRAStep where it serves adapters: the graphs then hold the
+        adapters' low-rank products, each row reading its slot from a static buffer (-1: the base)."""
         super().__init__(self.graph_sizes(max_batch))
         self.model, self.kv = model, kv_cache
         self.scratch_block = scratch_block
         self.width = max_blocks_per_seq
         self.device = kv_cache.layers[0][0].device
         self.inputs = {b: GraphInputs(b, self.width, self.device) for b in self.sizes}
+        self.lora_step = lora_step
+        self.lora_slots = None if lora_step is None else torch.full((max(self.sizes),), -1, dtype=torch.long,
+                                                                    device=self.device)
         self._capture_all(capture_budget_s)
 
     graph_sizes = staticmethod(graph_sizes)
@@ -106,8 +112,26 @@ class DecodeGraphs(GraphPool):
 
     def _forward(self, size: int) -> torch.Tensor:
         g = self.inputs[size]
-        hidden = self.model(g.input_ids, g.positions, self.kv.model_layers, g.meta(self.kv.block_size))
+        if self.lora_step is not None:  # captured with the adapters' products, slots from the buffer
+            self.lora_step.token_slots = self.lora_slots[:size]
+        try:
+            hidden = self.model(g.input_ids, g.positions, self.kv.model_layers, g.meta(self.kv.block_size))
+        finally:
+            if self.lora_step is not None:
+                self.lora_step.clear()
         return self.model.compute_logits(hidden).float()  # the sampler's dtype, cast in the graph
+
+    def _set_lora_rows(self, n: int) -> None:
+        """The step's rows' adapter slots into the graphs' buffer (on the device, in stream order):
+        the runner's LoRAStep holds them while a step has adapter rows; none: every row the base."""
+        if self.lora_slots is None:
+            return
+        rows = self.lora_step.token_slots
+        if rows is None:
+            self.lora_slots.fill_(-1)
+            return
+        self.lora_slots[:n].copy_(rows[:n])
+        self.lora_slots[n:].fill_(-1)
 
     def padded_size(self, n: int) -> int | None:
         return next((b for b in sorted(self.graphs) if b >= n), None)
@@ -132,6 +156,7 @@ class DecodeGraphs(GraphPool):
         g.tables[:n, meta.block_tables.shape[1]:] = self.scratch_block
         g.seq_lens[:n].copy_(meta.seq_lens)
         self._fill_padding(g, n)
+        self._set_lora_rows(n)
         return self._replay(b)[:n]
 
     @torch.inference_mode()
@@ -147,4 +172,5 @@ class DecodeGraphs(GraphPool):
         g.buf.copy_(_staged(small, self.device), non_blocking=True)
         g.tables[:, :width].copy_(_staged(tables, self.device), non_blocking=True)
         torch.index_select(tokens, 0, g.fill, out=g.input_ids)
+        self._set_lora_rows(n)
         return self._replay(g.b)[:n]

@@ -1,8 +1,9 @@
 """A step's LoRA inputs: each row's adapter slot held from the runner's first sight of the
 request to its end, and each token's slot set on the model's LoRAStep for one forward.
 
-A step with an adapter row runs eagerly (no CUDA or CPU graph holds the adapters' products);
-a step of base rows alone replays graphs as before, through the wrappers' bases."""
+The decode CUDA graphs hold the adapters' products (cuda_graphs.DecodeGraphs reads the slots set
+here into its buffer); prefill and CPU graphs do not: a step of those with an adapter row runs
+eagerly, one of base rows alone replays them as before, through the wrappers' bases."""
 from __future__ import annotations
 
 import contextlib

@@ -113,7 +113,9 @@ class ModelRunner:
         from mlxr.engine.worker.prefill_graphs import PrefillGraphs
 
         budget = {} if capture_budget_s is None else {"capture_budget_s": capture_budget_s}
-        self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq, **budget)
+        lora = {} if self.lora is None else {"lora_step": self.lora.targets.step}
+        self.graphs = DecodeGraphs(self.model, self.kv_cache, scratch_block, max_batch, max_blocks_per_seq,
+                                   **budget, **lora)
         # Prefill graphs bake in the Triton kernels' launch grids; the reference ops read host lengths.
         if max_prefill_tokens and use_triton(self.kv_cache.layers[0][0]):
             self.prefill_graphs = PrefillGraphs(self.model, self.kv_cache, scratch_block, max_prefill_tokens,
@@ -226,9 +228,13 @@ class ModelRunner:
         if not out.request_ids:  # housekeeping alone (a tensor-parallel worker's copy of one)
             return [], None
         if self.lora is not None:
-            with lora_step(self.lora.targets.step, self.batch, out, self.device) as eager:
-                if eager:  # some row runs an adapter: no graph holds its products
+            with lora_step(self.lora.targets.step, self.batch, out, self.device) as adapters:
+                # Some row runs an adapter: the decode CUDA graphs hold the adapters' products (their
+                # rows' slots go to the graphs' buffer); CPU and prefill graphs do not.
+                in_graphs = getattr(self.graphs, "lora_slots", None) is not None
+                if adapters and (not in_graphs or self._prefill_graph_fits(out)):
                     return self._run_inputs(self.batch.build(out, pending, False, None), graphs=False)
+                return self._forward_base(out, pending)
         return self._forward_base(out, pending)
 
     def _forward_base(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
