@@ -101,20 +101,29 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, llm.args.vocab_size - 10, (args.prompt_len,), generator=g).tolist() for _ in range(batch)]
     mixed = [([*names, ""] * batch)[i] for i in range(batch)]  # adapters and the base in turn
+    # The base model served without LoRA: what the "base model's speed" is.
+    plain = LLM(ref, device=args.device, dtype=dtype, max_num_seqs=max(64, batch), engine_process=False)
     decode_rate(llm, mixed, prompts[:4], 8, args.device)  # warm both paths
     decode_rate(llm, [""] * 4, prompts[:4], 8, args.device)
-    base_rates, mixed_rates = [], []
-    for _ in range(args.rounds):  # interleaved: the host's load changes both alike
+    decode_rate(plain, [None] * 4, prompts[:4], 8, args.device)
+    base_rates, mixed_rates, plain_rates = [], [], []
+    for _ in range(args.rounds):  # interleaved: the host's load changes all alike
+        plain_rates.append(decode_rate(plain, [None] * batch, prompts, gen, args.device))
         base_rates.append(decode_rate(llm, [""] * batch, prompts, gen, args.device))
         mixed_rates.append(decode_rate(llm, mixed, prompts, gen, args.device))
+    plain.shutdown()
     ratios = [m / b for m, b in zip(mixed_rates, base_rates)]
-    rows = [{"batch": "base", "decode_tok_s": median(base_rates)},
+    to_plain = [m / p for m, p in zip(mixed_rates, plain_rates)]
+    rows = [{"batch": "base, LoRA off", "decode_tok_s": median(plain_rates)},
+            {"batch": "base, LoRA on", "decode_tok_s": median(base_rates),
+             "ratio": round(median([b / p for b, p in zip(base_rates, plain_rates)]), 3)},
             {"batch": f"{args.adapters} adapters + base", "decode_tok_s": median(mixed_rates),
-             "ratio": round(median(ratios), 3)}]
+             "ratio": round(median(to_plain), 3)}]
     payload = {"device": device_name(args.device), "cpu": cpu_model(), "model": model, "dtype": dtype,
                "batch": batch, "adapters": args.adapters, "rank": args.rank, "gen_len": gen,
                "prompt_len": args.prompt_len, "base_tok_s": base_rates, "mixed_tok_s": mixed_rates,
-               "ratio_median": median(ratios), "rounds": args.rounds}
+               "plain_tok_s": plain_rates, "ratio_median": median(ratios), "ratio_to_plain_median": median(to_plain),
+               "rounds": args.rounds}
     path = write_result("lora_batch", payload)
     print(f"{payload['device']}, {model} {dtype}, batch {batch}, rank {args.rank}; wrote {path}")
     print_table(rows, ["batch", "decode_tok_s", "ratio"])
