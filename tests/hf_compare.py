@@ -67,3 +67,35 @@ def check_greedy(hf, llm, prompt: list[int] = PROMPT) -> None:
     want = hf_greedy(hf, prompt, 32)
     got = llm.generate([prompt], SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))[0]
     assert got.outputs[0].token_ids == want
+
+
+def llama_server_binary() -> str:
+    """The llama-server binary MLXR_LLAMA_SERVER names; skips the test where there is none."""
+    import os
+    from pathlib import Path
+
+    binary = os.environ.get("MLXR_LLAMA_SERVER")
+    if not binary or not Path(binary).is_file():
+        pytest.skip("MLXR_LLAMA_SERVER names no llama-server binary")
+    return binary
+
+
+def llama_server_tokens(gguf: str, n: int) -> list[int]:
+    """n greedy tokens of PROMPT from llama.cpp's own llama-server on the file (skips without one)."""
+    import json
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    binary = llama_server_binary()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "peers"))
+    from llama_server import LlamaServer
+
+    body = {"prompt": PROMPT, "n_predict": n, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
+            "return_tokens": True, "ignore_eos": True}
+    # An f32 K/V cache: its default f16 one rounds where MLXR and HF do not.
+    with LlamaServer(binary, gguf, False, 1, 256, ["-ctk", "f32", "-ctv", "f32"]) as server:
+        req = urllib.request.Request(server.url + "/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())["tokens"]

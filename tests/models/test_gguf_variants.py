@@ -9,16 +9,14 @@ gives MLXR's tokens."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-import urllib.request
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
 
-from hf_compare import PROMPT, check_greedy, check_logits, hf_model, llama_cpp_gguf
+from hf_compare import (PROMPT, check_greedy, check_logits, hf_model, llama_cpp_gguf, llama_server_binary,
+                        llama_server_tokens)
 from mlxr import SamplingParams
 from mlxr.models import ARCHITECTURES, ENCODERS
 from mlxr.errors import UnsupportedModelError
@@ -88,31 +86,15 @@ def test_the_setting_the_converter_drops_changes_hf_logits(name):
         assert rel_err(hf_of(name, True)(ids).logits[0], hf_of(name, False)(ids).logits[0]) > 1e-2
 
 
-def _llama_server_tokens(binary: str, gguf: str, n: int) -> list[int]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "peers"))
-    from llama_server import LlamaServer
-
-    body = {"prompt": PROMPT, "n_predict": n, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
-            "return_tokens": True, "ignore_eos": True}
-    # An f32 K/V cache: its default f16 one rounds where MLXR and HF do not.
-    with LlamaServer(binary, gguf, False, 1, 256, ["-ctk", "f32", "-ctv", "f32"]) as server:
-        req = urllib.request.Request(server.url + "/completion", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return json.loads(r.read())["tokens"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LOSSY)
 def test_llama_server_runs_the_converters_file_as_mlxr_does(name):
-    binary = os.environ.get("MLXR_LLAMA_SERVER")
-    if not binary or not Path(binary).is_file():
-        pytest.skip("MLXR_LLAMA_SERVER names no llama-server binary")
+    llama_server_binary()  # skips before the conversion where there is none
     gguf = llama_cpp_gguf(variant_dir(name))
     # 16 tokens: ggml's sums in another order flip gguf-qwen3moe-unnormalised's token 17, where HF's
     # top two logits are 0.0012 apart (MLXR follows HF there: test_llama_cpp_gguf_matches_hf).
     ours = cached_llm(gguf).generate([PROMPT], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
-    assert _llama_server_tokens(binary, gguf, 16) == ours[0].outputs[0].token_ids
+    assert llama_server_tokens(gguf, 16) == ours[0].outputs[0].token_ids
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

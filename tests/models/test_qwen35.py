@@ -2,16 +2,11 @@
 attention) against HF transformers fp32 on tiny random checkpoints written by transformers itself."""
 from __future__ import annotations
 
-import json
-import os
-import sys
-import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
 
-from hf_compare import PROMPT, check_greedy, check_logits, hf_model
+from hf_compare import PROMPT, check_greedy, check_logits, hf_model, llama_server_tokens
 from model_fixtures import FIXTURES, cached_llm
 from paged_probe import rel_err
 
@@ -162,23 +157,6 @@ def test_llama_cpp_gguf_logits_match_hf(hf, gguf_llm):
 
 def test_llama_cpp_gguf_32_greedy_tokens_match_hf(hf, gguf_llm):
     check_greedy(hf, gguf_llm)
-
-
-def llama_server_tokens(gguf: str, n: int) -> list[int]:
-    """n greedy tokens from llama.cpp's own llama-server (MLXR_LLAMA_SERVER) on the file."""
-    binary = os.environ.get("MLXR_LLAMA_SERVER")
-    if not binary or not Path(binary).is_file():
-        pytest.skip("MLXR_LLAMA_SERVER names no llama-server binary")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "peers"))
-    from llama_server import LlamaServer
-
-    body = {"prompt": PROMPT, "n_predict": n, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
-            "return_tokens": True, "ignore_eos": True}
-    with LlamaServer(binary, gguf, False, 1, 256, ["-ctk", "f32", "-ctv", "f32"]) as server:
-        req = urllib.request.Request(server.url + "/completion", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return json.loads(r.read())["tokens"]
 
 
 @pytest.mark.slow
