@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.budget import StepSpeed, prefill_budget, prefill_shares
+from mlxr.engine.sched.preemption import next_victim, unschedule
 from mlxr.engine.records import (
     EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
 )
@@ -194,32 +195,18 @@ class Scheduler:
 
     def _make_room(self, req: Request, num_tokens: int, out: SchedulerOutput,
                    scheduled: list[tuple[Request, int]]) -> tuple[bool, int, int]:
-        """Preempt running requests until req fits: the lowest priority first (the largest
-        value, as vLLM's priority policy), the latest admitted among equals. A victim already
-        scheduled this step leaves the step. Returns (req still runs, the budget the victims
-        hand back, how many victims stood before req in the running list)."""
+        """Preempt running requests until req fits (preemption.next_victim's order); a victim
+        already scheduled this step leaves the step. Returns (req still runs, the budget the
+        victims hand back, how many victims stood before req in the running list)."""
         returned = before = 0
         while not self.blocks.can_allocate(self.blocks.new_blocks_needed(req, num_tokens)):
-            at, victim = max(enumerate(self.running), key=lambda p: (p[1].priority, p[0]))
+            at, victim = next_victim(self.running)
             before += at < self.running.index(req)
-            returned += self._unschedule(victim, scheduled, out)
+            returned += unschedule(victim, scheduled, out)
             self._preempt(victim, out)
             if victim is req:
                 return False, returned, before
         return True, returned, before
-
-    def _unschedule(self, req: Request, scheduled: list[tuple[Request, int]], out: SchedulerOutput) -> int:
-        """Take req out of this step (it is being preempted): its tokens, and what the runner was
-        to learn of its blocks (their copy-on-write copies too: the blocks go back to the pool)."""
-        at = next((k for k, (r, _) in enumerate(scheduled) if r is req), None)
-        if at is None:
-            return 0
-        _, n = scheduled.pop(at)
-        out.new_block_ids.pop(req.request_id, None)
-        out.replaced_block_tables.pop(req.request_id, None)
-        mine = set(req.block_table)
-        out.blocks_to_copy = [(src, dst) for src, dst in out.blocks_to_copy if dst not in mine]
-        return n
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
