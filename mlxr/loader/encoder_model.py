@@ -3,6 +3,7 @@ an HF directory (sentence-transformers' modules.json says the pooling) or from t
 llama.cpp's converter writes (`<arch>.pooling_type`; its tensor names are mapped back)."""
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -75,13 +76,8 @@ def _read_hf(root: Path):
     sentence = read_sentence_config(root)
     pooling = "rank" if args.extra.get("num_labels") else sentence.pooling or "cls"
     head = [(d.in_features, d.out_features, d.bias, d.activation) for d in sentence.dense]
-    weights = _chain(_hf_weights(root, args), _dense_weights(root, sentence.dense))
+    weights = itertools.chain(_hf_weights(root, args), _dense_weights(root, sentence.dense))
     return args, weights, Tokenizer.from_hf_dir(root), pooling, sentence.normalize, head
-
-
-def _chain(*parts):
-    for part in parts:
-        yield from part
 
 
 def _dense_weights(root: Path, modules) -> Iterator[tuple[str, torch.Tensor]]:

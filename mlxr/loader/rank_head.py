@@ -10,6 +10,7 @@ import numpy as np
 
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
+from mlxr.formats.gguf_types import to_float32
 
 RANK_POOLING = 4  # llama.cpp's LLAMA_POOLING_TYPE_RANK
 _ANSWERS = ("yes", "no")
@@ -36,9 +37,13 @@ def answer_rows(f: GGUFFile, token_id) -> dict[int, np.ndarray]:
 def untied_head(f: GGUFFile, rows: dict[int, np.ndarray]) -> np.ndarray | None:
     """The lm_head to serve the scores with: None where the embedding's rows are the answers'
     (a tied checkpoint), else the embedding with the answer rows replaced."""
-    embedding = f.load("token_embd.weight")
-    if all(np.array_equal(embedding[i], row) for i, row in rows.items()):
+    raw, kind = f.load_raw("token_embd.weight")
+    width = f.tensor_info("token_embd.weight").shape[1]
+    # the two rows alone first: a tied checkpoint needs no dequantized embedding
+    if all(np.array_equal(to_float32("token_embd.weight", raw[i:i + 1], kind, (1, width))[0], row)
+           for i, row in rows.items()):
         return None
+    embedding = f.load("token_embd.weight")
     for i, row in rows.items():
         embedding[i] = row
     return embedding
