@@ -74,7 +74,8 @@ SWITCHES: tuple[Switch, ...] = (
     # Engine
     Switch("MLXR_QUANT_GEMM_TABLE", "path or `none`", "mlxr/ops/quant/gemm_table.json",
            "The measured table from which GGUF products of more than 16 rows on the GPU pick the fused "
-           "tensor-core GEMM or dequantize + cuBLAS (bench/kernels/quant_gemm_table.py writes it); "
+           "tensor-core GEMM, the repacked GEMM (and which layers are repacked at load) or dequantize "
+           "+ cuBLAS (bench/kernels/quant_gemm_table.py writes it); "
            "`none` takes dequantize + cuBLAS everywhere (A/B runs); read once."),
     Switch("MLXR_NUM_THREADS", "int, 1-1024", "every CPU the process may use",
            "CPU threads for the model's math when --threads is not given (generate, run, bench, serve)."),

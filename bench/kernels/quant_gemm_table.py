@@ -1,6 +1,6 @@
 """Measures the table mlxr/ops/quant/gemm_triton.py dispatches from: for each GGUF type, weight
 shape (the TinyLlama and Llama-3-8B shapes' projections) and row bucket, dequantize + cuBLAS
-beside the fused tensor-core GEMM at a few launches, each result checked against the former.
+beside the fused tensor-core GEMM and the repacked GEMM (ops/quant/repack.py) at a few launches, each result checked against the former.
 Writes the winners to mlxr/ops/quant/gemm_table.json (or --table) and every time to
 bench/results/<day>/quant_gemm_table-*.json; prints a table last.
 
@@ -31,6 +31,8 @@ from common import device_name, print_table, write_result  # noqa: E402
 from mlxr.ops.quant import gemm_triton as gt  # noqa: E402
 from mlxr.ops.quant.block_types import quant_type  # noqa: E402
 from mlxr.ops.quant.core_triton import qmatmul_dequant_triton, qmatmul_fused_triton  # noqa: E402
+from mlxr.ops.quant.repack import REPACK_TYPES, repack  # noqa: E402
+from mlxr.ops.quant.repacked_triton import repacked_matmul  # noqa: E402
 
 # (N, K) of each projection: fused qkv, o, k or v alone, fused gate_up, down, lm_head.
 SHAPES = {"llama3-8b": [(6144, 4096), (4096, 4096), (1024, 4096), (28672, 4096), (4096, 14336), (32000, 4096)],
@@ -41,6 +43,7 @@ L2_BYTES = 60 << 20
 # the committed table (what the 2026-12-02 end-to-end figures ran with); a margin would drop
 # near-ties, each one more kernel variant to compile at a first start.
 MARGIN = 0.0
+REPACKED = "repacked:"  # the times' key prefix of a repacked-GEMM launch
 
 
 def candidates(rows: int) -> list[dict]:
@@ -50,6 +53,18 @@ def candidates(rows: int) -> list[dict]:
     out = []
     for bn, per_sm in itertools.product((64, 128), (0, 2)):
         out.append({"bm": bm, "bn": bn, "u": 2, "warps": 4 if bn == 64 else 8, "stages": 2, "per_sm": per_sm})
+    return out
+
+
+def repacked_candidates(rows: int, n: int, k: int, sms: int = 132) -> list[dict]:
+    """Repacked-GEMM launches tried at a bucket: two output-channel widths, two warp/stage
+    pairs, K unsplit and split to give every SM about two programs."""
+    bm = min(128, max(16, 1 << (rows - 1).bit_length()))
+    out = []
+    for bn, (warps, stages) in itertools.product((64, 128), ((4, 3), (8, 4))):
+        tiles = -(-n // bn) * -(-rows // bm)
+        for split in sorted({1, max(1, min(k // 128, -(-2 * sms // tiles)))}):
+            out.append({"bm": bm, "bn": bn, "bk": 128, "split": split, "warps": warps, "stages": stages})
     return out
 
 
@@ -95,9 +110,31 @@ def measure(qtype: str, n: int, k: int, rows: list[int], device: str, smoke: boo
                 raise AssertionError(f"{qtype} {n}x{k} m={m} {cfg}: max error {err:.3g} of the largest output")
             us = timer(lambda *a, cfg=cfg, **kw: qmatmul_fused_triton(*a, config=cfg, **kw), raws, x, qtype, k, smoke)
             times[json.dumps(cfg, sort_keys=True)] = us
+        if qtype in REPACK_TYPES and k % 64 == 0:
+            times.update(_time_repacked(x, raws, qtype, n, k, m, ref, scale, smoke))
         found.append(decide({"type": qtype, "n": n, "k": k, "m": m, "dequant_us": times["dequant"],
                              "weight_bytes": one.numel(), "times_us": times}, smoke, margin))
     return found
+
+
+def _time_repacked(x, raws, qtype, n, k, m, ref, scale, smoke) -> dict:
+    packed = [repack(r, qtype, k) for r in raws]
+    times = {}
+    for cfg in repacked_candidates(m, n, k):
+        got = repacked_matmul(x, packed[0], cfg).float()
+        err = ((got - ref).abs().max() / scale).item()
+        if not err < 3e-2:
+            raise AssertionError(f"{qtype} {n}x{k} m={m} repacked {cfg}: max error {err:.3g} of the largest output")
+        if smoke:
+            times[REPACKED + json.dumps(cfg, sort_keys=True)] = float("nan")
+            continue
+        import triton.testing
+
+        it = itertools.cycle(packed)
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        times[REPACKED + json.dumps(cfg, sort_keys=True)] = 1e3 * triton.testing.do_bench(
+            lambda cfg=cfg: repacked_matmul(x, next(it), cfg, out=out), warmup=5, rep=25, return_mode="median")
+    return times
 
 
 def decide(row: dict, smoke: bool = False, margin: float = MARGIN) -> dict:
@@ -105,10 +142,12 @@ def decide(row: dict, smoke: bool = False, margin: float = MARGIN) -> dict:
     (past the spread of repeated timings, and each fused launch is one more kernel variant to
     compile at start-up), else dequantize + cuBLAS."""
     fused = {c: us for c, us in row["times_us"].items() if c != "dequant"}
-    cfg, us = min(fused.items(), key=lambda kv: kv[1]) if fused else (None, float("inf"))
+    cfg, us = min(fused.items(), key=lambda kv: kv[1] if kv[1] == kv[1] else 0.0) if fused else (None, float("inf"))
     take = smoke or us < row["dequant_us"] * (1 - margin)
     best_us = us if take else row["dequant_us"]
-    return {**row, "path": "fused" if take else "dequant", "config": json.loads(cfg) if take else None,
+    path = ("repacked" if cfg.startswith(REPACKED) else "fused") if take else "dequant"
+    cfg = cfg.removeprefix(REPACKED) if take else None
+    return {**row, "path": path, "config": json.loads(cfg) if take else None,
             "best_us": best_us, "weight_gb_s": row["weight_bytes"] / best_us / 1e3 if best_us == best_us else None}
 
 

@@ -42,7 +42,11 @@ def _merge_quantized(linears: list[QuantLinear]) -> QuantLinear | None:
     raw = torch.cat([m.raw for m in linears])
     shape = (sum(m.out_features for m in linears), linears[0].in_features)
     bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
-    return QuantLinear(PackedWeight(raw, linears[0].qtype, shape), bias)
+    merged = QuantLinear(PackedWeight(raw, linears[0].qtype, shape), bias)
+    merged.reset_buffers(raw.device)  # the merged shape's repacked layout, where one pays
+    for m in linears:  # the parts' layouts are dropped with them
+        m.repacked = None
+    return merged
 
 
 def fuse_projections(model: nn.Module) -> int:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from mlxr.ops.quant.block_types import quant_type
-from mlxr.ops.quant.quant import dequantize_rows, qmatmul
+from mlxr.ops.quant.quant import dequantize_rows, prepare_repacked, qmatmul
 
 
 @dataclass
@@ -42,9 +42,15 @@ class QuantLinear(nn.Module):
         self.qtype = packed.qtype
         self.out_features, self.in_features = packed.shape
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.repacked = None
+
+    def reset_buffers(self, device: torch.device | None) -> None:
+        """Called once the weights sit on their device: the repacked GEMM's layout, where the
+        measured table picks it for this type and shape (ops/quant/repack.py: its memory cost)."""
+        self.repacked = prepare_repacked(self.raw, self.qtype, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = qmatmul(x, self.raw, self.qtype, self.in_features)
+        y = qmatmul(x, self.raw, self.qtype, self.in_features, self.repacked)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def extra_repr(self) -> str:

@@ -51,7 +51,9 @@ from mlxr.ops.backend import interpreting, ticket_counters
 from mlxr.ops.pdl_triton import pdl_launch, wait_for_inputs
 from mlxr.ops.quant.block_types import QUANT_TYPES, quant_type
 from mlxr.ops.quant.blocks_triton import FMA_MAX_M, _CODES, _cols, _deq, _finish, _pieces, _raw, _split
-from mlxr.ops.quant.gemm_triton import choose
+from mlxr.ops.quant.gemm_triton import choose, choose_repacked
+from mlxr.ops.quant.repack import RepackedWeight
+from mlxr.ops.quant.repacked_triton import repacked_matmul
 
 _X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -357,15 +359,18 @@ def qmatmul_dequant_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: in
 
 
 def qmatmul_triton(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, *,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
+                   out: torch.Tensor | None = None, repacked: RepackedWeight | None = None) -> torch.Tensor:
     """x (..., k) @ W^T -> (..., N) in x.dtype, for any number of rows (see the module docstring).
-    `out`, if given, is the contiguous (rows, N) result buffer."""
+    `out`, if given, is the contiguous (rows, N) result buffer; `repacked`, the weight's repacked
+    layout where the load built one (used where the table measured it fastest)."""
     m = x.numel() // k if k else 0
     if 1 <= m <= 16:
         return qgemv_triton(x, raw, qtype, k, out=out)
     if x.dtype == torch.float32 or m == 0:
         # float32 x: cuBLAS's float32 GEMM beats the fused kernel's CUDA-core IEEE dot.
         return qmatmul_dequant_triton(x, raw, qtype, k, out=out)
+    if repacked is not None and (rcfg := choose_repacked(qtype, m, raw.shape[0], k, x)) is not None:
+        return repacked_matmul(x, repacked, rcfg, out=out)
     cfg = choose(qtype, m, raw.shape[0], k, x)  # gemm_triton.py's measured table
     if cfg is None:
         return qmatmul_dequant_triton(x, raw, qtype, k, out=out)

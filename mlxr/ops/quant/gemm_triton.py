@@ -12,8 +12,10 @@ Which one runs, and with which launch, is read from gemm_table.json beside this 
 bench/kernels/quant_gemm_table.py on the device named in it, per type, weight shape and row
 bucket. A call takes the smallest measured bucket holding its rows and the measured shape
 nearest its own; past the largest bucket, on another device kind, for types or x dtypes the
-table lacks: dequantize + cuBLAS (the path measured before the table existed). Nothing is
-repacked: the kernel reads the file's blocks, so the resident size stays the file's.
+table lacks: dequantize + cuBLAS (the path measured before the table existed). The fused
+kernel reads the file's blocks; a third path, the repacked GEMM (repack.py, repacked_triton.py),
+reads a layout built once at load, for the weights whose type and shape the table measured it
+fastest on (`wants_repack`), at the cost in memory repack.py states.
 """
 from __future__ import annotations
 
@@ -59,7 +61,38 @@ def _choose_cached(qtype: str, m: int, n: int, k: int, here: tuple | None) -> di
     return _choose(load_table(), qtype, m, n, k, None if here is None else list(here))
 
 
+def choose_repacked(qtype: str, m: int, n: int, k: int, x: torch.Tensor, table: dict | None = None) -> dict | None:
+    """The repacked GEMM's launch (repacked_triton.py) where the table measured it fastest."""
+    if x.dtype not in (torch.bfloat16, torch.float16) or x.device.type != "cuda":
+        return None
+    return repacked_config(load_table() if table is None else table, qtype, m, n, k, _capability(x.device))
+
+
+def repacked_config(t: dict, qtype: str, m: int, n: int, k: int, here: list | None) -> dict | None:
+    entry = _entry(t, qtype, m, n, k, here)
+    return entry["config"] if entry is not None and entry["path"] == "repacked" else None
+
+
+def wants_repack(qtype: str, n: int, k: int, device: torch.device, table: dict | None = None) -> bool:
+    """Whether a weight of this type and shape should be repacked at load: the table measured the
+    repacked GEMM fastest at some row bucket for the nearest shape on this device kind."""
+    if device.type != "cuda":
+        return False
+    return repack_wins(load_table() if table is None else table, qtype, n, k, _capability(device))
+
+
+def repack_wins(t: dict, qtype: str, n: int, k: int, here: list | None) -> bool:
+    buckets = sorted({e["m"] for e in t.get("types", {}).get(qtype, ())})
+    return any((e := _entry(t, qtype, b, n, k, here)) is not None and e["path"] == "repacked" for b in buckets)
+
+
 def _choose(t: dict, qtype: str, m: int, n: int, k: int, here: list | None) -> dict | None:
+    entry = _entry(t, qtype, m, n, k, here)
+    return entry["config"] if entry is not None and entry["path"] == "fused" else None
+
+
+def _entry(t: dict, qtype: str, m: int, n: int, k: int, here: list | None) -> dict | None:
+    """The measured cell for m rows: the smallest bucket holding them, the nearest shape."""
     entries = t.get("types", {}).get(qtype)
     if not entries or (here is not None and here != t.get("capability")):
         return None
@@ -68,5 +101,4 @@ def _choose(t: dict, qtype: str, m: int, n: int, k: int, here: list | None) -> d
     if bucket is None:
         return None
     rows = [e for e in entries if e["m"] == bucket]
-    best = min(rows, key=lambda e: abs(math.log(e["n"] / n)) + abs(math.log(e["k"] / k)))
-    return best["config"] if best["path"] == "fused" else None
+    return min(rows, key=lambda e: abs(math.log(e["n"] / n)) + abs(math.log(e["k"] / k)))

@@ -28,8 +28,9 @@ CPU_REFERENCE = os.environ.get("MLXR_KERNELS", "auto") == "reference"
 CPU_GEMM_MIN_ROWS = quant_cpu.GEMM_MIN_ROWS[0]
 
 
-def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
-    """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype."""
+def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int, repacked=None) -> torch.Tensor:
+    """x (..., k) @ W^T for the (n, k) weight stored as GGUF blocks in `raw`; result in x.dtype.
+    `repacked`: the weight's repack.RepackedWeight where the load built one (CUDA only)."""
     if qtype in MXFP4_TYPES:
         return mxfp4.mxfp4_matmul(x, raw, k)
     if x.is_cpu and not CPU_REFERENCE and qtype in CPU_INT_TYPES:
@@ -39,10 +40,26 @@ def qmatmul(x: torch.Tensor, raw: torch.Tensor, qtype: str, k: int) -> torch.Ten
     if use_triton(x, raw):
         from mlxr.ops.quant.core_triton import qmatmul_triton
 
-        return qmatmul_triton(x, raw, qtype, k)
+        return qmatmul_triton(x, raw, qtype, k, repacked=repacked)
     from mlxr.ops.quant.reference import qmatmul_reference
 
     return qmatmul_reference(x, raw, qtype, k)
+
+
+def prepare_repacked(raw: torch.Tensor, qtype: str, k: int):
+    """The weight's repacked layout where the measured table picks the repacked GEMM for its type
+    and shape on raw's device (gemm_triton.wants_repack), else None."""
+    from mlxr.ops.quant.repack import can_repack
+
+    if raw.device.type != "cuda" or not can_repack(qtype, k):
+        return None
+    from mlxr.ops.quant.gemm_triton import wants_repack
+
+    if not wants_repack(qtype, raw.shape[0], k, raw.device):
+        return None
+    from mlxr.ops.quant.repack import repack
+
+    return repack(raw, qtype, k)
 
 
 def dequantize_rows(raw: torch.Tensor, rows: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
