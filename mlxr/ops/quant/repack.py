@@ -13,7 +13,7 @@ Two layouts, by the width of the type's integers:
   32-wide groups: no shuffles in the kernel. 0.5 byte a weight.
 - 8-bit (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0): int8 [K, N]. 1 byte a weight.
 Plus float32 scales (and offsets, for the types that have them) [K / G, N]: 4 (8) bytes per G
-weights. Memory against the file's blocks (docs/gpu.md): Q4_K 0.75 byte a weight against 0.5625,
+weights. Memory against the file's blocks (docs/design.md): Q4_K 0.75 byte a weight against 0.5625,
 Q6_K 1.25 against 0.82, Q8_0 1.125 against 1.0625. The file's blocks stay resident beside it (the
 decode GEMV and the embedding read them), so a repacked layer costs this on top.
 """
