@@ -9,7 +9,8 @@
 #       quantized kernels and bench/kernels/quant_gemm_table.py (the dispatcher's table, kept in
 #       /root/sbs and copied to $OUT).
 #   call 2, while the machine is warm, carry the same:  MLXR_COMMIT=<sha> bash bench/gpu/quant_beside_llama_cpp.sh mlxr
-#       bench/gpu/gguf_decode.py on each file: a first start on an empty kernel cache, then restarts.
+#       bench/gpu/gguf_decode.py on each file (with FIRST=1: a first start on an empty kernel cache
+#       before each Q4_K_M run).
 set -u
 R=$PWD; W=/root/sbs; B=$W/llama.cpp/build/bin; mkdir -p $W
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
@@ -40,17 +41,17 @@ prep)
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   rm -f $W/prep.done; setsid bash -c "$(declare -f prep_background peer); R=$R W=$W B=$B; prep_background" > $W/prep.log 2>&1 < /dev/null &
   export MLXR_CACHE_DIR=/root/cache-tests
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_quant_gemm.py \
-    tests/kernels/test_quant_kernels.py -k "gemm" 2>&1 | tail -4
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/kernels/test_quant_gemm.py \
+    tests/kernels/test_repacked_gemm.py 2>&1 | tail -6
   [ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
-  (cd bench/kernels && timeout 300 python3 quant_gemm_table.py --table $W/gemm_table.json 2>&1 | tail -40)
+  (cd bench/kernels && timeout ${TABLE_S:-330} python3 quant_gemm_table.py --table $W/gemm_table.json > ${OUT:-/tmp}/table.txt 2>&1; \
+   tail -75 ${OUT:-/tmp}/table.txt)
   cp $W/gemm_table.json ${OUT:-/tmp}/ 2>/dev/null
   while [ ! -f $W/prep.done ] && [ $SECONDS -lt 565 ]; do sleep 2; done
   cat $W/prep.log; ls -la $W/*/ ;;
 mlxr)
   while [ ! -f $W/prep.done ] && [ $SECONDS -lt 240 ]; do sleep 2; done; cat $W/prep.log
   cp $W/gemm_table.json mlxr/ops/quant/gemm_table.json
-  MLXR_CACHE_DIR=/root/cache-tests timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_quant_gemm.py 2>&1 | tail -3
   [ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
   figs() {  # llama.cpp's figures of a file in gguf_decode.py's names
     python3 - $1 <<'PY'
@@ -68,9 +69,12 @@ PY
   cd bench/gpu
   for s in llama3-8b-shape tinyllama-shape; do
     f=$W/$s/model-Q4_K_M.gguf; p=$(figs $W/peer-$s-Q4_K_M.txt); echo "llama.cpp $s Q4_K_M: $p"
-    rm -rf /root/cache-$s; export MLXR_CACHE_DIR=/root/cache-$s
-    timeout 200 python3 gguf_decode.py $f --label $s-Q4_K_M-first --first-start --llama-cpp $p 2>&1 | grep -v Loading | tail -4
-    timeout 200 python3 gguf_decode.py $f --label $s-Q4_K_M --llama-cpp $p 2>&1 | grep -v Loading | tail -6
+    export MLXR_CACHE_DIR=/root/cache-tests  # the kernels call 1's tests and table compiled
+    if [ -n "${FIRST:-}" ]; then
+      rm -rf /root/cache-$s; export MLXR_CACHE_DIR=/root/cache-$s  # a first start on the empty cache, then the restart
+      timeout 200 python3 gguf_decode.py $f --label $s-Q4_K_M-first --first-start --llama-cpp $p 2>&1 | grep -v Loading | tail -4
+    fi
+    timeout 250 python3 gguf_decode.py $f --label $s-Q4_K_M --llama-cpp $p 2>&1 | grep -v Loading | tail -6
     f=$W/$s/model-Q8_0.gguf; p=$(figs $W/peer-$s-Q8_0.txt); echo "llama.cpp $s Q8_0: $p"
     timeout 200 python3 gguf_decode.py $f --label $s-Q8_0 --llama-cpp $p 2>&1 | grep -v Loading | tail -6
   done ;;
