@@ -55,6 +55,10 @@ GEMMA_VLM = TokenizerSpec(GEMMA.specials + ("<start_of_image>", "<end_of_image>"
 
 # LLaVA: Llama's specials and its <image> placeholder (id 3).
 LLAVA = TokenizerSpec(("<unk>", "<s>", "</s>", "<image>"), "<s>", ("</s>",), None, "<unk>", "zephyr", True)
+# Idefics3 / SmolVLM: LLaVA's, then the tile layout's tokens as their processor writes them.
+IDEFICS3 = TokenizerSpec(LLAVA.specials + ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+                         + tuple(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+                         "<s>", ("</s>", "<end_of_utterance>"), None, "<unk>", "zephyr", True)
 
 # gpt-oss's specials (in the fixture's own ids 0..7); its replies stop at <|return|> or <|call|>.
 HARMONY = TokenizerSpec(("<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
