@@ -88,3 +88,29 @@ def test_prompt_logits_and_greedy_match_hf(vlm, text, images):
     assert rel_err(ours, ref) <= 1e-4
     got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
     assert got[0].outputs[0].token_ids == want
+
+
+BAD = {
+    "tiles": ({"clip.vision.preproc_image_size": 4096}, "preproc_image_size 4096 makes more than 8 tiles of 64"),
+    "shuffle": ({"clip.vision.projector.scale_factor": 3}, "not a whole number of 8-pixel patches merged 3 a side"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_malformed_idefics3_mmproj_is_refused_with_the_reason(tmp_path, case):
+    import re
+
+    from mmproj_files import rewrite
+
+    from mlxr.errors import ModelFormatError
+    from mlxr.registry import Registry
+    from mlxr.testing.mmproj_fixtures import llama_cpp_vlm
+
+    model, mmproj = llama_cpp_vlm("tiny-idefics3", FIXTURES)
+    metadata, reason = BAD[case]
+    bad = rewrite(mmproj, tmp_path / "bad-mmproj.gguf", metadata)
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match=re.escape(reason)):
+        registry.import_model(model, "vlm", projector=bad)
+    registry.import_model(model, "vlm", projector=mmproj)  # the file as the converter wrote it
+    assert [r.name for r in registry.list()] == ["vlm:latest"]
