@@ -22,6 +22,7 @@ class MtmdRun:
     encode_ms: float  # "mtmd batch encoding done in N ms": the tower and projector
     prompt_ms: float  # llama_perf's prompt eval time: text and image, up to the first token
     formatted: str  # the chat prompt it rendered
+    image_batches: tuple[int, ...] = ()  # the tokens of each image (or tile) it encoded, in order
 
 
 def mtmd_cli(bin_dir: Path = BIN_DIR) -> Path | None:
@@ -41,7 +42,8 @@ def run_mtmd(exe: Path, model: Path, mmproj: Path, image: Path, question: str, n
                    int(_find(r"prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens", log)),
                    float(_find(r"mtmd batch encoding done in ([\d.]+) ms", log)),
                    float(_find(r"prompt eval time =\s*([\d.]+) ms", log)),
-                   _find(r"formatted_chat\.prompt: (.*?)\n\S*\s*[DI] mtmd_", log, re.S))
+                   _find(r"formatted_chat\.prompt: (.*?)\n\S*\s*[DI] mtmd_", log, re.S),
+                   tuple(int(n) for n in re.findall(r"encoding batch with \d+ entries and total (\d+) tokens", log)))
 
 
 def _find(pattern: str, log: str, flags: int = 0) -> str:
