@@ -23,6 +23,8 @@ MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
 # Llama GGUF with an Idefics3 mmproj is Idefics3).
 VISION_MODELS: dict[str, type[nn.Module]] = {"gemma3": gemma3_vlm.MODEL, "llava": llava.MODEL,
                                              "idefics3": idefics3.MODEL}
+# The architectures whose config.json may carry a tower (a vision_config).
+VISION_ARCHS = frozenset(a.name for a in ARCHITECTURES.values() if a.hf_vision is not None)
 _BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
 _BY_GGUF_ARCH: dict[str, list[Architecture]] = {}
 for _arch in ARCHITECTURES.values():

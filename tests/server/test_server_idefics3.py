@@ -1,4 +1,4 @@
-"""An Idefics3 HF directory served by a real `mlxr serve`: /api/show says `vision` and, as the
+"""An Idefics3 HF directory served by a real `mlxr serve`: /api/show and /v1/models say `vision`; as the
 image's token count varies with its tiles, the tokens of one tile and the most tiles; an Ollama
 `images` request on /api/generate (raw) counts the tiles' tokens as transformers' processor lays
 them out and answers what transformers' greedy decoding of the same prompt gives."""
@@ -36,6 +36,7 @@ def test_show_says_vision_and_the_tiles(served):
     info = shown.modelinfo
     assert info["mlxr.vision.tokens_per_tile"] == 16 and info["mlxr.vision.max_tiles"] == 5  # 2 x 2 and the whole
     assert "mlxr.vision.tokens_per_image" not in info
+    assert httpx.get(url + f"/v1/models/{model}").json()["capabilities"] == ["completion", "vision"]
 
 
 def test_generate_with_an_image_matches_hf(served, hf_dir):
