@@ -4,11 +4,9 @@ SmolVLMForConditionalGeneration (fp32, eager) on tiny random checkpoints transfo
 the prompt ids its processor writes (tiles, row/col tokens, the global image), prompt logits with
 one and with two images within ||d||/||ref|| <= 1e-4, and 24 greedy tokens identical. The prompt's
 layout is Idefics3Processor's for both (SmolVLMProcessor writes the same text for images, and
-needs num2words, which the test environment lacks). The images
-split into 2 x 2 tiles and the whole one, or 2 x 1 and the whole one."""
+needs num2words, which the test environment lacks). The images split into 2 x 2 tiles and the
+whole one, or 2 x 1 and the whole one; with `do_image_splitting: false` each is the whole one."""
 from __future__ import annotations
-
-import io
 
 import pytest
 import torch
@@ -48,8 +46,6 @@ def vlm(request):
 
 
 def _hf_inputs(processor, text, images):
-    from PIL import Image
-
     from mlxr.vision.decode import decode_image
     from mlxr.vision.limits import ImageLimits
 
@@ -78,3 +74,29 @@ def test_idefics3_logits_and_greedy_match_hf(vlm, text, images):
     assert rel_err(ours, ref) <= 1e-4
     got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
     assert got[0].outputs[0].token_ids == want
+
+
+def test_unsplit_images_match_hf(vlm, tmp_path):
+    """The same checkpoint with `do_image_splitting: false`: each image one tile, its layout
+    `<fake_token_around_image><global-img>` and the run, closed by `<fake_token_around_image>`."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+    from transformers.models.idefics3.processing_idefics3 import Idefics3Processor
+
+    _, hf, processor = vlm
+    hf_dir = tmp_path / "unsplit"
+    shutil.copytree(hf.name_or_path, hf_dir)
+    pre = json.loads((hf_dir / "preprocessor_config.json").read_text())
+    (hf_dir / "preprocessor_config.json").write_text(json.dumps({**pre, "do_image_splitting": False}))
+    image_processor = type(processor.image_processor).from_pretrained(hf_dir)
+    unsplit = Idefics3Processor(image_processor, AutoTokenizer.from_pretrained(hf_dir),
+                                image_seq_len=processor.image_seq_len)
+    llm = cached_llm(str(hf_dir))
+    prompt = _ids(llm, TWO, IMAGES[:2])
+    inputs = _hf_inputs(unsplit, TWO, IMAGES[:2])
+    assert list(prompt) == inputs["input_ids"][0].tolist() and len(prompt.images) == 2
+    with torch.inference_mode():
+        ref = hf(**inputs).logits[0]
+    assert rel_err(paged_image_logits(llm, list(prompt), prompt.images), ref) <= 1e-4

@@ -1,5 +1,6 @@
-"""An Idefics3 HF directory served by a real `mlxr serve`: /api/show and /v1/models say `vision`; as the
-image's token count varies with its tiles, the tokens of one tile and the most tiles; an Ollama
+"""An Idefics3 HF directory served by a real `mlxr serve`: /api/show and /v1/models say `vision`,
+and /api/show gives the tokens of one tile and the most tiles (an image's count varies with its
+tiles); an Ollama
 `images` request on /api/generate (raw) counts the tiles' tokens as transformers' processor lays
 them out and answers what transformers' greedy decoding of the same prompt gives."""
 from __future__ import annotations
