@@ -7,7 +7,7 @@ from mlxr.errors import ModelFormatError
 _FILTERS = (0, 1, 2, 3, 4, 5)  # PIL's NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING
 
 
-_TILE_SIDES = 8  # the most tiles a side an Idefics3 config may ask for (published ones: 4)
+TILE_SIDES = 8  # the most tiles a side an Idefics3 config may ask for (transformers' Idefics3 defaults: 4)
 _IDEFICS3_RESAMPLE = 1  # transformers' Idefics3ImageProcessor default: LANCZOS
 
 
@@ -46,8 +46,8 @@ def _tiled(cfg: dict, tower_side: int) -> ImagePreprocess:
         raise ModelFormatError(f"preprocessor_config.json: max_image_size.longest_edge {tile} is not the tower's "
                                f"image_size {tower_side}")
     longest = _side(_object(cfg, "size"), "longest_edge", 4 * tile)
-    if -(-longest // tile) > _TILE_SIDES:
-        raise ModelFormatError(f"preprocessor_config.json: size.longest_edge {longest} makes more than {_TILE_SIDES} "
+    if -(-longest // tile) > TILE_SIDES:
+        raise ModelFormatError(f"preprocessor_config.json: size.longest_edge {longest} makes more than {TILE_SIDES} "
                                f"tiles of {tile} a side")
     tiling = ImageTiling(longest_edge=longest, tile=tile, split=bool(cfg.get("do_image_splitting", True)))
     common = _common(cfg, _IDEFICS3_RESAMPLE)

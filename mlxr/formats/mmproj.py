@@ -9,13 +9,13 @@ from pathlib import Path
 from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
+from mlxr.formats.hf_preprocess import TILE_SIDES
 
 # clip.projector_type -> (our projector, the tower, the text architectures it feeds)
 PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
 # clip.vision.projector.scale_factor where absent: Gemma 3's pooling, Idefics3's pixel shuffle
 _MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2}
-_MAX_TILE_SIDES = 8  # as formats/hf_preprocess.py bounds an Idefics3 processor
 _MAX_SIDE = 8192
 _MAX_LAYERS = 256
 _MAX_WIDTH = 1 << 16
@@ -97,9 +97,9 @@ def _idefics3_fields(f: GGUFFile, where: str, image: int, merge: int, normalise:
     """Idefics3's tiles: the longest edge the converter stores (clip.vision.preproc_image_size, the
     processor's size.longest_edge), tiles of the tower's size, transformers' LANCZOS resizes."""
     longest = _int(f, where, "clip.vision.preproc_image_size", _MAX_SIDE, image)
-    if -(-longest // image) > _MAX_TILE_SIDES:
+    if -(-longest // image) > TILE_SIDES:
         raise ModelFormatError(f"{where}: clip.vision.preproc_image_size {longest} makes more than "
-                               f"{_MAX_TILE_SIDES} tiles of {image} a side")
+                               f"{TILE_SIDES} tiles of {image} a side")
     tiling = ImageTiling(longest_edge=longest, tile=image)
     return {"preprocess": ImagePreprocess(height=image, width=image, resample=1, tiling=tiling, **normalise),
             "tiled": True, "scale_factor": merge}
