@@ -6,13 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxr.config import ImagePreprocess
+from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
+from mlxr.formats.hf_preprocess import TILE_SIDES
 
 # clip.projector_type -> (our projector, the tower, the text architectures it feeds)
-PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",))}
+PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
+# clip.vision.projector.scale_factor where absent: Gemma 3's pooling, Idefics3's pixel shuffle
+_MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2}
 _MAX_SIDE = 8192
 _MAX_LAYERS = 256
 _MAX_WIDTH = 1 << 16
@@ -33,6 +36,7 @@ _TOWER_TENSORS = {
 _PROJECTOR_TENSORS = {
     "gemma3": {"mm.input_projection.weight": "multi_modal_projector.mm_input_projection_weight",
                "mm.soft_emb_norm.weight": "multi_modal_projector.mm_soft_emb_norm.weight"},
+    "idefics3": {"mm.model.fc.weight": "multi_modal_projector.modality_projection.proj.weight"},
 }
 # Stored as llama.cpp computes with it: Gemma's RMS norm weight with its 1 added (ours adds it).
 PLUS_ONE = frozenset({"mm.soft_emb_norm.weight"})
@@ -63,28 +67,42 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     get = lambda key, top: _int(f, where, f"clip.vision.{key}", top)  # noqa: E731
     hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
     image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
-    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, GEMMA3_MERGE)
+    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, _MERGE[projector])
     side = image // patch
     if image % patch or side % merge:
         raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches "
                                f"merged {merge} a side")
     if hidden % heads:
         raise ModelFormatError(f"{where}: embedding_length {hidden} does not split into {heads} heads")
+    normalise = {"image_mean": _triple(f, where, "clip.vision.image_mean"),
+                 "image_std": _triple(f, where, "clip.vision.image_std")}
     fields = {
         "tower": tower, "projector": projector, "hidden_size": hidden, "num_attention_heads": heads,
         "intermediate_size": get("feed_forward_length", _MAX_WIDTH * 8), "num_hidden_layers": layers,
         "image_size": image, "patch_size": patch, "tokens_per_image": (side // merge) ** 2,
         "layer_norm_eps": _eps(f, where), "hidden_act": "gelu_pytorch_tanh",
-        "preprocess": ImagePreprocess(height=image, width=image, resample=2,
-                                      image_mean=_triple(f, where, "clip.vision.image_mean"),
-                                      image_std=_triple(f, where, "clip.vision.image_std")),
+        "preprocess": ImagePreprocess(height=image, width=image, resample=2, **normalise),
     }
+    if projector == "idefics3":
+        fields |= _idefics3_fields(f, where, image, merge, normalise)
     names = _tensor_names(projector, layers)
     missing = [n for n in names if n not in f]
     if missing:
         raise ModelFormatError(f"{where} lacks tensors: {', '.join(missing[:5])}")
     _check_shapes(f, where, fields)
     return MmprojVision(fields, get("projection_dim", _MAX_WIDTH), text_archs, names)
+
+
+def _idefics3_fields(f: GGUFFile, where: str, image: int, merge: int, normalise: dict) -> dict:
+    """Idefics3's tiles: the longest edge the converter stores (clip.vision.preproc_image_size, the
+    processor's size.longest_edge), tiles of the tower's size, transformers' LANCZOS resizes."""
+    longest = _int(f, where, "clip.vision.preproc_image_size", _MAX_SIDE, image)
+    if -(-longest // image) > TILE_SIDES:
+        raise ModelFormatError(f"{where}: clip.vision.preproc_image_size {longest} makes more than "
+                               f"{TILE_SIDES} tiles of {image} a side")
+    tiling = ImageTiling(longest_edge=longest, tile=image)
+    return {"preprocess": ImagePreprocess(height=image, width=image, resample=1, tiling=tiling, **normalise),
+            "tiled": True, "scale_factor": merge}
 
 
 def check_mmproj(path: Path, text_architecture: str, text_hidden: int) -> MmprojVision:

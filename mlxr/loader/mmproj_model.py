@@ -20,6 +20,7 @@ from mlxr.tokenizer.tokenizer import Tokenizer
 IMAGE_TOKENS = {
     "gemma3": {"image_marker": "<start_of_image>", "image_sequence": "\n\n<start_of_image>{image}<end_of_image>\n\n",
                "image_token": "<image_soft_token>", "bidirectional": True},
+    "idefics3": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
 }
 
 
