@@ -36,3 +36,75 @@ def hybrid_fixture_dir(name: str, root):
     from mlxr.testing.arch_fixtures import arch_fixture_dir
 
     return arch_fixture_dir(f"{name}-h{HYBRID_FIXTURE_VERSION}", root, HYBRID_FIXTURES[name])
+
+
+def write_hybrid_mtp_target(target_dir, out_dir, seed: int = 0, weights: dict | None = None):
+    """A copy of a hybrid fixture whose checkpoint also holds one MTP layer, laid out as the
+    released Qwen3.5 checkpoints lay it out (transformers drops `mtp.*` on save_pretrained):
+    `mtp.fc` (2 x hidden -> hidden), `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`,
+    `mtp.norm`, and `mtp.layers.0.*` named and shaped as the target's full-attention layer
+    (a MoE target's experts one tensor each, as its own layers are); config.json gets
+    `mtp_num_hidden_layers: 1`, which llama.cpp's converter reads. Random weights (norms near
+    their neutral 0: Qwen3.5 scales by 1 + w) unless weights are given."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    import safetensors.numpy
+
+    target_dir, out_dir = Path(target_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in target_dir.iterdir():
+        if f.is_file() and f.name != "model.safetensors":
+            shutil.copy(f, out_dir / f.name)
+    config = json.loads((target_dir / "config.json").read_text())
+    config["mtp_num_hidden_layers"] = 1
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = safetensors.numpy.load_file(str(target_dir / "model.safetensors"))
+    tensors.update(weights if weights is not None else _random(hybrid_mtp_shapes(config, tensors), seed))
+    safetensors.numpy.save_file(tensors, str(out_dir / "model.safetensors"))
+    return out_dir
+
+
+def hybrid_mtp_shapes(config: dict, tensors: dict) -> dict[str, tuple[int, ...]]:
+    """The MTP layer's tensors and shapes: its block's copied from the last full-attention layer's."""
+    full = max(i for i, kind in enumerate(config["layer_types"]) if kind == "full_attention")
+    layer, h = f"model.layers.{full}.", config["hidden_size"]
+    shapes = {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
+              "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,)}
+    shapes.update({"mtp.layers.0." + n[len(layer):]: tuple(t.shape) for n, t in tensors.items() if n.startswith(layer)})
+    return shapes
+
+
+def _random(shapes: dict[str, tuple[int, ...]], seed: int, std: float = 0.1) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {n: (std * rng.standard_normal(s)).astype(np.float32) for n, s in shapes.items()}
+
+
+HYBRID_MTP_SEED = 40
+
+
+def hybrid_mtp_fixture_dir(name: str, root):
+    """The hybrid fixture `name` with a random MTP layer (write_hybrid_mtp_target), written once
+    under root (its HF directory; llama.cpp's GGUF of it converts without --no-mtp)."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    final = Path(root) / f"{name}-h{HYBRID_FIXTURE_VERSION}-mtp-v1"
+    if not final.is_dir():
+        source = hybrid_fixture_dir(name, root)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-mtp-", dir=Path(root)))
+        try:
+            write_hybrid_mtp_target(source, tmp / "hf", HYBRID_MTP_SEED)
+            tmp.chmod(0o755)
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final / "hf"
