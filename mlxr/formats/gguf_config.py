@@ -287,5 +287,7 @@ def args_from_gguf_file(f: GGUFFile, declaration: Any) -> ModelArgs:
                           tensors=lambda name: f.load(name) if name in f else None)
     if not args.attention_bias and "blk.0.attn_q.bias" in f:  # a llama with q/k/v biases
         args = replace(args, attention_bias=True)
-    check_layers_present(args.num_hidden_layers, f.tensor_names, "blk.", "the GGUF file")
+    # The multi-token-prediction layers are numbered after the model's own.
+    check_layers_present(args.num_hidden_layers + args.extra.get("nextn_layers", 0), f.tensor_names, "blk.",
+                         "the GGUF file")
     return args

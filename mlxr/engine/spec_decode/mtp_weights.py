@@ -79,8 +79,10 @@ def _from_gguf(path: Path, target: ModelArgs) -> dict[str, torch.Tensor]:
                 base, _, suffix = rest[len("nextn."):].rpartition(".")
                 if base not in _NEXTN or suffix != "weight":
                     raise ModelFormatError(f"GGUF tensor {name!r}: an MTP tensor MLXR does not use")
-                target_name = f"model.layers.0.{_NEXTN[base]}.weight"  # (named so the layout rules see a norm)
-                out[f"{_NEXTN[base]}.weight"] = _tensor(to_hf_layout(target_name, f.load(name), one))
+                # The layout rules see the name the converter changed it under (enorm, hnorm,
+                # shared_head.norm: norms, stored 1 + w for Qwen3.5).
+                converted = f"model.layers.0.{base}.weight"
+                out[f"{_NEXTN[base]}.weight"] = _tensor(to_hf_layout(converted, f.load(name), one))
                 continue
             hf = gguf_hf_name("blk.0." + rest, one)
             if hf is None:
