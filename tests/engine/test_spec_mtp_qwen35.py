@@ -1,0 +1,117 @@
+"""Qwen3.5's own multi-token-prediction layer as the mtp proposer, dense and MoE, from the HF
+directory (`mtp.*`, as the released checkpoints lay it out) and from the GGUF llama.cpp's own
+converter writes with it (`blk.4.nextn.*`, nextn_predict_layers). Random MTP weights: the drafts
+are almost all rejected, so every drafting step rolls the DeltaNet layers' recurrent state back
+past k rejected tokens; greedy output must stay the plain engine's token for token."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from hf_compare import PROMPT
+from model_fixtures import FIXTURES, cached_llm
+from mlxr import LLM, SamplingParams
+from mlxr.errors import ModelFormatError
+
+VARIANTS = ("tiny-qwen35", "tiny-qwen35moe")
+GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+PROMPTS = [PROMPT[:n] for n in (3, 24, 11, 1)]
+
+
+def mtp_dir(variant: str):
+    from mlxr.testing.hybrid_fixtures import hybrid_mtp_fixture_dir
+
+    return hybrid_mtp_fixture_dir(variant, FIXTURES)
+
+
+def mtp_gguf(variant: str) -> str:
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable, llama_cpp_gguf
+
+    try:
+        return str(llama_cpp_gguf(mtp_dir(variant), FIXTURES, "f32"))
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+
+
+def spec_llm(path: str, k: int = 3) -> LLM:
+    return LLM(path, dtype="float32", speculative_method="mtp", speculative_model=path, num_speculative_tokens=k)
+
+
+def tokens(outs) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in outs]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_greedy_tokens_with_mtp_drafts_are_plain_decodings_batched(variant):
+    """Four requests of different lengths batched: the same tokens as the plain engine, with
+    drafts offered every step and rejected (the state rolled back to the last kept token)."""
+    path = str(mtp_dir(variant))
+    want = tokens(cached_llm(path).generate(PROMPTS, GREEDY))
+    spec = spec_llm(path)
+    assert tokens(spec.generate(PROMPTS, GREEDY)) == want
+    stats = spec.engine.core.core.speculator.stats
+    assert stats.num_draft_tokens > 20 and stats.num_draft_tokens > stats.num_accepted_tokens
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_gguf_keeps_its_mtp_layer_and_drafts_with_it(variant):
+    """llama.cpp's converter, run without --no-mtp: the model loads (the nextn layer is not one
+    of its layers) and gives the HF directory's tokens; the proposer's MTP layer from the GGUF
+    is the HF directory's, tensor for tensor; greedy tokens with its drafts are the plain ones."""
+    path, gguf = str(mtp_dir(variant)), mtp_gguf(variant)
+    want = tokens(cached_llm(path).generate(PROMPTS, GREEDY))
+    assert tokens(cached_llm(gguf).generate(PROMPTS, GREEDY)) == want
+    from_gguf, from_hf = spec_llm(gguf), spec_llm(path)
+    a = from_gguf.engine.core.core.speculator.proposer.head.layer.state_dict()
+    b = from_hf.engine.core.core.speculator.proposer.head.layer.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
+    assert tokens(from_gguf.generate(PROMPTS, GREEDY)) == want
+
+
+def test_the_mtp_block_is_the_targets_full_attention_block_with_its_experts():
+    from mlxr.layers.moe import SparseMoE
+    from mlxr.models.qwen35 import Qwen35Attention
+
+    head = spec_llm(str(mtp_dir("tiny-qwen35moe"))).engine.core.core.speculator.proposer.head
+    block = head.layer.layers[0]
+    assert not block.is_linear and isinstance(block.self_attn, Qwen35Attention)
+    assert isinstance(block.mlp, SparseMoE)
+    assert head.kv_args.linear_attention is None and head.kv_args.num_hidden_layers == 1
+
+
+def test_a_gguf_converted_without_mtp_is_refused_for_mtp():
+    from mlxr.testing.hybrid_fixtures import hybrid_fixture_dir
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable, llama_cpp_gguf
+
+    try:
+        gguf = str(llama_cpp_gguf(hybrid_fixture_dir("tiny-qwen35", FIXTURES), FIXTURES, "f32", ("--no-mtp",)))
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+    with pytest.raises(ModelFormatError, match="no nextn_predict_layers"):
+        spec_llm(gguf)
+
+
+@pytest.mark.slow
+def test_sampling_with_qwen35_mtp_drafts_is_distributed_as_plain():
+    """4,000 draws of the first three tokens (top_k=4 at temperature 1) against the plain
+    engine's exact probabilities: the random layer's sampled drafts are kept with probability
+    min(1, p/q) and replaced from max(0, p - q) otherwise (both happen)."""
+    from test_spec_lossless import TOP_K, chi_square_p, exact_distribution
+
+    path, samples = str(mtp_dir("tiny-qwen35")), 4000
+    prompt = PROMPT[:12]
+    probs = exact_distribution(cached_llm(path), prompt)
+    params = SamplingParams(max_tokens=3, temperature=1.0, top_k=TOP_K, ignore_eos=True)
+    spec = LLM(path, dtype="float32", num_speculative_tokens=2, max_num_seqs=512, speculative_max_batch=1024,
+               max_num_batched_tokens=8192, speculative_method="mtp", speculative_model=path)
+    counts: Counter = Counter()
+    for _ in range(samples // 500):
+        for o in spec.generate([prompt] * 500, params):
+            counts[tuple(o.outputs[0].token_ids)] += 1
+    stats = spec.engine.core.core.speculator.stats
+    assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
+    assert chi_square_p(counts, probs, samples) > 0.01
