@@ -38,7 +38,8 @@ def hybrid_fixture_dir(name: str, root):
     return arch_fixture_dir(f"{name}-h{HYBRID_FIXTURE_VERSION}", root, HYBRID_FIXTURES[name])
 
 
-def write_hybrid_mtp_target(target_dir, out_dir, seed: int = 0, weights: dict | None = None):
+def write_hybrid_mtp_target(target_dir, out_dir, seed: int = 0, weights: dict | None = None,
+                            target_scale: float = 1.0):
     """A copy of a hybrid fixture whose checkpoint also holds one MTP layer, laid out as the
     released Qwen3.5 checkpoints lay it out (transformers drops `mtp.*` on save_pretrained):
     `mtp.fc` (2 x hidden -> hidden), `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`,
@@ -61,6 +62,8 @@ def write_hybrid_mtp_target(target_dir, out_dir, seed: int = 0, weights: dict | 
     config["mtp_num_hidden_layers"] = 1
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     tensors = safetensors.numpy.load_file(str(target_dir / "model.safetensors"))
+    if target_scale != 1.0:
+        tensors = scale_residual_writers(tensors, target_scale)
     tensors.update(weights if weights is not None else _random(hybrid_mtp_shapes(config, tensors), seed))
     safetensors.numpy.save_file(tensors, str(out_dir / "model.safetensors"))
     return out_dir
@@ -86,20 +89,59 @@ def _random(shapes: dict[str, tuple[int, ...]], seed: int, std: float = 0.1) -> 
 HYBRID_MTP_SEED = 40
 
 
-def hybrid_mtp_fixture_dir(name: str, root):
-    """The hybrid fixture `name` with a random MTP layer (write_hybrid_mtp_target), written once
-    under root (its HF directory; llama.cpp's GGUF of it converts without --no-mtp)."""
+ECHO_SCALE = 0.05  # the echo fixture's target: every layer's output into the residual stream, scaled
+_RESIDUAL_WRITERS = ("o_proj.weight", "out_proj.weight", "down_proj.weight")
+
+
+def echo_mtp_weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict:
+    """An MTP layer that passes the next token's normed embedding through (fc takes the
+    embedding half as is, the block's attention and MLP outputs are zero, norms neutral). Beside
+    a target whose layers write little into the stream (scale_residual_writers) its logits are
+    close to what the target computes at that token: its drafts are often kept, not always (the
+    tests need both; random weights keep none)."""
+    import numpy as np
+
+    w = _random(shapes, seed)
+    h = shapes["mtp.fc.weight"][0]
+    w["mtp.fc.weight"] = np.concatenate([np.eye(h), np.zeros((h, h))], axis=1).astype(np.float32)
+    for name, shape in shapes.items():
+        if len(shape) == 1 and name.endswith("norm.weight"):
+            w[name] = np.zeros(shape, np.float32)
+        if name.endswith(_RESIDUAL_WRITERS):
+            w[name] = np.zeros(shape, np.float32)
+    return w
+
+
+def scale_residual_writers(tensors: dict, scale: float) -> dict:
+    """The target's layers' outputs into the residual stream scaled (its next token then leans on
+    the current one's embedding)."""
+    return {n: (t * scale).astype(t.dtype) if n.startswith("model.layers.") and n.endswith(_RESIDUAL_WRITERS)
+            else t for n, t in tensors.items()}
+
+
+def hybrid_mtp_fixture_dir(name: str, root, echo: bool = False):
+    """The hybrid fixture `name` with a random MTP layer (write_hybrid_mtp_target), or with
+    echo_mtp_weights', written once under root (its HF directory; llama.cpp's GGUF of it converts
+    without --no-mtp)."""
+    import json
     import os
     import shutil
     import tempfile
     from pathlib import Path
 
-    final = Path(root) / f"{name}-h{HYBRID_FIXTURE_VERSION}-mtp-v1"
+    import safetensors.numpy
+
+    final = Path(root) / f"{name}-h{HYBRID_FIXTURE_VERSION}-mtp{'-echo' if echo else ''}-v2"
     if not final.is_dir():
         source = hybrid_fixture_dir(name, root)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-mtp-", dir=Path(root)))
         try:
-            write_hybrid_mtp_target(source, tmp / "hf", HYBRID_MTP_SEED)
+            weights = None
+            if echo:
+                config = json.loads((source / "config.json").read_text())
+                tensors = safetensors.numpy.load_file(str(source / "model.safetensors"))
+                weights = echo_mtp_weights(hybrid_mtp_shapes(config, tensors), HYBRID_MTP_SEED)
+            write_hybrid_mtp_target(source, tmp / "hf", HYBRID_MTP_SEED, weights, ECHO_SCALE if echo else 1.0)
             tmp.chmod(0o755)
             os.rename(tmp, final)
         except OSError:

@@ -1,8 +1,10 @@
 """Qwen3.5's own multi-token-prediction layer as the mtp proposer, dense and MoE, from the HF
 directory (`mtp.*`, as the released checkpoints lay it out) and from the GGUF llama.cpp's own
-converter writes with it (`blk.4.nextn.*`, nextn_predict_layers). Random MTP weights: the drafts
-are almost all rejected, so every drafting step rolls the DeltaNet layers' recurrent state back
-past k rejected tokens; greedy output must stay the plain engine's token for token."""
+converter writes with it (`blk.4.nextn.*`, nextn_predict_layers). The fixture's MTP layer passes
+the next token's embedding through beside a target whose layers write little into the stream
+(hybrid_fixtures.echo_mtp_weights): some drafts are kept, others rejected, so drafting steps roll
+the DeltaNet layers' recurrent state back to the last kept token; greedy output must stay the
+plain engine's token for token."""
 from __future__ import annotations
 
 from collections import Counter
@@ -16,14 +18,14 @@ from mlxr import LLM, SamplingParams
 from mlxr.errors import ModelFormatError
 
 VARIANTS = ("tiny-qwen35", "tiny-qwen35moe")
-GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+GREEDY = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
 PROMPTS = [PROMPT[:n] for n in (3, 24, 11, 1)]
 
 
 def mtp_dir(variant: str):
     from mlxr.testing.hybrid_fixtures import hybrid_mtp_fixture_dir
 
-    return hybrid_mtp_fixture_dir(variant, FIXTURES)
+    return hybrid_mtp_fixture_dir(variant, FIXTURES, echo=True)
 
 
 def mtp_gguf(variant: str) -> str:
@@ -46,13 +48,13 @@ def tokens(outs) -> list[list[int]]:
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_greedy_tokens_with_mtp_drafts_are_plain_decodings_batched(variant):
     """Four requests of different lengths batched: the same tokens as the plain engine, with
-    drafts offered every step and rejected (the state rolled back to the last kept token)."""
+    drafts kept and rejected (the state rolled back to the last kept token)."""
     path = str(mtp_dir(variant))
     want = tokens(cached_llm(path).generate(PROMPTS, GREEDY))
     spec = spec_llm(path)
     assert tokens(spec.generate(PROMPTS, GREEDY)) == want
     stats = spec.engine.core.core.speculator.stats
-    assert stats.num_draft_tokens > 20 and stats.num_draft_tokens > stats.num_accepted_tokens
+    assert 5 < stats.num_accepted_tokens < stats.num_draft_tokens - 5
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -98,7 +100,7 @@ def test_a_gguf_converted_without_mtp_is_refused_for_mtp():
 @pytest.mark.slow
 def test_sampling_with_qwen35_mtp_drafts_is_distributed_as_plain():
     """4,000 draws of the first three tokens (top_k=4 at temperature 1) against the plain
-    engine's exact probabilities: the random layer's sampled drafts are kept with probability
+    engine's exact probabilities: the layer's sampled drafts are kept with probability
     min(1, p/q) and replaced from max(0, p - q) otherwise (both happen)."""
     from test_spec_lossless import TOP_K, chi_square_p, exact_distribution
 
