@@ -18,11 +18,11 @@ import torch
 from torch import nn
 
 from mlxr.config import ModelArgs
-from mlxr.engine.spec_decode.head_weights import place_weights
-from mlxr.engine.spec_decode.mtp_weights import MTP_PREFIX, read_mtp_tensors
+from mlxr.engine.spec_decode.head_weights import place_weights, read_tensors
+from mlxr.errors import ModelFormatError
 from mlxr.layers.linear import Linear
 
-__all__ = ["MTP_PREFIX", "MTPHead", "MTPLayer", "load_mtp"]
+MTP_PREFIX = "mtp."
 
 
 class MTPLayer(nn.Module):
@@ -69,12 +69,13 @@ class MTPHead(nn.Module):
 
 
 def load_mtp(checkpoint: str | Path, target_model: nn.Module, target: ModelArgs, dtype: torch.dtype,
-             device: torch.device, make_block=None) -> MTPHead:
+             device: torch.device, make_block=None, read_mtp=None) -> MTPHead:
     """The MTP layer stored beside a target's weights (a directory's `mtp.*` tensors, or a GGUF's
-    nextn layer: mtp_weights.py), built from the target's own norm class and make_block(args)
+    nextn layer: read_mtp, the loader's loader/mtp_weights.read_mtp_tensors; without it a
+    directory's mtp.* tensors as they are), built from the target's own norm class and make_block(args)
     (default: the target's block class, as the layer after its last: a hybrid family's block
     there is full attention)."""
-    tensors = read_mtp_tensors(checkpoint, target)
+    tensors = (read_mtp or _plain_mtp_tensors)(checkpoint, target)
     backbone = target_model.model
     norm_class = type(backbone.norm)
     with torch.device("meta"):
@@ -84,6 +85,13 @@ def load_mtp(checkpoint: str | Path, target_model: nn.Module, target: ModelArgs,
     # Its own KV cache: one attention layer (a hybrid target's recurrent layers are not the head's).
     kv_args = replace(target, num_hidden_layers=1, linear_attention=None)
     return MTPHead(layer, target_model, kv_args)
+
+
+def _plain_mtp_tensors(checkpoint: str | Path, target: ModelArgs) -> dict[str, torch.Tensor]:
+    tensors = read_tensors(checkpoint, MTP_PREFIX)
+    if not tensors:
+        raise ModelFormatError(f"{checkpoint} holds no {MTP_PREFIX}* tensors: the checkpoint has no MTP layer")
+    return tensors
 
 
 def _next_block_class(backbone: nn.Module):

@@ -1,4 +1,4 @@
-"""An MTP layer's tensors, named as MTPLayer's parameters (fc, pre_fc_norm_embedding,
+"""An MTP layer's tensors (the mtp proposer's, spec_decode/mtp.py; CoreParts.read_mtp), named as MTPLayer's parameters (fc, pre_fc_norm_embedding,
 pre_fc_norm_hidden, norm, layers.0.*), from either place a checkpoint keeps them:
 
 - a Hugging Face directory: the `mtp.*` tensors (Qwen3-Next's and Qwen3.5's layout). The block's
@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from mlxr.config import ModelArgs
-from mlxr.engine.spec_decode.head_weights import read_tensors
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import open_gguf
 from mlxr.loader.experts import stack_experts
@@ -36,11 +35,20 @@ def read_mtp_tensors(source: str | Path, target: ModelArgs) -> dict[str, torch.T
     path = Path(source)
     if path.is_file():
         return _from_gguf(path, target)
-    tensors = read_tensors(path, MTP_PREFIX)
+    tensors = mtp_tensors(path)
     if not tensors:
         raise ModelFormatError(f"{path} holds no {MTP_PREFIX}* tensors: the checkpoint has no MTP layer")
     _check_one_layer({n.split(".")[1] for n in tensors if n.startswith("layers.")})
     return _as_target_layer(tensors, target)
+
+
+def mtp_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    """A directory's `mtp.*` tensors (prefix removed)."""
+    from mlxr.loader.hf_model import to_torch
+    from mlxr.formats.safetensors_dir import iter_safetensors
+
+    return {raw.name[len(MTP_PREFIX):]: to_torch(raw.array, raw.dtype) for raw in iter_safetensors(model_dir)
+            if raw.name.startswith(MTP_PREFIX)}
 
 
 def _check_one_layer(layers: set[str]) -> None:
