@@ -112,11 +112,32 @@ def echo_mtp_weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict:
     return w
 
 
-def scale_residual_writers(tensors: dict, scale: float) -> dict:
-    """The target's layers' outputs into the residual stream scaled (its next token then leans on
-    the current one's embedding)."""
-    return {n: (t * scale).astype(t.dtype) if n.startswith("model.layers.") and n.endswith(_RESIDUAL_WRITERS)
+MIXER_WRITERS = ("o_proj.weight", "linear_attn.out_proj.weight")  # attention's and DeltaNet's outputs
+
+
+def scale_residual_writers(tensors: dict, scale: float, writers: tuple[str, ...] = _RESIDUAL_WRITERS) -> dict:
+    """The target's layers' outputs into the residual stream (writers: which) scaled: its next
+    token then leans on the current one."""
+    return {n: (t * scale).astype(t.dtype) if n.startswith("model.layers.") and n.endswith(writers)
             else t for n, t in tensors.items()}
+
+
+def write_scaled_mixer_target(target_dir, out_dir, scale: float):
+    """A copy of a hybrid fixture whose token mixers' outputs (attention and DeltaNet) are scaled:
+    as head_fixtures.write_scaled_attention_target for llama, the target a trained MTP layer copies."""
+    import shutil
+    from pathlib import Path
+
+    import safetensors.numpy
+
+    target_dir, out_dir = Path(target_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in target_dir.iterdir():
+        if f.is_file() and f.name != "model.safetensors":
+            shutil.copy(f, out_dir / f.name)
+    tensors = safetensors.numpy.load_file(str(target_dir / "model.safetensors"))
+    safetensors.numpy.save_file(scale_residual_writers(tensors, scale, MIXER_WRITERS), str(out_dir / "model.safetensors"))
+    return out_dir
 
 
 def hybrid_mtp_fixture_dir(name: str, root, echo: bool = False):
