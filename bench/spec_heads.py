@@ -5,7 +5,9 @@ speed as a ratio to the same target without speculation, run interleaved in one 
 The target is tiny-llama with its attention outputs scaled by --scale (its next token leans
 on the current one, so a one-layer head learns it in a few hundred CPU steps:
 mlxr/testing/head_training.py); the heads are trained here, then served from their checkpoint
-layouts. Greedy output with a head must equal the plain engine's (checked, in the JSON).
+layouts. The qwen35-mtp row does the same for Qwen3.5's own MTP layer on tiny-qwen35 (hybrid:
+DeltaNet and gated attention) with its token mixers' outputs scaled (qwen35_mtp_training.py).
+Greedy output with a head must equal the plain engine's (checked, in the JSON).
 
     python bench/spec_heads.py --device cpu|cuda [--steps 300] [--rounds 3] [--prompts 8] [--max-tokens 64] [--k 4]
 Writes bench/results/<date>/spec_heads-<stamp>.json."""
@@ -26,6 +28,8 @@ from mlxr import LLM, SamplingParams  # noqa: E402
 from mlxr.testing.fixtures import fixture_paths  # noqa: E402
 from mlxr.testing.head_fixtures import write_scaled_attention_target  # noqa: E402
 from mlxr.testing.head_training import train_head  # noqa: E402
+from mlxr.testing.hybrid_fixtures import hybrid_fixture_dir, write_scaled_mixer_target  # noqa: E402
+from mlxr.testing.qwen35_mtp_training import train_qwen35_mtp  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / ".fixtures"
 
@@ -50,17 +54,21 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mlxr-spec-heads-"))
     target = write_scaled_attention_target(fixture_paths("tiny-llama", FIXTURES).hf_dir, work / "target", a.scale)
+    hybrid = write_scaled_mixer_target(hybrid_fixture_dir("tiny-qwen35", FIXTURES), work / "hybrid", a.scale)
     g = torch.Generator().manual_seed(7)
     prompts = torch.randint(3, 512, (a.prompts, 8), generator=g).tolist()
     params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
-    plain = LLM(str(target), dtype="float32", device=a.device)
-    want = timed(plain, prompts, params)[0]
     rows = []
-    for kind in ("eagle3", "mtp"):
+    for name, kind, base in (("eagle3", "eagle3", target), ("mtp", "mtp", target), ("qwen35-mtp", "mtp", hybrid)):
+        plain = LLM(str(base), dtype="float32", device=a.device)
+        want = timed(plain, prompts, params)[0]
         t0 = time.perf_counter()
-        head, agreement = train_head(kind, target, work / kind, steps=a.steps)
+        if base is hybrid:
+            head, agreement = train_qwen35_mtp(base, work / name, steps=a.steps, lr=1e-2)
+        else:
+            head, agreement = train_head(kind, base, work / name, steps=a.steps)
         train_s = time.perf_counter() - t0
-        spec = LLM(str(head if kind == "mtp" else target), dtype="float32", device=a.device, speculative_method=kind,
+        spec = LLM(str(head if kind == "mtp" else base), dtype="float32", device=a.device, speculative_method=kind,
                    speculative_model=str(head), num_speculative_tokens=a.k)
         before = spec.engine.stats()
         plain_s = spec_s = 0.0
@@ -78,13 +86,13 @@ def main() -> None:
         drafted = s.spec_num_draft_tokens - before.spec_num_draft_tokens
         accepted = s.spec_num_accepted_tokens - before.spec_num_accepted_tokens
         per_pos = [x - y for x, y in zip(s.spec_accepted_per_position, before.spec_accepted_per_position)]
-        rows.append({"head": kind, "train_s": round(train_s, 1), "train_agreement": round(agreement, 3),
+        rows.append({"head": name, "train_s": round(train_s, 1), "train_agreement": round(agreement, 3),
                      "tokens_per_step": round(1 + accepted / max(drafts, 1), 2),
                      "acceptance": round(accepted / max(drafted, 1), 3),
                      "accepted_per_position": [round(x / max(drafts, 1), 3) for x in per_pos],
                      "plain_tok_s": round(tokens / plain_s, 1), "head_tok_s": round(tokens / spec_s, 1),
                      "ratio": round(plain_s / spec_s, 3), "greedy_identical": identical})
-        del spec
+        del spec, plain
     print_table(rows, ["head", "train_s", "train_agreement", "tokens_per_step", "acceptance", "accepted_per_position",
                        "plain_tok_s", "head_tok_s", "ratio", "greedy_identical"])
     path = write_result("spec_heads", {"device": device_name(a.device), "cpu": cpu_model(), "args": vars(a),

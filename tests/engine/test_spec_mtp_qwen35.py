@@ -8,6 +8,7 @@ plain engine's token for token."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,3 +118,34 @@ def test_sampling_with_qwen35_mtp_drafts_is_distributed_as_plain():
     stats = spec.engine.core.core.speculator.stats
     assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
     assert chi_square_p(counts, probs, samples) > 0.01
+
+
+def test_serve_reads_the_mtp_layer_of_a_served_gguf(tmp_path):
+    """`mlxr serve MODEL.gguf --speculative-method mtp`: the served file is the MTP layer's too."""
+    import argparse
+
+    from mlxr.cli.serve import head_model_path
+
+    gguf = mtp_gguf("tiny-qwen35")
+    ns = argparse.Namespace(speculative_model=None, speculative_method="mtp", model=[gguf])
+    assert head_model_path(ns) == str(Path(gguf).resolve())
+    ns = argparse.Namespace(speculative_model=None, speculative_method="mtp", model=["smollm2:135m"])
+    assert head_model_path(ns) is None  # a registry name: --speculative-model must name the checkpoint
+
+
+@pytest.mark.slow
+def test_a_trained_qwen35_mtp_layer_drafts_what_the_target_writes(tmp_path):
+    """Trained 100 CPU steps to copy tiny-qwen35 with its mixers' outputs scaled: most first
+    drafts are kept, and the greedy tokens stay the plain target's."""
+    from mlxr.testing.hybrid_fixtures import hybrid_fixture_dir, write_scaled_mixer_target
+    from mlxr.testing.qwen35_mtp_training import train_qwen35_mtp
+
+    target = write_scaled_mixer_target(hybrid_fixture_dir("tiny-qwen35", FIXTURES), tmp_path / "target", 0.05)
+    head, _ = train_qwen35_mtp(target, tmp_path / "mtp", steps=100, lr=1e-2)
+    prompts = torch.randint(3, 512, (4, 8), generator=torch.Generator().manual_seed(7)).tolist()
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    want = tokens(LLM(str(target), dtype="float32").generate(prompts, params))
+    spec = spec_llm(str(head), k=4)
+    assert tokens(spec.generate(prompts, params)) == want
+    stats = spec.engine.core.core.speculator.stats
+    assert stats.accepted_per_position[0] > 0.5 * stats.num_drafts
