@@ -149,3 +149,24 @@ def test_a_trained_qwen35_mtp_layer_drafts_what_the_target_writes(tmp_path):
     assert tokens(spec.generate(prompts, params)) == want
     stats = spec.engine.core.core.speculator.stats
     assert stats.accepted_per_position[0] > 0.5 * stats.num_drafts
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_gguf_with_its_mtp_layer_gives_hf_logits(variant):
+    """The model from the GGUF that keeps its nextn layer against transformers fp32 (which drops
+    mtp.* on load): the extra layer is no part of the model."""
+    from hf_compare import check_logits, hf_model
+
+    check_logits(hf_model(mtp_dir(variant)), cached_llm(mtp_gguf(variant)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_llama_cpp_runs_the_mtp_gguf_to_the_same_tokens(variant):
+    """llama.cpp's llama-server on the file its converter wrote with the MTP layer gives MLXR's
+    greedy tokens (plain decoding on both sides)."""
+    from hf_compare import llama_server_tokens
+
+    gguf = mtp_gguf(variant)
+    ours = cached_llm(gguf).generate([PROMPT], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
+    assert llama_server_tokens(gguf, 16) == ours[0].outputs[0].token_ids
