@@ -1,5 +1,6 @@
-"""An MTP layer's tensors (the mtp proposer's, spec_decode/mtp.py; CoreParts.read_mtp), named as MTPLayer's parameters (fc, pre_fc_norm_embedding,
-pre_fc_norm_hidden, norm, layers.0.*), from either place a checkpoint keeps them:
+"""An MTP layer's tensors for the mtp proposer (spec_decode/mtp.py, through CoreParts.read_mtp),
+named as MTPLayer's parameters (fc, pre_fc_norm_embedding, pre_fc_norm_hidden, norm, layers.0.*),
+from either place a checkpoint keeps them:
 
 - a Hugging Face directory: the `mtp.*` tensors (Qwen3-Next's and Qwen3.5's layout). The block's
   tensors go through the target's own loading rules (fused tensors split, per-expert tensors
@@ -10,6 +11,7 @@ pre_fc_norm_hidden, norm, layers.0.*), from either place a checkpoint keeps them
   block's tensors under the target's names, its converter changes undone as for the target."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +20,13 @@ import torch
 from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import open_gguf
+from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.loader.experts import stack_experts
 from mlxr.loader.gguf_weights import hf_name as gguf_hf_name
 from mlxr.loader.gguf_weights import to_hf_layout
+from mlxr.loader.hf_model import MTP_PREFIX, to_torch
 from mlxr.loader.unfuse import split_fused
 
-MTP_PREFIX = "mtp."
 _BLOCK = "layers.0."
 # llama.cpp's nextn names -> MTPLayer's (the converter's remapper in conversion/qwen.py, reversed).
 _NEXTN = {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding", "hnorm": "pre_fc_norm_hidden",
@@ -44,9 +47,6 @@ def read_mtp_tensors(source: str | Path, target: ModelArgs) -> dict[str, torch.T
 
 def mtp_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
     """A directory's `mtp.*` tensors (prefix removed)."""
-    from mlxr.loader.hf_model import to_torch
-    from mlxr.formats.safetensors_dir import iter_safetensors
-
     return {raw.name[len(MTP_PREFIX):]: to_torch(raw.array, raw.dtype) for raw in iter_safetensors(model_dir)
             if raw.name.startswith(MTP_PREFIX)}
 
@@ -101,8 +101,6 @@ def _from_gguf(path: Path, target: ModelArgs) -> dict[str, torch.Tensor]:
 
 
 def _one_layer_args(target: ModelArgs) -> ModelArgs:
-    from dataclasses import replace
-
     la = target.linear_attention
     one = replace(la, layers=(False,)) if la is not None else None
     return replace(target, num_hidden_layers=1, linear_attention=one, extra={**target.extra, "nextn_layers": 0})
