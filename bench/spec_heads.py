@@ -9,7 +9,12 @@ layouts. The qwen35-mtp row does the same for Qwen3.5's own MTP layer on tiny-qw
 DeltaNet and gated attention) with its token mixers' outputs scaled (qwen35_mtp_training.py).
 Greedy output with a head must equal the plain engine's (checked, in the JSON).
 
+With --server-bin, the qwen35-mtp row also runs llama.cpp's llama-server on the GGUF its own
+converter writes from the trained checkpoint, plain and with --spec-type draft-mtp, in the same
+rounds (bench/peers/llama_mtp.py).
+
     python bench/spec_heads.py --device cpu|cuda [--steps 300] [--rounds 3] [--prompts 8] [--max-tokens 64] [--k 4]
+                               [--server-bin llama-server]
 Writes bench/results/<date>/spec_heads-<stamp>.json."""
 from __future__ import annotations
 
@@ -30,6 +35,11 @@ from mlxr.testing.head_fixtures import write_scaled_attention_target  # noqa: E4
 from mlxr.testing.head_training import train_head  # noqa: E402
 from mlxr.testing.hybrid_fixtures import hybrid_fixture_dir, write_scaled_mixer_target  # noqa: E402
 from mlxr.testing.qwen35_mtp_training import train_qwen35_mtp  # noqa: E402
+from mlxr.testing.llama_cpp_convert import convert, llama_cpp_tree  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+from llama_mtp import PeerTally, llama_server, run_prompts  # noqa: E402
+from llama_server import LlamaServer  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / ".fixtures"
 
@@ -42,6 +52,28 @@ def timed(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> tuple[l
     return outs, time.perf_counter() - t0, sum(len(o) for o in outs)
 
 
+def start_peers(a, head_dir: Path, gguf: Path) -> list[tuple[LlamaServer, PeerTally]]:
+    """llama-server plain and with draft-mtp on llama.cpp's own conversion of head_dir."""
+    convert(llama_cpp_tree(FIXTURES), head_dir, gguf, "f32")
+    peers = []
+    for drafts in (0, a.k):
+        server = llama_server(a.server_bin, str(gguf), a.threads, drafts)
+        peers.append((server.__enter__(), PeerTally()))
+    return peers
+
+
+def peer_row(peers: list[tuple[LlamaServer, PeerTally]], want: list[list[int]]) -> dict:
+    """llama.cpp's figures: tokens per verify step (tokens over target steps, a step emitting its
+    kept drafts and one more), and the speed of draft-mtp against its own plain decode."""
+    (_, plain), (_, mtp) = peers
+    steps = mtp.tokens - mtp.accepted
+    return {"tokens_per_step": round(mtp.tokens / max(steps, 1), 2),
+            "acceptance": round(mtp.accepted / max(mtp.drafted, 1), 3),
+            "plain_tok_s": round(plain.tokens / plain.seconds, 1), "mtp_tok_s": round(mtp.tokens / mtp.seconds, 1),
+            "ratio": round(plain.seconds / mtp.seconds * mtp.tokens / max(plain.tokens, 1), 3),
+            "greedy_identical_to_mlxr": plain.outputs == want and mtp.outputs == want}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -51,6 +83,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step at most")
+    ap.add_argument("--server-bin", default=None, help="llama-server: the qwen35-mtp row's peer")
+    ap.add_argument("--threads", type=int, default=2, help="the peer's threads")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mlxr-spec-heads-"))
     target = write_scaled_attention_target(fixture_paths("tiny-llama", FIXTURES).hf_dir, work / "target", a.scale)
@@ -70,17 +104,21 @@ def main() -> None:
         train_s = time.perf_counter() - t0
         spec = LLM(str(head if kind == "mtp" else base), dtype="float32", device=a.device, speculative_method=kind,
                    speculative_model=str(head), num_speculative_tokens=a.k)
+        peers = start_peers(a, head, work / f"{name}.gguf") if base is hybrid and a.server_bin else None
         before = spec.engine.stats()
         plain_s = spec_s = 0.0
         tokens = 0
         identical = True
-        for _ in range(a.rounds):  # interleaved: plain, then the head, each round
+        for _ in range(a.rounds):  # interleaved: plain, then the head (then llama.cpp's two), each round
             _, s, n = timed(plain, prompts, params)
             plain_s += s
             outs, s, n = timed(spec, prompts, params)
             spec_s += s
             tokens += n
             identical &= outs == want
+            if peers is not None:
+                for server, tally in peers:
+                    run_prompts(server, prompts, a.max_tokens, tally)
         s = spec.engine.stats()
         drafts = s.spec_num_drafts - before.spec_num_drafts
         drafted = s.spec_num_draft_tokens - before.spec_num_draft_tokens
@@ -92,6 +130,10 @@ def main() -> None:
                      "accepted_per_position": [round(x / max(drafts, 1), 3) for x in per_pos],
                      "plain_tok_s": round(tokens / plain_s, 1), "head_tok_s": round(tokens / spec_s, 1),
                      "ratio": round(plain_s / spec_s, 3), "greedy_identical": identical})
+        if peers is not None:
+            rows[-1]["llama_cpp"] = peer_row(peers, want)
+            for server, _ in peers:
+                server.close()
         del spec, plain
     print_table(rows, ["head", "train_s", "train_agreement", "tokens_per_step", "acceptance", "accepted_per_position",
                        "plain_tok_s", "head_tok_s", "ratio", "greedy_identical"])

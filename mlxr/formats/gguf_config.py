@@ -76,7 +76,7 @@ def args_from_gguf(
 
 def nextn_layer_count(m: "_Meta") -> int:
     """The multi-token-prediction layers llama.cpp's converter appends to block_count
-    (`nextn_predict_layers`; blk.N.* past the model's own layers: spec_decode/mtp_gguf.py reads them)."""
+    (`nextn_predict_layers`; blk.N.* past the model's own layers: loader/mtp_weights.py reads them)."""
     value = m.raw("nextn_predict_layers")
     if value is None or value == 0:
         return 0

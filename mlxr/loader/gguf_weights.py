@@ -64,7 +64,7 @@ def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
 
 def is_nextn_tensor(gguf_name: str, args: ModelArgs) -> bool:
     """A tensor of a multi-token-prediction layer (blk.N.* past the model's own layers), which
-    the mtp proposer reads (spec_decode/mtp_gguf.py), not the model."""
+    the mtp proposer reads (loader/mtp_weights.py), not the model."""
     layers = args.num_hidden_layers
     extra = args.extra.get("nextn_layers", 0)
     return extra > 0 and any(gguf_name.startswith(f"blk.{i}.") for i in range(layers, layers + extra))

@@ -8,7 +8,7 @@ MTPLayer takes any block with the decoder-block call of mlxr's models
 (x, positions, kv, meta, residual) -> (out, residual), so a family plugs in its own; load_mtp
 reads Qwen3-Next's and Qwen3.5's layout (`mtp.fc`, `mtp.pre_fc_norm_embedding`,
 `mtp.pre_fc_norm_hidden`, `mtp.layers.0.*`, `mtp.norm`) from the target's checkpoint, or the
-nextn layer of a GGUF from llama.cpp's converter (mtp_weights.py), with the target's block class."""
+nextn layer of a GGUF from llama.cpp's converter (loader/mtp_weights.py), with the target's block class."""
 from __future__ import annotations
 
 from dataclasses import replace
