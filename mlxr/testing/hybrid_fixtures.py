@@ -2,6 +2,15 @@
 as arch_fixtures.py writes the others (kept apart so that each family's table stays its own)."""
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import safetensors.numpy
+
 from mlxr.testing.arch_fixtures import _BASE, ArchFixture
 
 _QWEN35 = {**_BASE, "num_hidden_layers": 4, "layer_types": ["linear_attention", "linear_attention",
@@ -47,12 +56,6 @@ def write_hybrid_mtp_target(target_dir, out_dir, seed: int = 0, weights: dict | 
     (a MoE target's experts one tensor each, as its own layers are); config.json gets
     `mtp_num_hidden_layers: 1`, which llama.cpp's converter reads. Random weights (norms near
     their neutral 0: Qwen3.5 scales by 1 + w) unless weights are given."""
-    import json
-    import shutil
-    from pathlib import Path
-
-    import safetensors.numpy
-
     target_dir, out_dir = Path(target_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in target_dir.iterdir():
@@ -80,7 +83,6 @@ def hybrid_mtp_shapes(config: dict, tensors: dict) -> dict[str, tuple[int, ...]]
 
 
 def _random(shapes: dict[str, tuple[int, ...]], seed: int, std: float = 0.1) -> dict:
-    import numpy as np
 
     rng = np.random.default_rng(seed)
     return {n: (std * rng.standard_normal(s)).astype(np.float32) for n, s in shapes.items()}
@@ -99,8 +101,6 @@ def echo_mtp_weights(shapes: dict[str, tuple[int, ...]], seed: int) -> dict:
     a target whose layers write little into the stream (scale_residual_writers) its logits are
     close to what the target computes at that token: its drafts are often kept, not always (the
     tests need both; random weights keep none)."""
-    import numpy as np
-
     w = _random(shapes, seed)
     h = shapes["mtp.fc.weight"][0]
     w["mtp.fc.weight"] = np.concatenate([np.eye(h), np.zeros((h, h))], axis=1).astype(np.float32)
@@ -125,18 +125,14 @@ def scale_residual_writers(tensors: dict, scale: float, writers: tuple[str, ...]
 def write_scaled_mixer_target(target_dir, out_dir, scale: float):
     """A copy of a hybrid fixture whose token mixers' outputs (attention and DeltaNet) are scaled:
     as head_fixtures.write_scaled_attention_target for llama, the target a trained MTP layer copies."""
-    import shutil
-    from pathlib import Path
-
-    import safetensors.numpy
-
     target_dir, out_dir = Path(target_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in target_dir.iterdir():
         if f.is_file() and f.name != "model.safetensors":
             shutil.copy(f, out_dir / f.name)
     tensors = safetensors.numpy.load_file(str(target_dir / "model.safetensors"))
-    safetensors.numpy.save_file(scale_residual_writers(tensors, scale, MIXER_WRITERS), str(out_dir / "model.safetensors"))
+    scaled = scale_residual_writers(tensors, scale, MIXER_WRITERS)
+    safetensors.numpy.save_file(scaled, str(out_dir / "model.safetensors"))
     return out_dir
 
 
@@ -144,14 +140,6 @@ def hybrid_mtp_fixture_dir(name: str, root, echo: bool = False):
     """The hybrid fixture `name` with a random MTP layer (write_hybrid_mtp_target), or with
     echo_mtp_weights', written once under root (its HF directory; llama.cpp's GGUF of it converts
     without --no-mtp)."""
-    import json
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    import safetensors.numpy
-
     final = Path(root) / f"{name}-h{HYBRID_FIXTURE_VERSION}-mtp{'-echo' if echo else ''}-v2"
     if not final.is_dir():
         source = hybrid_fixture_dir(name, root)
