@@ -170,3 +170,15 @@ def test_llama_cpp_runs_the_mtp_gguf_to_the_same_tokens(variant):
     gguf = mtp_gguf(variant)
     ours = cached_llm(gguf).generate([PROMPT], SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
     assert llama_server_tokens(gguf, 16) == ours[0].outputs[0].token_ids
+
+
+@pytest.mark.parametrize("nextn,want", [(None, 4), (0, 4), (1, 3), (4, None), (-1, None), (True, None)])
+def test_nextn_predict_layers_are_counted_out_of_block_count(nextn, want):
+    from mlxr.formats.gguf_config import _Meta, main_layer_count
+
+    meta = {"qwen35.block_count": 4} | ({} if nextn is None else {"qwen35.nextn_predict_layers": nextn})
+    if want is None:
+        with pytest.raises(ModelFormatError, match="nextn_predict_layers"):
+            main_layer_count(_Meta(meta, "qwen35"))
+    else:
+        assert main_layer_count(_Meta(meta, "qwen35")) == want
