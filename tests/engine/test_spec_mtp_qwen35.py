@@ -99,13 +99,14 @@ def test_a_gguf_converted_without_mtp_is_refused_for_mtp():
 
 
 @pytest.mark.slow
-def test_sampling_with_qwen35_mtp_drafts_is_distributed_as_plain():
+@pytest.mark.parametrize("variant,source", [("tiny-qwen35", "hf"), ("tiny-qwen35moe", "gguf")])
+def test_sampling_with_qwen35_mtp_drafts_is_distributed_as_plain(variant, source):
     """4,000 draws of the first three tokens (top_k=4 at temperature 1) against the plain
     engine's exact probabilities: the layer's sampled drafts are kept with probability
     min(1, p/q) and replaced from max(0, p - q) otherwise (both happen)."""
     from test_spec_lossless import TOP_K, chi_square_p, exact_distribution
 
-    path, samples = str(mtp_dir("tiny-qwen35")), 4000
+    path, samples = (str(mtp_dir(variant)) if source == "hf" else mtp_gguf(variant)), 4000
     prompt = PROMPT[:12]
     probs = exact_distribution(cached_llm(path), prompt)
     params = SamplingParams(max_tokens=3, temperature=1.0, top_k=TOP_K, ignore_eos=True)
