@@ -87,6 +87,8 @@ class Scheduler:
         req.status = RequestStatus.FINISHED
         req.finish_reason = req.finish_reason or reason
         self.blocks.free(req)
+        if self.state_prefix is not None:
+            self.state_prefix.forget(req)
         self.requests.pop(req.request_id, None)
         if req.runner_knows:
             self._finished_ids.append(req.request_id)

@@ -18,6 +18,7 @@ class StatePrefix:
     def __init__(self, blocks: BlockManager, index: StateCheckpointIndex) -> None:
         self.blocks, self.index = blocks, index
         self._restores: dict[str, int] = {}  # request id -> checkpoint, for its first step
+        self._saved: dict[str, bytes] = {}  # request id -> the block hash its checkpoint is for
         blocks.state_index = index
 
     def boundary(self, req: Request) -> int:
@@ -60,6 +61,15 @@ class StatePrefix:
                 ckpt = self.index.reserve(h)
                 if ckpt is not None:
                     saves.append((req.request_id, ckpt))
+                    self._saved[req.request_id] = h
+
+    def forget(self, req: Request) -> None:
+        """req finished or was aborted: a checkpoint kept for a block that never joined the
+        prefix cache (aborted before its step landed) is given back."""
+        self._restores.pop(req.request_id, None)
+        h = self._saved.pop(req.request_id, None)
+        if h is not None and h not in self.blocks.cached:
+            self.index.drop(h)
 
     def _hash_at(self, req: Request, num_blocks: int) -> bytes:
         """The chained hash of req's first num_blocks blocks (as the block manager commits them)."""
