@@ -26,7 +26,7 @@ from mlxr.engine.kv.disk import DiskStore
 from mlxr.engine.kv.events import KVEventPublisher, make_publisher
 from mlxr.engine.kv.preload import preload
 from mlxr.engine.kv.state import state_bytes
-from mlxr.engine.kv.state_checkpoints import StateCheckpoints, num_checkpoints_for_memory
+from mlxr.engine.kv.state_checkpoints import StateCheckpoints, num_state_checkpoints
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
@@ -113,7 +113,7 @@ class EngineCore:
         if parts.device.type == "cuda" and torch.get_num_threads() > CUDA_CORE_TORCH_THREADS:
             torch.set_num_threads(CUDA_CORE_TORCH_THREADS)
         self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, parts.args.head_dim)
-        self.num_checkpoints = self._num_state_checkpoints()
+        self.num_checkpoints = num_state_checkpoints(config, parts.args.linear_attention)
         num_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_blocks = num_blocks
         self.max_model_len = self._max_model_len(num_blocks)
@@ -234,16 +234,6 @@ class EngineCore:
         context = config.max_model_len or args.max_position_embeddings
         useful = 2 * config.max_num_seqs * -(-context // config.block_size)
         return min(budget, useful)
-
-    def _num_state_checkpoints(self) -> int:
-        """Recurrent-state checkpoints for a hybrid model's prefix caching: as configured, or an
-        eighth of kv_cache_memory_gb (bounded: kv/state_checkpoints.py)."""
-        config, linear = self.config, self.parts.args.linear_attention
-        if linear is None or not config.enable_prefix_caching:
-            return 0
-        if config.num_state_checkpoints is not None:
-            return config.num_state_checkpoints
-        return num_checkpoints_for_memory(linear, config.kv_cache_memory_gb / 8)
 
     def _max_model_len(self, num_blocks: int) -> int:
         cache_tokens = num_blocks * self.config.block_size

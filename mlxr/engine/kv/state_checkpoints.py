@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.config import LinearAttentionArgs
+from mlxr.config import EngineConfig, LinearAttentionArgs
 from mlxr.engine.kv.state import RecurrentState
 
 
@@ -16,6 +16,16 @@ def num_checkpoints_for_memory(args: LinearAttentionArgs, gb: float, max_checkpo
     """How many checkpoints `gb` of memory holds (each one sequence's whole state), bounded so a
     large budget never allocates an unbounded pool."""
     return max(0, min(max_checkpoints, int(gb * (1 << 30)) // args.state_bytes_per_sequence()))
+
+
+def num_state_checkpoints(config: EngineConfig, linear: LinearAttentionArgs | None) -> int:
+    """The engine's checkpoints: none without recurrent-state layers or prefix caching; else as
+    configured, or an eighth of kv_cache_memory_gb."""
+    if linear is None or not config.enable_prefix_caching:
+        return 0
+    if config.num_state_checkpoints is not None:
+        return config.num_state_checkpoints
+    return num_checkpoints_for_memory(linear, config.kv_cache_memory_gb / 8)
 
 
 class StateCheckpoints:
