@@ -89,6 +89,7 @@ class SchedulerOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     # before the step, and whose state after the step a row keeps (kv/state_checkpoints.py).
     state_restores: list[tuple[str, int]] = []
     state_saves: list[tuple[str, int]] = []
+    state_swap_outs: list[tuple[str, int]] = []  # preempted rows' states kept before the runner forgets them
 
     @property
     def num_batched_tokens(self) -> int:

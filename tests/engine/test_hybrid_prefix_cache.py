@@ -85,16 +85,19 @@ def test_evicted_checkpoints_leave_results_exact(variant):
         _assert_same(out, ref)
 
 
-def test_preempted_requests_resume_from_checkpoints_exactly(variant):
-    """KV blocks for about one request: the others are preempted and recomputed, resuming
-    from a checkpoint where their prompt's is kept; all give the cold run's tokens."""
-    warm = _llm(variant, num_kv_blocks=10, max_num_seqs=4)
+@pytest.mark.parametrize("swap_gb", [0.0, 0.01])
+def test_preempted_requests_resume_exactly(variant, swap_gb):
+    """KV blocks for about one request: the others are preempted and recomputed (resuming from a
+    checkpoint where their prompt's is kept) or swapped out, their state in a held checkpoint and
+    their blocks in host memory; all give the cold run's tokens."""
+    warm = _llm(variant, num_kv_blocks=10, max_num_seqs=4, swap_space_gb=swap_gb)
     cold = _llm(variant, enable_prefix_caching=False)
     shared = _tokens(60, 9)
     prompts = [shared + _tokens(61 + i, 4 + i) for i in range(4)]
     outs = warm.generate(prompts, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, logprobs=5))
     core = warm.engine.core.core
     assert core.scheduler.counters.num_preemptions > 0
+    assert (core.host_blocks > 0) == (swap_gb > 0)
     refs = cold.generate(prompts, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True, logprobs=5))
     for out, ref in zip(outs, refs):
         # The two runs batch their rows differently (the cold one is never cut at a checkpoint):

@@ -98,8 +98,10 @@ def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
     args = parts.args
     if args.linear_attention is None:
         return config
-    off = dict(swap_space_gb=0.0, kv_host_cache_gb=0.0, kv_cache_dir=None,
+    off = dict(kv_host_cache_gb=0.0, kv_cache_dir=None,
                enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False)
+    if not config.enable_prefix_caching or config.num_state_checkpoints == 0:
+        off["swap_space_gb"] = 0.0  # a swapped request's state is kept in the checkpoint pool
     changed = [k for k, v in off.items() if getattr(config, k) != v]
     if changed:
         log.info("%s keeps a recurrent state per request: %s off", args.model_type, ", ".join(changed))

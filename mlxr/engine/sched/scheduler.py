@@ -110,7 +110,7 @@ class Scheduler:
         out = SchedulerOutput(request_ids=[], num_scheduled_tokens=[], num_computed_tokens=[],
                               new_requests=[], new_block_ids={}, replaced_block_tables={},
                               preempted_request_ids=[], blocks_to_copy=[], blocks_to_swap_out=[],
-                              blocks_to_swap_in=[], spec_token_ids={}, state_restores=[], state_saves=[])
+                              blocks_to_swap_in=[], spec_token_ids={}, state_restores=[], state_saves=[], state_swap_outs=[])
         scheduled: list[tuple[Request, int]] = []
         budget = self.config.max_num_batched_tokens
         self._shares = self._prefill_shares(budget)
@@ -221,9 +221,10 @@ class Scheduler:
         # ride a row they were not made for (its proposer drafts again then).
         req.spec_token_ids = []
         out.spec_token_ids.pop(req.request_id, None)
-        req.runner_knows = False
+        known, req.runner_knows = req.runner_knows, False
         self.counters.num_preemptions += 1
-        if self.swap is not None and self.swap.can_swap_out(req):
+        if self.swap is not None and self.swap.can_swap_out(req) and (
+                self.state_prefix is None or (known and self.state_prefix.swap_out(req, out.state_swap_outs))):
             out.blocks_to_swap_out += self.swap.swap_out(self.blocks, req)
             req.status = RequestStatus.SWAPPED
             self.swapped.appendleft(req)  # victims come latest-first: keep arrival order
@@ -249,6 +250,8 @@ class Scheduler:
                 break
             self.swapped.popleft()
             out.blocks_to_swap_in += self.swap.swap_in(self.blocks, req)
+            if self.state_prefix is not None:
+                self.state_prefix.swap_in(req)
             self._allocate(req, total, out)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -303,6 +306,8 @@ class Scheduler:
             if req is not None and req.status is RequestStatus.SWAPPED:
                 self.swapped.remove(req)
                 self.swap.free(req)
+                if self.state_prefix is not None:
+                    self.state_prefix.forget(req)
                 req.num_computed_tokens = 0
                 req.status = RequestStatus.WAITING
                 self.waiting.appendleft(req)

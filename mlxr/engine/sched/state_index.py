@@ -12,6 +12,7 @@ class StateCheckpointIndex:
         self.num_checkpoints = num_checkpoints
         self._slot_of: OrderedDict[bytes, int] = OrderedDict()  # block hash -> checkpoint, LRU first
         self._free = list(range(num_checkpoints - 1, -1, -1))
+        self._held: dict[bytes, int] = {}  # swapped-out requests' states, never evicted
 
     def __contains__(self, h: bytes) -> bool:
         return h in self._slot_of
@@ -46,6 +47,19 @@ class StateCheckpointIndex:
             self._free.append(self._slot_of.pop(victim))
         slot = self._slot_of[h] = self._free.pop()
         return slot
+
+    def hold(self, key: bytes) -> int | None:
+        """A checkpoint no eviction takes (a swapped-out request's state) until let_go(key)."""
+        slot = self.reserve(key, frozenset(self._held.values()))
+        if slot is not None:
+            self._slot_of.pop(key)  # out of the LRU order: never a victim
+            self._held[key] = slot
+        return slot
+
+    def let_go(self, key: bytes) -> None:
+        slot = self._held.pop(key, None)
+        if slot is not None:
+            self._free.append(slot)
 
     def drop(self, h: bytes) -> None:
         """Forget h's checkpoint (its block left the prefix cache)."""

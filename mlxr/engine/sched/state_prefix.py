@@ -63,10 +63,25 @@ class StatePrefix:
                     saves.append((req.request_id, ckpt))
                     self._saved[req.request_id] = h
 
+    def swap_out(self, req: Request, saves: list) -> bool:
+        """Keep a preempted request's state in a held checkpoint (before the runner forgets its
+        slot: SchedulerOutput.state_swap_outs); False when none is free (it recomputes)."""
+        ckpt = self.index.hold(_swap_key(req))
+        if ckpt is not None:
+            saves.append((req.request_id, ckpt))
+        return ckpt is not None
+
+    def swap_in(self, req: Request) -> None:
+        """req's state comes back into its new slot in its first step after the swap-in."""
+        key = _swap_key(req)
+        self._restores[req.request_id] = self.index._held[key]
+        self.index.let_go(key)  # restored before that step's forward, reused after it at the earliest
+
     def forget(self, req: Request) -> None:
         """req finished or was aborted: a checkpoint kept for a block that never joined the
         prefix cache (aborted before its step landed) is given back."""
         self._restores.pop(req.request_id, None)
+        self.index.let_go(_swap_key(req))
         h = self._saved.pop(req.request_id, None)
         if h is not None and h not in self.blocks.cached:
             self.index.drop(h)
@@ -78,3 +93,7 @@ class StatePrefix:
         for i in range(len(hashes), num_blocks):
             h = self.blocks._hash(req, h, i)
         return h
+
+
+def _swap_key(req: Request) -> bytes:
+    return b"swap:" + req.request_id.encode()

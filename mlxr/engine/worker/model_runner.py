@@ -195,6 +195,9 @@ class ModelRunner:
         self._apply(out)
 
     def _apply(self, out: SchedulerOutput) -> None:
+        if out.state_swap_outs:  # swapped-out hybrid rows: their states kept before their slots go
+            slot_of = self.kv_cache.state.slot_of
+            self.kv_cache.checkpoints.save([(slot_of[rid], c) for rid, c in out.state_swap_outs])
         if self.lora is None:
             self.batch.update(out)
         else:
