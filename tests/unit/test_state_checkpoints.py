@@ -65,3 +65,15 @@ def test_deepest_checkpointed_block_of_a_chain():
     assert index.deepest([b"h0", b"h1", b"h2", b"h3", b"h4"]) == 4
     assert index.deepest([b"h0", b"h1", b"h2"]) == 2
     assert index.deepest([b"h0"]) == 0
+
+
+def test_a_held_checkpoint_is_never_evicted_until_let_go():
+    index = StateCheckpointIndex(2)
+    held = index.hold(b"swap:r1")
+    first = index.reserve(b"a")
+    assert index.reserve(b"b") == first and b"a" not in index  # only the unheld one turns over
+    assert index.hold(b"swap:r2") == first and b"b" not in index  # a hold may evict a cached one
+    assert index.hold(b"swap:r3") is None and index.reserve(b"d") is None  # both held: nothing to take
+    assert index.held(b"swap:r1") == held
+    index.let_go(b"swap:r1")
+    assert index.held(b"swap:r1") is None and index.reserve(b"c") == held

@@ -56,6 +56,9 @@ class StateCheckpointIndex:
             self._held[key] = slot
         return slot
 
+    def held(self, key: bytes) -> int | None:
+        return self._held.get(key)
+
     def let_go(self, key: bytes) -> None:
         slot = self._held.pop(key, None)
         if slot is not None:

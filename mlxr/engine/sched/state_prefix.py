@@ -74,7 +74,7 @@ class StatePrefix:
     def swap_in(self, req: Request) -> None:
         """req's state comes back into its new slot in its first step after the swap-in."""
         key = _swap_key(req)
-        self._restores[req.request_id] = self.index._held[key]
+        self._restores[req.request_id] = self.index.held(key)
         self.index.let_go(key)  # restored before that step's forward, reused after it at the earliest
 
     def forget(self, req: Request) -> None:
