@@ -1,0 +1,239 @@
+/* The gated delta rule and its short causal convolution on the CPU, fp32 (the math of
+ * delta_rule.py, whose docstrings hold the recurrence).
+ *
+ * Layout: q and k come with Hk heads, v, g, beta and the state with Hv (value head h reads key
+ * head h / (Hv / Hk)); a token's heads are back to back, tokens `*_stride` floats apart (the
+ * convolution's output split into q, k and v as views). The states live in the engine's pools
+ * and are updated in place: row b of a decode step owns pool slot slots[b].
+ *
+ * Threads: one (row, head) or one head per task, OpenMP over them (torch's pool; see cpu_build.py). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define CHUNK 64
+#define MAX_DIM 512 /* per-thread scratch of a head's rows; the launcher checks the head dims */
+
+static void unit_scaled(const float *x, int64_t n, float scale, float *out) {
+    float sum = 0.f;
+    for (int64_t i = 0; i < n; i++)
+        sum += x[i] * x[i];
+    float r = scale / sqrtf(sum + 1e-6f);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = x[i] * r;
+}
+
+/* One token into one head's state s [dk, dv]: decay, delta write, then o = s^T q. */
+static void step_head(const float *q, const float *k, const float *v, float g, float beta, float *s,
+                      float *o, int64_t dk, int64_t dv) {
+    float qn[MAX_DIM], kn[MAX_DIM], w[MAX_DIM];
+    unit_scaled(q, dk, 1.f / sqrtf((float)dk), qn);
+    unit_scaled(k, dk, 1.f, kn);
+    float a = expf(g);
+    for (int64_t j = 0; j < dv; j++)
+        w[j] = 0.f;
+    for (int64_t i = 0; i < dk; i++) {
+        const float *row = s + i * dv;
+        for (int64_t j = 0; j < dv; j++)
+            w[j] += row[j] * kn[i];
+    }
+    for (int64_t j = 0; j < dv; j++) {
+        w[j] = beta * (v[j] - a * w[j]);
+        o[j] = 0.f;
+    }
+    for (int64_t i = 0; i < dk; i++) {
+        float *row = s + i * dv;
+        for (int64_t j = 0; j < dv; j++) {
+            row[j] = a * row[j] + kn[i] * w[j];
+            o[j] += row[j] * qn[i];
+        }
+    }
+}
+
+/* One token for each of b rows: q, k [b, hk, dk], v [b, hv, dv], g, beta [b, hv] contiguous,
+ * pool [slots, hv, dk, dv], out [b, hv, dv]. */
+void mlxr_delta_step_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
+                         int64_t v_stride, const float *g, const float *beta, float *pool, const int64_t *slots,
+                         float *out, int64_t b, int64_t hk, int64_t hv, int64_t dk, int64_t dv, int threads) {
+    int64_t group = hv / hk;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t task = 0; task < b * hv; task++) {
+        int64_t r = task / hv, h = task % hv;
+        float *s = pool + (slots[r] * hv + h) * dk * dv;
+        step_head(q + r * q_stride + (h / group) * dk, k + r * k_stride + (h / group) * dk,
+                  v + r * v_stride + h * dv, g[task], beta[task], s, out + task * dv, dk, dv);
+    }
+}
+
+/* A chunk of n <= CHUNK tokens of one head through its state s [dk, dv] (delta_rule._chunk). */
+typedef struct {
+    float *q, *k, *w; /* [CHUNK, dk], [CHUNK, dk], [CHUNK, dv]: rows packed at the head dims */
+    float c[CHUNK], b[CHUNK], kk[CHUNK][CHUNK], qk[CHUNK][CHUNK];
+} chunk_scratch;
+
+#define Q(i) (cs->q + (i) * dk)
+#define K(i) (cs->k + (i) * dk)
+#define W(i) (cs->w + (i) * dv)
+
+static void chunk_load(chunk_scratch *cs, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                       const float *g, const float *beta, int64_t hv, int64_t n, int64_t dk) {
+    float scale = 1.f / sqrtf((float)dk), run = 0.f;
+    for (int64_t t = 0; t < n; t++) {
+        unit_scaled(q + t * q_stride, dk, scale, Q(t));
+        unit_scaled(k + t * k_stride, dk, 1.f, K(t));
+        run += g[t * hv];
+        cs->c[t] = run;
+        cs->b[t] = beta[t * hv];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j <= i; j++) {
+            float kk = 0.f, qk = 0.f;
+            for (int64_t d = 0; d < dk; d++) {
+                kk += K(i)[d] * K(j)[d];
+                qk += Q(i)[d] * K(j)[d];
+            }
+            float decay = expf(cs->c[i] - cs->c[j]);
+            cs->kk[i][j] = kk * decay * cs->b[i];
+            cs->qk[i][j] = qk * decay;
+        }
+}
+
+static void chunk_head(chunk_scratch *cs, const float *v, int64_t v_stride, float *s, float *o, int64_t o_stride,
+                       int64_t n, int64_t dk, int64_t dv) {
+    /* W_i = b_i (v_i - exp(c_i) k_i^T S) - sum_{j<i} kk_ij W_j, in token order (the unit-triangular solve);
+     * o_i = exp(c_i) q_i^T S + sum_{j<=i} qk_ij W_j, both reading the entering state. */
+    for (int64_t i = 0; i < n; i++) {
+        float *w = W(i), *oi = o + i * o_stride, ec = expf(cs->c[i]);
+        for (int64_t j = 0; j < dv; j++)
+            w[j] = oi[j] = 0.f;
+        for (int64_t d = 0; d < dk; d++) {
+            const float *row = s + d * dv;
+            float kd = K(i)[d], qd = Q(i)[d];
+            for (int64_t j = 0; j < dv; j++) {
+                w[j] += kd * row[j];
+                oi[j] += qd * row[j];
+            }
+        }
+        const float *vi = v + i * v_stride;
+        for (int64_t j = 0; j < dv; j++) {
+            w[j] = cs->b[i] * (vi[j] - ec * w[j]);
+            oi[j] *= ec;
+        }
+        for (int64_t m = 0; m < i; m++) {
+            const float *wm = W(m);
+            float a = cs->kk[i][m];
+            for (int64_t j = 0; j < dv; j++)
+                w[j] -= a * wm[j];
+        }
+        for (int64_t m = 0; m <= i; m++) {
+            const float *wm = W(m);
+            float a = cs->qk[i][m];
+            for (int64_t j = 0; j < dv; j++)
+                oi[j] += a * wm[j];
+        }
+    }
+    /* S = exp(c_last) S + sum_m exp(c_last - c_m) k_m W_m^T */
+    float last = cs->c[n - 1], tail[CHUNK], el = expf(last);
+    for (int64_t m = 0; m < n; m++)
+        tail[m] = expf(last - cs->c[m]);
+    for (int64_t d = 0; d < dk; d++) {
+        float *row = s + d * dv;
+        for (int64_t j = 0; j < dv; j++)
+            row[j] *= el;
+        for (int64_t m = 0; m < n; m++) {
+            float a = tail[m] * K(m)[d];
+            const float *wm = W(m);
+            for (int64_t j = 0; j < dv; j++)
+                row[j] += a * wm[j];
+        }
+    }
+}
+
+/* One sequence of t tokens: q, k [t, hk, dk], v [t, hv, dv], g, beta [t, hv] contiguous, state
+ * [hv, dk, dv] (in place), out [t, hv, dv]. Chunks of CHUNK tokens, each head a task. Returns
+ * nonzero when a thread's scratch could not be allocated. */
+int mlxr_delta_chunked_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
+                            int64_t v_stride, const float *g, const float *beta, float *state, float *out,
+                            int64_t t, int64_t hk, int64_t hv, int64_t dk, int64_t dv, int threads) {
+    int64_t group = hv / hk;
+    int failed = 0;
+#pragma omp parallel num_threads(threads)
+    {
+        chunk_scratch cs_; /* 32 KB of triangles on the stack, the rows on the heap */
+        chunk_scratch *cs = &cs_;
+        cs->q = malloc(sizeof(float) * CHUNK * (2 * dk + dv));
+        cs->k = cs->q + CHUNK * dk;
+        cs->w = cs->k + CHUNK * dk;
+        if (!cs->q) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < hv; h++) {
+            if (!cs->q)
+                continue;
+            float *s = state + h * dk * dv;
+            for (int64_t start = 0; start < t; start += CHUNK) {
+                int64_t n = t - start < CHUNK ? t - start : CHUNK;
+                chunk_load(cs, q + start * q_stride + (h / group) * dk, q_stride,
+                           k + start * k_stride + (h / group) * dk, k_stride, g + start * hv + h,
+                           beta + start * hv + h, hv, n, dk);
+                chunk_head(cs, v + start * v_stride + h * dv, v_stride, s, out + (start * hv + h) * dv, hv * dv,
+                           n, dk, dv);
+            }
+        }
+        free(cs->q);
+    }
+    return failed; /* nonzero: out of memory, the output is incomplete */
+}
+
+static float silu(float x) { return x / (1.f + expf(-x)); }
+
+/* Depthwise causal convolution then SiLU of one sequence: x [t, c] (rows x_stride apart),
+ * state [c, width - 1] (the inputs before x, oldest first; replaced by the last width - 1),
+ * weight [c, width], out [t, c]. Channels are split over the threads. */
+void mlxr_causal_conv_f32(const float *x, int64_t x_stride, float *state, const float *weight, float *out,
+                          int64_t t, int64_t c, int64_t width, int threads) {
+    int64_t keep = width - 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float *w = weight + ch * width;
+        float *st = state + ch * keep;
+        float window[16];
+        for (int64_t i = 0; i < keep; i++)
+            window[i] = st[i];
+        for (int64_t i = 0; i < t; i++) {
+            float xi = x[i * x_stride + ch], acc = w[keep] * xi;
+            for (int64_t m = 0; m < keep; m++)
+                acc += w[m] * window[m];
+            out[i * c + ch] = silu(acc);
+            for (int64_t m = 0; m + 1 < keep; m++)
+                window[m] = window[m + 1];
+            if (keep)
+                window[keep - 1] = xi;
+        }
+        for (int64_t i = 0; i < keep; i++)
+            st[i] = window[i];
+    }
+}
+
+/* One token for each of b rows: x [b, c] (rows x_stride apart), pool [slots, c, width - 1] whose
+ * slot slots[r] is row r's state (in place), weight [c, width], out [b, c]. */
+void mlxr_causal_conv_step_f32(const float *x, int64_t x_stride, float *pool, const int64_t *slots,
+                               const float *weight, float *out, int64_t b, int64_t c, int64_t width, int threads) {
+    int64_t keep = width - 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t task = 0; task < b * c; task++) {
+        int64_t r = task / c, ch = task % c;
+        const float *w = weight + ch * width;
+        float *st = pool + (slots[r] * c + ch) * keep;
+        float xi = x[r * x_stride + ch], acc = w[keep] * xi;
+        for (int64_t m = 0; m < keep; m++)
+            acc += w[m] * st[m];
+        out[task] = silu(acc);
+        for (int64_t m = 0; m + 1 < keep; m++)
+            st[m] = st[m + 1];
+        if (keep)
+            st[keep - 1] = xi;
+    }
+}
