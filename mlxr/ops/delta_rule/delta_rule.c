@@ -7,9 +7,13 @@
  * and are updated in place: row b of a decode step owns pool slot slots[b].
  *
  * Threads: one (row, head) or one head per task, OpenMP over them (torch's pool; see cpu_build.py). */
+/* Contracted multiply-adds (FMA) here: the build turns them off for the kernels whose results must match
+ * torch bit for bit; these are held to the fp32 reference within a tolerance instead. */
+#pragma GCC optimize("fp-contract=fast")
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CHUNK 64
 #define MAX_DIM 512 /* per-thread scratch of a head's rows; the launcher checks the head dims */
@@ -67,13 +71,15 @@ void mlxr_delta_step_f32(const float *q, int64_t q_stride, const float *k, int64
 
 /* A chunk of n <= CHUNK tokens of one head through its state s [dk, dv] (delta_rule._chunk). */
 typedef struct {
-    float *q, *k, *w; /* [CHUNK, dk], [CHUNK, dk], [CHUNK, dv]: rows packed at the head dims */
+    float *q, *k, *kt, *w; /* [CHUNK, dk], [CHUNK, dk], k transposed [dk, CHUNK], [CHUNK, dv] */
     float c[CHUNK], b[CHUNK], kk[CHUNK][CHUNK], qk[CHUNK][CHUNK];
 } chunk_scratch;
 
 #define Q(i) (cs->q + (i) * dk)
 #define K(i) (cs->k + (i) * dk)
+#define KT(d) (cs->kt + (d) * CHUNK)
 #define W(i) (cs->w + (i) * dv)
+#define ROWS 8 /* rows of a chunk sharing one pass over the state (it stays in L1 for them) */
 
 static void chunk_load(chunk_scratch *cs, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                        const float *g, const float *beta, int64_t hv, int64_t n, int64_t dk) {
@@ -85,35 +91,59 @@ static void chunk_load(chunk_scratch *cs, const float *q, int64_t q_stride, cons
         cs->c[t] = run;
         cs->b[t] = beta[t * hv];
     }
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j <= i; j++) {
-            float kk = 0.f, qk = 0.f;
-            for (int64_t d = 0; d < dk; d++) {
-                kk += K(i)[d] * K(j)[d];
-                qk += Q(i)[d] * K(j)[d];
+    memset(cs->kt, 0, sizeof(float) * dk * CHUNK);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t d = 0; d < dk; d++)
+            KT(d)[t] = K(t)[d];
+    /* k_i.k_j and q_i.k_j for every j of the chunk (whole rows vectorize; j > i is left unread) */
+    for (int64_t i = 0; i < n; i++) {
+        float *kk = cs->kk[i], *qk = cs->qk[i];
+        for (int64_t j = 0; j < CHUNK; j++)
+            kk[j] = qk[j] = 0.f;
+        for (int64_t d = 0; d < dk; d++) {
+            const float *col = KT(d);
+            float kd = K(i)[d], qd = Q(i)[d];
+            for (int64_t j = 0; j < CHUNK; j++) {
+                kk[j] += kd * col[j];
+                qk[j] += qd * col[j];
             }
-            float decay = expf(cs->c[i] - cs->c[j]);
-            cs->kk[i][j] = kk * decay * cs->b[i];
-            cs->qk[i][j] = qk * decay;
         }
+        for (int64_t j = 0; j <= i; j++) {
+            float decay = expf(cs->c[i] - cs->c[j]);
+            kk[j] *= decay * cs->b[i];
+            qk[j] *= decay;
+        }
+    }
+}
+
+/* w_i = k_i^T S and o_i = q_i^T S for the chunk's rows, ROWS of them a pass over S. */
+static void chunk_read_state(chunk_scratch *cs, const float *s, float *o, int64_t o_stride, int64_t n, int64_t dk,
+                             int64_t dv) {
+    for (int64_t i0 = 0; i0 < n; i0 += ROWS) {
+        int64_t rows = n - i0 < ROWS ? n - i0 : ROWS;
+        for (int64_t i = i0; i < i0 + rows; i++)
+            for (int64_t j = 0; j < dv; j++)
+                W(i)[j] = o[i * o_stride + j] = 0.f;
+        for (int64_t d = 0; d < dk; d++) {
+            const float *row = s + d * dv;
+            for (int64_t i = i0; i < i0 + rows; i++) {
+                float *w = W(i), *oi = o + i * o_stride, kd = K(i)[d], qd = Q(i)[d];
+                for (int64_t j = 0; j < dv; j++) {
+                    w[j] += kd * row[j];
+                    oi[j] += qd * row[j];
+                }
+            }
+        }
+    }
 }
 
 static void chunk_head(chunk_scratch *cs, const float *v, int64_t v_stride, float *s, float *o, int64_t o_stride,
                        int64_t n, int64_t dk, int64_t dv) {
     /* W_i = b_i (v_i - exp(c_i) k_i^T S) - sum_{j<i} kk_ij W_j, in token order (the unit-triangular solve);
      * o_i = exp(c_i) q_i^T S + sum_{j<=i} qk_ij W_j, both reading the entering state. */
+    chunk_read_state(cs, s, o, o_stride, n, dk, dv);
     for (int64_t i = 0; i < n; i++) {
         float *w = W(i), *oi = o + i * o_stride, ec = expf(cs->c[i]);
-        for (int64_t j = 0; j < dv; j++)
-            w[j] = oi[j] = 0.f;
-        for (int64_t d = 0; d < dk; d++) {
-            const float *row = s + d * dv;
-            float kd = K(i)[d], qd = Q(i)[d];
-            for (int64_t j = 0; j < dv; j++) {
-                w[j] += kd * row[j];
-                oi[j] += qd * row[j];
-            }
-        }
         const float *vi = v + i * v_stride;
         for (int64_t j = 0; j < dv; j++) {
             w[j] = cs->b[i] * (vi[j] - ec * w[j]);
@@ -138,10 +168,11 @@ static void chunk_head(chunk_scratch *cs, const float *v, int64_t v_stride, floa
         tail[m] = expf(last - cs->c[m]);
     for (int64_t d = 0; d < dk; d++) {
         float *row = s + d * dv;
+        const float *col = KT(d);
         for (int64_t j = 0; j < dv; j++)
             row[j] *= el;
         for (int64_t m = 0; m < n; m++) {
-            float a = tail[m] * K(m)[d];
+            float a = tail[m] * col[m];
             const float *wm = W(m);
             for (int64_t j = 0; j < dv; j++)
                 row[j] += a * wm[j];
@@ -161,9 +192,10 @@ int mlxr_delta_chunked_f32(const float *q, int64_t q_stride, const float *k, int
     {
         chunk_scratch cs_; /* 32 KB of triangles on the stack, the rows on the heap */
         chunk_scratch *cs = &cs_;
-        cs->q = malloc(sizeof(float) * CHUNK * (2 * dk + dv));
+        cs->q = malloc(sizeof(float) * CHUNK * (3 * dk + dv));
         cs->k = cs->q + CHUNK * dk;
-        cs->w = cs->k + CHUNK * dk;
+        cs->kt = cs->k + CHUNK * dk;
+        cs->w = cs->kt + CHUNK * dk;
         if (!cs->q) {
 #pragma omp atomic write
             failed = 1;
@@ -191,29 +223,43 @@ static float silu(float x) { return x / (1.f + expf(-x)); }
 
 /* Depthwise causal convolution then SiLU of one sequence: x [t, c] (rows x_stride apart),
  * state [c, width - 1] (the inputs before x, oldest first; replaced by the last width - 1),
- * weight [c, width], out [t, c]. Channels are split over the threads. */
+ * weight [c, width], out [t, c]. Blocks of CONV_BLOCK channels are the threads' tasks, walked
+ * token by token so that the inner loop runs along a row's channels. */
+#define CONV_BLOCK 64
+#define MAX_KEEP 16
+
 void mlxr_causal_conv_f32(const float *x, int64_t x_stride, float *state, const float *weight, float *out,
                           int64_t t, int64_t c, int64_t width, int threads) {
-    int64_t keep = width - 1;
+    int64_t keep = width - 1, blocks = (c + CONV_BLOCK - 1) / CONV_BLOCK;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t ch = 0; ch < c; ch++) {
-        const float *w = weight + ch * width;
-        float *st = state + ch * keep;
-        float window[16];
-        for (int64_t i = 0; i < keep; i++)
-            window[i] = st[i];
-        for (int64_t i = 0; i < t; i++) {
-            float xi = x[i * x_stride + ch], acc = w[keep] * xi;
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t c0 = blk * CONV_BLOCK, n = c - c0 < CONV_BLOCK ? c - c0 : CONV_BLOCK;
+        float before[MAX_KEEP][CONV_BLOCK], w[MAX_KEEP + 1][CONV_BLOCK], acc[CONV_BLOCK];
+        for (int64_t j = 0; j < n; j++) {
             for (int64_t m = 0; m < keep; m++)
-                acc += w[m] * window[m];
-            out[i * c + ch] = silu(acc);
-            for (int64_t m = 0; m + 1 < keep; m++)
-                window[m] = window[m + 1];
-            if (keep)
-                window[keep - 1] = xi;
+                before[m][j] = state[(c0 + j) * keep + m];
+            for (int64_t m = 0; m < width; m++)
+                w[m][j] = weight[(c0 + j) * width + m];
         }
-        for (int64_t i = 0; i < keep; i++)
-            st[i] = window[i];
+        for (int64_t i = 0; i < t; i++) {
+            for (int64_t j = 0; j < n; j++)
+                acc[j] = 0.f;
+            for (int64_t m = 0; m < width; m++) {
+                int64_t src = i - keep + m; /* this tap's input token; < 0: from the state */
+                const float *row = src < 0 ? before[keep + src] : x + src * x_stride + c0;
+                for (int64_t j = 0; j < n; j++)
+                    acc[j] += w[m][j] * row[j];
+            }
+            float *o = out + i * c + c0;
+            for (int64_t j = 0; j < n; j++)
+                o[j] = silu(acc[j]);
+        }
+        for (int64_t m = 0; m < keep; m++) {
+            int64_t src = t - keep + m;
+            const float *row = src < 0 ? before[keep + src] : x + src * x_stride + c0;
+            for (int64_t j = 0; j < n; j++)
+                state[(c0 + j) * keep + m] = row[j];
+        }
     }
 }
 

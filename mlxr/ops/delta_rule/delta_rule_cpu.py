@@ -11,7 +11,7 @@ from mlxr.ops.cpu.cpu_build import load_library
 
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 MAX_HEAD_DIM = 512  # the kernel's per-token scratch (delta_rule.c MAX_DIM)
-MAX_CONV_WIDTH = 17  # its convolution window holds 16 earlier inputs
+MAX_CONV_WIDTH = 17  # its convolution keeps at most 16 earlier inputs (MAX_KEEP)
 
 
 def _library() -> ctypes.CDLL | None:
