@@ -4,8 +4,8 @@ delta rule (ops/delta_rule), then an RMSNorm gated by a SiLU of a further projec
 
 The layer's `kv_cache` argument is its pair of state pools, owned by the engine's KV manager
 (engine/kv/state.py): conv [slots, conv_dim, K - 1] and delta [slots, Hv, Dk, Dv], fp32; row s of
-the step reads and writes slot meta.state_slots[s]. A row with no computed tokens before this
-step starts from zeros (a fresh or recomputed request), whatever its slot held.
+the step reads and writes slot meta.state_slots[s], in place. A row with no computed tokens before
+this step starts from zeros (a fresh or recomputed request), whatever its slot held.
 """
 from __future__ import annotations
 
@@ -86,17 +86,14 @@ class GatedDeltaNet(nn.Module):
         return q.reshape(t, self.hk, self.dk), k.reshape(t, self.hk, self.dk), v.reshape(t, self.hv, self.dv)
 
     def _decode(self, qkv, g, beta, kv_cache, meta: AttnMetadata) -> torch.Tensor:
-        """One token a row, every row's state advanced in place in its slot."""
+        """One token a row, every row's state advanced in place in its slot; a row at its first
+        token (context length 1 on the device: no host read, so a CPU graph can replay it)
+        starts from zeros."""
         conv_pool, delta_pool = kv_cache
-        slots = meta.state_slots
-        fresh = [i for i, s in enumerate(meta.seq_lens_list) if s == 1]
-        if fresh:
-            rows = slots[torch.tensor(fresh, device=slots.device)]
-            conv_pool.index_fill_(0, rows, 0.0)
-            delta_pool.index_fill_(0, rows, 0.0)
-        mixed = conv_step(qkv, conv_pool, slots, self.conv1d.weight[:, 0, :])
+        slots, lens = meta.state_slots, meta.seq_lens
+        mixed = conv_step(qkv, conv_pool, slots, self.conv1d.weight[:, 0, :], lens)
         q, k, v = self._split(mixed)
-        return gated_delta_step(q, k, v, g, beta, delta_pool, slots)
+        return gated_delta_step(q, k, v, g, beta, delta_pool, slots, lens)
 
     def _rows(self, qkv, g, beta, kv_cache, meta: AttnMetadata) -> torch.Tensor:
         """Row by row: each sequence's chunk through the chunked scan from its own state, in its slot."""

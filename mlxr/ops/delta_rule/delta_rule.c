@@ -27,16 +27,17 @@ static void unit_scaled(const float *x, int64_t n, float scale, float *out) {
         out[i] = x[i] * r;
 }
 
-/* One token into one head's state s [dk, dv]: decay, delta write, then o = s^T q. */
+/* One token into one head's state s [dk, dv]: decay, delta write, then o = s^T q. A fresh row
+ * (its first token) starts from zeros and never reads s: a graph's padding rows share one slot. */
 static void step_head(const float *q, const float *k, const float *v, float g, float beta, float *s,
-                      float *o, int64_t dk, int64_t dv) {
+                      float *o, int64_t dk, int64_t dv, int fresh) {
     float qn[MAX_DIM], kn[MAX_DIM], w[MAX_DIM];
     unit_scaled(q, dk, 1.f / sqrtf((float)dk), qn);
     unit_scaled(k, dk, 1.f, kn);
-    float a = expf(g);
+    float a = fresh ? 0.f : expf(g);
     for (int64_t j = 0; j < dv; j++)
         w[j] = 0.f;
-    for (int64_t i = 0; i < dk; i++) {
+    for (int64_t i = 0; i < dk && !fresh; i++) {
         const float *row = s + i * dv;
         for (int64_t j = 0; j < dv; j++)
             w[j] += row[j] * kn[i];
@@ -48,24 +49,27 @@ static void step_head(const float *q, const float *k, const float *v, float g, f
     for (int64_t i = 0; i < dk; i++) {
         float *row = s + i * dv;
         for (int64_t j = 0; j < dv; j++) {
-            row[j] = a * row[j] + kn[i] * w[j];
+            row[j] = (fresh ? 0.f : a * row[j]) + kn[i] * w[j];
             o[j] += row[j] * qn[i];
         }
     }
 }
 
 /* One token for each of b rows: q, k [b, hk, dk], v [b, hv, dv], g, beta [b, hv] contiguous,
- * pool [slots, hv, dk, dv], out [b, hv, dv]. */
+ * pool [slots, hv, dk, dv], out [b, hv, dv]. seq_lens [b] (or NULL): a row of context length 1
+ * starts from a zero state, whatever its slot held. */
 void mlxr_delta_step_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride, const float *v,
                          int64_t v_stride, const float *g, const float *beta, float *pool, const int64_t *slots,
-                         float *out, int64_t b, int64_t hk, int64_t hv, int64_t dk, int64_t dv, int threads) {
+                         const int64_t *seq_lens, float *out, int64_t b, int64_t hk, int64_t hv, int64_t dk,
+                         int64_t dv, int threads) {
     int64_t group = hv / hk;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t task = 0; task < b * hv; task++) {
         int64_t r = task / hv, h = task % hv;
         float *s = pool + (slots[r] * hv + h) * dk * dv;
         step_head(q + r * q_stride + (h / group) * dk, k + r * k_stride + (h / group) * dk,
-                  v + r * v_stride + h * dv, g[task], beta[task], s, out + task * dv, dk, dv);
+                  v + r * v_stride + h * dv, g[task], beta[task], s, out + task * dv, dk, dv,
+                  seq_lens && seq_lens[r] == 1);
     }
 }
 
@@ -264,21 +268,24 @@ void mlxr_causal_conv_f32(const float *x, int64_t x_stride, float *state, const 
 }
 
 /* One token for each of b rows: x [b, c] (rows x_stride apart), pool [slots, c, width - 1] whose
- * slot slots[r] is row r's state (in place), weight [c, width], out [b, c]. */
+ * slot slots[r] is row r's state (in place), weight [c, width], out [b, c]. seq_lens as in
+ * mlxr_delta_step_f32: a fresh row's state is zeros and is written, not read. */
 void mlxr_causal_conv_step_f32(const float *x, int64_t x_stride, float *pool, const int64_t *slots,
-                               const float *weight, float *out, int64_t b, int64_t c, int64_t width, int threads) {
+                               const int64_t *seq_lens, const float *weight, float *out, int64_t b, int64_t c,
+                               int64_t width, int threads) {
     int64_t keep = width - 1;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t task = 0; task < b * c; task++) {
         int64_t r = task / c, ch = task % c;
+        int fresh = seq_lens && seq_lens[r] == 1;
         const float *w = weight + ch * width;
         float *st = pool + (slots[r] * c + ch) * keep;
         float xi = x[r * x_stride + ch], acc = w[keep] * xi;
-        for (int64_t m = 0; m < keep; m++)
+        for (int64_t m = 0; m < keep && !fresh; m++)
             acc += w[m] * st[m];
         out[task] = silu(acc);
         for (int64_t m = 0; m + 1 < keep; m++)
-            st[m] = st[m + 1];
+            st[m] = fresh ? 0.f : st[m + 1];
         if (keep)
             st[keep - 1] = xi;
     }

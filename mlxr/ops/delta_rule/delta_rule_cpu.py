@@ -18,13 +18,14 @@ def _library() -> ctypes.CDLL | None:
     lib = load_library("delta_rule")
     if lib is not None and not getattr(lib, "_typed", False):
         qkv = [_PTR, _I64, _PTR, _I64, _PTR, _I64]
-        lib.mlxr_delta_step_f32.argtypes = [*qkv, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _INT]
+        lib.mlxr_delta_step_f32.argtypes = [*qkv, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64,
+                                            _INT]
         lib.mlxr_delta_step_f32.restype = None
         lib.mlxr_delta_chunked_f32.argtypes = [*qkv, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _INT]
         lib.mlxr_delta_chunked_f32.restype = _INT
         lib.mlxr_causal_conv_f32.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _INT]
         lib.mlxr_causal_conv_f32.restype = None
-        lib.mlxr_causal_conv_step_f32.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _INT]
+        lib.mlxr_causal_conv_step_f32.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _INT]
         lib.mlxr_causal_conv_step_f32.restype = None
         lib._typed = True
     return lib
@@ -50,21 +51,33 @@ def _heads_fit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tenso
             and g.is_contiguous() and beta.is_contiguous() and g.shape == beta.shape == v.shape[:2])
 
 
+def _rows_index(b: int, *index: torch.Tensor | None) -> bool:
+    """int64 [b] contiguous CPU tensors (None passes: an optional one)."""
+    for t in index:
+        if t is not None and not (t.dtype == torch.int64 and t.is_cpu and t.is_contiguous() and t.shape == (b,)):
+            return False
+    return True
+
+
+def _pointer(x: torch.Tensor | None) -> int | None:
+    return None if x is None else x.data_ptr()
+
+
 def delta_step_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                   pool: torch.Tensor, slots: torch.Tensor) -> torch.Tensor | None:
-    """o [B, Hv, Dv] of one token a row, pool[slots[b]] advanced in place; None when it does not apply."""
+                   pool: torch.Tensor, slots: torch.Tensor, seq_lens: torch.Tensor | None = None) -> torch.Tensor | None:
+    """o [B, Hv, Dv] of one token a row, pool[slots[b]] advanced in place (from zeros where seq_lens
+    is 1: a row's first token); None when it does not apply."""
     b, hv, dv = v.shape
     if not (_heads_fit(q, k, v, g, beta) and _f32_cpu(pool) and pool.is_contiguous()
-            and tuple(pool.shape[1:]) == (hv, k.shape[2], dv) and slots.dtype == torch.int64
-            and slots.is_contiguous() and slots.shape == (b,)):
+            and tuple(pool.shape[1:]) == (hv, k.shape[2], dv) and _rows_index(b, slots, seq_lens)):
         return None
     lib = _library()
     if lib is None:
         return None
     out = torch.empty(b, hv, dv)
     lib.mlxr_delta_step_f32(q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0),
-                            g.data_ptr(), beta.data_ptr(), pool.data_ptr(), slots.data_ptr(), out.data_ptr(),
-                            b, k.shape[1], hv, k.shape[2], dv, torch.get_num_threads())
+                            g.data_ptr(), beta.data_ptr(), pool.data_ptr(), slots.data_ptr(), _pointer(seq_lens),
+                            out.data_ptr(), b, k.shape[1], hv, k.shape[2], dv, torch.get_num_threads())
     return out
 
 
@@ -109,18 +122,18 @@ def causal_conv_cpu(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor) 
     return out
 
 
-def causal_conv_step_cpu(x: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor,
-                         weight: torch.Tensor) -> torch.Tensor | None:
-    """SiLU(conv) [B, C] of one token a row, pool[slots[b]] shifted in place; None when it does not apply."""
+def causal_conv_step_cpu(x: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, weight: torch.Tensor,
+                         seq_lens: torch.Tensor | None = None) -> torch.Tensor | None:
+    """SiLU(conv) [B, C] of one token a row, pool[slots[b]] shifted in place (zeros before a row whose
+    seq_lens is 1); None when it does not apply."""
     b, c = x.shape
     if not (_conv_fits(x, weight) and _f32_cpu(pool) and pool.is_contiguous()
-            and tuple(pool.shape[1:]) == (c, weight.shape[1] - 1) and slots.dtype == torch.int64
-            and slots.is_contiguous() and slots.shape == (b,)):
+            and tuple(pool.shape[1:]) == (c, weight.shape[1] - 1) and _rows_index(b, slots, seq_lens)):
         return None
     lib = _library()
     if lib is None:
         return None
     out = torch.empty(b, c)
-    lib.mlxr_causal_conv_step_f32(x.data_ptr(), x.stride(0), pool.data_ptr(), slots.data_ptr(), weight.data_ptr(),
-                                  out.data_ptr(), b, c, weight.shape[1], torch.get_num_threads())
+    lib.mlxr_causal_conv_step_f32(x.data_ptr(), x.stride(0), pool.data_ptr(), slots.data_ptr(), _pointer(seq_lens),
+                                  weight.data_ptr(), out.data_ptr(), b, c, weight.shape[1], torch.get_num_threads())
     return out

@@ -25,9 +25,9 @@ def _unit_rows(x, scale):
 
 
 @triton.jit
-def _delta_step_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, slots_ptr, out_ptr,
+def _delta_step_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, slots_ptr, lens_ptr, out_ptr,
                        q_stride, k_stride, v_stride, hv, group, dk, dv, scale,
-                       BK: tl.constexpr, BV: tl.constexpr):
+                       BK: tl.constexpr, BV: tl.constexpr, HAS_LENS: tl.constexpr):
     task = tl.program_id(0).to(tl.int64)  # row * hv + head
     row, head = task // hv, task % hv
     cols = tl.program_id(1) * BV + tl.arange(0, BV)
@@ -45,6 +45,8 @@ def _delta_step_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, slots_ptr
     s_ptrs = pool_ptr + (slot * hv + head) * dk * dv + dims[:, None] * dv + cols[None, :]
     s_ok = dim_ok[:, None] & col_ok[None, :]
     s = tl.load(s_ptrs, mask=s_ok, other=0.0) * a
+    if HAS_LENS:  # a row at its first token starts from zeros, whatever its slot held
+        s = tl.where(tl.load(lens_ptr + row) == 1, 0.0, s)
     write = beta * (v - tl.sum(s * k[:, None], axis=0))
     s = s + k[:, None] * write[None, :]
     tl.store(s_ptrs, s, mask=s_ok)
@@ -100,8 +102,10 @@ def _block(n: int) -> int:
 
 
 def delta_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                      pool: torch.Tensor, slots: torch.Tensor) -> torch.Tensor | None:
-    """o [B, Hv, Dv]; pool[slots[b]] advanced in place. None where the kernel does not apply."""
+                      pool: torch.Tensor, slots: torch.Tensor,
+                      seq_lens: torch.Tensor | None = None) -> torch.Tensor | None:
+    """o [B, Hv, Dv]; pool[slots[b]] advanced in place (from zeros where seq_lens is 1). None where
+    the kernel does not apply."""
     if not _fits(q, k, v, g, beta) or pool.dtype != torch.float32 or not pool.is_contiguous():
         return None
     b, hv, dv = v.shape
@@ -111,8 +115,9 @@ def delta_step_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torc
     bv = min(32, _block(dv))
     if b:
         _delta_step_kernel[(b * hv, triton.cdiv(dv, bv))](
-            q, k, v, g, beta, pool, slots, out, q.stride(0), k.stride(0), v.stride(0), hv, hv // k.shape[1], dk, dv,
-            dk ** -0.5, BK=_block(dk), BV=bv, num_warps=4)
+            q, k, v, g, beta, pool, slots, slots if seq_lens is None else seq_lens.contiguous(), out,
+            q.stride(0), k.stride(0), v.stride(0), hv, hv // k.shape[1], dk, dv,
+            dk ** -0.5, BK=_block(dk), BV=bv, HAS_LENS=seq_lens is not None, num_warps=4)
     return out
 
 

@@ -30,21 +30,30 @@ def _value_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
+def _carried(states: torch.Tensor, seq_lens: torch.Tensor | None) -> torch.Tensor:
+    """The rows' states, zeros for a row at its first token (a tensor op: no read on the host)."""
+    if seq_lens is None:
+        return states
+    return states * (seq_lens > 1).to(states.dtype).view(-1, *[1] * (states.dim() - 1))
+
+
 def gated_delta_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                     pool: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+                     pool: torch.Tensor, slots: torch.Tensor, seq_lens: torch.Tensor | None = None) -> torch.Tensor:
     """One token of B rows: q, k [B, Hk, Dk], v [B, Hv, Dv], g, beta [B, Hv]; pool [slots, Hv, Dk, Dv]
-    fp32, row b's state pool[slots[b]] advanced in place. Returns o [B, Hv, Dv] fp32."""
+    fp32, row b's state pool[slots[b]] advanced in place, from zeros where seq_lens[b] is 1 (the
+    row's first token). Returns o [B, Hv, Dv] fp32."""
     done = None
     if _cpu_kernels(q, pool):
-        done = delta_rule_cpu.delta_step_cpu(q, k, v, g, beta, pool, slots)
+        done = delta_rule_cpu.delta_step_cpu(q, k, v, g, beta, pool, slots, seq_lens)
     elif use_triton(q, k, v, pool):
         from mlxr.ops.delta_rule.delta_rule_triton import delta_step_triton
 
-        done = delta_step_triton(q, k, v, g, beta, pool, slots)
+        done = delta_step_triton(q, k, v, g, beta, pool, slots, seq_lens)
     if done is not None:
         return done
     heads = v.shape[1]
-    o, state = delta_rule_step(_value_heads(q, heads), _value_heads(k, heads), v, g, beta, pool.index_select(0, slots))
+    o, state = delta_rule_step(_value_heads(q, heads), _value_heads(k, heads), v, g, beta,
+                               _carried(pool.index_select(0, slots), seq_lens))
     pool.index_copy_(0, slots, state)
     return o
 
@@ -80,12 +89,14 @@ def conv_prefill(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor) -> 
     return out
 
 
-def conv_step(x: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """One token of B rows x [B, C]; row b's state pool[slots[b]] [C, K - 1] shifted in place."""
+def conv_step(x: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, weight: torch.Tensor,
+              seq_lens: torch.Tensor | None = None) -> torch.Tensor:
+    """One token of B rows x [B, C]; row b's state pool[slots[b]] [C, K - 1] shifted in place (zeros
+    before it where seq_lens[b] is 1)."""
     if _cpu_kernels(x, pool):
-        done = delta_rule_cpu.causal_conv_step_cpu(x, pool, slots, weight)
+        done = delta_rule_cpu.causal_conv_step_cpu(x, pool, slots, weight, seq_lens)
         if done is not None:
             return done
-    out, new = causal_conv_step(x, pool.index_select(0, slots), weight)
+    out, new = causal_conv_step(x, _carried(pool.index_select(0, slots), seq_lens), weight)
     pool.index_copy_(0, slots, new.to(pool.dtype))
     return out
