@@ -121,3 +121,29 @@ def test_reference_switch_runs_the_reference(monkeypatch, c_kernels):
     assert torch.equal(gated_delta_chunked(q, k, v, g, beta, got_s), want_o) and torch.equal(got_s, want_s)
     x, w, cs = torch.randn(5, 4), torch.randn(4, 4), torch.zeros(4, 3)
     assert torch.equal(conv_prefill(x, cs.clone(), w), causal_conv(x, cs, w)[0])
+
+
+@pytest.mark.parametrize("kernels", ["auto", "reference"])
+def test_a_row_at_its_first_token_starts_from_zeros_without_reading_its_slot(monkeypatch, kernels):
+    """Decode rows of context length 1 (seq_lens on the device, as a CPU graph replays them) take a
+    zero state whatever their slot holds; the C kernels never read it (NaN stays out), the
+    reference multiplies it away (a finite garbage state)."""
+    monkeypatch.setenv("MLXR_KERNELS", kernels)
+    q, k, v, g, beta, _ = inputs(3, 2, 4, 16, 8, seed=11)
+    garbage = float("nan") if kernels == "auto" else 7.0
+    pool = torch.randn(3, 4, 16, 8, generator=torch.Generator().manual_seed(3))
+    pool[0] = garbage
+    slots, lens = torch.tensor([0, 1, 2]), torch.tensor([1, 9, 4])
+    carried = pool.clone()
+    carried[0] = 0
+    want_o, want_s = reference_step(q, k, v, g, beta, carried)
+    got_o = gated_delta_step(q, k, v, g, beta, pool, slots, lens)
+    assert rel(got_o, want_o) < 1e-6 and rel(pool, want_s) < 1e-6
+    conv = torch.randn(3, 12, 3, generator=torch.Generator().manual_seed(4))
+    conv[0] = garbage
+    x, w = torch.randn(3, 12), torch.randn(12, 4)
+    carried = conv.clone()
+    carried[0] = 0
+    want_x, want_conv = causal_conv_step(x, carried, w)
+    got_x = conv_step(x, conv, slots, w, lens)
+    assert rel(got_x, want_x) < 1e-6 and torch.equal(conv, want_conv)

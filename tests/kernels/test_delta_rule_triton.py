@@ -74,6 +74,17 @@ def test_interpreted_step_matches_the_reference():
     check_step(3, 1, 2, 16, 24, "cpu")
 
 
+@CPU
+def test_interpreted_step_starts_a_first_token_row_from_zeros():
+    q, k, v, g, beta, _ = inputs(2, 1, 2, 16, 16, 5, False)
+    pool = torch.randn(2, 2, 16, 16, generator=torch.Generator().manual_seed(6))
+    want_o, want_s = delta_rule_step(grouped(q, 2), grouped(k, 2), v, g, beta,
+                                     pool * torch.tensor([0.0, 1.0])[:, None, None, None])
+    pool[0] = 5.0  # whatever the first-token row's slot held
+    got_o = delta_step_triton(q, k, v, g, beta, pool, torch.tensor([0, 1]), torch.tensor([1, 3]))
+    assert rel(got_o, want_o) < 1e-5 and rel(pool, want_s) < 1e-5
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("hv", [16, 32])
 @pytest.mark.parametrize("t,zero_state", [(1, True), (200, False), (2048, True)])
