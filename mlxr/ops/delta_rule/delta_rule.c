@@ -83,7 +83,48 @@ typedef struct {
 #define K(i) (cs->k + (i) * dk)
 #define KT(d) (cs->kt + (d) * CHUNK)
 #define W(i) (cs->w + (i) * dv)
-#define ROWS 8 /* rows of a chunk sharing one pass over the state (it stays in L1 for them) */
+
+/* GCC's vector extension (SSE/AVX/NEON, whatever the build targets; scalar code where none):
+ * 8 floats, loads and stores at any float's alignment. */
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+#define V8(p) (*(v8 *)(p))
+
+/* c[m, n] += a[m, kd] @ b[kd, n], row-major with leading dims: 4 rows x 16 columns of c a pass in
+ * registers, so each row of b read feeds 8 multiply-adds a load. */
+static void gemm_acc(int64_t m, int64_t n, int64_t kd, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     float *c, int64_t ldc) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            float *c0 = c + i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+            v8 x00 = V8(c0), x01 = V8(c0 + 8), x10 = V8(c1), x11 = V8(c1 + 8);
+            v8 x20 = V8(c2), x21 = V8(c2 + 8), x30 = V8(c3), x31 = V8(c3 + 8);
+            const float *a0 = a + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            for (int64_t d = 0; d < kd; d++) {
+                v8 b0 = V8(b + d * ldb + j), b1 = V8(b + d * ldb + j + 8);
+                x00 += a0[d] * b0, x01 += a0[d] * b1, x10 += a1[d] * b0, x11 += a1[d] * b1;
+                x20 += a2[d] * b0, x21 += a2[d] * b1, x30 += a3[d] * b0, x31 += a3[d] * b1;
+            }
+            V8(c0) = x00, V8(c0 + 8) = x01, V8(c1) = x10, V8(c1 + 8) = x11;
+            V8(c2) = x20, V8(c2 + 8) = x21, V8(c3) = x30, V8(c3 + 8) = x31;
+        }
+        for (; i < m; i++) {
+            float *c0 = c + i * ldc + j;
+            v8 x0 = V8(c0), x1 = V8(c0 + 8);
+            for (int64_t d = 0; d < kd; d++)
+                x0 += a[i * lda + d] * V8(b + d * ldb + j), x1 += a[i * lda + d] * V8(b + d * ldb + j + 8);
+            V8(c0) = x0, V8(c0 + 8) = x1;
+        }
+    }
+    for (; j < n; j++) /* the columns past the last 16 */
+        for (int64_t i = 0; i < m; i++) {
+            float acc = c[i * ldc + j];
+            for (int64_t d = 0; d < kd; d++)
+                acc += a[i * lda + d] * b[d * ldb + j];
+            c[i * ldc + j] = acc;
+        }
+}
 
 static void chunk_load(chunk_scratch *cs, const float *q, int64_t q_stride, const float *k, int64_t k_stride,
                        const float *g, const float *beta, int64_t hv, int64_t n, int64_t dk) {
@@ -99,53 +140,29 @@ static void chunk_load(chunk_scratch *cs, const float *q, int64_t q_stride, cons
     for (int64_t t = 0; t < n; t++)
         for (int64_t d = 0; d < dk; d++)
             KT(d)[t] = K(t)[d];
-    /* k_i.k_j and q_i.k_j for every j of the chunk (whole rows vectorize; j > i is left unread) */
-    for (int64_t i = 0; i < n; i++) {
-        float *kk = cs->kk[i], *qk = cs->qk[i];
-        for (int64_t j = 0; j < CHUNK; j++)
-            kk[j] = qk[j] = 0.f;
-        for (int64_t d = 0; d < dk; d++) {
-            const float *col = KT(d);
-            float kd = K(i)[d], qd = Q(i)[d];
-            for (int64_t j = 0; j < CHUNK; j++) {
-                kk[j] += kd * col[j];
-                qk[j] += qd * col[j];
-            }
+    /* k_i.k_j and q_i.k_j for every j of the chunk, then decayed: kk strictly below the diagonal
+     * (times b_i), qk on and below it; zeros elsewhere, so that qk is a whole matrix product's. */
+    memset(cs->kk, 0, sizeof(cs->kk));
+    memset(cs->qk, 0, sizeof(cs->qk));
+    gemm_acc(n, CHUNK, dk, cs->k, dk, cs->kt, CHUNK, &cs->kk[0][0], CHUNK);
+    gemm_acc(n, CHUNK, dk, cs->q, dk, cs->kt, CHUNK, &cs->qk[0][0], CHUNK);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < CHUNK; j++) {
+            float decay = j <= i ? expf(cs->c[i] - cs->c[j]) : 0.f;
+            cs->kk[i][j] *= j < i ? decay * cs->b[i] : 0.f;
+            cs->qk[i][j] *= decay;
         }
-        for (int64_t j = 0; j <= i; j++) {
-            float decay = expf(cs->c[i] - cs->c[j]);
-            kk[j] *= decay * cs->b[i];
-            qk[j] *= decay;
-        }
-    }
-}
-
-/* w_i = k_i^T S and o_i = q_i^T S for the chunk's rows, ROWS of them a pass over S. */
-static void chunk_read_state(chunk_scratch *cs, const float *s, float *o, int64_t o_stride, int64_t n, int64_t dk,
-                             int64_t dv) {
-    for (int64_t i0 = 0; i0 < n; i0 += ROWS) {
-        int64_t rows = n - i0 < ROWS ? n - i0 : ROWS;
-        for (int64_t i = i0; i < i0 + rows; i++)
-            for (int64_t j = 0; j < dv; j++)
-                W(i)[j] = o[i * o_stride + j] = 0.f;
-        for (int64_t d = 0; d < dk; d++) {
-            const float *row = s + d * dv;
-            for (int64_t i = i0; i < i0 + rows; i++) {
-                float *w = W(i), *oi = o + i * o_stride, kd = K(i)[d], qd = Q(i)[d];
-                for (int64_t j = 0; j < dv; j++) {
-                    w[j] += kd * row[j];
-                    oi[j] += qd * row[j];
-                }
-            }
-        }
-    }
 }
 
 static void chunk_head(chunk_scratch *cs, const float *v, int64_t v_stride, float *s, float *o, int64_t o_stride,
                        int64_t n, int64_t dk, int64_t dv) {
     /* W_i = b_i (v_i - exp(c_i) k_i^T S) - sum_{j<i} kk_ij W_j, in token order (the unit-triangular solve);
      * o_i = exp(c_i) q_i^T S + sum_{j<=i} qk_ij W_j, both reading the entering state. */
-    chunk_read_state(cs, s, o, o_stride, n, dk, dv);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < dv; j++)
+            W(i)[j] = o[i * o_stride + j] = 0.f;
+    gemm_acc(n, dv, dk, cs->k, dk, s, dv, cs->w, dv);
+    gemm_acc(n, dv, dk, cs->q, dk, s, dv, o, o_stride);
     for (int64_t i = 0; i < n; i++) {
         float *w = W(i), *oi = o + i * o_stride, ec = expf(cs->c[i]);
         const float *vi = v + i * v_stride;
@@ -159,29 +176,20 @@ static void chunk_head(chunk_scratch *cs, const float *v, int64_t v_stride, floa
             for (int64_t j = 0; j < dv; j++)
                 w[j] -= a * wm[j];
         }
-        for (int64_t m = 0; m <= i; m++) {
-            const float *wm = W(m);
-            float a = cs->qk[i][m];
-            for (int64_t j = 0; j < dv; j++)
-                oi[j] += a * wm[j];
-        }
     }
-    /* S = exp(c_last) S + sum_m exp(c_last - c_m) k_m W_m^T */
+    gemm_acc(n, dv, n, &cs->qk[0][0], CHUNK, cs->w, dv, o, o_stride);
+    /* S = exp(c_last) S + sum_m exp(c_last - c_m) k_m W_m^T: k transposed, scaled in place (its last use) */
     float last = cs->c[n - 1], tail[CHUNK], el = expf(last);
     for (int64_t m = 0; m < n; m++)
         tail[m] = expf(last - cs->c[m]);
     for (int64_t d = 0; d < dk; d++) {
-        float *row = s + d * dv;
-        const float *col = KT(d);
+        float *row = s + d * dv, *col = KT(d);
         for (int64_t j = 0; j < dv; j++)
             row[j] *= el;
-        for (int64_t m = 0; m < n; m++) {
-            float a = tail[m] * col[m];
-            const float *wm = W(m);
-            for (int64_t j = 0; j < dv; j++)
-                row[j] += a * wm[j];
-        }
+        for (int64_t m = 0; m < n; m++)
+            col[m] *= tail[m];
     }
+    gemm_acc(dk, dv, n, cs->kt, CHUNK, cs->w, dv, s, dv);
 }
 
 /* One sequence of t tokens: q, k [t, hk, dk], v [t, hv, dv], g, beta [t, hv] contiguous, state
