@@ -3,7 +3,6 @@ the Qwen3.5 shapes) through the dispatcher (ops/delta_rule/dispatch.py), against
 references (themselves checked against a float64 loop and transformers in test_delta_rule.py)."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
