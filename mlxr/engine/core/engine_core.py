@@ -86,8 +86,9 @@ class CoreParts:
 def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
     """A model with recurrent-state layers runs without what needs a state at an arbitrary
     earlier position (prefix caching; swapping preempted requests: they recompute) or captured
-    steps: not offered for it yet (docs/models.md). Rejected drafts roll its state back
-    (worker/state_rollback.py); a draft model with such layers is refused."""
+    steps but the CPU's decode graphs (a drafted row runs eagerly): not offered for it yet
+    (docs/models.md). Rejected drafts roll its state back (worker/state_rollback.py); a draft
+    model with such layers is refused."""
     if parts.draft is not None and parts.draft.args.linear_attention is not None:
         raise InvalidParameterError("speculative_draft_model", f"{parts.draft.args.model_type} keeps a recurrent "
                                                                "state: not offered as a draft model yet")
@@ -95,7 +96,7 @@ def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
     if args.linear_attention is None:
         return config
     off = dict(enable_prefix_caching=False, swap_space_gb=0.0, kv_host_cache_gb=0.0, kv_cache_dir=None,
-               enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False)
+               enable_cuda_graphs=False, enable_prefill_graphs=False)
     changed = [k for k, v in off.items() if getattr(config, k) != v]
     if changed:
         log.info("%s keeps a recurrent state per request: %s off", args.model_type, ", ".join(changed))
