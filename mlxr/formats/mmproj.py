@@ -10,8 +10,9 @@ from mlxr.config import ImagePreprocess
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 
-# clip.projector_type -> (our projector, the tower, the text architectures it feeds)
-PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",))}
+# clip.projector_type -> (our projector, the tower, the text architectures it feeds). `mlp`:
+# LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py writes it.
+PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "mlp": ("llava", "clip", ("llama",))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
 _MAX_SIDE = 8192
 _MAX_LAYERS = 256
@@ -24,16 +25,27 @@ _LAYER_TENSORS = {
     "attn_out": "self_attn.out_proj",
 }
 _TOWER_TENSORS = {
-    "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
-    "v.patch_embd.bias": "vision_tower.embeddings.patch_embedding.bias",
-    "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
-    "v.post_ln.weight": "vision_tower.post_layernorm.weight",
-    "v.post_ln.bias": "vision_tower.post_layernorm.bias",
+    "siglip": {"v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
+               "v.patch_embd.bias": "vision_tower.embeddings.patch_embedding.bias",
+               "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
+               "v.post_ln.weight": "vision_tower.post_layernorm.weight",
+               "v.post_ln.bias": "vision_tower.post_layernorm.bias"},
+    # CLIP: a class token and a norm before the encoder; its pooled output's norm is dropped.
+    "clip": {"v.class_embd": "vision_tower.embeddings.class_embedding",
+             "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
+             "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
+             "v.pre_ln.weight": "vision_tower.pre_layrnorm.weight", "v.pre_ln.bias": "vision_tower.pre_layrnorm.bias"},
 }
+# The legacy encoder script names CLIP's fc1 ffn_down and fc2 ffn_up (convert_hf_to_gguf.py the other way).
+_LEGACY_FFN = {"ffn_down": "mlp.fc1", "ffn_up": "mlp.fc2"}
 _PROJECTOR_TENSORS = {
     "gemma3": {"mm.input_projection.weight": "multi_modal_projector.mm_input_projection_weight",
                "mm.soft_emb_norm.weight": "multi_modal_projector.mm_soft_emb_norm.weight"},
+    "llava": {"mm.0.weight": "multi_modal_projector.linear_1.weight", "mm.0.bias": "multi_modal_projector.linear_1.bias",
+              "mm.2.weight": "multi_modal_projector.linear_2.weight", "mm.2.bias": "multi_modal_projector.linear_2.bias"},
 }
+# The model type of the text model with each projector (a GGUF says only the text architecture).
+MODEL_TYPES = {"gemma3": "gemma3", "llava": "llava"}
 # Stored as llama.cpp computes with it: Gemma's RMS norm weight with its 1 added (ours adds it).
 PLUS_ONE = frozenset({"mm.soft_emb_norm.weight"})
 
@@ -63,28 +75,56 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     get = lambda key, top: _int(f, where, f"clip.vision.{key}", top)  # noqa: E731
     hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
     image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
-    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, GEMMA3_MERGE)
-    side = image // patch
-    if image % patch or side % merge:
-        raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches "
-                               f"merged {merge} a side")
     if hidden % heads:
         raise ModelFormatError(f"{where}: embedding_length {hidden} does not split into {heads} heads")
+    if image % patch:
+        raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches")
     fields = {
         "tower": tower, "projector": projector, "hidden_size": hidden, "num_attention_heads": heads,
         "intermediate_size": get("feed_forward_length", _MAX_WIDTH * 8), "num_hidden_layers": layers,
-        "image_size": image, "patch_size": patch, "tokens_per_image": (side // merge) ** 2,
-        "layer_norm_eps": _eps(f, where), "hidden_act": "gelu_pytorch_tanh",
-        "preprocess": ImagePreprocess(height=image, width=image, resample=2,
-                                      image_mean=_triple(f, where, "clip.vision.image_mean"),
-                                      image_std=_triple(f, where, "clip.vision.image_std")),
+        "image_size": image, "patch_size": patch, "layer_norm_eps": _eps(f, where),
+        **(_llava_fields(f, where, layers) if projector == "llava" else _gemma3_fields(f, where, image // patch)),
     }
-    names = _tensor_names(projector, layers)
+    mean, std = _triple(f, where, "clip.vision.image_mean"), _triple(f, where, "clip.vision.image_std")
+    fields["preprocess"] = _preprocess(projector, image, mean, std)
+    names = _tensor_names(projector, tower, layers)
     missing = [n for n in names if n not in f]
     if missing:
         raise ModelFormatError(f"{where} lacks tensors: {', '.join(missing[:5])}")
     _check_shapes(f, where, fields)
-    return MmprojVision(fields, get("projection_dim", _MAX_WIDTH), text_archs, names)
+    return MmprojVision(fields, _projection_dim(f, where, projector), text_archs, names)
+
+
+def _gemma3_fields(f: GGUFFile, where: str, side: int) -> dict:
+    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, GEMMA3_MERGE)
+    if side % merge:
+        raise ModelFormatError(f"{where}: a grid of {side} patches a side does not merge {merge} a side")
+    return {"tokens_per_image": (side // merge) ** 2, "hidden_act": "gelu_pytorch_tanh"}
+
+
+def _llava_fields(f: GGUFFile, where: str, layers: int) -> dict:
+    """LLaVA 1.5: every patch a token (the class token's row dropped), read at the feature layer
+    (the script keeps the blocks up to it: block_count)."""
+    image, patch = f.metadata["clip.vision.image_size"], f.metadata["clip.vision.patch_size"]
+    chosen = f.metadata.get("clip.vision.feature_layer", [layers])
+    ok = isinstance(chosen, list) and len(chosen) == 1 and isinstance(chosen[0], int) and 0 < chosen[0] <= layers
+    if not ok:
+        raise ModelFormatError(f"{where}: clip.vision.feature_layer must be one layer in 1..{layers}, got {chosen!r}")
+    return {"tokens_per_image": (image // patch) ** 2, "feature_layer": chosen[0],
+            "hidden_act": "gelu" if f.metadata.get("clip.use_gelu") is True else "quick_gelu"}
+
+
+def _preprocess(projector: str, image: int, mean, std) -> ImagePreprocess:
+    if projector == "llava":  # CLIP's processor: the shortest edge, a centre crop, bicubic
+        return ImagePreprocess(height=image, width=image, shortest_edge=image, resample=3, image_mean=mean,
+                               image_std=std)
+    return ImagePreprocess(height=image, width=image, resample=2, image_mean=mean, image_std=std)
+
+
+def _projection_dim(f: GGUFFile, where: str, projector: str) -> int:
+    if projector == "llava":  # clip.vision.projection_dim is CLIP's own; the MLP's output is the model's
+        return f.tensor_info("mm.2.weight").shape[0]
+    return _int(f, where, "clip.vision.projection_dim", _MAX_WIDTH)
 
 
 def check_mmproj(path: Path, text_architecture: str, text_hidden: int) -> MmprojVision:
@@ -103,10 +143,11 @@ def check_pairing(vision: MmprojVision, where: str, text_architecture: str, text
                                f"have {text_hidden}")
 
 
-def _tensor_names(projector: str, layers: int) -> dict[str, str]:
-    names = dict(_TOWER_TENSORS)
+def _tensor_names(projector: str, tower: str, layers: int) -> dict[str, str]:
+    names = dict(_TOWER_TENSORS[tower])
+    per_layer = _LAYER_TENSORS | (_LEGACY_FFN if tower == "clip" else {})
     for i in range(layers):
-        for ours, theirs in _LAYER_TENSORS.items():
+        for ours, theirs in per_layer.items():
             for part in ("weight", "bias"):
                 names[f"v.blk.{i}.{ours}.{part}"] = f"vision_tower.encoder.layers.{i}.{theirs}.{part}"
     return names | _PROJECTOR_TENSORS[projector]
@@ -114,7 +155,8 @@ def _tensor_names(projector: str, layers: int) -> dict[str, str]:
 
 def _check_shapes(f: GGUFFile, where: str, v: dict) -> None:
     d, patches = v["hidden_size"], (v["image_size"] // v["patch_size"]) ** 2
-    want = {"v.patch_embd.weight": (d, 3, v["patch_size"], v["patch_size"]), "v.position_embd.weight": (patches, d)}
+    positions = patches + (1 if v["tower"] == "clip" else 0)  # CLIP's class token has a position too
+    want = {"v.patch_embd.weight": (d, 3, v["patch_size"], v["patch_size"]), "v.position_embd.weight": (positions, d)}
     for name, shape in want.items():
         got = f.tensor_info(name).shape
         if tuple(got) != shape:
