@@ -53,6 +53,17 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class ImageTiling:
+    """Idefics3's image splitting (preprocessor_config.json of Idefics3 / SmolVLM): the longest
+    edge resized to `longest_edge`, then (split) cut into tiles of `tile` pixels a side plus the
+    whole image at that size, or (not split) the whole image alone at that size."""
+
+    longest_edge: int
+    tile: int
+    split: bool = True
+
+
+@dataclass(frozen=True)
 class ImagePreprocess:
     """A transformers image processor's numbers (preprocessor_config.json): resize to a fixed
     size, or the shortest edge then a centre crop (CLIP), rescale, normalise."""
@@ -66,14 +77,15 @@ class ImagePreprocess:
     image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     do_rescale: bool = True
     do_normalize: bool = True
+    tiling: ImageTiling | None = None  # set: Idefics3's tiles (vision/tiles.py) in place of the resize above
 
 
 @dataclass(frozen=True)
 class VisionArgs:
     """A vision tower, its projector and the prompt's image tokens (a multimodal config.json)."""
 
-    tower: str  # "siglip" | "clip"
-    projector: str  # "gemma3" (avg-pool, soft-embedding norm, one matrix) | "llava" (two-layer MLP)
+    tower: str  # "siglip" | "clip" | "idefics3" (SigLIP with its bucketed positions)
+    projector: str  # "gemma3" (avg-pool, soft-embedding norm, one matrix) | "llava" (two-layer MLP) | "idefics3"
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -91,6 +103,8 @@ class VisionArgs:
     preprocess: ImagePreprocess = field(default_factory=ImagePreprocess)
     num_channels: int = 3
     feature_layer: int = -1  # CLIP (LLaVA): the encoder layer whose output is the image's features
+    tiled: bool = False  # Idefics3: an image is tiles (preprocess.tiling), each its own run of placeholders
+    scale_factor: int = 1  # Idefics3: the connector's pixel shuffle, scale_factor x scale_factor patches a token
 
 
 @dataclass(frozen=True)

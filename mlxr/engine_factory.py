@@ -25,6 +25,7 @@ from mlxr.errors import InvalidParameterError
 from mlxr.engine.frontend.llm_engine import LLMEngine
 from mlxr.loader import LoadedModel, load_frontend, load_model
 from mlxr.loader.lora import adapter_reader
+from mlxr.loader.mtp_weights import read_mtp_tensors
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -58,7 +59,7 @@ def core_parts(ref: str, dtype: str | None, weight_dtype: str | None, device: st
     loaded = spec.load()
     return CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
                      model_digest=model_digest(loaded), draft=_draft_parts(spec, draft),
-                     read_adapter=adapter_reader(loaded.args))
+                     read_adapter=adapter_reader(loaded.args), read_mtp=read_mtp_tensors)
 
 
 SAMPLE_BYTES = 1 << 20
@@ -218,7 +219,8 @@ def build_engine(spec: ModelSpec, config: EngineConfig,
     loaded = spec.load(progress)
     parts = CoreParts(loaded.model, loaded.args, loaded.dtype, loaded.device, tokenizer=loaded.tokenizer,
                       model_digest=model_digest(loaded) if config.kv_cache_dir else "",
-                      draft=_draft_parts(spec, config.speculative_draft_model), read_adapter=adapter_reader(loaded.args))
+                      draft=_draft_parts(spec, config.speculative_draft_model), read_adapter=adapter_reader(loaded.args),
+                      read_mtp=read_mtp_tensors)
     return Built(LLMEngine(parts, config), loaded, loaded.args, loaded.tokenizer)
 
 

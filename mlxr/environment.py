@@ -61,6 +61,9 @@ SWITCHES: tuple[Switch, ...] = (
            "(decompression bombs); read per request."),
     Switch("MLXR_MAX_IMAGES", "int, > 0", "8",
            "Images one request may carry (a vision model's prompt); read per request."),
+    Switch("MLXR_MAX_IMAGE_TILES", "int, > 0", "37",
+           "Tiles one image may split into where the model tiles images (Idefics3, SmolVLM); above it the "
+           "request is a 400 naming the image; read per request."),
     Switch("MLXR_LLAMA_BIN", "path", "/work/lcpp/llama.cpp/build-cpu/bin",
            "The folder of llama.cpp's binaries whose llama-mtmd-cli the vision comparison test and "
            "bench/vision_encode.py run (the test skips without it)."),

@@ -272,14 +272,18 @@ def parse_duration(text: str) -> float:
 
 def head_model_path(ns: argparse.Namespace) -> str | None:
     """--speculative-model as an absolute path (the engine core may run in another process);
-    mtp without one reads the served model's directory."""
+    mtp without one reads the served model's directory or GGUF file (its nextn layer)."""
     path = ns.speculative_model
-    if path is None and ns.speculative_method == "mtp" and ns.model and Path(ns.model[0]).expanduser().is_dir():
+    if path is None and ns.speculative_method == "mtp" and ns.model and _holds_mtp(Path(ns.model[0]).expanduser()):
         path = ns.model[0]
     if path is None:
         return None
     check_path_exists(path)
     return str(Path(path).expanduser().resolve())
+
+
+def _holds_mtp(path: Path) -> bool:
+    return path.is_dir() or (path.is_file() and path.suffix == ".gguf")
 
 
 def draft_model_path(registry, ns: argparse.Namespace) -> str | None:

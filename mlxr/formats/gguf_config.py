@@ -43,7 +43,7 @@ def args_from_gguf(
     if heads % kv_heads:
         raise ModelFormatError(f"GGUF head_count {heads} is not a multiple of head_count_kv {kv_heads}")
     head_dim = _head_dim(m, hidden, heads, declaration.gguf_partial_rotary)
-    layers = check_layer_count(m.pos_int("block_count"), f"GGUF {arch}.block_count")
+    layers = check_layer_count(main_layer_count(m), f"GGUF {arch}.block_count")
     theta = m.pos_float("rope.freq_base", declaration.default_rope_theta)
     window, sliding = _uniform_window(m, layers)
     args = ModelArgs(
@@ -69,9 +69,32 @@ def args_from_gguf(
         attn_logit_softcapping=m.opt_float("attn_logit_softcapping"),
         bos_token_id=_token_id(metadata, "tokenizer.ggml.bos_token_id"),
         eos_token_ids=_eos_ids(metadata),
-        extra={"gguf_architecture": arch, **_pooling(m)},
+        extra={"gguf_architecture": arch, **_pooling(m), **_nextn(m)},
     )
     return check_sizes(replace(args, **declaration.gguf_fields(m)), "GGUF")
+
+
+def nextn_layer_count(m: "_Meta") -> int:
+    """The multi-token-prediction layers llama.cpp's converter appends to block_count
+    (`nextn_predict_layers`; blk.N.* past the model's own layers: loader/mtp_weights.py reads them)."""
+    value = m.raw("nextn_predict_layers")
+    if value is None or value == 0:
+        return 0
+    n = m.pos_int("nextn_predict_layers")
+    if n >= m.pos_int("block_count"):
+        raise ModelFormatError(f"GGUF {m.arch}.nextn_predict_layers {n} leaves no layer of block_count "
+                               f"{m.pos_int('block_count')}")
+    return n
+
+
+def main_layer_count(m: "_Meta") -> int:
+    """block_count without the multi-token-prediction layers."""
+    return m.pos_int("block_count") - nextn_layer_count(m)
+
+
+def _nextn(m: "_Meta") -> dict[str, int]:
+    n = nextn_layer_count(m)
+    return {"nextn_layers": n} if n else {}
 
 
 # llama.cpp's `<arch>.pooling_type` values that give one vector per input (an embedding model's).
@@ -264,5 +287,7 @@ def args_from_gguf_file(f: GGUFFile, declaration: Any) -> ModelArgs:
                           tensors=lambda name: f.load(name) if name in f else None)
     if not args.attention_bias and "blk.0.attn_q.bias" in f:  # a llama with q/k/v biases
         args = replace(args, attention_bias=True)
-    check_layers_present(args.num_hidden_layers, f.tensor_names, "blk.", "the GGUF file")
+    # The multi-token-prediction layers are numbered after the model's own.
+    check_layers_present(args.num_hidden_layers + args.extra.get("nextn_layers", 0), f.tensor_names, "blk.",
+                         "the GGUF file")
     return args

@@ -1,30 +1,64 @@
 """preprocessor_config.json (a transformers image processor's saved numbers) -> ImagePreprocess."""
 from __future__ import annotations
 
-from mlxr.config import ImagePreprocess
+from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 
 _FILTERS = (0, 1, 2, 3, 4, 5)  # PIL's NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING
 
 
-def preprocess_from_hf(cfg: dict, default_size: int) -> ImagePreprocess:
+TILE_SIDES = 8  # the most tiles a side an Idefics3 config may ask for (transformers' Idefics3 defaults: 4)
+_IDEFICS3_RESAMPLE = 1  # transformers' Idefics3ImageProcessor default: LANCZOS
+
+
+def preprocess_from_hf(cfg: dict, default_size: int, tiled: bool = False) -> ImagePreprocess:
+    """tiled: an Idefics3 / SmolVLM processor's keys (size.longest_edge, max_image_size,
+    do_image_splitting) in place of a fixed size."""
     if not isinstance(cfg, dict):
         raise ModelFormatError("preprocessor_config.json must hold a JSON object")
     if cfg.get("do_pan_and_scan"):
         raise ModelFormatError("preprocessor_config.json: do_pan_and_scan is not supported")
+    if tiled:
+        return _tiled(cfg, default_size)
     height, width, shortest = _size(cfg.get("size"), default_size)
     crop = cfg.get("crop_size")
     if shortest is not None and cfg.get("do_center_crop", True) and isinstance(crop, dict):
         height, width = _side(crop, "height", height), _side(crop, "width", width)
-    resample = cfg.get("resample", 2)
+    return ImagePreprocess(height=height, width=width, shortest_edge=shortest, **_common(cfg, 2))
+
+
+def _common(cfg: dict, default_resample: int) -> dict:
+    resample = cfg.get("resample", default_resample)
     if resample not in _FILTERS:
         raise ModelFormatError(f"preprocessor_config.json: resample {resample!r} is not a PIL filter")
-    return ImagePreprocess(
-        height=height, width=width, shortest_edge=shortest, resample=resample,
-        rescale_factor=_number(cfg, "rescale_factor", 1 / 255),
+    return dict(
+        resample=resample, rescale_factor=_number(cfg, "rescale_factor", 1 / 255),
         image_mean=_triple(cfg, "image_mean", (0.5, 0.5, 0.5)), image_std=_triple(cfg, "image_std", (0.5, 0.5, 0.5)),
         do_rescale=bool(cfg.get("do_rescale", True)), do_normalize=bool(cfg.get("do_normalize", True)),
     )
+
+
+def _tiled(cfg: dict, tower_side: int) -> ImagePreprocess:
+    if cfg.get("do_resize", True) is not True:
+        raise ModelFormatError("preprocessor_config.json: an Idefics3 processor without do_resize is not supported")
+    tile = _side(_object(cfg, "max_image_size"), "longest_edge", tower_side)
+    if tile != tower_side:  # the tower's positions and the prompt's token count assume whole tiles of its size
+        raise ModelFormatError(f"preprocessor_config.json: max_image_size.longest_edge {tile} is not the tower's "
+                               f"image_size {tower_side}")
+    longest = _side(_object(cfg, "size"), "longest_edge", 4 * tile)
+    if -(-longest // tile) > TILE_SIDES:
+        raise ModelFormatError(f"preprocessor_config.json: size.longest_edge {longest} makes more than {TILE_SIDES} "
+                               f"tiles of {tile} a side")
+    tiling = ImageTiling(longest_edge=longest, tile=tile, split=bool(cfg.get("do_image_splitting", True)))
+    common = _common(cfg, _IDEFICS3_RESAMPLE)
+    return ImagePreprocess(height=tile, width=tile, tiling=tiling, **common)
+
+
+def _object(cfg: dict, key: str) -> dict:
+    value = cfg.get(key, {})
+    if not isinstance(value, dict):
+        raise ModelFormatError(f"preprocessor_config.json: {key} must be an object, got {value!r}")
+    return value
 
 
 def _size(size, default: int) -> tuple[int, int, int | None]:

@@ -6,14 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxr.config import ImagePreprocess
+from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
+from mlxr.formats.hf_preprocess import TILE_SIDES
 
 # clip.projector_type -> (our projector, the tower, the text architectures it feeds). `mlp`:
 # LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py writes it.
-PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "mlp": ("llava", "clip", ("llama",))}
+PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",)),
+              "mlp": ("llava", "clip", ("llama",))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
+# clip.vision.projector.scale_factor where absent: Gemma 3's pooling, Idefics3's pixel shuffle
+_MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2, "llava": 1}
 _MAX_SIDE = 8192
 _MAX_LAYERS = 256
 _MAX_WIDTH = 1 << 16
@@ -25,27 +29,28 @@ _LAYER_TENSORS = {
     "attn_out": "self_attn.out_proj",
 }
 _TOWER_TENSORS = {
-    "siglip": {"v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
-               "v.patch_embd.bias": "vision_tower.embeddings.patch_embedding.bias",
-               "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
-               "v.post_ln.weight": "vision_tower.post_layernorm.weight",
-               "v.post_ln.bias": "vision_tower.post_layernorm.bias"},
-    # CLIP: a class token and a norm before the encoder; its pooled output's norm is dropped.
-    "clip": {"v.class_embd": "vision_tower.embeddings.class_embedding",
-             "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
-             "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
-             "v.pre_ln.weight": "vision_tower.pre_layrnorm.weight", "v.pre_ln.bias": "vision_tower.pre_layrnorm.bias"},
+    "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
+    "v.patch_embd.bias": "vision_tower.embeddings.patch_embedding.bias",
+    "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
+    "v.post_ln.weight": "vision_tower.post_layernorm.weight",
+    "v.post_ln.bias": "vision_tower.post_layernorm.bias",
+}
+# CLIP (LLaVA): a class token and a norm before the encoder; its pooled output's norm is dropped.
+_CLIP_TOWER_TENSORS = {
+    "v.class_embd": "vision_tower.embeddings.class_embedding",
+    "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
+    "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
+    "v.pre_ln.weight": "vision_tower.pre_layrnorm.weight", "v.pre_ln.bias": "vision_tower.pre_layrnorm.bias",
 }
 # The legacy encoder script names CLIP's fc1 ffn_down and fc2 ffn_up (convert_hf_to_gguf.py the other way).
 _LEGACY_FFN = {"ffn_down": "mlp.fc1", "ffn_up": "mlp.fc2"}
 _PROJECTOR_TENSORS = {
     "gemma3": {"mm.input_projection.weight": "multi_modal_projector.mm_input_projection_weight",
                "mm.soft_emb_norm.weight": "multi_modal_projector.mm_soft_emb_norm.weight"},
+    "idefics3": {"mm.model.fc.weight": "multi_modal_projector.modality_projection.proj.weight"},
     "llava": {"mm.0.weight": "multi_modal_projector.linear_1.weight", "mm.0.bias": "multi_modal_projector.linear_1.bias",
               "mm.2.weight": "multi_modal_projector.linear_2.weight", "mm.2.bias": "multi_modal_projector.linear_2.bias"},
 }
-# The model type of the text model with each projector (a GGUF says only the text architecture).
-MODEL_TYPES = {"gemma3": "gemma3", "llava": "llava"}
 # Stored as llama.cpp computes with it: Gemma's RMS norm weight with its 1 added (ours adds it).
 PLUS_ONE = frozenset({"mm.soft_emb_norm.weight"})
 
@@ -75,18 +80,27 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     get = lambda key, top: _int(f, where, f"clip.vision.{key}", top)  # noqa: E731
     hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
     image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
+    merge = 1 if projector == "llava" else _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE,
+                                                 _MERGE[projector])
+    side = image // patch
+    if image % patch or side % merge:
+        raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches "
+                               f"merged {merge} a side")
     if hidden % heads:
         raise ModelFormatError(f"{where}: embedding_length {hidden} does not split into {heads} heads")
-    if image % patch:
-        raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches")
+    normalise = {"image_mean": _triple(f, where, "clip.vision.image_mean"),
+                 "image_std": _triple(f, where, "clip.vision.image_std")}
     fields = {
         "tower": tower, "projector": projector, "hidden_size": hidden, "num_attention_heads": heads,
         "intermediate_size": get("feed_forward_length", _MAX_WIDTH * 8), "num_hidden_layers": layers,
-        "image_size": image, "patch_size": patch, "layer_norm_eps": _eps(f, where),
-        **(_llava_fields(f, where, layers) if projector == "llava" else _gemma3_fields(f, where, image // patch)),
+        "image_size": image, "patch_size": patch, "tokens_per_image": (side // merge) ** 2,
+        "layer_norm_eps": _eps(f, where), "hidden_act": "gelu_pytorch_tanh",
+        "preprocess": ImagePreprocess(height=image, width=image, resample=2, **normalise),
     }
-    mean, std = _triple(f, where, "clip.vision.image_mean"), _triple(f, where, "clip.vision.image_std")
-    fields["preprocess"] = _preprocess(projector, image, mean, std)
+    if projector == "idefics3":
+        fields |= _idefics3_fields(f, where, image, merge, normalise)
+    if projector == "llava":
+        fields |= _llava_fields(f, where, layers, image, normalise)
     names = _tensor_names(projector, tower, layers)
     missing = [n for n in names if n not in f]
     if missing:
@@ -95,36 +109,34 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     return MmprojVision(fields, _projection_dim(f, where, projector), text_archs, names)
 
 
-def _gemma3_fields(f: GGUFFile, where: str, side: int) -> dict:
-    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, GEMMA3_MERGE)
-    if side % merge:
-        raise ModelFormatError(f"{where}: a grid of {side} patches a side does not merge {merge} a side")
-    return {"tokens_per_image": (side // merge) ** 2, "hidden_act": "gelu_pytorch_tanh"}
-
-
-def _llava_fields(f: GGUFFile, where: str, layers: int) -> dict:
+def _llava_fields(f: GGUFFile, where: str, layers: int, image: int, normalise: dict) -> dict:
     """LLaVA 1.5: every patch a token (the class token's row dropped), read at the feature layer
-    (the script keeps the blocks up to it: block_count)."""
-    image, patch = f.metadata["clip.vision.image_size"], f.metadata["clip.vision.patch_size"]
+    (the script keeps the blocks up to it: block_count); CLIP's processor (the shortest edge, a
+    centre crop, bicubic)."""
     chosen = f.metadata.get("clip.vision.feature_layer", [layers])
     ok = isinstance(chosen, list) and len(chosen) == 1 and isinstance(chosen[0], int) and 0 < chosen[0] <= layers
     if not ok:
         raise ModelFormatError(f"{where}: clip.vision.feature_layer must be one layer in 1..{layers}, got {chosen!r}")
-    return {"tokens_per_image": (image // patch) ** 2, "feature_layer": chosen[0],
-            "hidden_act": "gelu" if f.metadata.get("clip.use_gelu") is True else "quick_gelu"}
-
-
-def _preprocess(projector: str, image: int, mean, std) -> ImagePreprocess:
-    if projector == "llava":  # CLIP's processor: the shortest edge, a centre crop, bicubic
-        return ImagePreprocess(height=image, width=image, shortest_edge=image, resample=3, image_mean=mean,
-                               image_std=std)
-    return ImagePreprocess(height=image, width=image, resample=2, image_mean=mean, image_std=std)
+    return {"feature_layer": chosen[0], "hidden_act": "gelu" if f.metadata.get("clip.use_gelu") is True else "quick_gelu",
+            "preprocess": ImagePreprocess(height=image, width=image, shortest_edge=image, resample=3, **normalise)}
 
 
 def _projection_dim(f: GGUFFile, where: str, projector: str) -> int:
     if projector == "llava":  # clip.vision.projection_dim is CLIP's own; the MLP's output is the model's
         return f.tensor_info("mm.2.weight").shape[0]
     return _int(f, where, "clip.vision.projection_dim", _MAX_WIDTH)
+
+
+def _idefics3_fields(f: GGUFFile, where: str, image: int, merge: int, normalise: dict) -> dict:
+    """Idefics3's tiles: the longest edge the converter stores (clip.vision.preproc_image_size, the
+    processor's size.longest_edge), tiles of the tower's size, transformers' LANCZOS resizes."""
+    longest = _int(f, where, "clip.vision.preproc_image_size", _MAX_SIDE, image)
+    if -(-longest // image) > TILE_SIDES:
+        raise ModelFormatError(f"{where}: clip.vision.preproc_image_size {longest} makes more than "
+                               f"{TILE_SIDES} tiles of {image} a side")
+    tiling = ImageTiling(longest_edge=longest, tile=image)
+    return {"preprocess": ImagePreprocess(height=image, width=image, resample=1, tiling=tiling, **normalise),
+            "tiled": True, "scale_factor": merge}
 
 
 def check_mmproj(path: Path, text_architecture: str, text_hidden: int) -> MmprojVision:
@@ -144,7 +156,7 @@ def check_pairing(vision: MmprojVision, where: str, text_architecture: str, text
 
 
 def _tensor_names(projector: str, tower: str, layers: int) -> dict[str, str]:
-    names = dict(_TOWER_TENSORS[tower])
+    names = dict(_CLIP_TOWER_TENSORS if tower == "clip" else _TOWER_TENSORS)
     per_layer = _LAYER_TENSORS | (_LEGACY_FFN if tower == "clip" else {})
     for i in range(layers):
         for ours, theirs in per_layer.items():

@@ -43,7 +43,7 @@ _LAYER_NAME = re.compile(r"blk\.(\d+)\.([a-z][a-z0-9_]*)(?:\.(weight|bias))?")
 
 def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
     """The HF parameter name of a GGUF tensor; None for tensors that map to no parameter."""
-    if gguf_name in _SKIPPED:
+    if gguf_name in _SKIPPED or is_nextn_tensor(gguf_name, args):
         return None
     base, dot, suffix = gguf_name.rpartition(".")
     if dot and base in _GLOBAL and suffix == "weight":
@@ -60,6 +60,14 @@ def hf_name(gguf_name: str, args: ModelArgs) -> str | None:
     if tail in table:
         return f"model.layers.{layer}.{table[tail]}"
     return f"model.layers.{layer}.{table[match.group(2)]}.{match.group(3)}"
+
+
+def is_nextn_tensor(gguf_name: str, args: ModelArgs) -> bool:
+    """A tensor of a multi-token-prediction layer (blk.N.* past the model's own layers), which
+    the mtp proposer reads (loader/mtp_weights.py), not the model."""
+    layers = args.num_hidden_layers
+    extra = args.extra.get("nextn_layers", 0)
+    return extra > 0 and any(gguf_name.startswith(f"blk.{i}.") for i in range(layers, layers + extra))
 
 
 def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:

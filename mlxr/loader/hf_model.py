@@ -30,13 +30,15 @@ PREFIX_REWRITES = (
     ("model.language_model.", "model."),
     ("language_model.model.", "model."),
     ("language_model.lm_head.", "lm_head."),
+    ("model.text_model.", "model."),  # Idefics3 / SmolVLM
     # A bare backbone (sentence-transformers saves AutoModel: Qwen3-Embedding's checkpoint)
     ("layers.", "model.layers."),
     ("embed_tokens.", "model.embed_tokens."),
     ("norm.", "model.norm."),
 )
 MTP_PREFIX = "mtp."
-SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
+SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.",
+                    "model.vision_model.", "model.connector.")
 
 
 def read_config(model_dir: Path) -> dict:
@@ -62,16 +64,17 @@ def with_vision(args: ModelArgs, config: dict, model_dir: Path) -> ModelArgs:
     fields = arch.hf_vision(config)
     path = model_dir / "preprocessor_config.json"
     pre = read_json_object(path, 1 << 20) if path.is_file() else {}
-    return replace(args, vision=VisionArgs(**fields, preprocess=preprocess_from_hf(pre, fields["image_size"])))
+    preprocess = preprocess_from_hf(pre, fields["image_size"], tiled=fields.get("tiled", False))
+    return replace(args, vision=VisionArgs(**fields, preprocess=preprocess))
 
 
 def vision_name(name: str) -> str | None:
     """A tower or projector tensor's parameter name in a vision-language model (None: unused)."""
-    for prefix in ("model.vision_tower.", "vision_tower."):
+    for prefix in ("model.vision_tower.", "vision_tower.", "model.vision_model."):
         if name.startswith(prefix):
             rest = name[len(prefix):].removeprefix("vision_model.")
             return None if rest.startswith("head.") else "vision_tower." + rest
-    for prefix in ("model.multi_modal_projector.", "multi_modal_projector."):
+    for prefix in ("model.multi_modal_projector.", "multi_modal_projector.", "model.connector."):
         if name.startswith(prefix):
             return "multi_modal_projector." + name[len(prefix):]
     return name

@@ -12,7 +12,7 @@ import torch
 from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
-from mlxr.formats.mmproj import MODEL_TYPES, PLUS_ONE, check_pairing, read_mmproj
+from mlxr.formats.mmproj import PLUS_ONE, check_pairing, read_mmproj
 from mlxr.models import canonical_model_type
 from mlxr.tokenizer.tokenizer import Tokenizer
 
@@ -20,6 +20,7 @@ from mlxr.tokenizer.tokenizer import Tokenizer
 IMAGE_TOKENS = {
     "gemma3": {"image_marker": "<start_of_image>", "image_sequence": "\n\n<start_of_image>{image}<end_of_image>\n\n",
                "image_token": "<image_soft_token>", "bidirectional": True},
+    "idefics3": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
     "llava": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
 }
 
@@ -39,9 +40,7 @@ def with_projector(args: ModelArgs, tokenizer: Tokenizer, path: Path,
     except BaseException:
         f.close()
         raise
-    projector = vision.fields["projector"]
-    args = replace(args, model_type=MODEL_TYPES[projector],
-                   vision=VisionArgs(**vision.fields, **tokens, image_token_id=image_token_id))
+    args = replace(args, vision=VisionArgs(**vision.fields, **tokens, image_token_id=image_token_id))
     if not weights:
         f.close()
         return args, iter(())

@@ -5,13 +5,13 @@ from torch import nn
 
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
-from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, gemma4, gemma_embedding, gpt_oss, granite, llava, llama,
+from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, gemma4, gemma_embedding, gpt_oss, granite, idefics3, llava, llama,
                          mistral, mixtral, nomic_bert, olmo2, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe,
                          xlm_roberta)
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
-_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, gpt_oss, gemma4,
+_MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, idefics3, gpt_oss, gemma4,
             qwen35, qwen35moe)
 # Encoders (embedding and reranking models): no KV cache, loaded by loader/encoder_model.py.
 _ENCODER_MODULES = (bert, xlm_roberta, nomic_bert, gemma_embedding)
@@ -19,8 +19,12 @@ ENCODERS = frozenset(m.ARCH.name for m in _ENCODER_MODULES)
 _MODULES += _ENCODER_MODULES
 ARCHITECTURES: dict[str, Architecture] = {m.ARCH.name: m.ARCH for m in _MODULES}
 MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
-# The vision-language model of an architecture whose ModelArgs carry a tower (args.vision).
-VISION_MODELS: dict[str, type[nn.Module]] = {"gemma3": gemma3_vlm.MODEL, "llava": llava.MODEL}
+# The vision-language model of ModelArgs that carry a tower (args.vision), by its projector (a
+# Llama GGUF with an Idefics3 mmproj is Idefics3).
+VISION_MODELS: dict[str, type[nn.Module]] = {"gemma3": gemma3_vlm.MODEL, "llava": llava.MODEL,
+                                             "idefics3": idefics3.MODEL}
+# The architectures whose config.json may carry a tower (a vision_config).
+VISION_ARCHS = frozenset(a.name for a in ARCHITECTURES.values() if a.hf_vision is not None)
 _BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}
 _BY_GGUF_ARCH: dict[str, list[Architecture]] = {}
 for _arch in ARCHITECTURES.values():
@@ -69,7 +73,7 @@ def is_encoder(name: str) -> bool:
 def build_model(args: ModelArgs) -> nn.Module:
     name = canonical_model_type(args.model_type)
     if args.vision is not None:
-        if name not in VISION_MODELS:
+        if args.vision.projector not in VISION_MODELS:
             raise UnsupportedModelError(f"{name} takes no images; its config.json has a vision_config")
-        return VISION_MODELS[name](args)
+        return VISION_MODELS[args.vision.projector](args)
     return MODELS[name](args)

@@ -14,6 +14,7 @@ import numpy as np
 
 from mlxr.config import LinearAttentionArgs, ModelArgs
 from mlxr.errors import ModelFormatError
+from mlxr.formats.gguf_config import main_layer_count
 from mlxr.models import moe_arch
 from mlxr.models.qwen3 import HEAD_NORM_TENSORS
 
@@ -45,7 +46,7 @@ def gguf_fields(m: Any) -> dict[str, Any]:
     inner = m.pos_int("ssm.inner_size")
     if inner % value_heads:
         raise ModelFormatError(f"GGUF {m.arch}.ssm.inner_size {inner} is not a multiple of time_step_rank {value_heads}")
-    layers = m.pos_int("block_count")
+    layers = main_layer_count(m)
     linear = LinearAttentionArgs(
         layers=_recurrent_layers(m, layers),
         num_key_heads=m.pos_int("ssm.group_count"),
@@ -74,9 +75,11 @@ def _recurrent_layers(m: Any, layers: int) -> tuple[bool, ...]:
     if flags is None:
         interval = m.pos_int("full_attention_interval", 4)
         return tuple((i + 1) % interval != 0 for i in range(layers))
-    if not isinstance(flags, list) or len(flags) != layers or not all(isinstance(f, bool) for f in flags):
-        raise ModelFormatError(f"GGUF {m.arch}.attention.recurrent_layers must list {layers} booleans")
-    return tuple(flags)
+    # The converter lists the MTP layers (full attention) after the model's own.
+    total = m.pos_int("block_count")
+    if not isinstance(flags, list) or len(flags) != total or not all(isinstance(f, bool) for f in flags):
+        raise ModelFormatError(f"GGUF {m.arch}.attention.recurrent_layers must list {total} booleans")
+    return tuple(flags[:layers])
 
 
 def _untile(array: np.ndarray, axis: int, key_heads: int, group: int, head_dim: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 _TEXT = """\
 The quick brown fox jumps over the lazy dog. A small model reads a short prompt and
@@ -42,6 +42,7 @@ class TokenizerSpec:
     unk: str | None
     chat: str  # "zephyr" | "chatml" | "gemma"
     add_bos: bool
+    words: tuple[str, ...] = ()  # ordinary (not special) tokens added after training
 
 
 LLAMA = TokenizerSpec(("<unk>", "<s>", "</s>"), "<s>", ("</s>",), None, "<unk>", "zephyr", True)
@@ -55,6 +56,11 @@ GEMMA_VLM = TokenizerSpec(GEMMA.specials + ("<start_of_image>", "<end_of_image>"
 
 # LLaVA: Llama's specials and its <image> placeholder (id 3).
 LLAVA = TokenizerSpec(("<unk>", "<s>", "</s>", "<image>"), "<s>", ("</s>",), None, "<unk>", "zephyr", True)
+# Idefics3 / SmolVLM: LLaVA's, then the tile layout's tokens as their processor writes them.
+IDEFICS3 = TokenizerSpec(LLAVA.specials + ("<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+                         + tuple(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+                         "<s>", ("</s>", "<end_of_utterance>"), None, "<unk>", "zephyr", True,
+                         words=("\n\n",))  # a token of SmolVLM's vocabulary that libmtmd's tile layout looks up
 
 # gpt-oss's specials (in the fixture's own ids 0..7); its replies stop at <|return|> or <|call|>.
 HARMONY = TokenizerSpec(("<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
@@ -137,13 +143,14 @@ def build_tokenizer(spec: TokenizerSpec, vocab_size: int) -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=vocab_size - len(spec.words),
         special_tokens=list(spec.specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         min_frequency=1,
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(vocab_size), trainer)
+    tok.add_tokens([AddedToken(w, normalized=False, special=False) for w in spec.words])
     missing = vocab_size - tok.get_vocab_size()
     if missing < 0:
         raise ValueError(f"trained {tok.get_vocab_size()} tokens, more than {vocab_size}")

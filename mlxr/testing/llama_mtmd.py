@@ -23,6 +23,7 @@ class MtmdRun:
     encode_ms: float  # "mtmd batch encoding done in N ms": the tower and projector
     prompt_ms: float  # llama_perf's prompt eval time: text and image, up to the first token
     formatted: str  # the chat prompt it rendered
+    image_batches: tuple[int, ...] = ()  # the tokens of each image (or tile) it encoded, in order
 
 
 def mtmd_cli(bin_dir: Path = BIN_DIR) -> Path | None:
@@ -30,28 +31,27 @@ def mtmd_cli(bin_dir: Path = BIN_DIR) -> Path | None:
     return exe if exe.is_file() and os.access(exe, os.X_OK) else None
 
 
+_PERF = "prompt eval time ="  # the last line read below
+_ATTEMPTS = 8  # it loses them in 1 to 3 runs of 10 on a loaded host
+
+
 def run_mtmd(exe: Path, model: Path, mmproj: Path, image: Path, question: str, n_predict: int,
-             threads: int = 2, extra: tuple[str, ...] = (), attempts: int = 3) -> MtmdRun:
-    """One llama-mtmd-cli run and the figures its log gives. Now and then a run exits 0 with its
-    log cut short before llama_perf's lines (1 run in 3 on a shared host, 2026-12-02): such a run
-    is repeated, up to `attempts` runs in all."""
+             threads: int = 2, extra: tuple[str, ...] = ()) -> MtmdRun:
     cmd = [str(exe), "-m", str(model), "--mmproj", str(mmproj), "--image", str(image), "-p", question,
            "--temp", "0", "-n", str(n_predict), "--ignore-eos", "-t", str(threads), "-v", "--seed", "1", *extra]
-    for attempt in range(attempts):
+    for _ in range(_ATTEMPTS):
         res = subprocess.run(cmd, capture_output=True, timeout=600)
         log = res.stderr.decode(errors="replace")
         if res.returncode != 0:
             raise RuntimeError(f"llama-mtmd-cli failed ({res.returncode}):\n{log[-3000:]}")
-        if re.search(_PERF, log) is not None or attempt == attempts - 1:
+        if _PERF in log:  # its log is written by a thread that can lose the last lines at exit: run it again
             break
     return MtmdRun(res.stdout.strip(b"\n"), int(_find(r"encoding batch with \d+ entries and total (\d+) tokens", log)),
-                   int(_find(_PERF, log)),
+                   int(_find(r"prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens", log)),
                    float(_find(r"mtmd batch encoding done in ([\d.]+) ms", log)),
                    float(_find(r"prompt eval time =\s*([\d.]+) ms", log)),
-                   _find(r"formatted_chat\.prompt: (.*?)\n\S*\s*[DI] mtmd_", log, re.S))
-
-
-_PERF = r"prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens"
+                   _find(r"formatted_chat\.prompt: (.*?)\n\S*\s*[DI] mtmd_", log, re.S),
+                   tuple(int(n) for n in re.findall(r"encoding batch with \d+ entries and total (\d+) tokens", log)))
 
 
 def _find(pattern: str, log: str, flags: int = 0) -> str:

@@ -56,6 +56,26 @@ LLAVA = {
     "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "projector_hidden_act": "gelu",
     "tie_word_embeddings": False,
 }
+# Idefics3: a 2-layer Llama, a 2-layer tower of 64 x 64 tiles in 8 x 8 patches (an 8 x 8 grid)
+# pixel-shuffled 2 x 2 into 16 tokens a tile; the processor resizes the longest edge to 128, so an
+# image is up to 2 x 2 tiles and the whole one. SmolVLM: the same with its own classes and
+# 4 x 4 shuffling (4 tokens a tile), tied embeddings.
+IDEFICS3 = {
+    "model_type": "idefics3", "architectures": ["Idefics3ForConditionalGeneration"],
+    "text_config": {**LLAVA["text_config"], "architectures": ["VLlama3ForCausalLM"]},
+    "vision_config": {
+        "model_type": "idefics3_vision", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "image_size": 64, "patch_size": 8, "layer_norm_eps": 1e-6,
+    },
+    "image_token_id": ft.IDEFICS3.specials.index("<image>"), "scale_factor": 2, "tie_word_embeddings": False,
+}
+SMOLVLM = {
+    **IDEFICS3, "model_type": "smolvlm", "architectures": ["SmolVLMForConditionalGeneration"],
+    "text_config": {**IDEFICS3["text_config"], "tie_word_embeddings": True},
+    "vision_config": {**IDEFICS3["vision_config"], "model_type": "smolvlm_vision"},
+    "scale_factor": 4, "tie_word_embeddings": True,
+}
+IDEFICS3_LONGEST_EDGE = 128
 # For bench/vision_prefix_cache.py: Gemma 3 270M's text width, a SigLIP of 224 pixels in 14-pixel
 # patches (16 x 16) pooled to 64 soft tokens.
 GEMMA3_VLM_SHAPE = {
@@ -72,11 +92,14 @@ GEMMA3_VLM_SHAPE = {
 # layer global, so of two layers none: the HF checkpoint says the same.
 GEMMA3_VLM_SWA = {**GEMMA3_VLM, "text_config": {**GEMMA3_VLM["text_config"], "layer_types": ["sliding_attention"] * 2}}
 VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22), "gemma3-vlm-shape": (GEMMA3_VLM_SHAPE, 23),
-                "tiny-gemma3-vlm-swa": (GEMMA3_VLM_SWA, 24)}
+                "tiny-gemma3-vlm-swa": (GEMMA3_VLM_SWA, 24), "tiny-idefics3": (IDEFICS3, 25),
+                "tiny-smolvlm": (SMOLVLM, 26)}
 _KINDS = {"tiny-gemma3-vlm": ("Gemma3ForConditionalGeneration", _SPEC),
           "tiny-gemma3-vlm-swa": ("Gemma3ForConditionalGeneration", _SPEC),
           "gemma3-vlm-shape": ("Gemma3ForConditionalGeneration", _SPEC),
-          "tiny-llava": ("LlavaForConditionalGeneration", ft.LLAVA)}
+          "tiny-llava": ("LlavaForConditionalGeneration", ft.LLAVA),
+          "tiny-idefics3": ("Idefics3ForConditionalGeneration", ft.IDEFICS3),
+          "tiny-smolvlm": ("SmolVLMForConditionalGeneration", ft.IDEFICS3)}
 
 
 def _value(seed: int, name: str, shape: tuple[int, ...], gemma: bool):
@@ -85,6 +108,12 @@ def _value(seed: int, name: str, shape: tuple[int, ...], gemma: bool):
 
 
 def _processor(name: str, side: int):
+    if name in ("tiny-idefics3", "tiny-smolvlm"):
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+        from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+
+        cls = Idefics3ImageProcessorPil if name == "tiny-idefics3" else SmolVLMImageProcessorPil
+        return cls(size={"longest_edge": IDEFICS3_LONGEST_EDGE}, max_image_size={"longest_edge": side})
     if name == "tiny-llava":
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 

@@ -2,7 +2,8 @@
 calls this for an ImagePrompt; the server, off its event loop, before it counts the tokens): each image decoded
 within the bounds (vision/decode.py), preprocessed as the model's image processor does, its
 marker expanded to the model's image sequence (the placeholders the embeddings replace), and its
-file's SHA-256 for the prefix cache."""
+file's SHA-256 for the prefix cache. An Idefics3 image is several tiles (vision/tiles.py), each
+its own ImageInput (its own run of placeholders, keyed by the file's digest and its index)."""
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +14,7 @@ from mlxr.types import ImageInput, ImagePrompt, ImagePromptIds
 from mlxr.vision.decode import decode_image
 from mlxr.vision.limits import image_limits
 from mlxr.vision.preprocess import pixel_values
+from mlxr.vision.tiles import Tiles, tile_sequence, tiled_pixel_values
 
 
 def check_takes_images(vision: VisionArgs | None, n_images: int) -> VisionArgs:
@@ -29,18 +31,28 @@ def image_prompt_ids(prompt: ImagePrompt, vision: VisionArgs | None, tokenizer) 
     vision = check_takes_images(vision, len(prompt.images))
     limits = image_limits()
     names = prompt.names or tuple(f"images[{i}]" for i in range(len(prompt.images)))
-    pixels = [pixel_values(decode_image(data, limits, name), vision.preprocess)
-              for name, data in zip(names, prompt.images)]
-    ids = tokenizer.encode(_expanded(prompt, vision), add_special_tokens=prompt.add_special_tokens)
+    decoded = [decode_image(data, limits, name) for name, data in zip(names, prompt.images)]
+    if vision.tiled:
+        tiles = [tiled_pixel_values(im, vision.preprocess, limits.max_tiles, name) for name, im in zip(names, decoded)]
+    else:
+        tiles = [Tiles([pixel_values(im, vision.preprocess)], 0, 0) for im in decoded]
+    ids = tokenizer.encode(_expanded(prompt, vision, tiles), add_special_tokens=prompt.add_special_tokens)
     spans = _placeholder_runs(ids, vision.image_token_id)
-    if len(spans) != len(prompt.images) or any(n != vision.tokens_per_image for _, n in spans):
+    if len(spans) != sum(len(t.pixels) for t in tiles) or any(n != vision.tokens_per_image for _, n in spans):
         raise InvalidParameterError("prompt", f"the prompt's text holds image tokens ({vision.image_token!r}) of its own")
-    images = [ImageInput(hashlib.sha256(data).digest(), offset, n, p.tobytes(), list(p.shape))
-              for data, (offset, n), p in zip(prompt.images, spans, pixels)]
+    runs = iter(spans)
+    images = [ImageInput(_digest(data, j, len(t.pixels)), *next(runs), p.tobytes(), list(p.shape))
+              for data, t in zip(prompt.images, tiles) for j, p in enumerate(t.pixels)]
     return ImagePromptIds(ids, images)
 
 
-def _expanded(prompt: ImagePrompt, vision: VisionArgs) -> str:
+def _digest(data: bytes, tile: int, tiles: int) -> bytes:
+    """The prefix-cache key of one image's (or one of its tiles') blocks."""
+    file = hashlib.sha256(data).digest()
+    return file if tiles == 1 else hashlib.sha256(file + tile.to_bytes(4, "little")).digest()
+
+
+def _expanded(prompt: ImagePrompt, vision: VisionArgs, tiles: list[Tiles]) -> str:
     marker, n = vision.image_marker, len(prompt.images)
     text = prompt.text
     found = text.count(marker)
@@ -48,8 +60,13 @@ def _expanded(prompt: ImagePrompt, vision: VisionArgs) -> str:
         text = marker * n + text
     elif found != n:
         raise InvalidParameterError("prompt", f"the prompt marks {found} images ({marker!r}) for the {n} sent")
-    sequence = vision.image_sequence.format(image=vision.image_token * vision.tokens_per_image)
-    return sequence.join(text.split(marker))
+    placeholders = vision.image_token * vision.tokens_per_image
+    pieces = text.split(marker)
+    out = [pieces[0]]
+    for t, piece in zip(tiles, pieces[1:]):
+        image = tile_sequence(t, placeholders) if vision.tiled else vision.image_sequence.format(image=placeholders)
+        out += [image, piece]
+    return "".join(out)
 
 
 def _placeholder_runs(ids: list[int], image_id: int) -> list[tuple[int, int]]:

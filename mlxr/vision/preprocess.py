@@ -11,8 +11,11 @@ from mlxr.config import ImagePreprocess
 
 
 def pixel_values(image: Image.Image, p: ImagePreprocess) -> np.ndarray:
-    image = _resized(image, p)
-    x = np.asarray(image, dtype=np.uint8)  # [H, W, 3]
+    return normalized(np.asarray(_resized(image, p), dtype=np.uint8), p)
+
+
+def normalized(x: np.ndarray, p: ImagePreprocess) -> np.ndarray:
+    """8-bit [H, W, 3] -> rescaled, normalised float32 [3, H, W]."""
     out = x.astype(np.float64) * p.rescale_factor if p.do_rescale else x.astype(np.float64)
     out = out.astype(np.float32)
     if p.do_normalize:

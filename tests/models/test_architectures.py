@@ -86,9 +86,10 @@ CASES: dict[str, Case] = {
                              ({"attention_k_eq_v": False}, 1e-3)),
                    gguf="none", notes="per-layer inputs, shared K/V, k = v, MoE beside the MLP; HF only"),
 }
-# LLaVA takes images and has no text-only checkpoint: tests/models/test_llava.py checks it;
-# encoders: tests/models/test_encoders.py; hybrid models (recurrent state): tests/models/test_qwen35.py.
-ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava"} - set(HYBRID_ARCHS))
+# LLaVA and Idefics3 take images and have no text-only checkpoint: tests/models/test_llava.py and
+# test_idefics3.py check them; encoders: tests/models/test_encoders.py; hybrid models (recurrent
+# state): tests/models/test_qwen35.py.
+ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava", "idefics3"} - set(HYBRID_ARCHS))
 SOURCES = ["safetensors", "gguf"]
 
 

@@ -68,3 +68,61 @@ def test_sixteen_bit_grey_keeps_its_range():
     img = decode_image(encoded(64, 64, "I;16", "PNG"), ImageLimits())
     values = np.asarray(img)
     assert img.mode == "RGB" and 0 < values.mean() < 250
+
+
+def _tiling_processors():
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+    from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+
+    return {
+        "idefics3-1456-364": (Idefics3ImageProcessorPil(), 364),
+        "smolvlm-2048-512": (SmolVLMImageProcessorPil(size={"longest_edge": 2048},
+                                                      max_image_size={"longest_edge": 512}), 512),
+        "smolvlm-unsplit-bicubic": (SmolVLMImageProcessorPil(size={"longest_edge": 1024}, resample=3,
+                                                             max_image_size={"longest_edge": 512},
+                                                             do_image_splitting=False), 512),
+    }
+
+
+@pytest.fixture(scope="module")
+def tiling_processors():
+    return {name: (p, preprocess_from_hf(p.to_dict(), side, tiled=True))
+            for name, (p, side) in _tiling_processors().items()}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_tiles_equal_idefics3_and_smolvlm_processors(tiling_processors, case):
+    """Idefics3's resizes (longest edge, then whole tiles), its split row by row and the whole
+    image last, bit for bit; its padding mask all ones (every tile is whole)."""
+    from mlxr.vision.tiles import tiled_pixel_values
+
+    rgb = decode_image(encoded(*case), ImageLimits())
+    for name, (hf, pre) in tiling_processors.items():
+        want = hf([[rgb]], return_tensors="np", return_row_col_info=True)
+        got = tiled_pixel_values(rgb, pre, max_tiles=1000)
+        assert (got.rows, got.cols) == (want["rows"][0][0], want["cols"][0][0]), name
+        assert len(got.pixels) == want["pixel_values"].shape[1], name
+        assert want["pixel_attention_mask"].all(), name
+        for ours, theirs in zip(got.pixels, want["pixel_values"][0]):
+            assert ours.dtype == np.float32 and ours.shape == theirs.shape, name
+            assert np.abs(ours - theirs).max() == 0.0, name
+
+
+def test_tiles_beyond_the_limit_are_refused(tiling_processors):
+    from mlxr.errors import InvalidParameterError
+    from mlxr.vision.tiles import tiled_pixel_values
+
+    _, pre = tiling_processors["idefics3-1456-364"]
+    rgb = decode_image(encoded(1920, 1080, "RGB", "JPEG"), ImageLimits())
+    assert len(tiled_pixel_values(rgb, pre, max_tiles=13).pixels) == 13  # 3 x 4 and the whole
+    with pytest.raises(InvalidParameterError, match="MLXR_MAX_IMAGE_TILES"):
+        tiled_pixel_values(rgb, pre, max_tiles=12)
+
+
+def test_idefics3_config_bounds_the_tiles():
+    from mlxr.errors import ModelFormatError
+
+    with pytest.raises(ModelFormatError, match="tiles"):
+        preprocess_from_hf({"size": {"longest_edge": 4096}, "max_image_size": {"longest_edge": 364}}, 364, tiled=True)
+    with pytest.raises(ModelFormatError, match="image_size"):
+        preprocess_from_hf({"max_image_size": {"longest_edge": 512}}, 364, tiled=True)

@@ -78,6 +78,9 @@ class CoreParts:
     # (name, path, bounds) -> the adapter in the model's own names (the loader maps GGUF names);
     # None: formats/lora_adapter.read_adapter, PEFT directories as they are.
     read_adapter: Callable | None = None
+    # (checkpoint, args) -> the target's MTP layer's tensors by the loader's rules
+    # (loader/mtp_weights.read_mtp_tensors); None: a directory's mtp.* tensors as they are.
+    read_mtp: Callable | None = None
 
 
 def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:

@@ -92,10 +92,14 @@ def _head_proposer(parts, config: EngineConfig, num_blocks: int) -> Proposer:
         raise InvalidParameterError("speculative_method", f"{config.speculative_method!r} is not offered under "
                                                           "tensor parallelism")
     if config.speculative_method == "eagle3":
-        from mlxr.engine.spec_decode.eagle3 import load_eagle3 as load
+        from mlxr.engine.spec_decode.eagle3 import load_eagle3
+
+        head = load_eagle3(config.speculative_model, parts.model, parts.args, parts.dtype, parts.device)
     else:
-        from mlxr.engine.spec_decode.mtp import load_mtp as load
-    head = load(config.speculative_model, parts.model, parts.args, parts.dtype, parts.device)
+        from mlxr.engine.spec_decode.mtp import load_mtp
+
+        head = load_mtp(config.speculative_model, parts.model, parts.args, parts.dtype, parts.device,
+                        read_mtp=parts.read_mtp)
     return HeadProposer(head, parts.dtype, parts.device, config.block_size, num_blocks)
 
 

@@ -6,8 +6,9 @@ own output in the target hidden state's place (one layer chained k times).
 
 MTPLayer takes any block with the decoder-block call of mlxr's models
 (x, positions, kv, meta, residual) -> (out, residual), so a family plugs in its own; load_mtp
-reads Qwen3-Next's layout (`mtp.fc`, `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`,
-`mtp.layers.0.*`, `mtp.norm`) from the target's checkpoint, with the target's block class."""
+reads Qwen3-Next's and Qwen3.5's layout (`mtp.fc`, `mtp.pre_fc_norm_embedding`,
+`mtp.pre_fc_norm_hidden`, `mtp.layers.0.*`, `mtp.norm`) from the target's checkpoint, or the
+nextn layer of a GGUF from llama.cpp's converter (loader/mtp_weights.py), with the target's block class."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -67,25 +68,36 @@ class MTPHead(nn.Module):
         return self._target[0].compute_logits(normed).float()
 
 
-def load_mtp(checkpoint_dir: str | Path, target_model: nn.Module, target: ModelArgs, dtype: torch.dtype,
-             device: torch.device, make_block=None) -> MTPHead:
-    """The MTP layer stored beside a target's weights (its `mtp.*` tensors), built from the
-    target's own norm class and make_block(args) (default: the block class of the target's last
-    layer; a hybrid family passes its full-attention block)."""
-    tensors = read_tensors(checkpoint_dir, MTP_PREFIX)
-    if not tensors:
-        raise ModelFormatError(f"{checkpoint_dir} holds no {MTP_PREFIX}* tensors: the checkpoint has no MTP layer")
-    extra = sorted({n.split(".")[1] for n in tensors if n.startswith("layers.") and not n.startswith("layers.0.")})
-    if extra:
-        raise ModelFormatError(f"MTP layers {', '.join(extra)}: only one MTP layer (layers.0) is supported")
+def load_mtp(checkpoint: str | Path, target_model: nn.Module, target: ModelArgs, dtype: torch.dtype,
+             device: torch.device, make_block=None, read_mtp=None) -> MTPHead:
+    """The MTP layer stored beside a target's weights (a directory's `mtp.*` tensors, or a GGUF's
+    nextn layer: read_mtp, the loader's loader/mtp_weights.read_mtp_tensors; without it a
+    directory's mtp.* tensors as they are), built from the target's own norm class and make_block(args)
+    (default: the target's block class, as the layer after its last: a hybrid family's block
+    there is full attention)."""
+    tensors = (read_mtp or _plain_mtp_tensors)(checkpoint, target)
     backbone = target_model.model
     norm_class = type(backbone.norm)
     with torch.device("meta"):
-        block = (make_block or _last_block_class(backbone))(target)
+        block = (make_block or _next_block_class(backbone))(target)
         layer = MTPLayer(target.hidden_size, block, norm_class, target.rms_norm_eps)
-    place_weights(layer, tensors, f"the MTP layer of {Path(checkpoint_dir).name}", dtype, device)
-    return MTPHead(layer, target_model, replace(target, num_hidden_layers=1))
+    place_weights(layer, tensors, f"the MTP layer of {Path(checkpoint).name}", dtype, device)
+    # Its own KV cache: one attention layer (a hybrid target's recurrent layers are not the head's).
+    kv_args = replace(target, num_hidden_layers=1, linear_attention=None)
+    return MTPHead(layer, target_model, kv_args)
 
 
-def _last_block_class(backbone: nn.Module):
-    return lambda args: type(backbone.layers[-1])(args, args.num_hidden_layers - 1)
+def _plain_mtp_tensors(checkpoint: str | Path, target: ModelArgs) -> dict[str, torch.Tensor]:
+    tensors = read_tensors(checkpoint, MTP_PREFIX)
+    if not tensors:
+        raise ModelFormatError(f"{checkpoint} holds no {MTP_PREFIX}* tensors: the checkpoint has no MTP layer")
+    return tensors
+
+
+def _next_block_class(backbone: nn.Module):
+    """The target's block class; a hybrid target's numbered past its layer table (full attention),
+    another's as its last layer (whose kind, e.g. sliding or not, the layer table knows)."""
+    def make(args: ModelArgs) -> nn.Module:
+        index = args.num_hidden_layers if args.linear_attention is not None else args.num_hidden_layers - 1
+        return type(backbone.layers[-1])(args, index)
+    return make

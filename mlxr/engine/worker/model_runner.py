@@ -271,7 +271,7 @@ class ModelRunner:
     def _run_tapped(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
         """A step whose hidden states a head proposer takes: eager (graphs return logits only)."""
         inputs = self.batch.build(out, pending, False, None)
-        hidden = self.hidden_tap.forward(self.model, inputs.input_ids, inputs.positions, self.kv_cache.layers,
+        hidden = self.hidden_tap.forward(self.model, inputs.input_ids, inputs.positions, self.kv_cache.model_layers,
                                          inputs.meta)
         self.hidden_tap.hand_over(out, hidden)
         if not inputs.sampling_ids:

@@ -23,13 +23,29 @@ class PatchEmbeddings(nn.Module):
     def __init__(self, v: VisionArgs) -> None:
         super().__init__()
         self.patch_embedding = nn.Conv2d(v.num_channels, v.hidden_size, v.patch_size, stride=v.patch_size)
-        self.num_patches = (v.image_size // v.patch_size) ** 2
+        self.side = v.image_size // v.patch_size
+        self.num_patches = self.side**2
         self.position_embedding = nn.Embedding(self.num_patches, v.hidden_size)
+        self.bucketed = v.tower == "idefics3"
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         weight = self.patch_embedding.weight
         x = self.patch_embedding(pixels.to(weight.dtype)).flatten(2).transpose(1, 2)  # [B, patches, D]
+        if self.bucketed:
+            return x + self.position_embedding(self._bucketed_positions(pixels.device))
         return x + self.position_embedding.weight.to(x.dtype)
+
+    def _bucketed_positions(self, device: torch.device) -> torch.Tensor:
+        """Idefics3's position ids of a whole (unpadded) tile, computed with its float32 ops: each
+        patch's fractional coordinate bucketed among the grid's boundaries (rounding can move a
+        patch off the plain arange, so the ops are theirs)."""
+        n = self.side
+        boundaries = torch.arange(1 / n, 1.0, 1 / n, device=device)
+        step = 1.0 / torch.tensor([n], device=device)
+        coords = torch.clamp(torch.arange(n, device=device, dtype=torch.float32)[None, :] * step[:, None],
+                             max=1.0 - 1e-6)
+        bucket = torch.bucketize(coords, boundaries, right=True)[0]
+        return (bucket[:, None] * n + bucket[None, :]).reshape(-1)
 
 
 class VisionAttention(nn.Module):

@@ -12,6 +12,7 @@ from mlxr.config import ModelArgs
 from mlxr.loader.sampling_defaults import SamplingDefaults
 from mlxr.server.model_manager import ServedModel
 from mlxr.server.ollama.durations import expiry_text
+from mlxr.vision.tiles import tile_count_bound
 
 
 def hex_digest(record: Any) -> str:
@@ -95,15 +96,19 @@ def model_info(record: Any, args: ModelArgs) -> dict[str, Any]:
 
 def vision_info(arch: str, vision: Any) -> dict[str, Any]:
     """The tower's shape under Ollama's `{arch}.vision.*` keys, and the image tokens a prompt
-    gets for each image (the web UI's vision playground shows it)."""
-    return {
+    gets for each image (the web UI's vision playground shows it); a tiled model's (Idefics3)
+    count varies with the image, so it says the tokens of one tile and the most tiles instead."""
+    info = {
         f"{arch}.vision.block_count": vision.num_hidden_layers,
         f"{arch}.vision.embedding_length": vision.hidden_size,
         f"{arch}.vision.attention.head_count": vision.num_attention_heads,
         f"{arch}.vision.image_size": vision.image_size,
         f"{arch}.vision.patch_size": vision.patch_size,
-        "mlxr.vision.tokens_per_image": vision.tokens_per_image,
     }
+    if not vision.tiled:
+        return info | {"mlxr.vision.tokens_per_image": vision.tokens_per_image}
+    return info | {"mlxr.vision.tokens_per_tile": vision.tokens_per_image,
+                   "mlxr.vision.max_tiles": tile_count_bound(vision.preprocess.tiling)}
 
 
 def capabilities(template: str, args: ModelArgs | None = None, chat_model: bool = False) -> list[str]:

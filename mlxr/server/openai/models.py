@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.errors import ContextLengthError, InvalidParameterError
 from mlxr.loader.hf_model import read_config
-from mlxr.models import ENCODERS, VISION_MODELS
+from mlxr.models import ENCODERS, VISION_ARCHS
 from mlxr.server.openai.lora import adapter_cards
 from mlxr.server.openai.prompts import encode_inputs
 from mlxr.server.openai.schemas import MAX_EMBEDDING_TOKENS, EmbeddingRequest
@@ -51,7 +51,7 @@ def takes_images(record, served=None) -> bool:
         return served.args.vision is not None
     if getattr(record, "projector", None) is not None:
         return True
-    if record.format != "safetensors" or record.architecture not in VISION_MODELS:
+    if record.format != "safetensors" or record.architecture not in VISION_ARCHS:
         return False
     try:
         return isinstance(read_config(record.path).get("vision_config"), dict)
