@@ -88,18 +88,18 @@ class CoreParts:
 
 def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
     """A model with recurrent-state layers runs without what needs a state at an arbitrary
-    earlier position (swapping preempted requests: they recompute; the host and disk tiers) or
-    captured steps: not offered for it yet (docs/models.md). Its prefix caching resumes from
-    state checkpoints (sched/state_prefix.py). Rejected drafts roll its state back
-    (worker/state_rollback.py); a draft model with such layers is refused."""
+    earlier position in the host and disk tiers or captured steps but the CPU's decode graphs (a
+    drafted row runs eagerly): not offered for it yet (docs/models.md). Its prefix caching resumes
+    from state checkpoints and a swapped request keeps its state in one (sched/state_prefix.py).
+    Rejected drafts roll its state back (worker/state_rollback.py); a draft model with such layers
+    is refused."""
     if parts.draft is not None and parts.draft.args.linear_attention is not None:
         raise InvalidParameterError("speculative_draft_model", f"{parts.draft.args.model_type} keeps a recurrent "
                                                                "state: not offered as a draft model yet")
     args = parts.args
     if args.linear_attention is None:
         return config
-    off = dict(kv_host_cache_gb=0.0, kv_cache_dir=None,
-               enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False)
+    off = dict(kv_host_cache_gb=0.0, kv_cache_dir=None, enable_cuda_graphs=False, enable_prefill_graphs=False)
     if not config.enable_prefix_caching or config.num_state_checkpoints == 0:
         off["swap_space_gb"] = 0.0  # a swapped request's state is kept in the checkpoint pool
     changed = [k for k, v in off.items() if getattr(config, k) != v]
