@@ -15,7 +15,7 @@ import msgspec
 import torch
 
 from mlxr.config import EngineConfig, ParallelConfig
-from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.core.core_parts import CoreParts
 from mlxr.engine.core.core_attach import Attachment
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.frontend.attached_client import AttachedClient

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 from mlxr.config import EngineConfig, ParallelConfig
-from mlxr.engine.core.engine_core import CoreParts, EngineCore
+from mlxr.engine.core.core_parts import CoreParts
+from mlxr.engine.core.engine_core import EngineCore
 from mlxr.engine.records import EngineCoreRequest, NewRequestData, SchedulerOutput
 from mlxr.types import SamplingParams
 

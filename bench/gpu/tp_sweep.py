@@ -64,7 +64,8 @@ def cases(tiny: bool, big: bool) -> list[Case]:
 # --- one case, in a process of its own ----------------------------------------------------------
 def run_case(case: Case, device: str, eager: bool, tp_graphs: bool) -> dict:
     from mlxr.config import EngineConfig
-    from mlxr.engine.core.engine_core import CoreParts, EngineCore
+    from mlxr.engine.core.core_parts import CoreParts
+    from mlxr.engine.core.engine_core import EngineCore
 
     args, dtype = SHAPES[case.shape], torch.bfloat16 if device == "cuda" else torch.float32
     config = EngineConfig(max_num_seqs=max(case.batch, 1), kv_cache_memory_gb=4.0 if device == "cuda" else 0.25,
@@ -91,7 +92,8 @@ def _tp_core(args: ModelArgs, dtype: torch.dtype, device: str, tp: int, config, 
     from mlxr.distributed import messages as msg
     from mlxr.distributed.executor import TPExecutor, TPRunner
     from mlxr.distributed.model_shard import RANDOM_PREFIX, load_shard
-    from mlxr.engine.core.engine_core import CoreParts, EngineCore
+    from mlxr.engine.core.core_parts import CoreParts
+    from mlxr.engine.core.engine_core import EngineCore
 
     executor = TPExecutor(ParallelConfig(tp, cuda_graphs=graphs), device)
     spec = {"ref": RANDOM_PREFIX + msgspec.json.encode(args).decode(), "dtype": str(dtype).removeprefix("torch."),

@@ -25,7 +25,7 @@ from mlxr.distributed.model_shard import load_shard
 from mlxr.distributed.parallel_state import (
     Rendezvous, TPGroup, WorkerGroupError, cpu_threads, free_port, rank_device,
 )
-from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.core.core_parts import CoreParts
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.worker import prompt_logprobs as plp
 from mlxr.engine.worker.model_runner import ModelRunner

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
 
 import torch
 
-from mlxr.config import EngineConfig, ModelArgs
+from mlxr.config import EngineConfig
 from mlxr.engine.core.compile_watch import WATCH
+from mlxr.engine.core.core_parts import CoreParts, drafting_rows, stateful_config
 from mlxr.engine.core.gc_tuning import tune_gc_once
 from mlxr.engine.core.in_flight import StepsInFlight
 from mlxr.engine.core.lora_setup import adapter_slots, attach_core_lora, lora_stats
@@ -34,7 +34,7 @@ from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
 from mlxr.engine.sched.state_index import StateCheckpointIndex
 from mlxr.engine.sched.state_prefix import StatePrefix
-from mlxr.engine.spec_decode.factory import connect_hidden_states, draft_budget, jumps_forward, make_speculator
+from mlxr.engine.spec_decode.factory import connect_hidden_states, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.engine.worker.prompt_logprobs import prompt_logprobs
@@ -50,62 +50,6 @@ log = logging.getLogger(__name__)
 # (H100, 16 cores: llguidance's parallel fill took 114 us a row beside 16 torch threads,
 # 25 us beside 2; bench/structured_overhead.py).
 CUDA_CORE_TORCH_THREADS = 1
-
-
-def _drafting_rows(config: EngineConfig, parts) -> int:
-    """A drafting step's decode rows at most (a draft token is a row): speculative decoding's
-    or jump-forward's, within speculative_max_batch requests unless the device's measured step
-    costs plan the drafts (then at any batch)."""
-    drafts = config.speculative_method is not None or jumps_forward(config, parts)
-    planned = drafts and draft_budget(config, parts.device) is not None
-    batch = config.max_num_seqs if planned else min(config.max_num_seqs, config.speculative_max_batch)
-    return batch * (1 + config.num_speculative_tokens) if drafts else 0
-
-
-@dataclass(frozen=True)
-class CoreParts:
-    """What a loaded model gives the engine: the weights, their shape and placement, and the
-    tokenizer (the frontend's, and structured output's vocabulary in the core). A frontend
-    whose core runs in another process holds the args and the tokenizer alone."""
-
-    model: torch.nn.Module
-    args: ModelArgs
-    dtype: torch.dtype
-    device: torch.device
-    tokenizer: object | None = None  # mlxr.tokenizer.tokenizer.Tokenizer: structured output's vocabulary
-    model_digest: str = ""  # what the disk tier keys blocks by (the model's files and load options)
-    # A runner of another kind (mlxr/distributed: rank 0 of a tensor-parallel group, which
-    # announces every step to its workers); it runs without step overlap.
-    make_runner: Callable[[torch.nn.Module, KVCache, torch.device], ModelRunner] | None = None
-    draft: "CoreParts | None" = None  # the draft model of speculative_method "draft"
-    # (name, path, bounds) -> the adapter in the model's own names (the loader maps GGUF names);
-    # None: formats/lora_adapter.read_adapter, PEFT directories as they are.
-    read_adapter: Callable | None = None
-    # (checkpoint, args) -> the target's MTP layer's tensors by the loader's rules
-    # (loader/mtp_weights.read_mtp_tensors); None: a directory's mtp.* tensors as they are.
-    read_mtp: Callable | None = None
-
-
-def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
-    """A model with recurrent-state layers runs without what needs a state at an arbitrary
-    earlier position in the host and disk tiers or captured steps but the CPU's decode graphs (a
-    drafted row runs eagerly): not offered for it yet (docs/models.md). Its prefix caching resumes
-    from state checkpoints and a swapped request keeps its state in one (sched/state_prefix.py).
-    Rejected drafts roll its state back (worker/state_rollback.py); a draft model with such layers
-    is refused."""
-    if parts.draft is not None and parts.draft.args.linear_attention is not None:
-        raise InvalidParameterError("speculative_draft_model", f"{parts.draft.args.model_type} keeps a recurrent "
-                                                               "state: not offered as a draft model yet")
-    args = parts.args
-    if args.linear_attention is None:
-        return config
-    off = dict(kv_host_cache_gb=0.0, kv_cache_dir=None, enable_cuda_graphs=False, enable_prefill_graphs=False)
-    if not config.enable_prefix_caching or config.num_state_checkpoints == 0:
-        off["swap_space_gb"] = 0.0  # a swapped request's state is kept in the checkpoint pool
-    changed = [k for k, v in off.items() if getattr(config, k) != v]
-    if changed:
-        log.info("%s keeps a recurrent state per request: %s off", args.model_type, ", ".join(changed))
-    return replace(config, **off)
 
 
 class EngineCore:
@@ -141,13 +85,13 @@ class EngineCore:
         max_rows = None  # a step's decode rows at most (a draft token is a row): the largest graph
         WATCH.install()  # before graph capture: it compiles most kernels, and its budget leaves them out
         if parts.device.type == "cuda" and config.enable_cuda_graphs and self.runner.can_capture_graphs:
-            max_rows = min(max(config.max_num_seqs, _drafting_rows(config, parts)), config.cuda_graph_max_batch)
+            max_rows = min(max(config.max_num_seqs, drafting_rows(config, parts)), config.cuda_graph_max_batch)
             self.runner.enable_cuda_graphs(
                 num_blocks, max_rows, max_blocks_per_seq,
                 min(config.max_num_batched_tokens, self.max_model_len) if config.enable_prefill_graphs else 0,
             )
         elif parts.device.type == "cpu" and config.enable_cpu_graphs and self.runner.can_capture_graphs:
-            self.runner.enable_cpu_graphs(num_blocks, max(config.max_num_seqs, _drafting_rows(config, parts)),
+            self.runner.enable_cpu_graphs(num_blocks, max(config.max_num_seqs, drafting_rows(config, parts)),
                                           max_blocks_per_seq)
         # Overlap the host's work with the device's only where the device runs asynchronously.
         self.overlap = parts.device.type == "cuda" if config.overlap_steps is None else config.overlap_steps

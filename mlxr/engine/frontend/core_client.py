@@ -18,7 +18,8 @@ import zmq
 
 from mlxr.config import EngineConfig
 from mlxr.engine.core.core_proc import CoreLaunch, lora_call
-from mlxr.engine.core.engine_core import CoreParts, EngineCore
+from mlxr.engine.core.core_parts import CoreParts
+from mlxr.engine.core.engine_core import EngineCore
 from mlxr.engine.records import (
     AbortRequests, AddRequests, CoreFailed, CoreMessage, CoreOutputs, CoreReady, Embed, EngineCoreOutput,
     EngineCoreRequest, Hello, LoRACall, PromptLogprobs, Reply, Shutdown, TokenLogprob, decoder, encode,

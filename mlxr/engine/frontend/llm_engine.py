@@ -12,7 +12,7 @@ from dataclasses import replace
 import msgspec
 
 from mlxr.config import EngineConfig
-from mlxr.engine.core.engine_core import CoreParts
+from mlxr.engine.core.core_parts import CoreParts
 from mlxr.engine.frontend.core_client import CoreClient, InprocClient
 from mlxr.engine.frontend.output_processor import OutputProcessor, RequestState
 from mlxr.engine.frontend.processor import Limits, Processor
