@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.budget import StepSpeed, prefill_budget, prefill_shares
+from mlxr.engine.sched.landing import constrained_reasons, roll_back_rejected, take_one, take_tokens
 from mlxr.engine.sched.preemption import next_victim, unschedule
 from mlxr.engine.records import (
     EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
@@ -358,15 +359,11 @@ class Scheduler:
             if req is None or req.is_finished:  # aborted or finished since: a moot row
                 continue
             sampled = result.sampled_token_ids[i]
-            drafts = out.spec_token_ids.get(rid) if out.spec_token_ids else None
-            if drafts:  # rejected drafts roll back by counts: their KV is simply overwritten later
-                rejected = len(drafts) + 1 - len(sampled)
-                req.num_in_flight -= rejected
-                req.num_computed_tokens -= rejected
+            roll_back_rejected(req, out.spec_token_ids.get(rid) if out.spec_token_ids else None, sampled)
             lp = logprobs[i] if logprobs else None
             if req.grammar is not None and len(sampled) == 1:
                 outputs[rid] = None  # keeps the rows' order
-                deferred.append((req, sampled, lp, self._take_one(req, sampled[0])))
+                deferred.append((req, sampled, lp, take_one(req, sampled[0])))
             else:
                 outputs[rid] = self._land(req, sampled, lp)
         if deferred:
@@ -385,31 +382,12 @@ class Scheduler:
         return list(outputs.values())
 
     def _land(self, req: Request, tokens: list[int], logprobs: list[TokenLogprob] | None) -> EngineCoreOutput:
-        taken, reason = 0, None
-        for token in tokens:
-            taken += 1
-            reason = self._take_one(req, token)
-            if req.grammar is not None and reason != "stop":  # a complete grammar ends it as "stop"
-                reason = req.grammar.advance(token) or reason
-            if reason is not None:
-                break
+        taken, reason = take_tokens(req, tokens)
         return self._settle(req, tokens[:taken], logprobs[:taken] if logprobs else None, reason)
-
-    @staticmethod
-    def _take_one(req: Request, token: int) -> str | None:
-        req.num_in_flight -= 1
-        req.token_ids.append(token)
-        return req.stop_reason_for(token)
 
     def _land_constrained(self, rows: list, outputs: dict[str, EngineCoreOutput | None]) -> None:
         """As _land, the matchers taking the tokens that did not stop their rows in one batch."""
-        from mlxr.engine.structured import matcher
-
-        advancing = [(req.grammar, tokens[0]) for req, tokens, _, reason in rows if reason != "stop"]
-        results = iter(matcher.advance_all(advancing) if advancing else ())
-        for req, tokens, lp, reason in rows:
-            if reason != "stop":
-                reason = next(results) or reason
+        for (req, tokens, lp, _), reason in zip(rows, constrained_reasons(rows)):
             outputs[req.request_id] = self._settle(req, tokens, lp[:1] if lp else None, reason)
 
     def _settle(self, req: Request, tokens: list[int], logprobs: list[TokenLogprob] | None,
