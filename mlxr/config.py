@@ -78,6 +78,11 @@ class ImagePreprocess:
     do_rescale: bool = True
     do_normalize: bool = True
     tiling: ImageTiling | None = None  # set: Idefics3's tiles (vision/tiles.py) in place of the resize above
+    # > 0: Qwen2-VL's smart_resize in place of the above: each side a multiple of resize_factor,
+    # the area within min_pixels..max_pixels, the aspect kept (vision/preprocess.py)
+    resize_factor: int = 0
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,7 @@ class VisionArgs:
     window_size: int = 0
     full_attention_layers: tuple[int, ...] = ()
     rope_theta: float = 10000.0
+    mrope_section: tuple[int, ...] = ()  # the language model's M-RoPE: rotary pairs per (t, h, w) section
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,13 @@ class QwenVisionTransformer(nn.Module):
         self.patch_embed = PatchEmbed(v)
         self.blocks = nn.ModuleList(VisionBlock(v) for _ in range(v.num_hidden_layers))
         self.merger = PatchMerger(v, text_hidden)
-        spatial = v.hidden_size // v.num_attention_heads // 2
-        inv_freq = 1.0 / (v.rope_theta ** (torch.arange(0, spatial, 2, dtype=torch.float) / spatial))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.spatial, self.theta = v.hidden_size // v.num_attention_heads // 2, v.rope_theta
+        self.reset_buffers(None)
+
+    def reset_buffers(self, device: torch.device | None) -> None:
+        """(Re)compute the rotary frequencies, e.g. after the model was built on the meta device."""
+        exponents = torch.arange(0, self.spatial, 2, dtype=torch.float) / self.spatial
+        self.register_buffer("inv_freq", (1.0 / self.theta**exponents).to(device), persistent=False)
 
     def forward(self, patches: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
         t, h, w = grid
