@@ -19,7 +19,7 @@ from mlxr.layers.mrope import apply_mrope, mrope_cos_sin
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaBlock, LlamaForCausalLM
 from mlxr.models.qwen2 import _hf_sliding
-from mlxr.models.vision.qwen_vit import QwenVisionTransformer
+from mlxr.models.vision.qwen_vit import QwenVisionTransformer, flat_patches
 
 
 class MRopeAttention(LlamaAttention):
@@ -59,16 +59,8 @@ class Qwen2_5_VLForConditionalGeneration(LlamaForCausalLM):
 
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         """pixels [N, 3, H, W] (one size) -> the image tokens' embeddings [N, H*W/(patch*merge)^2, hidden]."""
-        return torch.stack([self.visual(*self._patches(image)) for image in pixels])
-
-    def _patches(self, image: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
-        """[3, H, W] -> the processor's flat patches [h*w, C*temporal*p*p] and grid (1, h, w)."""
-        c, height, width = image.shape
-        p, m = self.patch, self.merge
-        h, w = height // p, width // p
-        x = image.reshape(c, h // m, m, p, w // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
-        x = x[:, :, :, :, :, None].expand(*x.shape[:5], self.temporal, p, p)
-        return x.reshape(h * w, -1), (1, h, w)
+        return torch.stack([self.visual(*flat_patches(image, self.patch, self.merge, self.temporal))
+                            for image in pixels])
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed(input_ids)

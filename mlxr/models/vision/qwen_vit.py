@@ -84,6 +84,16 @@ class PatchMerger(nn.Module):
         return self.mlp(self.ln_q(x).view(-1, self.width))
 
 
+def flat_patches(image: torch.Tensor, patch: int, merge: int, temporal: int) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """[C, H, W] -> the processor's flat patches [h*w, C*temporal*p*p] (the still image repeated
+    over the temporal patch) and grid (1, h, w)."""
+    c, height, width = image.shape
+    h, w = height // patch, width // patch
+    x = image.reshape(c, h // merge, merge, patch, w // merge, merge, patch).permute(1, 4, 2, 5, 0, 3, 6)
+    x = x[:, :, :, :, :, None].expand(*x.shape[:5], temporal, patch, patch)
+    return x.reshape(h * w, -1), (1, h, w)
+
+
 def block_major_positions(h: int, w: int, merge: int) -> torch.Tensor:
     """[h*w, 2] (row, column) of each patch in the processor's order."""
     rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
