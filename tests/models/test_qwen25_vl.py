@@ -66,3 +66,14 @@ def test_qwen25_vl_logits_and_greedy_match_hf(qwen, text, images):
     assert rel_err(ours, ref) <= 1e-4
     got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
     assert got[0].outputs[0].token_ids == want
+
+
+def test_qwen25_vl_show_says_vision(qwen):
+    from mlxr.server.ollama.model_info import capabilities, vision_info
+    from mlxr.testing.vlm_fixtures import QWEN25_VL_PIXELS
+
+    args = qwen[0].engine.args
+    assert "vision" in capabilities("", args)
+    info = vision_info("qwen2_5_vl", args.vision)
+    assert info["mlxr.vision.max_tokens_per_image"] == QWEN25_VL_PIXELS[1] // 64
+    assert info["qwen2_5_vl.vision.block_count"] == 3
