@@ -4,8 +4,9 @@ the CPU, MLXR beside llama.cpp on the same GGUF, run by run interleaved.
 A random-weight Qwen3.5 (dense, or --moe) of a chosen size is written by transformers' own class
 and converted by llama.cpp's own convert_hf_to_gguf.py (f32, --no-mtp), once, under --work.
 Each run times, on that file: MLXR's prefill of --prompt tokens (a generate of one token), its
-decode at batch 1 (--gen tokens after the first, over the time after the first) and at --batch
-requests at once (all tokens after each request's first, over the time after the prefill); then
+decode at batch 1 from a 16-token prompt (--gen tokens after the first, over the time after the
+first) and at --batch requests at once (all tokens after each request's first, over the time
+after the prefill), after one warm-up generate; then
 llama-bench's `-p --prompt -n 0` and `-p 0 -n --gen` on the same threads. The CPU is named and
 the 1-minute load average recorded beside every figure: a shared host moves both, read the
 ratios. State memory per request (the recurrent layers' fp32 state, whatever the context) and
@@ -83,11 +84,13 @@ def mlxr_run(a: argparse.Namespace, llm, rng: random.Random) -> dict:
         return [rng.randrange(3, 4000) for _ in range(n)]
 
     prefill_s = timed(llm, [ids(a.prompt)], 1)
-    one = timed(llm, [ids(a.prompt)], 1 + a.gen)
-    short = [ids(16) for _ in range(a.batch)]
-    first = timed(llm, short, 1)
+    # Decode from a short prompt (as llama-bench's -p 0 -n), less the time of that prompt's first
+    # token: after a long prompt the decode would be the difference of two long, noisy prefills.
+    first_one = timed(llm, [ids(16)], 1)
+    one = timed(llm, [ids(16)], 1 + a.gen)
+    first = timed(llm, [ids(16) for _ in range(a.batch)], 1)
     many = timed(llm, [ids(16) for _ in range(a.batch)], 1 + a.gen)
-    return {"prefill_tok_s": a.prompt / prefill_s, "decode_b1_tok_s": a.gen / max(1e-9, one - prefill_s),
+    return {"prefill_tok_s": a.prompt / prefill_s, "decode_b1_tok_s": a.gen / max(1e-9, one - first_one),
             f"decode_b{a.batch}_tok_s": a.batch * a.gen / max(1e-9, many - first)}
 
 
@@ -113,6 +116,7 @@ def main() -> None:
     args = llm.engine.core.core.parts.args
     kv = llm.engine.core.core.kv
     rng, rows = random.Random(0), []
+    timed(llm, [list(range(3, 3 + a.prompt))], 2)  # warm-up (llama-bench warms up too): kernel builds, first allocations
     for run in range(a.runs):  # interleaved: both see the same load on a shared host
         rows.append({"engine": "mlxr", "run": run, "load": load(), **mlxr_run(a, llm, rng)})
         if a.llama_bin:

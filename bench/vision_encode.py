@@ -15,15 +15,22 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from mlxr.config import openmp_environment  # noqa: E402
+
+# As `mlxr` runs (set before torch loads): idle OpenMP threads sleep. Under libgomp's default they
+# spin, taking the time slices a descheduled partner needs on a shared host (config.py says more).
+os.environ.update(openmp_environment(os.environ))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 from common import cpu_model, device_name, median, print_table, sync, write_result  # noqa: E402
 
 QUESTION = "Describe this picture in detail, then list the colours you see."
@@ -88,16 +95,18 @@ def main() -> int:
             path.write_bytes(picture(100 + r))
             theirs = run_mtmd(exe, model, mmproj, path, QUESTION, 1, a.threads, extra)
             encode, ttft, tokens = ours(llm, picture(r), a.device)
-            rows.append({"round": r, "image_tokens": tokens, "mtmd_image_tokens": theirs.image_tokens,
+            rows.append({"round": r, "load": os.getloadavg()[0], "image_tokens": tokens, "mtmd_image_tokens": theirs.image_tokens,
                          "encode_ms": encode, "mtmd_encode_ms": theirs.encode_ms, "encode_speedup": theirs.encode_ms / encode,
                          "ttft_ms": ttft, "mtmd_ttft_ms": theirs.prompt_ms, "ttft_speedup": theirs.prompt_ms / ttft})
     keys = ("encode_ms", "mtmd_encode_ms", "encode_speedup", "ttft_ms", "mtmd_ttft_ms", "ttft_speedup")
     summary = {k: median([row[k] for row in rows]) for k in keys}
     path = write_result("vision_encode", {"device": device_name(a.device), "cpu": cpu_model(), "threads": a.threads,
+                                          "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                                          "load_average": os.getloadavg(),
                                           "model": "gemma3-vlm-shape (GGUF + mmproj, F32; the projector matrix F16)",
                                           "peer": f"{exe} -t {a.threads} {' '.join(extra)}", "rounds": rows,
                                           "median": summary})
-    print_table(rows + [{"round": "median", **summary}], ["round", "image_tokens", "mtmd_image_tokens", *keys])
+    print_table(rows + [{"round": "median", **summary}], ["round", "load", "image_tokens", "mtmd_image_tokens", *keys])
     print(path)
     return 0
 

@@ -284,6 +284,9 @@ class EngineConfig:
     step_time_target_s: float = 0.5
     max_model_len: int | None = None  # None: the model's context length
     enable_prefix_caching: bool = True
+    # Hybrid models: recurrent-state checkpoints kept for prefix caching (docs/kv-cache.md);
+    # None: sized from kv_cache_memory_gb.
+    num_state_checkpoints: int | None = None
     swap_space_gb: float = 0.0  # preempted sequences swap here (a pool apart from the tiers below)
     # KV cache tiers (engine/kv/tiers.py): prefix blocks the device evicts are kept in this much host
     # memory; with a directory, every computed block is also written there (up to kv_cache_disk_gb,

@@ -85,6 +85,11 @@ class SchedulerOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     # (structured output), one row of ceil(vocab / 32) int32 words per sampled position.
     spec_token_ids: dict[str, list[int]] = {}
     grammar_bitmask: bytes | None = None
+    # Hybrid models' prefix caching: (request id, checkpoint) whose state a row resumes from
+    # before the step, and whose state after the step a row keeps (kv/state_checkpoints.py).
+    state_restores: list[tuple[str, int]] = []
+    state_saves: list[tuple[str, int]] = []
+    state_swap_outs: list[tuple[str, int]] = []  # preempted rows' states kept before the runner forgets them
 
     @property
     def num_batched_tokens(self) -> int:

@@ -11,11 +11,13 @@ from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.hf_preprocess import TILE_SIDES
 
-# clip.projector_type -> (our projector, the tower, the text architectures it feeds)
-PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",))}
+# clip.projector_type -> (our projector, the tower, the text architectures it feeds). `mlp`:
+# LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py writes it.
+PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",)),
+              "mlp": ("llava", "clip", ("llama",))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
 # clip.vision.projector.scale_factor where absent: Gemma 3's pooling, Idefics3's pixel shuffle
-_MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2}
+_MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2, "llava": 1}
 _MAX_SIDE = 8192
 _MAX_LAYERS = 256
 _MAX_WIDTH = 1 << 16
@@ -33,10 +35,21 @@ _TOWER_TENSORS = {
     "v.post_ln.weight": "vision_tower.post_layernorm.weight",
     "v.post_ln.bias": "vision_tower.post_layernorm.bias",
 }
+# CLIP (LLaVA): a class token and a norm before the encoder; its pooled output's norm is dropped.
+_CLIP_TOWER_TENSORS = {
+    "v.class_embd": "vision_tower.embeddings.class_embedding",
+    "v.patch_embd.weight": "vision_tower.embeddings.patch_embedding.weight",
+    "v.position_embd.weight": "vision_tower.embeddings.position_embedding.weight",
+    "v.pre_ln.weight": "vision_tower.pre_layrnorm.weight", "v.pre_ln.bias": "vision_tower.pre_layrnorm.bias",
+}
+# The legacy encoder script names CLIP's fc1 ffn_down and fc2 ffn_up (convert_hf_to_gguf.py the other way).
+_LEGACY_FFN = {"ffn_down": "mlp.fc1", "ffn_up": "mlp.fc2"}
 _PROJECTOR_TENSORS = {
     "gemma3": {"mm.input_projection.weight": "multi_modal_projector.mm_input_projection_weight",
                "mm.soft_emb_norm.weight": "multi_modal_projector.mm_soft_emb_norm.weight"},
     "idefics3": {"mm.model.fc.weight": "multi_modal_projector.modality_projection.proj.weight"},
+    "llava": {"mm.0.weight": "multi_modal_projector.linear_1.weight", "mm.0.bias": "multi_modal_projector.linear_1.bias",
+              "mm.2.weight": "multi_modal_projector.linear_2.weight", "mm.2.bias": "multi_modal_projector.linear_2.bias"},
 }
 # Stored as llama.cpp computes with it: Gemma's RMS norm weight with its 1 added (ours adds it).
 PLUS_ONE = frozenset({"mm.soft_emb_norm.weight"})
@@ -67,7 +80,8 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     get = lambda key, top: _int(f, where, f"clip.vision.{key}", top)  # noqa: E731
     hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
     image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
-    merge = _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE, _MERGE[projector])
+    merge = 1 if projector == "llava" else _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE,
+                                                 _MERGE[projector])
     side = image // patch
     if image % patch or side % merge:
         raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches "
@@ -85,12 +99,32 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     }
     if projector == "idefics3":
         fields |= _idefics3_fields(f, where, image, merge, normalise)
-    names = _tensor_names(projector, layers)
+    if projector == "llava":
+        fields |= _llava_fields(f, where, layers, image, normalise)
+    names = _tensor_names(projector, tower, layers)
     missing = [n for n in names if n not in f]
     if missing:
         raise ModelFormatError(f"{where} lacks tensors: {', '.join(missing[:5])}")
     _check_shapes(f, where, fields)
-    return MmprojVision(fields, get("projection_dim", _MAX_WIDTH), text_archs, names)
+    return MmprojVision(fields, _projection_dim(f, where, projector), text_archs, names)
+
+
+def _llava_fields(f: GGUFFile, where: str, layers: int, image: int, normalise: dict) -> dict:
+    """LLaVA 1.5: every patch a token (the class token's row dropped), read at the feature layer
+    (the script keeps the blocks up to it: block_count); CLIP's processor (the shortest edge, a
+    centre crop, bicubic)."""
+    chosen = f.metadata.get("clip.vision.feature_layer", [layers])
+    ok = isinstance(chosen, list) and len(chosen) == 1 and isinstance(chosen[0], int) and 0 < chosen[0] <= layers
+    if not ok:
+        raise ModelFormatError(f"{where}: clip.vision.feature_layer must be one layer in 1..{layers}, got {chosen!r}")
+    return {"feature_layer": chosen[0], "hidden_act": "gelu" if f.metadata.get("clip.use_gelu") is True else "quick_gelu",
+            "preprocess": ImagePreprocess(height=image, width=image, shortest_edge=image, resample=3, **normalise)}
+
+
+def _projection_dim(f: GGUFFile, where: str, projector: str) -> int:
+    if projector == "llava":  # clip.vision.projection_dim is CLIP's own; the MLP's output is the model's
+        return f.tensor_info("mm.2.weight").shape[0]
+    return _int(f, where, "clip.vision.projection_dim", _MAX_WIDTH)
 
 
 def _idefics3_fields(f: GGUFFile, where: str, image: int, merge: int, normalise: dict) -> dict:
@@ -121,10 +155,11 @@ def check_pairing(vision: MmprojVision, where: str, text_architecture: str, text
                                f"have {text_hidden}")
 
 
-def _tensor_names(projector: str, layers: int) -> dict[str, str]:
-    names = dict(_TOWER_TENSORS)
+def _tensor_names(projector: str, tower: str, layers: int) -> dict[str, str]:
+    names = dict(_CLIP_TOWER_TENSORS if tower == "clip" else _TOWER_TENSORS)
+    per_layer = _LAYER_TENSORS | (_LEGACY_FFN if tower == "clip" else {})
     for i in range(layers):
-        for ours, theirs in _LAYER_TENSORS.items():
+        for ours, theirs in per_layer.items():
             for part in ("weight", "bias"):
                 names[f"v.blk.{i}.{ours}.{part}"] = f"vision_tower.encoder.layers.{i}.{theirs}.{part}"
     return names | _PROJECTOR_TENSORS[projector]
@@ -132,7 +167,8 @@ def _tensor_names(projector: str, layers: int) -> dict[str, str]:
 
 def _check_shapes(f: GGUFFile, where: str, v: dict) -> None:
     d, patches = v["hidden_size"], (v["image_size"] // v["patch_size"]) ** 2
-    want = {"v.patch_embd.weight": (d, 3, v["patch_size"], v["patch_size"]), "v.position_embd.weight": (patches, d)}
+    positions = patches + (1 if v["tower"] == "clip" else 0)  # CLIP's class token has a position too
+    want = {"v.patch_embd.weight": (d, 3, v["patch_size"], v["patch_size"]), "v.position_embd.weight": (positions, d)}
     for name, shape in want.items():
         got = f.tensor_info(name).shape
         if tuple(got) != shape:

@@ -4,8 +4,8 @@ delta rule (ops/delta_rule), then an RMSNorm gated by a SiLU of a further projec
 
 The layer's `kv_cache` argument is its pair of state pools, owned by the engine's KV manager
 (engine/kv/state.py): conv [slots, conv_dim, K - 1] and delta [slots, Hv, Dk, Dv], fp32; row s of
-the step reads and writes slot meta.state_slots[s]. A row with no computed tokens before this
-step starts from zeros (a fresh or recomputed request), whatever its slot held.
+the step reads and writes slot meta.state_slots[s], in place. A row with no computed tokens before
+this step starts from zeros (a fresh or recomputed request), whatever its slot held.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from torch import nn
 
 from mlxr.layers.linear import Linear
 from mlxr.ops.attention.attn_metadata import AttnMetadata
-from mlxr.ops.delta_rule.delta_rule import causal_conv, causal_conv_step, delta_rule_chunked, delta_rule_step
+from mlxr.ops.delta_rule.dispatch import conv_prefill, conv_step, gated_delta_chunked, gated_delta_step
 
 
 class DepthwiseConv(nn.Module):
@@ -79,50 +79,35 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(o.reshape(x.shape[0], -1))
 
     def _split(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k [T, Hv, Dk] (each key head serving Hv / Hk consecutive value heads), v [T, Hv, Dv]."""
+        """Views of q, k [T, Hk, Dk] and v [T, Hv, Dv] (each key head serving Hv / Hk consecutive value
+        heads: the delta rule's dispatcher maps them)."""
         t, key_dim = mixed.shape[0], self.hk * self.dk
         q, k, v = mixed.split([key_dim, key_dim, self.hv * self.dv], dim=-1)
-        group = self.hv // self.hk
-        q = q.reshape(t, self.hk, self.dk).repeat_interleave(group, dim=1)
-        k = k.reshape(t, self.hk, self.dk).repeat_interleave(group, dim=1)
-        return q, k, v.reshape(t, self.hv, self.dv)
+        return q.reshape(t, self.hk, self.dk), k.reshape(t, self.hk, self.dk), v.reshape(t, self.hv, self.dv)
 
     def _decode(self, qkv, g, beta, kv_cache, meta: AttnMetadata) -> torch.Tensor:
-        """One token a row, every row's state read, advanced and written back at once."""
+        """One token a row, every row's state advanced in place in its slot; a row at its first
+        token (context length 1 on the device: no host read, so a CPU graph can replay it)
+        starts from zeros."""
         conv_pool, delta_pool = kv_cache
-        slots = meta.state_slots
-        conv_state, delta_state = conv_pool.index_select(0, slots), delta_pool.index_select(0, slots)
-        fresh = [s == 1 for s in meta.seq_lens_list]
-        if any(fresh):
-            keep = torch.tensor([not f for f in fresh], device=qkv.device)
-            conv_state = conv_state * keep[:, None, None].to(conv_state.dtype)
-            delta_state = delta_state * keep[:, None, None, None].to(delta_state.dtype)
-        weight = self.conv1d.weight[:, 0, :]
-        mixed, conv_state = causal_conv_step(qkv, conv_state, weight)
+        slots, lens = meta.state_slots, meta.seq_lens
+        mixed = conv_step(qkv, conv_pool, slots, self.conv1d.weight[:, 0, :], lens)
         q, k, v = self._split(mixed)
-        o, delta_state = delta_rule_step(q, k, v, g, beta, delta_state)
-        conv_pool.index_copy_(0, slots, conv_state.to(conv_pool.dtype))
-        delta_pool.index_copy_(0, slots, delta_state)
-        return o
+        return gated_delta_step(q, k, v, g, beta, delta_pool, slots, lens)
 
     def _rows(self, qkv, g, beta, kv_cache, meta: AttnMetadata) -> torch.Tensor:
-        """Row by row: each sequence's chunk through the chunked scan from its own state."""
+        """Row by row: each sequence's chunk through the chunked scan from its own state, in its slot."""
         conv_pool, delta_pool = kv_cache
         weight = self.conv1d.weight[:, 0, :]
         outs = []
         starts = itertools.accumulate(meta.query_lens_list, initial=0)
         for s, (start, n, total) in enumerate(zip(starts, meta.query_lens_list, meta.seq_lens_list)):
-            slot = meta.state_slots[s: s + 1]
+            slot = int(meta.state_slots[s])
+            conv_state, delta_state = conv_pool[slot], delta_pool[slot]
             if total == n:  # nothing before this chunk: a fresh state
-                conv_state = torch.zeros(conv_pool.shape[1:], dtype=conv_pool.dtype, device=conv_pool.device)
-                delta_state = torch.zeros(delta_pool.shape[1:], dtype=delta_pool.dtype, device=delta_pool.device)
-            else:
-                conv_state, delta_state = conv_pool.index_select(0, slot)[0], delta_pool.index_select(0, slot)[0]
+                conv_state.zero_()
+                delta_state.zero_()
             rows = slice(start, start + n)
-            mixed, conv_state = causal_conv(qkv[rows], conv_state, weight)
-            q, k, v = self._split(mixed)
-            o, delta_state = delta_rule_chunked(q, k, v, g[rows], beta[rows], delta_state)
-            conv_pool.index_copy_(0, slot, conv_state[None].to(conv_pool.dtype))
-            delta_pool.index_copy_(0, slot, delta_state[None])
-            outs.append(o)
+            q, k, v = self._split(conv_prefill(qkv[rows], conv_state, weight))
+            outs.append(gated_delta_chunked(q, k, v, g[rows], beta[rows], delta_state))
         return torch.cat(outs)

@@ -21,6 +21,7 @@ IMAGE_TOKENS = {
     "gemma3": {"image_marker": "<start_of_image>", "image_sequence": "\n\n<start_of_image>{image}<end_of_image>\n\n",
                "image_token": "<image_soft_token>", "bidirectional": True},
     "idefics3": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
+    "llava": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
 }
 
 
@@ -43,11 +44,15 @@ def with_projector(args: ModelArgs, tokenizer: Tokenizer, path: Path,
     if not weights:
         f.close()
         return args, iter(())
-    return args, _tensors(f, vision.tensor_names)
+    return args, _tensors(f, vision.tensor_names, vision.fields["tower"])
 
 
-def _tensors(f: GGUFFile, names: dict[str, str]) -> Iterator[tuple[str, torch.Tensor]]:
+def _tensors(f: GGUFFile, names: dict[str, str], tower: str) -> Iterator[tuple[str, torch.Tensor]]:
     with f:
+        if tower == "clip":  # the norm of CLIP's pooled output, which LLaVA never reads: the file drops it
+            width = f.tensor_info("v.pre_ln.weight").shape[0]
+            yield "vision_tower.post_layernorm.weight", torch.ones(width)
+            yield "vision_tower.post_layernorm.bias", torch.zeros(width)
         for theirs, ours in names.items():
             array = np.asarray(f.load(theirs), dtype=np.float32)
             if theirs in PLUS_ONE:

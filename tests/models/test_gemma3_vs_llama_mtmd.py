@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 from image_fixtures import encoded, solid
-from model_fixtures import FIXTURES, cached_llm
+from mtmd_setup import mtmd_setup
 
 from mlxr import SamplingParams
-from mlxr.testing.llama_mtmd import gemma3_mtmd_ids, mtmd_cli, printed_bytes, run_mtmd
+from mlxr.testing.llama_mtmd import gemma3_mtmd_ids, printed_bytes, run_mtmd
 
 pytestmark = pytest.mark.slow  # two llama-mtmd-cli runs and a model load: ~50 s on a shared host
 
@@ -22,17 +22,9 @@ IMAGES = {"picture": encoded(32, 32, "RGB", "PNG", seed=3), "white": solid(32, 3
 
 @pytest.fixture(scope="module")
 def setup():
-    exe = mtmd_cli()
-    if exe is None:
-        pytest.skip("llama-mtmd-cli is not built (set MLXR_LLAMA_BIN to its folder)")
-    from mlxr.testing.llama_cpp_convert import ConverterUnavailable
     from mlxr.testing.mmproj_fixtures import llama_cpp_vlm
 
-    try:
-        model, mmproj = llama_cpp_vlm("tiny-gemma3-vlm-swa", FIXTURES)
-    except ConverterUnavailable as e:
-        pytest.skip(str(e))
-    return exe, model, mmproj, cached_llm(str(model), mmproj=str(mmproj))
+    return mtmd_setup(lambda root: llama_cpp_vlm("tiny-gemma3-vlm-swa", root))
 
 
 def _ours(llm, image: bytes):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 from image_fixtures import encoded, solid
-from model_fixtures import FIXTURES, cached_llm
+from mtmd_setup import mtmd_setup
 
 from mlxr import ImagePrompt, SamplingParams
-from mlxr.testing.llama_mtmd import mtmd_cli, printed_bytes, run_mtmd
+from mlxr.testing.llama_mtmd import printed_bytes, run_mtmd
 
 pytestmark = pytest.mark.slow  # three llama-mtmd-cli runs and a model load
 
@@ -25,17 +25,9 @@ IMAGES = {"picture": (encoded(128, 128, "RGB", "PNG", 3), 5), "wide": (encoded(2
 
 @pytest.fixture(scope="module")
 def setup():
-    exe = mtmd_cli()
-    if exe is None:
-        pytest.skip("llama-mtmd-cli is not built (set MLXR_LLAMA_BIN to its folder)")
-    from mlxr.testing.llama_cpp_convert import ConverterUnavailable
     from mlxr.testing.mmproj_fixtures import llama_cpp_vlm
 
-    try:
-        model, mmproj = llama_cpp_vlm("tiny-idefics3", FIXTURES)
-    except ConverterUnavailable as e:
-        pytest.skip(str(e))
-    return exe, model, mmproj, cached_llm(str(model), mmproj=str(mmproj))
+    return mtmd_setup(lambda root: llama_cpp_vlm("tiny-idefics3", root))
 
 
 def test_tiles_prompt_and_greedy_tokens_equal_llama_mtmd_cli(setup, tmp_path):

@@ -85,3 +85,43 @@ def test_cli_import_registers_the_pair_or_says_why_not(files, tmp_path):
     args, template = read_model(record)
     assert args.vision is not None and args.vision.tokens_per_image == 16
     assert "vision" in capabilities(template or "", args)
+
+
+@pytest.fixture(scope="module")
+def llava_files():
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable
+    from mlxr.testing.llava_mmproj_fixtures import llama_cpp_llava
+
+    try:
+        return llama_cpp_llava(FIXTURES)
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+
+
+LLAVA_BAD = {
+    "feature layer": ({"clip.vision.feature_layer": [3]}, (), {}, "feature_layer must be one layer in 1..2, got [3]"),
+    "feature layers": ({"clip.vision.feature_layer": [1, 2]}, (), {}, "feature_layer must be one layer"),
+    "class token": ({}, ("v.class_embd",), {}, "lacks tensors: v.class_embd"),
+    "pre-norm": ({}, ("v.pre_ln.weight",), {}, "lacks tensors: v.pre_ln.weight"),
+    "positions": ({}, (), {"v.position_embd.weight": (16, 32)}, "v.position_embd.weight has shape (16, 32), expected (17, 32)"),
+    "projector width": ({}, (), {"mm.2.weight": (48, 64), "mm.2.bias": (48,)}, "projects into 48 dimensions"),
+}
+
+
+@pytest.mark.parametrize("case", list(LLAVA_BAD))
+def test_a_malformed_llava_mmproj_is_refused_with_the_reason(llava_files, tmp_path, case):
+    model, mmproj = llava_files
+    metadata, drop, shapes, reason = LLAVA_BAD[case]
+    bad = rewrite(mmproj, tmp_path / "bad-mmproj.gguf", metadata, drop, shapes)
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match=re.escape(reason)):
+        registry.import_model(model, "llava", projector=bad)
+    assert registry.list() == []
+
+
+def test_a_llava_projector_is_refused_beside_gemma3(files, llava_files, tmp_path):
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match="is a llava projector; the model is gemma3"):
+        registry.import_model(files[0], "vlm", projector=llava_files[1])
+    record = registry.import_model(llava_files[0], "llava", projector=llava_files[1])
+    assert record.projector == llava_files[1].resolve()

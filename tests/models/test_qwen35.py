@@ -45,6 +45,26 @@ def test_32_greedy_tokens_match_hf(hf, llm):
     check_greedy(hf, llm())
 
 
+def test_decode_steps_replay_the_cpu_graphs_and_match_hf(hf, llm, variant):
+    """The recorded decode steps carry the rows' state slots, and a row at its first token (a
+    one-token prompt) starts from zeros in the replay too. (The MoE variant's routing reads on
+    the host: it records nothing and stays eager.)"""
+    from hf_compare import hf_greedy
+
+    model = llm()
+    graphs = model.engine.core.core.runner.graphs
+    if variant.endswith("moe"):
+        assert graphs is None
+    else:
+        assert graphs is not None and sorted(graphs.graphs) == list(range(1, 9))
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    alone = model.generate([[17]], params)  # its first step is a decode row of context length 1
+    assert alone[0].outputs[0].token_ids == hf_greedy(hf, [17], 6)
+    prompts = [[17], [5, 9, 200, 31], [44, 45]]
+    outs = model.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == [hf_greedy(hf, p, 6) for p in prompts]
+
+
 def test_a_prompt_longer_than_a_scan_chunk_matches_hf(hf, llm):
     """70 tokens: the chunked scan carries its state across a chunk boundary (64)."""
     prompt = [(i * 37 + 11) % 500 + 3 for i in range(70)]

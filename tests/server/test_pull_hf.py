@@ -68,6 +68,7 @@ def test_pull_resumes_after_the_process_is_killed(tmp_path: Path) -> None:
     record = Registry(home).resolve(NAME)
     want = hashlib.sha256(fixture_model("tiny-llama").gguf_path.read_bytes()).hexdigest()
     assert record.digest == f"sha256:{want}" and not partial.exists()
+    assert record.projector is None  # no mmproj in the repository: a text model, as before
 
 
 def test_pull_refuses_a_checksum_mismatch(tmp_path: Path) -> None:

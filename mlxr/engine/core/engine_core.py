@@ -26,11 +26,14 @@ from mlxr.engine.kv.disk import DiskStore
 from mlxr.engine.kv.events import KVEventPublisher, make_publisher
 from mlxr.engine.kv.preload import preload
 from mlxr.engine.kv.state import state_bytes
+from mlxr.engine.kv.state_checkpoints import StateCheckpoints, num_state_checkpoints
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.records import EngineCoreOutput, EngineCoreRequest, SchedulerOutput, TokenLogprob
 from mlxr.engine.sched.block_manager import BlockManager, SwapSpace
 from mlxr.engine.sched.request import Request
 from mlxr.engine.sched.scheduler import Scheduler, SchedulerConfig
+from mlxr.engine.sched.state_index import StateCheckpointIndex
+from mlxr.engine.sched.state_prefix import StatePrefix
 from mlxr.engine.spec_decode.factory import connect_hidden_states, draft_budget, jumps_forward, make_speculator
 from mlxr.engine.structured.manager import StructuredOutputManager
 from mlxr.engine.worker.model_runner import ModelRunner
@@ -85,17 +88,20 @@ class CoreParts:
 
 def stateful_config(config: EngineConfig, parts: CoreParts) -> EngineConfig:
     """A model with recurrent-state layers runs without what needs a state at an arbitrary
-    earlier position (prefix caching; swapping preempted requests: they recompute) or captured
-    steps: not offered for it yet (docs/models.md). Rejected drafts roll its state back
-    (worker/state_rollback.py); a draft model with such layers is refused."""
+    earlier position in the host and disk tiers or captured steps but the CPU's decode graphs (a
+    drafted row runs eagerly): not offered for it yet (docs/models.md). Its prefix caching resumes
+    from state checkpoints and a swapped request keeps its state in one (sched/state_prefix.py).
+    Rejected drafts roll its state back (worker/state_rollback.py); a draft model with such layers
+    is refused."""
     if parts.draft is not None and parts.draft.args.linear_attention is not None:
         raise InvalidParameterError("speculative_draft_model", f"{parts.draft.args.model_type} keeps a recurrent "
                                                                "state: not offered as a draft model yet")
     args = parts.args
     if args.linear_attention is None:
         return config
-    off = dict(enable_prefix_caching=False, swap_space_gb=0.0, kv_host_cache_gb=0.0, kv_cache_dir=None,
-               enable_cuda_graphs=False, enable_cpu_graphs=False, enable_prefill_graphs=False)
+    off = dict(kv_host_cache_gb=0.0, kv_cache_dir=None, enable_cuda_graphs=False, enable_prefill_graphs=False)
+    if not config.enable_prefix_caching or config.num_state_checkpoints == 0:
+        off["swap_space_gb"] = 0.0  # a swapped request's state is kept in the checkpoint pool
     changed = [k for k, v in off.items() if getattr(config, k) != v]
     if changed:
         log.info("%s keeps a recurrent state per request: %s off", args.model_type, ", ".join(changed))
@@ -109,6 +115,7 @@ class EngineCore:
         if parts.device.type == "cuda" and torch.get_num_threads() > CUDA_CORE_TORCH_THREADS:
             torch.set_num_threads(CUDA_CORE_TORCH_THREADS)
         self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, parts.args.head_dim)
+        self.num_checkpoints = num_state_checkpoints(config, parts.args.linear_attention)
         num_blocks = config.num_kv_blocks or self._auto_num_blocks()
         self.num_blocks = num_blocks
         self.max_model_len = self._max_model_len(num_blocks)
@@ -124,6 +131,8 @@ class EngineCore:
         # One block past the manager's range: a scratch block for CUDA-graph padding rows.
         self.kv = KVCache(parts.args, num_blocks + 1, config.block_size, parts.dtype, parts.device, host_blocks,
                           self.kv_dtype, num_state_slots=config.max_num_seqs)
+        if self.num_checkpoints:
+            self.kv.checkpoints = StateCheckpoints(self.kv.state, self.num_checkpoints)
         lora_targets = attach_core_lora(parts, config)  # before any graph: they record the bases
         self.runner = (parts.make_runner or ModelRunner)(parts.model, self.kv, parts.device)
         if lora_targets is not None:
@@ -202,6 +211,8 @@ class EngineCore:
             self.block_manager,
             SwapSpace(self.host_blocks) if self.host_blocks else None,
         )
+        if self.num_checkpoints:
+            self.scheduler.state_prefix = StatePrefix(self.block_manager, StateCheckpointIndex(self.num_checkpoints))
 
     def reset(self) -> None:
         """Forget every request and cached prefix (after the warm-up's synthetic ones)."""
@@ -217,8 +228,10 @@ class EngineCore:
         sequences can use (plus room for cached prefixes), so small models stay small."""
         config, args = self.config, self.parts.args
         gb = config.kv_cache_memory_gb
-        if args.linear_attention is not None:  # the state slots come out of the same budget
-            gb = max(gb / 2, gb - state_bytes(args.linear_attention, config.max_num_seqs) / (1 << 30))
+        if args.linear_attention is not None:  # the state slots and checkpoints come out of the same budget
+            held = state_bytes(args.linear_attention, config.max_num_seqs)
+            held += self.num_checkpoints * args.linear_attention.state_bytes_per_sequence()
+            gb = max(gb / 2, gb - held / (1 << 30))
         budget = num_blocks_for_memory(args, config.block_size, self.parts.dtype, gb, self.kv_dtype)
         context = config.max_model_len or args.max_position_embeddings
         useful = 2 * config.max_num_seqs * -(-context // config.block_size)

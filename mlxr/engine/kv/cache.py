@@ -67,6 +67,7 @@ class KVCache:
         self.blocks = torch.zeros((len(kv_layers), 2, *shape), dtype=dtype, device=device)
         self.layers: list[tuple[torch.Tensor, torch.Tensor]] = [(kv[0], kv[1]) for kv in self.blocks]
         self.state: RecurrentState | None = None
+        self.checkpoints = None  # hybrid prefix caching: state_checkpoints.StateCheckpoints
         self.model_layers: list[tuple[torch.Tensor, torch.Tensor]] = self.layers
         if args.linear_attention is not None:
             self.state = RecurrentState(args.linear_attention, max(1, num_state_slots), device)

@@ -77,6 +77,7 @@ class BlockManager:
         self.num_cached_free = 0
         self.tiers: LowerTiers | None = None
         self.events: BlockEvents | None = None
+        self.state_index = None  # hybrid models: state_index.StateCheckpointIndex (state_prefix.py)
 
     # --- figures -------------------------------------------------------------------------
     def usage(self) -> BlockUsage:
@@ -107,6 +108,8 @@ class BlockManager:
             self.num_cached_free -= 1
         if old_hash is not None and self.cached.get(old_hash) == block:
             del self.cached[old_hash]
+            if self.state_index is not None:  # a block's recurrent-state checkpoint goes with it
+                self.state_index.drop(old_hash)
             if self.tiers is not None:
                 self.tiers.evicted(old_hash, block)
             if self.events is not None:

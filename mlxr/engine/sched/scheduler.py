@@ -22,6 +22,7 @@ from mlxr.engine.records import (
     EngineCoreOutput, ModelRunnerOutput, NewRequestData, SchedulerOutput, TokenLogprob,
 )
 from mlxr.engine.sched.request import Request, RequestStatus, adapter_fits
+from mlxr.engine.sched.state_prefix import StatePrefix
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Scheduler:
         self._finished_ids: list[str] = []  # for the runner, in the next step
         self._first_scheduled: list[Request] = []  # to report once their step lands
         self._shares: dict[Request, int] = {}  # this step's prefill tokens per request
+        self.state_prefix: StatePrefix | None = None  # hybrid models' prefix caching
 
     # --- membership --------------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -85,6 +87,8 @@ class Scheduler:
         req.status = RequestStatus.FINISHED
         req.finish_reason = req.finish_reason or reason
         self.blocks.free(req)
+        if self.state_prefix is not None:
+            self.state_prefix.forget(req)
         self.requests.pop(req.request_id, None)
         if req.runner_knows:
             self._finished_ids.append(req.request_id)
@@ -106,7 +110,7 @@ class Scheduler:
         out = SchedulerOutput(request_ids=[], num_scheduled_tokens=[], num_computed_tokens=[],
                               new_requests=[], new_block_ids={}, replaced_block_tables={},
                               preempted_request_ids=[], blocks_to_copy=[], blocks_to_swap_out=[],
-                              blocks_to_swap_in=[], spec_token_ids={})
+                              blocks_to_swap_in=[], spec_token_ids={}, state_restores=[], state_saves=[], state_swap_outs=[])
         scheduled: list[tuple[Request, int]] = []
         budget = self.config.max_num_batched_tokens
         self._shares = self._prefill_shares(budget)
@@ -155,6 +159,8 @@ class Scheduler:
                 if n == 0:
                     i += 1
                     continue
+                if self.state_prefix is not None:
+                    n = self.state_prefix.cut_chunk(req, n)
             if req.image_spans:
                 n = req.whole_images(n)
             if req.spec_token_ids and n == 1:
@@ -215,9 +221,10 @@ class Scheduler:
         # ride a row they were not made for (its proposer drafts again then).
         req.spec_token_ids = []
         out.spec_token_ids.pop(req.request_id, None)
-        req.runner_knows = False
+        known, req.runner_knows = req.runner_knows, False
         self.counters.num_preemptions += 1
-        if self.swap is not None and self.swap.can_swap_out(req):
+        if self.swap is not None and self.swap.can_swap_out(req) and (
+                self.state_prefix is None or (known and self.state_prefix.swap_out(req, out.state_swap_outs))):
             out.blocks_to_swap_out += self.swap.swap_out(self.blocks, req)
             req.status = RequestStatus.SWAPPED
             self.swapped.appendleft(req)  # victims come latest-first: keep arrival order
@@ -243,6 +250,8 @@ class Scheduler:
                 break
             self.swapped.popleft()
             out.blocks_to_swap_in += self.swap.swap_in(self.blocks, req)
+            if self.state_prefix is not None:
+                self.state_prefix.swap_in(req)
             self._allocate(req, total, out)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -259,13 +268,19 @@ class Scheduler:
             if not adapter_fits(req, self.running, self.config.max_loras):
                 break  # every adapter slot serves running requests: wait for one to free
             req.num_computed_tokens = self.blocks.match_prefix(req)
+            if self.state_prefix is not None:
+                req.num_computed_tokens = self.state_prefix.cut_match(req)
             n = min(req.num_uncomputed_tokens, budget, share)
+            if self.state_prefix is not None:
+                n = self.state_prefix.cut_chunk(req, n)
             if req.image_spans:
                 n = req.whole_images(n)
             total = req.num_computed_tokens + n
             if not self.blocks.can_allocate(self.blocks.new_blocks_needed(req, total)):
                 self.blocks.free(req)  # give the prefix hits back until it can run
                 req.num_computed_tokens = 0
+                if self.state_prefix is not None:
+                    self.state_prefix.unmatched(req)
                 break
             self.waiting.popleft()
             self._count_prefix_hit(req)
@@ -291,6 +306,8 @@ class Scheduler:
             if req is not None and req.status is RequestStatus.SWAPPED:
                 self.swapped.remove(req)
                 self.swap.free(req)
+                if self.state_prefix is not None:
+                    self.state_prefix.forget(req)
                 req.num_computed_tokens = 0
                 req.status = RequestStatus.WAITING
                 self.waiting.appendleft(req)
@@ -319,6 +336,8 @@ class Scheduler:
                 if req.first_scheduled_time is None:
                     req.first_scheduled_time = now = now or time.monotonic()
                     self._first_scheduled.append(req)
+            if self.state_prefix is not None:
+                self.state_prefix.note_row(req, n, out.state_restores, out.state_saves)
             drafts = len(out.spec_token_ids.get(req.request_id, ()))
             req.num_computed_tokens += n
             if req.num_computed_tokens - drafts == len(req.token_ids) + req.num_in_flight:

@@ -40,9 +40,13 @@ class GraphInputs:
         self.tables = torch.zeros(b, width, dtype=torch.long, device=device)
         self.input_ids = torch.zeros(b, dtype=torch.long, device=device)
         self.query_start = torch.arange(b + 1, dtype=torch.long, device=device)
+        self.state_slots = torch.zeros(b, dtype=torch.long, device=device)  # recurrent-state layers' rows
 
-    def meta(self, block_size: int) -> AttnMetadata:
-        return decode_metadata(self.slots, self.tables, self.query_start, self.seq_lens, [1] * self.b, block_size)
+    def meta(self, block_size: int, stateful: bool = False) -> AttnMetadata:
+        meta = decode_metadata(self.slots, self.tables, self.query_start, self.seq_lens, [1] * self.b, block_size)
+        if stateful:
+            meta.state_slots = self.state_slots
+        return meta
 
     def host_arrays(self, n: int, width: int, scratch_block: int,
                     block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,6 +107,8 @@ class DecodeGraphs(GraphPool):
         g.slots[start:] = slot
         g.tables[start:] = block
         g.seq_lens[start:] = length
+        if self.kv.state is not None:  # padding rows start from zeros and write only the scratch slot
+            g.state_slots[start:] = self.kv.state.scratch
 
     def _prepare(self, size: int) -> None:
         self._fill_padding(self.inputs[size], 0)
@@ -115,7 +121,8 @@ class DecodeGraphs(GraphPool):
         if self.lora_step is not None:  # captured with the adapters' products, slots from the buffer
             self.lora_step.token_slots = self.lora_slots[:size]
         try:
-            hidden = self.model(g.input_ids, g.positions, self.kv.model_layers, g.meta(self.kv.block_size))
+            hidden = self.model(g.input_ids, g.positions, self.kv.model_layers,
+                                g.meta(self.kv.block_size, self.kv.state is not None))
         finally:
             if self.lora_step is not None:
                 self.lora_step.clear()
@@ -155,6 +162,8 @@ class DecodeGraphs(GraphPool):
         g.tables[:n, : meta.block_tables.shape[1]].copy_(meta.block_tables)
         g.tables[:n, meta.block_tables.shape[1]:] = self.scratch_block
         g.seq_lens[:n].copy_(meta.seq_lens)
+        if meta.state_slots is not None:
+            g.state_slots[:n].copy_(meta.state_slots)
         self._fill_padding(g, n)
         self._set_lora_rows(n)
         return self._replay(b)[:n]

@@ -139,10 +139,11 @@ class InputBatch:
             else:
                 pos += range(start, end)
                 slots += slots_for(table, start, end, bs)
-            if drafts and split_drafts:
+            if drafts and split_drafts and self.recurrent is None:
                 # Its 1 + k tokens as decode rows over one block table, each attending up to its
                 # own position: a layer writes every token's K/V before attention reads them, so
-                # this is the causal row, and a step of decode rows replays a decode graph.
+                # this is the causal row, and a step of decode rows replays a decode graph. (Not
+                # with state slots: a row's tokens must pass through its one state in order.)
                 seq_lens += range(start + 1, end + 1)
                 tables_rows += [table] * n
                 q_lens += [1] * n

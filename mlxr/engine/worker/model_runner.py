@@ -201,6 +201,9 @@ class ModelRunner:
         self._apply(out)
 
     def _apply(self, out: SchedulerOutput) -> None:
+        if out.state_swap_outs:  # swapped-out hybrid rows: their states kept before their slots go
+            slot_of = self.kv_cache.state.slot_of
+            self.kv_cache.checkpoints.save([(slot_of[rid], c) for rid, c in out.state_swap_outs])
         if self.lora is None:
             self.batch.update(out)
         else:
@@ -212,6 +215,9 @@ class ModelRunner:
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
+        if out.state_restores:  # prefix hits of hybrid models resume from a kept state
+            slot_of = self.kv_cache.state.slot_of
+            self.kv_cache.checkpoints.restore([(c, slot_of[rid]) for rid, c in out.state_restores])
 
     def _forward_step(self, out: SchedulerOutput) -> tuple[list[str], torch.Tensor | None, PendingTokens | None]:
         self._apply(out)
@@ -220,6 +226,9 @@ class ModelRunner:
         if last is not None and last.in_flight:
             pending = PendingTokens(last.future.tokens, {rid: i for i, rid in enumerate(last.request_ids)})
         ids, logits = self._forward(out, pending)
+        if out.state_saves:  # rows that ended at a prompt's checkpointed boundary keep their state
+            slot_of = self.kv_cache.state.slot_of
+            self.kv_cache.checkpoints.save([(slot_of[rid], c) for rid, c in out.state_saves])
         return ids, logits, pending
 
     def _pending_for(self, ids: list[str], pending: PendingTokens | None) -> LastTokens | None:

@@ -83,7 +83,8 @@ def build_flags(march: str) -> list[str]:
 
 # Library name -> its source, relative to mlxr/ops; a source #includes headers of its own folder.
 LIBRARIES = {"attention": "attention/attention.c", "norm": "norm/norm.c", "quant": "quant/quant.c",
-             "quant_extra": "quant/quant_extra.c", "half_linear": "half_linear/half_linear.c"}
+             "quant_extra": "quant/quant_extra.c", "half_linear": "half_linear/half_linear.c",
+             "delta_rule": "delta_rule/delta_rule.c"}
 # MLXR_CPU_KERNELS -> -march per machine: "native" is every feature of this CPU. Every aarch64
 # CPU has NEON, so its portable C is armv8-a with quant.c's NEON kernels left out (VARIANTS): the
 # compiler still vectorizes the plain C, as x86-64's SSE2 does.
