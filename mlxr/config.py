@@ -78,13 +78,18 @@ class ImagePreprocess:
     do_rescale: bool = True
     do_normalize: bool = True
     tiling: ImageTiling | None = None  # set: Idefics3's tiles (vision/tiles.py) in place of the resize above
+    # > 0: Qwen2-VL's smart_resize in place of the above: each side a multiple of resize_factor,
+    # the area within min_pixels..max_pixels, the aspect kept (vision/preprocess.py)
+    resize_factor: int = 0
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
 
 
 @dataclass(frozen=True)
 class VisionArgs:
     """A vision tower, its projector and the prompt's image tokens (a multimodal config.json)."""
 
-    tower: str  # "siglip" | "clip" | "idefics3" (SigLIP with its bucketed positions)
+    tower: str  # "siglip" | "clip" | "idefics3" (SigLIP with its bucketed positions) | "qwen2_5_vl"
     projector: str  # "gemma3" (avg-pool, soft-embedding norm, one matrix) | "llava" (two-layer MLP) | "idefics3"
     hidden_size: int
     intermediate_size: int
@@ -105,6 +110,13 @@ class VisionArgs:
     feature_layer: int = -1  # CLIP (LLaVA): the encoder layer whose output is the image's features
     tiled: bool = False  # Idefics3: an image is tiles (preprocess.tiling), each its own run of placeholders
     scale_factor: int = 1  # Idefics3: the connector's pixel shuffle, scale_factor x scale_factor patches a token
+    # Qwen2.5-VL: patches span temporal_patch_size frames; window attention (window_size pixels)
+    # except in full_attention_layers; the merger joins scale_factor x scale_factor patches.
+    temporal_patch_size: int = 1
+    window_size: int = 0
+    full_attention_layers: tuple[int, ...] = ()
+    rope_theta: float = 10000.0
+    mrope_section: tuple[int, ...] = ()  # the language model's M-RoPE: rotary pairs per (t, h, w) section
 
 
 @dataclass(frozen=True)

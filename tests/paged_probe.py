@@ -76,9 +76,14 @@ def paged_image_logits(llm, ids: list[int], images: list) -> torch.Tensor:
             embeds.index_copy_(0, found.rows, found.embeddings)
             if runner.images.bidirectional:
                 inputs.meta.bidirectional = found.spans
+            if runner.mrope is not None:  # M-RoPE (Qwen2.5-VL): the runner's 3-part positions
+                runner.mrope.update(step)
+                inputs.meta.rope_positions = runner.mrope.for_step(step, inputs.meta.query_lens_list)
             hidden = runner.model(inputs.input_ids, inputs.positions, runner.kv_cache.model_layers, inputs.meta, embeds)
             return runner.model.compute_logits(hidden).float()
     finally:
         runner.batch.states.pop(rid, None)
         runner.images.update(SchedulerOutput(finished_request_ids=[rid]))
+        if runner.mrope is not None:
+            runner.mrope.update(SchedulerOutput(finished_request_ids=[rid]))
         bm.release_blocks(blocks)

@@ -11,15 +11,18 @@ TILE_SIDES = 8  # the most tiles a side an Idefics3 config may ask for (transfor
 _IDEFICS3_RESAMPLE = 1  # transformers' Idefics3ImageProcessor default: LANCZOS
 
 
-def preprocess_from_hf(cfg: dict, default_size: int, tiled: bool = False) -> ImagePreprocess:
+def preprocess_from_hf(cfg: dict, default_size: int, tiled: bool = False, resize_factor: int = 0) -> ImagePreprocess:
     """tiled: an Idefics3 / SmolVLM processor's keys (size.longest_edge, max_image_size,
-    do_image_splitting) in place of a fixed size."""
+    do_image_splitting) in place of a fixed size. resize_factor: Qwen2-VL's processor (size
+    shortest_edge / longest_edge as the least and most pixels, sides multiples of the factor)."""
     if not isinstance(cfg, dict):
         raise ModelFormatError("preprocessor_config.json must hold a JSON object")
     if cfg.get("do_pan_and_scan"):
         raise ModelFormatError("preprocessor_config.json: do_pan_and_scan is not supported")
     if tiled:
         return _tiled(cfg, default_size)
+    if resize_factor:
+        return _smart_resized(cfg, resize_factor)
     height, width, shortest = _size(cfg.get("size"), default_size)
     crop = cfg.get("crop_size")
     if shortest is not None and cfg.get("do_center_crop", True) and isinstance(crop, dict):
@@ -52,6 +55,28 @@ def _tiled(cfg: dict, tower_side: int) -> ImagePreprocess:
     tiling = ImageTiling(longest_edge=longest, tile=tile, split=bool(cfg.get("do_image_splitting", True)))
     common = _common(cfg, _IDEFICS3_RESAMPLE)
     return ImagePreprocess(height=tile, width=tile, tiling=tiling, **common)
+
+
+MAX_SMART_PIXELS = 28 * 28 * 16384  # Qwen2.5-VL's own largest max_pixels: 16384 tokens an image
+_CLIP_MEAN, _CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+def _smart_resized(cfg: dict, factor: int) -> ImagePreprocess:
+    size = _object(cfg, "size")
+    least = _pixels(cfg.get("min_pixels", size.get("shortest_edge", 56 * 56)), "min_pixels")
+    most = _pixels(cfg.get("max_pixels", size.get("longest_edge", 28 * 28 * 1280)), "max_pixels")
+    if least > most:
+        raise ModelFormatError(f"preprocessor_config.json: min_pixels {least} above max_pixels {most}")
+    common = _common({"image_mean": _CLIP_MEAN, "image_std": _CLIP_STD, **cfg}, 3)
+    return ImagePreprocess(height=factor, width=factor, resize_factor=factor, min_pixels=least, max_pixels=most,
+                           **common)
+
+
+def _pixels(value, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SMART_PIXELS:
+        raise ModelFormatError(f"preprocessor_config.json: {key} must be an integer in 1..{MAX_SMART_PIXELS}, "
+                               f"got {value!r}")
+    return value
 
 
 def _object(cfg: dict, key: str) -> dict:

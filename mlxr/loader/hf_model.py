@@ -37,7 +37,7 @@ PREFIX_REWRITES = (
     ("norm.", "model.norm."),
 )
 MTP_PREFIX = "mtp."
-SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.",
+SKIPPED_PREFIXES = ("vision_tower.", "model.vision_tower.", "model.visual.", "visual.", "multi_modal_projector.", "model.multi_modal_projector.",
                     "model.vision_model.", "model.connector.")
 
 
@@ -64,7 +64,8 @@ def with_vision(args: ModelArgs, config: dict, model_dir: Path) -> ModelArgs:
     fields = arch.hf_vision(config)
     path = model_dir / "preprocessor_config.json"
     pre = read_json_object(path, 1 << 20) if path.is_file() else {}
-    preprocess = preprocess_from_hf(pre, fields["image_size"], tiled=fields.get("tiled", False))
+    factor = fields["patch_size"] * fields["scale_factor"] if fields["tower"] == "qwen2_5_vl" else 0
+    preprocess = preprocess_from_hf(pre, fields["image_size"], tiled=fields.get("tiled", False), resize_factor=factor)
     return replace(args, vision=VisionArgs(**fields, preprocess=preprocess))
 
 
@@ -74,6 +75,9 @@ def vision_name(name: str) -> str | None:
         if name.startswith(prefix):
             rest = name[len(prefix):].removeprefix("vision_model.")
             return None if rest.startswith("head.") else "vision_tower." + rest
+    for prefix in ("model.visual.", "visual."):  # Qwen2.5-VL: tower and merger in one module
+        if name.startswith(prefix):
+            return "visual." + name[len(prefix):]
     for prefix in ("model.multi_modal_projector.", "multi_modal_projector.", "model.connector."):
         if name.startswith(prefix):
             return "multi_modal_projector." + name[len(prefix):]

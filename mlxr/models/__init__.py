@@ -6,13 +6,13 @@ from torch import nn
 from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, gemma4, gemma_embedding, gpt_oss, granite, idefics3, llava, llama,
-                         mistral, mixtral, nomic_bert, olmo2, phi3, qwen2, qwen3, qwen3moe, qwen35, qwen35moe,
+                         mistral, mixtral, nomic_bert, olmo2, phi3, qwen2, qwen2_5_vl, qwen3, qwen3moe, qwen35, qwen35moe,
                          xlm_roberta)
 from mlxr.models.arch import Architecture
 
 # Mixtral before Llama: both are GGUF "llama", Mixtral claims the files with experts.
 _MODULES = (mixtral, llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, granite, olmo2, phi3, llava, idefics3, gpt_oss, gemma4,
-            qwen35, qwen35moe)
+            qwen35, qwen35moe, qwen2_5_vl)
 # Encoders (embedding and reranking models): no KV cache, loaded by loader/encoder_model.py.
 _ENCODER_MODULES = (bert, xlm_roberta, nomic_bert, gemma_embedding)
 ENCODERS = frozenset(m.ARCH.name for m in _ENCODER_MODULES)
@@ -22,7 +22,7 @@ MODELS: dict[str, type[nn.Module]] = {m.ARCH.name: m.MODEL for m in _MODULES}
 # The vision-language model of ModelArgs that carry a tower (args.vision), by its projector (a
 # Llama GGUF with an Idefics3 mmproj is Idefics3).
 VISION_MODELS: dict[str, type[nn.Module]] = {"gemma3": gemma3_vlm.MODEL, "llava": llava.MODEL,
-                                             "idefics3": idefics3.MODEL}
+                                             "idefics3": idefics3.MODEL, "qwen2_5_vl": qwen2_5_vl.MODEL}
 # The architectures whose config.json may carry a tower (a vision_config).
 VISION_ARCHS = frozenset(a.name for a in ARCHITECTURES.values() if a.hf_vision is not None)
 _BY_HF_TYPE = {t: a for a in ARCHITECTURES.values() for t in a.hf_model_types}

@@ -62,6 +62,10 @@ IDEFICS3 = TokenizerSpec(LLAVA.specials + ("<fake_token_around_image>", "<global
                          "<s>", ("</s>", "<end_of_utterance>"), None, "<unk>", "zephyr", True,
                          words=("\n\n",))  # a token of SmolVLM's vocabulary that libmtmd's tile layout looks up
 
+# Qwen2.5-VL: Qwen2's specials and its image tokens (ids 3, 4, 5).
+QWEN2_VL = TokenizerSpec(QWEN2.specials + ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>"), None,
+                         ("<|im_end|>", "<|endoftext|>"), "<|endoftext|>", None, "chatml", False)
+
 # gpt-oss's specials (in the fixture's own ids 0..7); its replies stop at <|return|> or <|call|>.
 HARMONY = TokenizerSpec(("<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
                          "<|return|>", "<|call|>"), None, ("<|return|>", "<|call|>", "<|endoftext|>"),

@@ -76,6 +76,28 @@ SMOLVLM = {
     "scale_factor": 4, "tie_word_embeddings": True,
 }
 IDEFICS3_LONGEST_EDGE = 128
+# Qwen2.5-VL: a 2-layer Qwen2 with M-RoPE (head 16: 8 pairs as 2 temporal, 3 height, 3 width), a
+# 3-layer tower of 4-pixel patches merged 2 x 2 (a token per 8 x 8 pixels), windows of 16 pixels
+# (2 x 2 tokens) but in layer 1; the processor keeps 64..1024 pixels x 4 (up to 64 tokens).
+QWEN25_VL = {
+    "model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "text_config": {
+        "model_type": "qwen2_5_vl_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 512, "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 2,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    },
+    "vision_config": {
+        "depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+        "patch_size": 4, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 16,
+        "out_hidden_size": 64, "fullatt_block_indexes": [1], "image_size": 32,
+    },
+    "image_token_id": ft.QWEN2_VL.specials.index("<|image_pad|>"),
+    "vision_start_token_id": ft.QWEN2_VL.specials.index("<|vision_start|>"),
+    "vision_end_token_id": ft.QWEN2_VL.specials.index("<|vision_end|>"),
+    "video_token_id": 511, "tie_word_embeddings": False,
+}
+QWEN25_VL_PIXELS = (8 * 8 * 4, 8 * 8 * 64)
 # For bench/vision_prefix_cache.py: Gemma 3 270M's text width, a SigLIP of 224 pixels in 14-pixel
 # patches (16 x 16) pooled to 64 soft tokens.
 GEMMA3_VLM_SHAPE = {
@@ -93,13 +115,14 @@ GEMMA3_VLM_SHAPE = {
 GEMMA3_VLM_SWA = {**GEMMA3_VLM, "text_config": {**GEMMA3_VLM["text_config"], "layer_types": ["sliding_attention"] * 2}}
 VLM_FIXTURES = {"tiny-gemma3-vlm": (GEMMA3_VLM, 21), "tiny-llava": (LLAVA, 22), "gemma3-vlm-shape": (GEMMA3_VLM_SHAPE, 23),
                 "tiny-gemma3-vlm-swa": (GEMMA3_VLM_SWA, 24), "tiny-idefics3": (IDEFICS3, 25),
-                "tiny-smolvlm": (SMOLVLM, 26)}
+                "tiny-smolvlm": (SMOLVLM, 26), "tiny-qwen25-vl": (QWEN25_VL, 27)}
 _KINDS = {"tiny-gemma3-vlm": ("Gemma3ForConditionalGeneration", _SPEC),
           "tiny-gemma3-vlm-swa": ("Gemma3ForConditionalGeneration", _SPEC),
           "gemma3-vlm-shape": ("Gemma3ForConditionalGeneration", _SPEC),
           "tiny-llava": ("LlavaForConditionalGeneration", ft.LLAVA),
           "tiny-idefics3": ("Idefics3ForConditionalGeneration", ft.IDEFICS3),
-          "tiny-smolvlm": ("SmolVLMForConditionalGeneration", ft.IDEFICS3)}
+          "tiny-smolvlm": ("SmolVLMForConditionalGeneration", ft.IDEFICS3),
+          "tiny-qwen25-vl": ("Qwen2_5_VLForConditionalGeneration", ft.QWEN2_VL)}
 
 
 def _value(seed: int, name: str, shape: tuple[int, ...], gemma: bool):
@@ -108,6 +131,12 @@ def _value(seed: int, name: str, shape: tuple[int, ...], gemma: bool):
 
 
 def _processor(name: str, side: int):
+    if name == "tiny-qwen25-vl":
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        least, most = QWEN25_VL_PIXELS
+        return Qwen2VLImageProcessorPil(size={"shortest_edge": least, "longest_edge": most}, patch_size=4,
+                                        merge_size=2, temporal_patch_size=2)
     if name in ("tiny-idefics3", "tiny-smolvlm"):
         from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
         from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil

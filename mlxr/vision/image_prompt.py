@@ -38,7 +38,8 @@ def image_prompt_ids(prompt: ImagePrompt, vision: VisionArgs | None, tokenizer) 
         tiles = [Tiles([pixel_values(im, vision.preprocess)], 0, 0) for im in decoded]
     ids = tokenizer.encode(_expanded(prompt, vision, tiles), add_special_tokens=prompt.add_special_tokens)
     spans = _placeholder_runs(ids, vision.image_token_id)
-    if len(spans) != sum(len(t.pixels) for t in tiles) or any(n != vision.tokens_per_image for _, n in spans):
+    counts = [image_tokens(vision, p) for t in tiles for p in t.pixels]
+    if len(spans) != len(counts) or any(n != want for (_, n), want in zip(spans, counts)):
         raise InvalidParameterError("prompt", f"the prompt's text holds image tokens ({vision.image_token!r}) of its own")
     runs = iter(spans)
     images = [ImageInput(_digest(data, j, len(t.pixels)), *next(runs), p.tobytes(), list(p.shape))
@@ -60,13 +61,22 @@ def _expanded(prompt: ImagePrompt, vision: VisionArgs, tiles: list[Tiles]) -> st
         text = marker * n + text
     elif found != n:
         raise InvalidParameterError("prompt", f"the prompt marks {found} images ({marker!r}) for the {n} sent")
-    placeholders = vision.image_token * vision.tokens_per_image
     pieces = text.split(marker)
     out = [pieces[0]]
     for t, piece in zip(tiles, pieces[1:]):
+        placeholders = vision.image_token * image_tokens(vision, t.pixels[0])
         image = tile_sequence(t, placeholders) if vision.tiled else vision.image_sequence.format(image=placeholders)
         out += [image, piece]
     return "".join(out)
+
+
+def image_tokens(vision: VisionArgs, pixels) -> int:
+    """An image's (or tile's) placeholders: the tower's fixed count, or (tokens_per_image 0,
+    Qwen2.5-VL) one per merged block of patches of its resized pixels [3, H, W]."""
+    if vision.tokens_per_image:
+        return vision.tokens_per_image
+    side = vision.patch_size * vision.scale_factor
+    return (pixels.shape[1] // side) * (pixels.shape[2] // side)
 
 
 def _placeholder_runs(ids: list[int], image_id: int) -> list[tuple[int, int]]:

@@ -4,10 +4,13 @@ result is bit-identical, bicubic included), a rescale in float64 cast to float32
 (x - mean) / std in float32."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from PIL import Image
 
 from mlxr.config import ImagePreprocess
+from mlxr.errors import InvalidParameterError
 
 
 def pixel_values(image: Image.Image, p: ImagePreprocess) -> np.ndarray:
@@ -25,7 +28,27 @@ def normalized(x: np.ndarray, p: ImagePreprocess) -> np.ndarray:
     return np.ascontiguousarray(out.transpose(2, 0, 1))
 
 
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """transformers' Qwen2-VL smart_resize: (height, width) multiples of factor, the area within
+    min_pixels..max_pixels, the aspect ratio kept as closely as that allows."""
+    if max(height, width) / min(height, width) > 200:
+        raise InvalidParameterError("images", f"an aspect ratio of {max(height, width) / min(height, width):.0f}, "
+                                              "above the 200 this model takes")
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
 def _resized(image: Image.Image, p: ImagePreprocess) -> Image.Image:
+    if p.resize_factor:
+        height, width = smart_resize(image.height, image.width, p.resize_factor, p.min_pixels, p.max_pixels)
+        return image.resize((width, height), resample=p.resample)
     if p.shortest_edge is None:
         return image.resize((p.width, p.height), resample=p.resample)
     width, height = image.size

@@ -86,10 +86,10 @@ CASES: dict[str, Case] = {
                              ({"attention_k_eq_v": False}, 1e-3)),
                    gguf="none", notes="per-layer inputs, shared K/V, k = v, MoE beside the MLP; HF only"),
 }
-# LLaVA and Idefics3 take images and have no text-only checkpoint: tests/models/test_llava.py and
-# test_idefics3.py check them; encoders: tests/models/test_encoders.py; hybrid models (recurrent
+# LLaVA, Idefics3 and Qwen2.5-VL take images and have no text-only checkpoint: tests/models/test_llava.py and
+# test_idefics3.py, test_qwen25_vl.py check them; encoders: tests/models/test_encoders.py; hybrid models (recurrent
 # state): tests/models/test_qwen35.py.
-ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava", "idefics3"} - set(HYBRID_ARCHS))
+ARCHS = sorted(set(ARCHITECTURES) - ENCODERS - {"llava", "idefics3", "qwen2_5_vl"} - set(HYBRID_ARCHS))
 SOURCES = ["safetensors", "gguf"]
 
 

@@ -76,12 +76,16 @@ class ImageEmbeddings:
     def _encode(self, keys: list[tuple[str, int]]) -> None:
         if not keys:
             return
-        pixels = np.stack([_pixels(self.images[rid][j]) for rid, j in keys])
-        batch = torch.from_numpy(pixels).to(self.device)
-        embeddings = self.model.encode_images(batch.to(self.dtype))
-        self.encoder_calls += len(keys)
-        for key, emb in zip(keys, embeddings):
-            self.encoded[key] = emb
+        by_shape: dict[tuple[int, ...], list[tuple[str, int]]] = {}
+        for rid, j in keys:  # one batch per size (Qwen2.5-VL's images keep their own)
+            by_shape.setdefault(tuple(self.images[rid][j].shape), []).append((rid, j))
+        for group in by_shape.values():
+            pixels = np.stack([_pixels(self.images[rid][j]) for rid, j in group])
+            batch = torch.from_numpy(pixels).to(self.device)
+            embeddings = self.model.encode_images(batch.to(self.dtype))
+            self.encoder_calls += len(group)
+            for key, emb in zip(group, embeddings):
+                self.encoded[key] = emb
 
     def _drop_done(self, out: SchedulerOutput) -> None:
         """Forget the images whose every token this step computes (a preempted request that

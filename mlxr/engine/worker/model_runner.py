@@ -92,6 +92,7 @@ class ModelRunner:
         self.prefill_graphs = None  # PrefillGraphs, likewise
         self._last: RunnerStep | None = None  # the step launched last (its tokens feed the next)
         self.images = None  # ImageEmbeddings of a vision-language model (set_up_images)
+        self.mrope = None  # MRopePositions of a model with M-RoPE (Qwen2.5-VL), likewise
         self.lora: AdapterSlots | None = None  # LoRA adapters (set by an engine that serves them)
         # A head proposer's HiddenTap (spec_decode/heads.py): its steps run eagerly and hand it
         # their hidden states; None (no such proposer) costs nothing.
@@ -102,8 +103,13 @@ class ModelRunner:
     def set_up_images(self) -> None:
         from mlxr.engine.worker.image_embeddings import ImageEmbeddings
 
-        dtype = next(self.model.multi_modal_projector.parameters()).dtype
-        self.images = ImageEmbeddings(self.model, self.device, dtype)
+        tower = getattr(self.model, "multi_modal_projector", None) or self.model.visual
+        self.images = ImageEmbeddings(self.model, self.device, next(tower.parameters()).dtype)
+        vision = self.model.args.vision
+        if vision.mrope_section:
+            from mlxr.engine.worker.mrope_positions import MRopePositions
+
+            self.mrope = MRopePositions(vision.patch_size * vision.scale_factor, self.device)
 
     def enable_cuda_graphs(self, scratch_block: int, max_batch: int, max_blocks_per_seq: int,
                            max_prefill_tokens: int = 0, capture_budget_s: float | None = None) -> None:
@@ -204,6 +210,8 @@ class ModelRunner:
             adapter_slots_update(self.lora, self.batch, out)
         if self.images is not None:
             self.images.update(out)
+        if self.mrope is not None:
+            self.mrope.update(out)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
@@ -247,10 +255,13 @@ class ModelRunner:
         return self._forward_base(out, pending)
 
     def _forward_base(self, out: SchedulerOutput, pending: PendingTokens | None) -> tuple[list[str], torch.Tensor | None]:
+        mrope = self.mrope is not None and self.mrope.needed(out)
         if self.images is not None and self.images.needed(out):
             step = self.images.for_step(out)
-            if step is not None:
+            if step is not None or mrope:
                 return self._run_with_images(out, pending, step)
+        elif mrope:  # decode after an image: its positions carry the rope delta
+            return self._run_with_images(out, pending, None)
         if self.hidden_tap is not None:
             return self._run_tapped(out, pending)
         if self._prefill_graph_fits(out):
@@ -289,16 +300,21 @@ class ModelRunner:
         return inputs.sampling_ids, self.model.compute_logits(hidden.index_select(0, rows)).float()
 
     def _run_with_images(self, out: SchedulerOutput, pending: PendingTokens | None,
-                         step: StepImages) -> tuple[list[str], torch.Tensor | None]:
+                         step: StepImages | None) -> tuple[list[str], torch.Tensor | None]:
         """A step whose rows hold image tokens: eager, with the tower's embeddings spliced into
         the token embeddings at their rows (and the images' spans bidirectional where the model
-        says so)."""
+        says so); or (step None) rows of a request with images whose M-RoPE positions differ
+        from the plain ones."""
         self.batch.steady.forget()
         inputs = self.batch.build(out, pending, False, None)
-        embeds = self.model.embed(inputs.input_ids)
-        embeds.index_copy_(0, step.rows, step.embeddings.to(embeds.dtype))
-        if self.images.bidirectional:
-            inputs.meta.bidirectional = step.spans
+        embeds = None
+        if step is not None:
+            embeds = self.model.embed(inputs.input_ids)
+            embeds.index_copy_(0, step.rows, step.embeddings.to(embeds.dtype))
+            if self.images.bidirectional:
+                inputs.meta.bidirectional = step.spans
+        if self.mrope is not None:
+            inputs.meta.rope_positions = self.mrope.for_step(out, inputs.meta.query_lens_list)
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_cache.model_layers, inputs.meta, embeds)
         if not inputs.sampling_ids:
             return [], None

@@ -28,6 +28,9 @@ class AttnMetadata:
     # Per sequence, its recurrent-state slot (engine/kv/state.py) for layers whose memory is a
     # state rather than K/V (Gated DeltaNet); None for models without such layers.
     state_slots: torch.Tensor | None = None
+    # [3, T] M-RoPE positions (Qwen2.5-VL: temporal, height, width of each token; text tokens
+    # carry one value thrice, shifted past the images before them); None: the positions alone.
+    rope_positions: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:

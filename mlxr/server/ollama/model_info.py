@@ -105,6 +105,9 @@ def vision_info(arch: str, vision: Any) -> dict[str, Any]:
         f"{arch}.vision.image_size": vision.image_size,
         f"{arch}.vision.patch_size": vision.patch_size,
     }
+    factor = vision.preprocess.resize_factor
+    if factor:  # Qwen2.5-VL: as many tokens as the resized image's area gives, up to max_pixels
+        return info | {"mlxr.vision.max_tokens_per_image": vision.preprocess.max_pixels // factor**2}
     if not vision.tiled:
         return info | {"mlxr.vision.tokens_per_image": vision.tokens_per_image}
     return info | {"mlxr.vision.tokens_per_tile": vision.tokens_per_image,
