@@ -3,18 +3,20 @@ writes it) -> the tower's shape, its tensors' names in our models' terms, and th
 refuse a malformed file with the reason. Torch-free: the registry checks a file at import."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.hf_preprocess import TILE_SIDES
+from mlxr.formats.mmproj_qwen import qwen_mmproj
+from mlxr.formats.mmproj_values import meta_eps, meta_int, meta_triple
 
 # clip.projector_type -> (our projector, the tower, the text architectures it feeds). `mlp`:
 # LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py writes it.
 PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",)),
-              "mlp": ("llava", "clip", ("llama",))}
+              "mlp": ("llava", "clip", ("llama",)), "qwen2.5vl_merger": ("qwen2_5_vl", "qwen2_5_vl", ("qwen2_5_vl",))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
 # clip.vision.projector.scale_factor where absent: Gemma 3's pooling, Idefics3's pixel shuffle
 _MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2, "llava": 1}
@@ -63,6 +65,8 @@ class MmprojVision:
     projection_dim: int
     text_architectures: tuple[str, ...]
     tensor_names: dict[str, str]  # mmproj tensor -> our parameter name
+    # our parameter -> (mmproj tensors, axis): concatenated along it (0) or stacked as a new one (2)
+    joined: dict[str, tuple[tuple[str, ...], int]] = field(default_factory=dict)
 
 
 def read_mmproj(f: GGUFFile) -> MmprojVision:
@@ -77,10 +81,13 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     if kind not in PROJECTORS:
         raise ModelFormatError(f"{where}: projector type {kind!r} is not supported (supported: {', '.join(PROJECTORS)})")
     projector, tower, text_archs = PROJECTORS[kind]
-    get = lambda key, top: _int(f, where, f"clip.vision.{key}", top)  # noqa: E731
+    if projector == "qwen2_5_vl":
+        fields, width, names, joined = qwen_mmproj(f, where)
+        return MmprojVision(fields, width, text_archs, names, joined)
+    get = lambda key, top: meta_int(f, where, f"clip.vision.{key}", top)  # noqa: E731
     hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
     image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
-    merge = 1 if projector == "llava" else _int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE,
+    merge = 1 if projector == "llava" else meta_int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE,
                                                  _MERGE[projector])
     side = image // patch
     if image % patch or side % merge:
@@ -88,13 +95,13 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
                                f"merged {merge} a side")
     if hidden % heads:
         raise ModelFormatError(f"{where}: embedding_length {hidden} does not split into {heads} heads")
-    normalise = {"image_mean": _triple(f, where, "clip.vision.image_mean"),
-                 "image_std": _triple(f, where, "clip.vision.image_std")}
+    normalise = {"image_mean": meta_triple(f, where, "clip.vision.image_mean"),
+                 "image_std": meta_triple(f, where, "clip.vision.image_std")}
     fields = {
         "tower": tower, "projector": projector, "hidden_size": hidden, "num_attention_heads": heads,
         "intermediate_size": get("feed_forward_length", _MAX_WIDTH * 8), "num_hidden_layers": layers,
         "image_size": image, "patch_size": patch, "tokens_per_image": (side // merge) ** 2,
-        "layer_norm_eps": _eps(f, where), "hidden_act": "gelu_pytorch_tanh",
+        "layer_norm_eps": meta_eps(f, where), "hidden_act": "gelu_pytorch_tanh",
         "preprocess": ImagePreprocess(height=image, width=image, resample=2, **normalise),
     }
     if projector == "idefics3":
@@ -124,13 +131,13 @@ def _llava_fields(f: GGUFFile, where: str, layers: int, image: int, normalise: d
 def _projection_dim(f: GGUFFile, where: str, projector: str) -> int:
     if projector == "llava":  # clip.vision.projection_dim is CLIP's own; the MLP's output is the model's
         return f.tensor_info("mm.2.weight").shape[0]
-    return _int(f, where, "clip.vision.projection_dim", _MAX_WIDTH)
+    return meta_int(f, where, "clip.vision.projection_dim", _MAX_WIDTH)
 
 
 def _idefics3_fields(f: GGUFFile, where: str, image: int, merge: int, normalise: dict) -> dict:
     """Idefics3's tiles: the longest edge the converter stores (clip.vision.preproc_image_size, the
     processor's size.longest_edge), tiles of the tower's size, transformers' LANCZOS resizes."""
-    longest = _int(f, where, "clip.vision.preproc_image_size", _MAX_SIDE, image)
+    longest = meta_int(f, where, "clip.vision.preproc_image_size", _MAX_SIDE, image)
     if -(-longest // image) > TILE_SIDES:
         raise ModelFormatError(f"{where}: clip.vision.preproc_image_size {longest} makes more than "
                                f"{TILE_SIDES} tiles of {image} a side")
@@ -173,27 +180,3 @@ def _check_shapes(f: GGUFFile, where: str, v: dict) -> None:
         got = f.tensor_info(name).shape
         if tuple(got) != shape:
             raise ModelFormatError(f"{where}: tensor {name} has shape {tuple(got)}, expected {shape}")
-
-
-def _int(f: GGUFFile, where: str, key: str, top: int, default: int | None = None) -> int:
-    value = f.metadata.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
-        raise ModelFormatError(f"{where}: {key} must be an integer in 1..{top}, got {value!r}")
-    return value
-
-
-def _eps(f: GGUFFile, where: str) -> float:
-    value = f.metadata.get("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ModelFormatError(f"{where}: clip.vision.attention.layer_norm_epsilon must be in (0, 1), got {value!r}")
-    return float(value)
-
-
-def _triple(f: GGUFFile, where: str, key: str) -> tuple[float, float, float]:
-    value = f.metadata.get(key, [0.5, 0.5, 0.5])
-    ok = isinstance(value, list) and len(value) == 3 and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
-    if not ok or (key.endswith("std") and min(value) <= 0):
-        raise ModelFormatError(f"{where}: {key} must be three numbers{' above 0' if key.endswith('std') else ''}, "
-                               f"got {value!r}")
-    return (float(value[0]), float(value[1]), float(value[2]))

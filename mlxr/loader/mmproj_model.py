@@ -22,6 +22,8 @@ IMAGE_TOKENS = {
                "image_token": "<image_soft_token>", "bidirectional": True},
     "idefics3": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
     "llava": {"image_marker": "<image>", "image_sequence": "{image}", "image_token": "<image>"},
+    "qwen2_5_vl": {"image_marker": "<|vision_start|><|image_pad|><|vision_end|>",
+                   "image_sequence": "<|vision_start|>{image}<|vision_end|>", "image_token": "<|image_pad|>"},
 }
 
 
@@ -37,18 +39,35 @@ def with_projector(args: ModelArgs, tokenizer: Tokenizer, path: Path,
         if image_token_id is None:
             raise ModelFormatError(f"the model's vocabulary lacks {tokens['image_token']}, which its projector "
                                    f"{Path(path).name} needs")
+        rope = _text_rope(args, vision.fields["projector"], path)
     except BaseException:
         f.close()
         raise
-    args = replace(args, vision=VisionArgs(**vision.fields, **tokens, image_token_id=image_token_id))
+    args = replace(args, vision=VisionArgs(**vision.fields, **tokens, **rope, image_token_id=image_token_id))
     if not weights:
         f.close()
         return args, iter(())
-    return args, _tensors(f, vision.tensor_names, vision.fields["tower"])
+    return args, _tensors(f, vision.tensor_names, vision.fields["tower"], vision.joined)
 
 
-def _tensors(f: GGUFFile, names: dict[str, str], tower: str) -> Iterator[tuple[str, torch.Tensor]]:
+def _text_rope(args: ModelArgs, projector: str, path: Path) -> dict:
+    """The language model's M-RoPE sections (its GGUF's rope.dimension_sections) for a tower that needs them."""
+    if projector != "qwen2_5_vl":
+        return {}
+    section = args.extra.get("mrope_section")
+    if not section:
+        raise ModelFormatError(f"{Path(path).name} is a Qwen2.5-VL projector; its language model's GGUF gives no "
+                               "M-RoPE sections (qwen2vl.rope.dimension_sections)")
+    return {"mrope_section": section}
+
+
+def _tensors(f: GGUFFile, names: dict[str, str], tower: str,
+             joined: dict[str, tuple[tuple[str, ...], int]]) -> Iterator[tuple[str, torch.Tensor]]:
     with f:
+        for ours, (theirs, axis) in joined.items():
+            parts = [np.asarray(f.load(n), dtype=np.float32) for n in theirs]
+            array = np.concatenate(parts) if axis == 0 else np.stack(parts, axis=axis)
+            yield ours, torch.from_numpy(np.ascontiguousarray(array))
         if tower == "clip":  # the norm of CLIP's pooled output, which LLaVA never reads: the file drops it
             width = f.tensor_info("v.pre_ln.weight").shape[0]
             yield "vision_tower.post_layernorm.weight", torch.ones(width)

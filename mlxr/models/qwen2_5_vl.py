@@ -51,9 +51,11 @@ class Qwen2_5_VLForConditionalGeneration(LlamaForCausalLM):
     backbone_class = MRopeBackbone
 
     def __init__(self, args: ModelArgs) -> None:
-        super().__init__(args)
         v = args.vision
-        assert v is not None
+        if v is None:
+            raise UnsupportedModelError("a Qwen2.5-VL language model runs with its vision tower: give its mmproj file "
+                                        "(--mmproj) beside the GGUF")
+        super().__init__(args)
         self.visual = QwenVisionTransformer(v, args.hidden_size)
         self.patch, self.merge, self.temporal = v.patch_size, v.scale_factor, v.temporal_patch_size
 
@@ -123,6 +125,21 @@ def _biased(_: Any) -> dict[str, Any]:
     return {"attention_bias": True}
 
 
+def _gguf_fields(m: Any) -> dict[str, Any]:
+    """llama.cpp's `qwen2vl` text GGUF: biased q/k/v and rope.dimension_sections, the M-RoPE
+    sections (t, h, w, and a fourth that Qwen2.5-VL leaves 0), which the mmproj's tower needs."""
+    sections = m.raw("rope.dimension_sections")
+    ok = isinstance(sections, list) and len(sections) == 4 and all(isinstance(s, int) and s >= 0 for s in sections)
+    if not ok or sections[3] != 0 or min(sections[:3]) <= 0:
+        raise ModelFormatError(f"GGUF {m.arch}.rope.dimension_sections must be three positive integers and a 0, "
+                               f"got {sections!r}")
+    pairs = m.pos_int("rope.dimension_count", m.pos_int("embedding_length") // m.pos_int("attention.head_count")) // 2
+    if sum(sections) != pairs:
+        raise ModelFormatError(f"GGUF {m.arch}.rope.dimension_sections {sections} do not cover the head's {pairs} "
+                               "rotary pairs")
+    return {"attention_bias": True, "extra": {"gguf_architecture": m.arch, "mrope_section": tuple(sections[:3])}}
+
+
 MODEL = Qwen2_5_VLForConditionalGeneration
-ARCH = Architecture("qwen2_5_vl", ("qwen2_5_vl",), (), hf_config=_hf_config, hf_fields=_biased, hf_vision=_hf_vision,
-                    hf_sliding=_hf_sliding, hf_max_positions=128000)
+ARCH = Architecture("qwen2_5_vl", ("qwen2_5_vl",), ("qwen2vl",), hf_config=_hf_config, hf_fields=_biased,
+                    hf_vision=_hf_vision, hf_sliding=_hf_sliding, hf_max_positions=128000, gguf_fields=_gguf_fields)
