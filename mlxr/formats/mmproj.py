@@ -13,10 +13,12 @@ from mlxr.formats.hf_preprocess import TILE_SIDES
 from mlxr.formats.mmproj_qwen import qwen_mmproj
 from mlxr.formats.mmproj_values import meta_eps, meta_int, meta_triple
 
-# clip.projector_type -> (our projector, the tower, the text architectures it feeds). `mlp`:
-# LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py writes it.
+# clip.projector_type -> (our projector, the tower, the text architectures it feeds: canonical
+# names and GGUF ones). `mlp`: LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py
+# writes it; `qwen2.5vl_merger`: formats/mmproj_qwen.py reads it.
 PROJECTORS = {"gemma3": ("gemma3", "siglip", ("gemma3",)), "idefics3": ("idefics3", "idefics3", ("llama",)),
-              "mlp": ("llava", "clip", ("llama",)), "qwen2.5vl_merger": ("qwen2_5_vl", "qwen2_5_vl", ("qwen2_5_vl",))}
+              "mlp": ("llava", "clip", ("llama",)),
+              "qwen2.5vl_merger": ("qwen2_5_vl", "qwen2_5_vl", ("qwen2_5_vl", "qwen2vl"))}
 GEMMA3_MERGE = 4  # llama.cpp's default patch merge a side for Gemma 3 (clip.vision.projector.scale_factor)
 # clip.vision.projector.scale_factor where absent: Gemma 3's pooling, Idefics3's pixel shuffle
 _MERGE = {"gemma3": GEMMA3_MERGE, "idefics3": 2, "llava": 1}

@@ -4,8 +4,9 @@ writes it) -> the tower's VisionArgs fields and its tensors in models/vision/qwe
 What the file does not say is read as llama.cpp's clip.cpp reads it: a 2 x 2 merge
 (clip.vision.spatial_merge_size where given), windows of 112 pixels (clip.vision.window_size where
 given; the converter writes none for Qwen2.5-VL, and 112 is every published checkpoint's), full
-attention in the layers i with (i + 1) % n_wa_pattern == 0, the tower's rotary theta 10000. The converter keeps no processor numbers but the mean and
-std, so images are resized with transformers' defaults (56 x 56 .. 28 x 28 x 1280 pixels)."""
+attention in the layers i with (i + 1) % n_wa_pattern == 0, the tower's rotary theta 10000. The
+converter keeps no processor numbers but the mean and std, so images are resized with
+transformers' defaults (56 x 56 .. 28 x 28 x 1280 pixels)."""
 from __future__ import annotations
 
 from mlxr.config import ImagePreprocess
@@ -77,7 +78,8 @@ def _full_attention(f: GGUFFile, where: str, layers: int) -> tuple[int, ...]:
 
 
 def _tensor_names(layers: int) -> tuple[dict[str, str], dict[str, tuple[tuple[str, ...], int]]]:
-    names, joined = dict(_ONCE), {"visual.patch_embed.proj.weight": (("v.patch_embd.weight", "v.patch_embd.weight.1"), 2)}
+    frames = ("v.patch_embd.weight", "v.patch_embd.weight.1")  # the Conv3d's kernel at t = 0 and t = 1
+    names, joined = dict(_ONCE), {"visual.patch_embed.proj.weight": (frames, 2)}
     for i in range(layers):
         names |= {f"v.blk.{i}.{theirs}": f"visual.blocks.{i}.{ours}" for theirs, ours in _LAYER_TENSORS.items()}
         for part in ("weight", "bias"):

@@ -125,3 +125,52 @@ def test_a_llava_projector_is_refused_beside_gemma3(files, llava_files, tmp_path
         registry.import_model(files[0], "vlm", projector=llava_files[1])
     record = registry.import_model(llava_files[0], "llava", projector=llava_files[1])
     assert record.projector == llava_files[1].resolve()
+
+
+@pytest.fixture(scope="module")
+def qwen_files():
+    from mlxr.testing.llama_cpp_convert import ConverterUnavailable
+    from mlxr.testing.mmproj_fixtures import llama_cpp_vlm
+
+    try:
+        return llama_cpp_vlm("tiny-qwen25-vl", FIXTURES)
+    except ConverterUnavailable as e:
+        pytest.skip(str(e))
+
+
+QWEN_BAD = {
+    "window pattern": ({"clip.vision.n_wa_pattern": None}, (), {}, "clip.vision.n_wa_pattern must be an integer in 1..3"),
+    "silu": ({"clip.use_silu": False}, (), {}, "must say clip.use_silu true"),
+    "second frame": ({}, ("v.patch_embd.weight.1",), {}, "lacks tensors: v.patch_embd.weight.1"),
+    "merger width": ({}, (), {"mm.0.weight": (64, 64)}, "mm.0.weight has shape (64, 64), expected (128, 128)"),
+}
+
+
+@pytest.mark.parametrize("case", list(QWEN_BAD))
+def test_a_malformed_qwen25_vl_mmproj_is_refused_with_the_reason(qwen_files, tmp_path, case):
+    model, mmproj = qwen_files
+    metadata, drop, shapes, reason = QWEN_BAD[case]
+    bad = rewrite(mmproj, tmp_path / "bad-mmproj.gguf", metadata, drop, shapes)
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match=re.escape(reason)):
+        registry.import_model(model, "qwen", projector=bad)
+    assert registry.list() == []
+
+
+def test_a_qwen25_vl_projector_pairs_only_with_its_language_model(files, qwen_files, tmp_path):
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match="is a qwen2_5_vl projector; the model is gemma3"):
+        registry.import_model(files[0], "vlm", projector=qwen_files[1])
+    record = registry.import_model(qwen_files[0], "qwen", projector=qwen_files[1])
+    assert record.projector == qwen_files[1].resolve()
+
+
+@pytest.mark.parametrize("sections,reason", [([2, 3, 2, 0], "do not cover the head's 8 rotary pairs"),
+                                             ([2, 3, 3, 1], "must be three positive integers and a 0")])
+def test_a_qwen2vl_gguf_with_bad_mrope_sections_is_refused(qwen_files, tmp_path, sections, reason):
+    model, mmproj = qwen_files
+    bad = rewrite(model, tmp_path / "bad.gguf", {"qwen2vl.rope.dimension_sections": sections})
+    registry = Registry(tmp_path / "home")
+    with pytest.raises(ModelFormatError, match=re.escape(reason)):
+        registry.import_model(bad, "qwen", projector=mmproj)
+    assert registry.list() == []

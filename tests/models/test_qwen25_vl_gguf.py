@@ -24,6 +24,7 @@ MARK = "<|vision_start|><|image_pad|><|vision_end|>"
 ONE = f"<|im_start|>user\n{MARK}What is in this picture?<|im_end|>\n<|im_start|>assistant\n"
 TWO = f"<|im_start|>user\ncompare {MARK} with {MARK} please.<|im_end|>\n<|im_start|>assistant\n"
 IMAGES = (png(150, 120, 1), encoded(40, 70, "RGBA", "PNG", 2))
+DEFAULT_BLOCKS = 112 // 8  # llama.cpp's window side in 2 x 2 blocks of 4-pixel patches
 CASES = pytest.mark.parametrize("text,images", [(ONE, IMAGES[:1]), (TWO, IMAGES)], ids=["one", "two"])
 
 
@@ -60,8 +61,9 @@ def _hf_inputs(llm, processor, ids, images):
 
     out = processor([Image.open(io.BytesIO(b)) for b in images], return_tensors="pt")
     t = torch.tensor([ids])
+    image = (t == llm.engine.args.vision.image_token_id).int()
     return {"input_ids": t, "pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"],
-            "attention_mask": torch.ones_like(t), "mm_token_type_ids": (t == llm.engine.args.vision.image_token_id).int()}
+            "attention_mask": torch.ones_like(t), "mm_token_type_ids": image}
 
 
 def _ids(llm, text, images):
@@ -100,4 +102,15 @@ def test_qwen25_vl_gguf_logits_and_greedy_match_hf(qwen, text, images):
     assert got[0].outputs[0].token_ids == want
 
 
-DEFAULT_BLOCKS = 112 // 8  # a window's side in 2 x 2 blocks of 4-pixel patches
+
+def test_the_pair_reports_vision_and_the_text_gguf_alone_is_refused(qwen, files):
+    from mlxr import LLM
+    from mlxr.errors import UnsupportedModelError
+    from mlxr.formats.mmproj_qwen import MAX_PIXELS
+    from mlxr.server.ollama.model_info import capabilities, vision_info
+
+    args = qwen[0].engine.args
+    assert "vision" in capabilities("", args)
+    assert vision_info("qwen2_5_vl", args.vision)["mlxr.vision.max_tokens_per_image"] == MAX_PIXELS // 64
+    with pytest.raises(UnsupportedModelError, match="give its mmproj file"):
+        LLM(str(files[0]))
