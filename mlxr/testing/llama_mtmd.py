@@ -121,3 +121,23 @@ def llava_mtmd_ids(tokenizer, vision, formatted: str, image: bytes):
     pixels = pixel_values(decode_image(image, image_limits(), "image"), vision.preprocess)
     return ImagePromptIds(ids, [ImageInput(hashlib.sha256(image).digest(), len(head), vision.tokens_per_image,
                                            pixels.tobytes(), list(pixels.shape))])
+
+
+def qwen25_vl_mtmd_ids(tokenizer, vision, formatted: str, image: bytes):
+    """The ids libmtmd builds of its formatted prompt for Qwen2.5-VL: the text around the marker,
+    `<|vision_start|>`, one `<|image_pad|>` per token of the smart-resized image, `<|vision_end|>`."""
+    import hashlib
+
+    from mlxr.types import ImageInput, ImagePromptIds
+    from mlxr.vision.decode import decode_image
+    from mlxr.vision.limits import image_limits
+    from mlxr.vision.preprocess import pixel_values
+
+    before, after = formatted.split(MEDIA_MARKER)
+    start, end = (tokenizer.encode(t, add_special_tokens=False) for t in ("<|vision_start|>", "<|vision_end|>"))
+    head = tokenizer.encode(before, add_special_tokens=True) + start
+    pixels = pixel_values(decode_image(image, image_limits(), "image"), vision.preprocess)
+    count = pixels.shape[-2] * pixels.shape[-1] // (vision.patch_size * vision.scale_factor) ** 2
+    ids = head + [vision.image_token_id] * count + end + tokenizer.encode(after, add_special_tokens=False)
+    return ImagePromptIds(ids, [ImageInput(hashlib.sha256(image).digest(), len(head), count, pixels.tobytes(),
+                                           list(pixels.shape))])
