@@ -2,13 +2,15 @@
 mmproj (`qwen2.5vl_merger`) that llama.cpp's converter writes, against transformers'
 Qwen2_5_VLForConditionalGeneration (fp32, eager) on the checkpoint they were converted from:
 prompt logits with one and with two images of different sizes within ||d||/||ref|| <= 1e-4 and
-24 greedy tokens identical. The files are F32 (nothing rounded). The mmproj keeps neither the
+24 greedy tokens identical, from F32 files (nothing rounded) and from F16 ones (the reference's
+matrices rounded to F16 as the file holds them). The mmproj keeps neither the
 tower's window size nor the processor's pixel bounds, so both sides use what llama.cpp and
 transformers fall back to: windows of 112 pixels (the reference's window set to it; the big
 image spans 2 x 2 windows, ragged) and the image processor's default 56 x 56 .. 28 x 28 x 1280
 pixels (the small image is enlarged to reach the least)."""
 from __future__ import annotations
 
+import copy
 import io
 
 import pytest
@@ -114,3 +116,33 @@ def test_the_pair_reports_vision_and_the_text_gguf_alone_is_refused(qwen, files)
     assert vision_info("qwen2_5_vl", args.vision)["mlxr.vision.max_tokens_per_image"] == MAX_PIXELS // 64
     with pytest.raises(UnsupportedModelError, match="give its mmproj file"):
         LLM(str(files[0]))
+
+
+def test_f16_files_match_hf_with_the_same_rounding(qwen):
+    """--outtype f16: the converter stores every matrix (and the patch kernels) in F16, norms and
+    biases in F32; the reference holds its matrices rounded the same way."""
+    from mlxr.formats.gguf import open_gguf
+    from mlxr.testing.mmproj_fixtures import llama_cpp_vlm
+
+    _, hf, processor = qwen
+    gguf, mmproj = llama_cpp_vlm("tiny-qwen25-vl", FIXTURES, outtype="f16")
+    for path in (gguf, mmproj):
+        with open_gguf(path) as f:
+            infos = [f.tensor_info(n) for n in f.tensor_names]
+        assert {i.ggml_type for i in infos if len(i.shape) >= 2} == {"F16"}
+        assert {i.ggml_type for i in infos if len(i.shape) == 1} == {"F32"}
+    rounded = copy.deepcopy(hf)
+    with torch.no_grad():
+        for p in rounded.parameters():
+            if p.ndim >= 2:
+                p.copy_(p.half().float())
+    llm = cached_llm(str(gguf), mmproj=str(mmproj))
+    text, images = TWO, IMAGES
+    prompt = _ids(llm, text, images)
+    ids = list(prompt)
+    inputs = _hf_inputs(llm, processor, ids, images)
+    ours = paged_image_logits(llm, ids, prompt.images)
+    with torch.inference_mode():
+        ref = rounded(**inputs).logits[0]
+        unrounded = hf(**inputs).logits[0]
+    assert rel_err(ours, ref) <= 1e-4 < rel_err(ours, unrounded)
