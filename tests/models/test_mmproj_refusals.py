@@ -163,6 +163,11 @@ def test_a_qwen25_vl_projector_pairs_only_with_its_language_model(files, qwen_fi
         registry.import_model(files[0], "vlm", projector=qwen_files[1])
     record = registry.import_model(qwen_files[0], "qwen", projector=qwen_files[1])
     assert record.projector == qwen_files[1].resolve()
+    from mlxr.server.ollama.model_info import capabilities, read_model
+
+    args, template = read_model(registry.resolve("qwen"))
+    assert args.vision.projector == "qwen2_5_vl" and args.vision.mrope_section == (2, 3, 3)
+    assert "vision" in capabilities(template or "", args)
 
 
 @pytest.mark.parametrize("sections,reason", [([2, 3, 2, 0], "do not cover the head's 8 rotary pairs"),

@@ -2,10 +2,10 @@
 mmproj (`qwen2.5vl_merger`) that llama.cpp's converter writes, against transformers'
 Qwen2_5_VLForConditionalGeneration (fp32, eager) on the checkpoint they were converted from:
 prompt logits with one and with two images of different sizes within ||d||/||ref|| <= 1e-4 and
-24 greedy tokens identical, from F32 files (nothing rounded) and from F16 ones (the reference's
-matrices rounded to F16 as the file holds them). The mmproj keeps neither the
-tower's window size nor the processor's pixel bounds, so both sides use what llama.cpp and
-transformers fall back to: windows of 112 pixels (the reference's window set to it; the big
+24 greedy tokens identical from F32 files (nothing rounded); from F16 ones, prompt logits with
+two images against the reference with its matrices rounded to F16 as the files hold them. The
+mmproj keeps neither the tower's window size nor the processor's pixel bounds, so both sides use
+what llama.cpp and transformers fall back to: windows of 112 pixels (the reference's window set to it; the big
 image spans 2 x 2 windows, ragged) and the image processor's default 56 x 56 .. 28 x 28 x 1280
 pixels (the small image is enlarged to reach the least)."""
 from __future__ import annotations
