@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.hf_preprocess import TILE_SIDES
+from mlxr.model_config import ImagePreprocess, ImageTiling
 
 # clip.projector_type -> (our projector, the tower, the text architectures it feeds). `mlp`:
 # LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py writes it.
