@@ -7,12 +7,12 @@ import functools
 import pytest
 import torch
 
-from mlxr.config import ModelArgs
 from mlxr.engine.kv.block_file import BlockIdentity
 from mlxr.engine.kv.cache import KVCache, kv_bytes_per_block
 from mlxr.engine.kv.disk import DiskStore, Layout
 from mlxr.engine.kv.tiers import KVTiers
 from mlxr.engine.sched.block_manager import block_hash
+from mlxr.model_config import ModelArgs
 
 ARGS = ModelArgs("llama", 64, 32, 64, 3, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
 BLOCK_SIZE = 4

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_path  # noqa: E402,F401,I001  (bench/ on sys.path: common)
 from common import device_name, median, print_table, write_result  # noqa: E402
 
-from mlxr.config import ModelArgs  # noqa: E402
+from mlxr.model_config import ModelArgs  # noqa: E402
 
 LLAMA3 = dict(model_type="llama", rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)
 SHAPES = {

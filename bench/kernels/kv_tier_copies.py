@@ -27,9 +27,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import bench_path  # noqa: F401,I001  (bench/ on sys.path: common, latency, ...)
 from common import device_name, median, print_table, sync, write_result
-from mlxr.config import ModelArgs
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.kv.tiers import KVTiers
+from mlxr.model_config import ModelArgs
 
 SHAPES = {  # layers, kv heads, head dim (the models' config.json)
     "smollm2": (30, 3, 64),  # SmolLM2-135M

@@ -39,12 +39,12 @@ import bench_path  # noqa: E402,F401,I001  (bench/ on sys.path: common, kv_tier_
 from common import cpu_model, device_name, median, print_table, sync, write_result  # noqa: E402
 from kv_tier_copies import SHAPES, block_chain, layout_args  # noqa: E402
 
-from mlxr.config import ModelArgs  # noqa: E402
-from mlxr.engine.kv.cache import KVCache  # noqa: E402
 from mlxr.engine.kv.block_file import MAGIC, Layout, check_header, crc32, header_limit  # noqa: E402
+from mlxr.engine.kv.cache import KVCache  # noqa: E402
 from mlxr.engine.kv.disk import READ_THREADS, DiskStore  # noqa: E402
 from mlxr.engine.kv.staging import one_thread  # noqa: E402
 from mlxr.engine.kv.tiers import KVTiers  # noqa: E402
+from mlxr.model_config import ModelArgs  # noqa: E402
 
 
 class Clock:

@@ -10,11 +10,11 @@ import msgspec
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.distributed.parallel_state import TPGroup
 from mlxr.distributed.sharding import shard_model
 from mlxr.layers.fused_linear import fuse_projections
 from mlxr.loader import default_dtypes, load_model
+from mlxr.model_config import ModelArgs
 from mlxr.models import build_model
 
 # A model reference "random:<ModelArgs as JSON>": a shape model with random weights, each rank

@@ -10,11 +10,11 @@ import dataclasses
 
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.distributed.parallel_state import TPGroup
 from mlxr.distributed.sharded_layers import RowParallel, VocabParallelEmbedding, VocabParallelLMHead
 from mlxr.distributed.slicing import ShardingError, take_columns, take_embedding_rows, take_rows
 from mlxr.layers.mlp import GatedMLP
+from mlxr.model_config import ModelArgs
 
 
 @dataclasses.dataclass(frozen=True)

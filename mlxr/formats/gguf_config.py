@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.gguf import GGUFFile
 from mlxr.formats.limits import check_layer_count, check_layers_present, check_sizes
+from mlxr.model_config import ModelArgs, RopeScaling
 
 # Token texts llama.cpp also treats as end of generation.
 _EOG_TEXTS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end|>")

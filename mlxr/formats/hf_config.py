@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.limits import check_layer_count, check_sizes
+from mlxr.model_config import ModelArgs, RopeScaling
 
 _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_tanh": "gelu_pytorch_tanh"}
 _SLIDING, _FULL = "sliding_attention", "full_attention"

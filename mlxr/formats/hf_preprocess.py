@@ -1,8 +1,8 @@
 """preprocessor_config.json (a transformers image processor's saved numbers) -> ImagePreprocess."""
 from __future__ import annotations
 
-from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
+from mlxr.model_config import ImagePreprocess, ImageTiling
 
 _FILTERS = (0, 1, 2, 3, 4, 5)  # PIL's NEAREST, LANCZOS, BILINEAR, BICUBIC, BOX, HAMMING
 

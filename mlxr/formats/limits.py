@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
+from mlxr.model_config import ModelArgs
 
 MAX_LAYERS = 1024  # the largest published models have under 200
 MAX_WIDTH = 1 << 20  # hidden and intermediate sizes, head counts, head_dim

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.hf_preprocess import TILE_SIDES
 from mlxr.formats.mmproj_qwen import qwen_mmproj
 from mlxr.formats.mmproj_values import meta_eps, meta_int, meta_triple
+from mlxr.model_config import ImagePreprocess, ImageTiling
 
 # clip.projector_type -> (our projector, the tower, the text architectures it feeds: canonical
 # names and GGUF ones). `mlp`: LLaVA 1.5's, as llama.cpp's legacy convert_image_encoder_to_gguf.py

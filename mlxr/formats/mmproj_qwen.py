@@ -9,7 +9,7 @@ converter keeps no processor numbers but the mean and std, so images are resized
 transformers' defaults (56 x 56 .. 28 x 28 x 1280 pixels)."""
 from __future__ import annotations
 
-from mlxr.config import ImagePreprocess
+from mlxr.model_config import ImagePreprocess
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
 from mlxr.formats.mmproj_values import meta_eps, meta_int, meta_triple

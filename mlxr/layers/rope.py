@@ -6,8 +6,8 @@ import math
 import torch
 from torch import nn
 
-from mlxr.config import RopeScaling
 from mlxr.layers.yarn import yarn_inv_freq
+from mlxr.model_config import RopeScaling
 from mlxr.ops.rotary.rotary import rope_cos_sin, rotary_embedding
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.layers.fused_linear import fuse_projections
 from mlxr.layers.linear import store_weights_as
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear, install_packed
 from mlxr.loader.resolve import ModelSource, resolve_model
+from mlxr.model_config import ModelArgs
 from mlxr.models import build_model, canonical_model_type
 from mlxr.tokenizer.tokenizer import Tokenizer
 

@@ -13,17 +13,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.safetensors_dir import iter_safetensors
 from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.hf_model import read_config, to_torch
 from mlxr.loader.resolve import ModelSource, resolve_model
+from mlxr.model_config import ModelArgs
 from mlxr.models import ENCODERS, MODELS, architecture, canonical_model_type, gemma_embedding, hf_architecture, nomic_bert
 from mlxr.models.bert import GGUF_TENSORS, HF_PREFIXES, HF_RENAMES
-from mlxr.models.pooling import PooledHead
 from mlxr.models.model_args import args_from_gguf, args_from_hf
+from mlxr.models.pooling import PooledHead
 from mlxr.tokenizer.tokenizer import Tokenizer
 
 # Checkpoint tensors an encoder never uses: the masked-LM and next-sentence heads, position ids.

@@ -5,8 +5,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
+from mlxr.model_config import ModelArgs
 from mlxr.models import architecture
 
 

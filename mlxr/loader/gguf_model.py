@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlxr.config import ModelArgs
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.layers.quant_linear import PackedWeight
 from mlxr.loader.gguf_weights import dequantized_types, iter_gguf_hf_tensors
 from mlxr.loader.rank_head import answer_rows, is_rank_model, untied_head
 from mlxr.loader.unfuse import split_fused
+from mlxr.model_config import ModelArgs
 from mlxr.models.model_args import args_from_gguf
 from mlxr.models.qwen3_reranker import KIND as QWEN3_RERANKER
 from mlxr.ops.quant.block_types import KEPT_TYPES

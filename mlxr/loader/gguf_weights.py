@@ -13,9 +13,9 @@ from collections.abc import Collection, Iterator
 
 import numpy as np
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile
+from mlxr.model_config import ModelArgs
 from mlxr.models import architecture
 from mlxr.ops.quant.block_types import KEPT_TYPES
 

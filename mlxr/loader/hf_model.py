@@ -10,16 +10,16 @@ import torch
 
 from dataclasses import replace
 
-from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_preprocess import preprocess_from_hf
-from mlxr.models import architecture, hf_architecture
 from mlxr.formats.json_file import check_text_file, read_json_object
 from mlxr.formats.limits import check_layers_present
 from mlxr.formats.safetensors_dir import iter_safetensors, tensor_names
 from mlxr.formats.sentence_config import read_sentence_config
 from mlxr.loader.experts import stack_experts
 from mlxr.loader.unfuse import split_fused
+from mlxr.model_config import ModelArgs, VisionArgs
+from mlxr.models import architecture, hf_architecture
 from mlxr.models.model_args import args_from_hf
 from mlxr.models.qwen3_reranker import KIND as QWEN3_RERANKER
 from mlxr.models.qwen3_reranker import is_qwen3_reranker

@@ -7,10 +7,10 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 
-from mlxr.config import ModelArgs
 from mlxr.errors import AdapterError, MLXRError
 from mlxr.formats.lora_adapter import AdapterFile, LoRABounds, LoRAPair, read_adapter
 from mlxr.loader.gguf_weights import hf_name, to_hf_layout
+from mlxr.model_config import ModelArgs
 
 
 def adapter_reader(args: ModelArgs) -> Callable[[str, str | os.PathLike[str], LoRABounds], AdapterFile]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import GGUFFile, open_gguf
 from mlxr.formats.mmproj import PLUS_ONE, check_pairing, read_mmproj
+from mlxr.model_config import ModelArgs, VisionArgs
 from mlxr.models import canonical_model_type
 from mlxr.tokenizer.tokenizer import Tokenizer
 

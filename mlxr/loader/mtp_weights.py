@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf import open_gguf
 from mlxr.formats.safetensors_dir import iter_safetensors
@@ -26,6 +25,7 @@ from mlxr.loader.gguf_weights import hf_name as gguf_hf_name
 from mlxr.loader.gguf_weights import to_hf_layout
 from mlxr.loader.hf_model import MTP_PREFIX, to_torch
 from mlxr.loader.unfuse import split_fused
+from mlxr.model_config import ModelArgs
 
 _BLOCK = "layers.0."
 # llama.cpp's nextn names -> MTPLayer's (the converter's remapper in conversion/qwen.py, reversed).

@@ -5,8 +5,8 @@ import re
 from collections.abc import Iterator
 from typing import TypeVar
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
+from mlxr.model_config import ModelArgs
 from mlxr.models import architecture
 
 T = TypeVar("T")  # numpy array or torch tensor: anything sliced by rows

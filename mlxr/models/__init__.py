@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
+from mlxr.model_config import ModelArgs
 from mlxr.models import (bert, gemma2, gemma3, gemma3_vlm, gemma4, gemma_embedding, gpt_oss, granite, idefics3, llava, llama,
                          mistral, mixtral, nomic_bert, olmo2, phi3, qwen2, qwen2_5_vl, qwen3, qwen3moe, qwen35, qwen35moe,
                          xlm_roberta)

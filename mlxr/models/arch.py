@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlxr.config import ModelArgs
+from mlxr.model_config import ModelArgs
 
 Shapes = dict[str, tuple[int, ...]]
 

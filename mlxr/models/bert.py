@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_config import positive_float, positive_int
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 
 # HF config hidden_act -> ours; "gelu" is the exact (erf) GELU.

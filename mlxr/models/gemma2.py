@@ -6,8 +6,8 @@ from typing import Any
 
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import boolean, positive_float
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.gemma3 import Gemma3Attention, Gemma3Backbone, Gemma3Block, Gemma3ForCausalLM
 

@@ -6,13 +6,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.hf_config import activation, boolean, optional_float, positive, sliding_from_config
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaForCausalLM, input_norm
 

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlxr.config import ModelArgs, VisionArgs
 from mlxr.layers.attention import AttnMetadata
 from mlxr.layers.norm import GemmaRMSNorm
+from mlxr.model_config import ModelArgs, VisionArgs
 from mlxr.models.gemma3 import Gemma3ForCausalLM
 from mlxr.models.llama import KVCache
 from mlxr.models.vision.vit import VisionTransformer

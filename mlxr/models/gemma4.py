@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_config import boolean, positive_int, sliding_from_config
 from mlxr.layers.attention import AttnMetadata, PagedAttention
@@ -27,6 +26,7 @@ from mlxr.layers.mlp import ACTIVATIONS, GatedMLP
 from mlxr.layers.moe import SparseMoE
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaForCausalLM
 from mlxr.ops.activation.activation import gated_activation

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
+from mlxr.model_config import ModelArgs
 from mlxr.models import gemma3
 from mlxr.models.arch import Architecture
 from mlxr.models.bert import GGUF_POOLING

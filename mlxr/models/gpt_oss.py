@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_config import boolean, positive_float, positive_int, sliding_from_config
 from mlxr.layers.attention import AttnMetadata
 from mlxr.layers.linear import Linear
+from mlxr.model_config import ModelArgs
 from mlxr.models import moe_arch
 from mlxr.models.arch import Architecture
 from mlxr.models.gpt_oss_checkpoint import checkpoint_tensors

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
-from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import positive_float
 from mlxr.layers.attention import AttnMetadata
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaBackbone, LlamaBlock, LlamaForCausalLM, input_norm
 

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.hf_config import no_sliding, positive
+from mlxr.model_config import ModelArgs, VisionArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.vision.llama_vlm import LlamaWithVision, llama_text_config
 from mlxr.models.vision.vit import VisionTransformer

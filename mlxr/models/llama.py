@@ -4,7 +4,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import no_sliding
 from mlxr.layers.attention import AttnMetadata, PagedAttention
 from mlxr.layers.fused_linear import merge_linears
@@ -13,6 +12,7 @@ from mlxr.layers.lora import plain
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.ops.rotary.rotary import qkv_rope_write_kv
 

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlxr.config import ModelArgs, VisionArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_config import no_sliding, positive
+from mlxr.model_config import ModelArgs, VisionArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.vision.clip import ClipVisionTransformer
 from mlxr.models.vision.llama_vlm import LlamaWithVision, llama_text_config

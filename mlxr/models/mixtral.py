@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import positive_int
 from mlxr.layers.moe import SparseMoE
+from mlxr.model_config import ModelArgs
 from mlxr.models import moe_arch
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaBackbone, LlamaBlock, LlamaForCausalLM

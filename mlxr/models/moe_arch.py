@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxr.config import ModelArgs
+from mlxr.model_config import ModelArgs
 
 DENSE_MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 # llama.cpp's stacked expert tensors and router.

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.formats.hf_config import positive_float, positive_int
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.bert import GGUF_POOLING, encoder_hf_config, num_labels, padding_mask
 from mlxr.ops.rotary.rotary import rotary_embedding

@@ -7,11 +7,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import UnsupportedModelError
 from mlxr.layers.attention import AttnMetadata
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import RMSNorm
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaForCausalLM
 

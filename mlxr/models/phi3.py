@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import ModelFormatError
+from mlxr.model_config import ModelArgs, RopeScaling
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaForCausalLM
 

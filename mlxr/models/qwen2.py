@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import sliding_from_config
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaForCausalLM
 

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.hf_config import positive
 from mlxr.layers.attention import AttnMetadata
 from mlxr.layers.mrope import apply_mrope, mrope_cos_sin
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import KVCache, LlamaAttention, LlamaBackbone, LlamaBlock, LlamaForCausalLM
 from mlxr.models.qwen2 import _hf_sliding

@@ -1,8 +1,8 @@
 """Qwen3 (dense): the Llama anatomy with an RMSNorm on each head of q and k before RoPE."""
 from __future__ import annotations
 
-from mlxr.config import ModelArgs
 from mlxr.layers.norm import RMSNorm
+from mlxr.model_config import ModelArgs
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaAttention, LlamaBackbone, LlamaBlock, LlamaForCausalLM
 

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import LinearAttentionArgs, ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.hf_config import positive_int
 from mlxr.layers.attention import AttnMetadata, PagedAttention
@@ -21,9 +20,10 @@ from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.norm import GemmaRMSNorm
 from mlxr.layers.rope import RotaryEmbedding
+from mlxr.model_config import LinearAttentionArgs, ModelArgs
+from mlxr.models import qwen35_gguf
 from mlxr.models.arch import Architecture
 from mlxr.models.llama import LlamaBackbone, LlamaForCausalLM, input_norm
-from mlxr.models import qwen35_gguf
 from mlxr.ops.rotary.rotary import rotary_embedding
 
 FULL, LINEAR = "full_attention", "linear_attention"

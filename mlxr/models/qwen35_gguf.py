@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from mlxr.config import LinearAttentionArgs, ModelArgs
 from mlxr.errors import ModelFormatError
 from mlxr.formats.gguf_config import main_layer_count
+from mlxr.model_config import LinearAttentionArgs, ModelArgs
 from mlxr.models import moe_arch
 from mlxr.models.qwen3 import HEAD_NORM_TENSORS
 

@@ -8,14 +8,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.formats.hf_config import positive_int
 from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import GatedMLP
 from mlxr.layers.moe import SparseMoE
+from mlxr.model_config import ModelArgs
 from mlxr.models import moe_arch
-from mlxr.models.arch import Architecture
 from mlxr.models import qwen35_gguf
+from mlxr.models.arch import Architecture
 from mlxr.models.qwen35 import (Qwen35Backbone, Qwen35Block, Qwen35ForCausalLM, block_params, hf_fields as dense_fields,
                                 text_config)
 from mlxr.models.qwen3moe import _checkpoint_name

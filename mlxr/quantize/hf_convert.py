@@ -12,8 +12,8 @@ import math
 import gguf
 import numpy as np
 
-from mlxr.config import ModelArgs, RopeScaling
 from mlxr.errors import UnsupportedModelError
+from mlxr.model_config import ModelArgs, RopeScaling
 from mlxr.models.model_args import args_from_hf
 
 GGUF_ARCH = {"llama": gguf.MODEL_ARCH.LLAMA, "qwen2": gguf.MODEL_ARCH.QWEN2, "gemma3": gguf.MODEL_ARCH.GEMMA3}

@@ -7,8 +7,8 @@ import base64
 import binascii
 import re
 
-from mlxr.config import VisionArgs
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import VisionArgs
 from mlxr.types import ImagePrompt, ImagePromptIds
 from mlxr.vision.image_prompt import check_takes_images, image_prompt_ids
 from mlxr.vision.limits import image_limits

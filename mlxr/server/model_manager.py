@@ -18,13 +18,14 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from mlxr.config import ModelArgs, ServerConfig
+from mlxr.config import ServerConfig
 from mlxr.engine.core.core_attach import Attachment
 from mlxr.engine.frontend.async_engine import AsyncEngine
 from mlxr.engine_factory import ModelSpec, attach_engine, build_encoder_engine, build_engine, is_encoder_model
 from mlxr.errors import ModelNotFoundError, OverloadedError
 from mlxr.llm import _parse_dtype
 from mlxr.loader.sampling_defaults import SamplingDefaults, model_sampling_defaults
+from mlxr.model_config import ModelArgs
 from mlxr.server.lora_table import AdapterTable
 
 log = logging.getLogger(__name__)

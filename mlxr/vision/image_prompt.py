@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 
-from mlxr.config import VisionArgs
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import VisionArgs
 from mlxr.types import ImageInput, ImagePrompt, ImagePromptIds
 from mlxr.vision.decode import decode_image
 from mlxr.vision.limits import image_limits

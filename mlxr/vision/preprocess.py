@@ -9,8 +9,8 @@ import math
 import numpy as np
 from PIL import Image
 
-from mlxr.config import ImagePreprocess
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import ImagePreprocess
 
 
 def pixel_values(image: Image.Image, p: ImagePreprocess) -> np.ndarray:

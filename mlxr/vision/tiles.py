@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from mlxr.config import ImagePreprocess, ImageTiling
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import ImagePreprocess, ImageTiling
 from mlxr.vision.preprocess import normalized
 
 MAX_SIDE = 4096  # transformers' MAX_IMAGE_SIZE for Idefics3

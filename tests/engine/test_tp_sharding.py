@@ -12,12 +12,12 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from mlxr.config import ModelArgs
 from mlxr.distributed.sharding import check_supported, head_share, shard_args
 from mlxr.distributed.slicing import ShardingError, take_columns, take_rows
 from mlxr.layers.fp8_linear import FP8Linear
 from mlxr.layers.linear import Linear
 from mlxr.layers.quant_linear import PackedWeight, QuantLinear
+from mlxr.model_config import ModelArgs
 from mlxr.quantize.encode import encode
 
 N, K = 64, 1024

@@ -84,7 +84,7 @@ def test_modes_become_8_bit_rgb(mode, fmt):
 
 
 def test_too_many_images_and_a_text_only_model_are_refused():
-    from mlxr.config import VisionArgs
+    from mlxr.model_config import VisionArgs
     from mlxr.vision.image_prompt import check_takes_images
 
     with pytest.raises(InvalidParameterError, match="text only"):

@@ -71,8 +71,8 @@ def test_the_dispatcher_takes_the_kernel_for_a_decode_batch(monkeypatch):
 
 
 def test_llama_models_mark_their_lm_head():
-    from mlxr.config import ModelArgs
     from mlxr.layers.linear import VocabProjection
+    from mlxr.model_config import ModelArgs
     from mlxr.models.llama import LlamaForCausalLM
 
     args = ModelArgs(model_type="llama", vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from mlxr.config import RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats.hf_config import args_from_hf_config
+from mlxr.model_config import RopeScaling
 from mlxr.models import llama
 from mlxr.models.model_args import args_from_hf
 from mlxr.testing.fixtures import CONFIGS

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mlxr.config import VisionArgs
+from mlxr.model_config import VisionArgs
 from mlxr.models.vision.qwen_vit import QwenVisionTransformer
 
 _HF = {"depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,

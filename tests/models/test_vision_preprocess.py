@@ -11,8 +11,8 @@ import pytest
 
 from image_fixtures import IMAGE_CASES, encoded
 
-from mlxr.config import ImagePreprocess
 from mlxr.formats.hf_preprocess import preprocess_from_hf
+from mlxr.model_config import ImagePreprocess
 from mlxr.vision.decode import decode_image
 from mlxr.vision.limits import ImageLimits
 from mlxr.vision.preprocess import pixel_values

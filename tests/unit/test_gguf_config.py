@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlxr.config import RopeScaling
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.formats import gguf_config
 from mlxr.formats.gguf import open_gguf
 from mlxr.formats.gguf_config import llama3_factors, llama3_scaling_from_factors
+from mlxr.model_config import RopeScaling
 from mlxr.models import gguf_architecture
 from mlxr.models.model_args import args_from_gguf as args_from_gguf_file
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.config import LinearAttentionArgs
 from mlxr.engine.kv.state import RecurrentState
 from mlxr.engine.kv.state_checkpoints import StateCheckpoints, num_checkpoints_for_memory
 from mlxr.engine.sched.state_index import StateCheckpointIndex
+from mlxr.model_config import LinearAttentionArgs
 
 ARGS = LinearAttentionArgs(layers=(True, True, False, True), num_key_heads=2, num_value_heads=4,
                            key_head_dim=8, value_head_dim=8, conv_kernel=4)

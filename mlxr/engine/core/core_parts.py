@@ -8,11 +8,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from mlxr.config import EngineConfig, ModelArgs
+from mlxr.config import EngineConfig
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.spec_decode.factory import draft_budget, jumps_forward
 from mlxr.engine.worker.model_runner import ModelRunner
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import ModelArgs
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.engine.encoder.runner import EncoderInput, EncoderRunner
 from mlxr.errors import InvalidParameterError, OverloadedError
+from mlxr.model_config import ModelArgs
 from mlxr.models.pooling import POOLING_MODES, finish
 from mlxr.types import EngineStats, RequestOutput, SamplingParams
 

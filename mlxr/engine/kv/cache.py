@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.config import ModelArgs
 from mlxr.engine.kv.state import RecurrentState
+from mlxr.model_config import ModelArgs
 from mlxr.ops.attention.kv_quant import PACKED, check_kv_dtype, row_bytes, row_width, storage_dtype
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.config import LinearAttentionArgs
+from mlxr.model_config import LinearAttentionArgs
 
 
 def state_bytes(args: LinearAttentionArgs, num_slots: int) -> int:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from mlxr.config import EngineConfig, LinearAttentionArgs
+from mlxr.config import EngineConfig
 from mlxr.engine.kv.state import RecurrentState
+from mlxr.model_config import LinearAttentionArgs
 
 
 def num_checkpoints_for_memory(args: LinearAttentionArgs, gb: float, max_checkpoints: int = 4096) -> int:

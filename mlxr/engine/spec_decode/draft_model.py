@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.engine.kv.cache import KVCache
 from mlxr.engine.spec_decode.proposer import Draft, DraftRequest, ProposerUnavailable
 from mlxr.engine.worker.input_batch import slots_for
 from mlxr.engine.worker.metadata import pack_step
 from mlxr.engine.worker.sampler import Sampler, SamplingState, make_generator
+from mlxr.model_config import ModelArgs
 from mlxr.types import SamplingParams
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.engine.spec_decode.head_weights import place_weights, read_tensors
 from mlxr.errors import ModelFormatError
 from mlxr.formats.json_file import read_json_object
 from mlxr.layers.linear import Linear
 from mlxr.layers.mlp import ACTIVATIONS, GatedMLP
 from mlxr.layers.norm import RMSNorm
+from mlxr.model_config import ModelArgs
 from mlxr.models.llama import LlamaAttention
 
 MAX_HEAD_CONFIG_BYTES = 1 << 20

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.engine.spec_decode.head_weights import place_weights, read_tensors
 from mlxr.errors import ModelFormatError
 from mlxr.layers.linear import Linear
+from mlxr.model_config import ModelArgs
 
 MTP_PREFIX = "mtp."
 

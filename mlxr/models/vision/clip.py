@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlxr.config import VisionArgs
+from mlxr.model_config import VisionArgs
 from mlxr.models.vision.vit import Encoder
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlxr.config import ModelArgs
 from mlxr.errors import ModelFormatError, UnsupportedModelError
 from mlxr.layers.attention import AttnMetadata
+from mlxr.model_config import ModelArgs
 from mlxr.models.llama import KVCache, LlamaForCausalLM
 
 

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlxr.config import VisionArgs
 from mlxr.layers.norm import RMSNorm
+from mlxr.model_config import VisionArgs
 
 
 class PatchEmbed(nn.Module):

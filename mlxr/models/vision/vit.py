@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlxr.config import VisionArgs
+from mlxr.model_config import VisionArgs
 
 
 def _activation(name: str):

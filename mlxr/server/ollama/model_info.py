@@ -8,8 +8,8 @@ from typing import Any
 from mlxr.chat.reasoning import markers_for_template
 from mlxr.chat.template import default_template_for
 from mlxr.chat.tools import format_for_template
-from mlxr.config import ModelArgs
 from mlxr.loader.sampling_defaults import SamplingDefaults
+from mlxr.model_config import ModelArgs
 from mlxr.server.model_manager import ServedModel
 from mlxr.server.ollama.durations import expiry_text
 from mlxr.vision.tiles import tile_count_bound

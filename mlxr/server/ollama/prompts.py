@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from mlxr.config import VisionArgs
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import VisionArgs
 from mlxr.server.chat_plan import ChatPlan, plan_chat
 from mlxr.server.images import base64_image
 from mlxr.server.ollama.schemas import ChatMessage, ChatRequest, GenerateRequest

@@ -18,16 +18,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from mlxr.config import VisionArgs
 from mlxr.engine.encoder.encoder_engine import EncoderEngine
 from mlxr.errors import InvalidParameterError
+from mlxr.model_config import VisionArgs
 from mlxr.server.chat_plan import check_forced_calls
 from mlxr.server.ollama import generation, modelfile
 from mlxr.server.ollama.durations import ns, parse_keep_alive, rfc3339
 from mlxr.server.ollama.generation import Job
 from mlxr.server.ollama.loading import Hold, hold, model_of, resolve
-from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.model_routes import router as model_router
+from mlxr.server.ollama.prompts import chat_plan
 from mlxr.server.ollama.options import (
     Options, context_window, log_ignored, max_tokens, num_threads, sampling_params,
 )
