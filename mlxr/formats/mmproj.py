@@ -90,7 +90,7 @@ def read_mmproj(f: GGUFFile) -> MmprojVision:
     hidden, heads = get("embedding_length", _MAX_WIDTH), get("attention.head_count", 1024)
     image, patch, layers = get("image_size", _MAX_SIDE), get("patch_size", _MAX_SIDE), get("block_count", _MAX_LAYERS)
     merge = 1 if projector == "llava" else meta_int(f, where, "clip.vision.projector.scale_factor", _MAX_SIDE,
-                                                 _MERGE[projector])
+                                                    _MERGE[projector])
     side = image // patch
     if image % patch or side % merge:
         raise ModelFormatError(f"{where}: image_size {image} is not a whole number of {patch}-pixel patches "
