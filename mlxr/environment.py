@@ -67,6 +67,10 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("MLXR_LLAMA_BIN", "path", "/work/lcpp/llama.cpp/build-cpu/bin",
            "The folder of llama.cpp's binaries whose llama-mtmd-cli the vision comparison test and "
            "bench/vision_encode.py run (the test skips without it)."),
+    Switch("MLXR_LLAMA_CPP_SRC", "path", "/work/lcpp/llama.cpp",
+           "A full llama.cpp source tree, for the LLaVA mmproj fixture (its legacy "
+           "convert_image_encoder_to_gguf.py, which the converter's sdist tree lacks); without one "
+           "those tests skip."),
     Switch("MLXR_GRAMMAR_CHECK_BUDGET_S", "float, seconds", "10",
            "One time budget for all of a request's grammar checks (response_format, forced tool "
            "calls); a check past it is stopped and the request is a 400; read per request."),
