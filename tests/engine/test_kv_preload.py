@@ -3,6 +3,8 @@ cache while the engine starts, bounded by kv_cache_preload, so the first request
 prefix there; files that fail their checks are skipped and recomputed."""
 from __future__ import annotations
 
+import pytest
+
 import torch
 
 from test_kv_tiers import FULL_BLOCKS, PROMPT, corrupt, fill_cache, model, reference, run  # noqa: F401
@@ -73,6 +75,7 @@ def test_preloaded_blocks_are_evicted_like_cached_ones(model, reference, tmp_pat
         llm.shutdown()
 
 
+@pytest.mark.slow  # two server starts, ~10 s; the preload tests above run in-process every time
 def test_restarted_server_preloads_and_reports_it(tmp_path):
     """`mlxr serve --kv-cache-dir`: a second server on the first one's directory starts with the
     prompt's blocks on the device (/metrics and /admin/stats say how many) and answers the same;

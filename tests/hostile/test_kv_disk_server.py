@@ -5,6 +5,8 @@ a server without the disk tier, counts the bad entries in /metrics by reason, an
 SIGTERM."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import signal
 import subprocess
@@ -63,6 +65,7 @@ def damage_blocks(kv) -> None:
     damage.forge(theirs[9], target, parent, tokens)
 
 
+@pytest.mark.slow  # two server starts on a forged cache dir, ~14 s; the in-process hostile-directory tests run every time
 def test_server_on_a_hostile_cache_dir_answers_like_one_without_it(tmp_path):
     kv = tmp_path / "kv"
     reference, _, _ = serve(tmp_path / "plain")
