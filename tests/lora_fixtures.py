@@ -3,14 +3,13 @@
 GGUF LoRA llama.cpp's convert_lora_to_gguf.py writes from one of them."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from model_fixtures import FIXTURES
+
+from mlxr.testing.write_once import write_once
 
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 SPECS = {
@@ -34,17 +33,7 @@ def peft_adapter(base_hf: Path, spec: str, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     base = AutoModelForCausalLM.from_pretrained(base_hf, dtype=torch.float32)
     model = peft.get_peft_model(base, peft.LoraConfig(init_lora_weights=False, **SPECS[spec]))
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec}-", dir=final.parent))
-    try:
-        model.save_pretrained(tmp)
-        os.rename(tmp, final)
-    except OSError:
-        if not final.is_dir():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return write_once(final, model.save_pretrained, spec)
 
 
 def peft_reference(base_hf: Path, adapter: Path):

@@ -9,9 +9,6 @@ the norms matter), and the fixture tokenizer's files sit beside the weights. Nee
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from mlxr.testing import fixture_tokenizer as ft
+from mlxr.testing.write_once import write_once
 
 ARCH_FIXTURE_VERSION = 1  # bump when the written files change
 
@@ -138,16 +136,4 @@ def arch_fixture_dir(name: str, root: Path, spec: ArchFixture | None = None) -> 
     """Write the fixture's HF directory once under root and reuse it (llama.cpp's GGUF of it:
     llama_cpp_convert.llama_cpp_gguf); `spec` for a fixture outside ARCH_FIXTURES (arch_variants.py)."""
     final = Path(root) / f"{name}-v{ARCH_FIXTURE_VERSION}"
-    if not final.is_dir():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=final.parent))
-        try:
-            write_hf(name, tmp, spec)
-            tmp.chmod(0o755)
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final / "hf"
+    return write_once(final, lambda tmp: write_hf(name, tmp, spec), name) / "hf"

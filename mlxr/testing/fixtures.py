@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +21,7 @@ import safetensors
 
 from mlxr.quantize.hf_convert import HFToGGUF
 from mlxr.testing import fixture_tokenizer as ft
+from mlxr.testing.write_once import write_once
 
 FIXTURE_VERSION = 2  # bump when the written files change, so cached fixtures are rewritten
 GGUF_TYPES = {
@@ -345,16 +343,5 @@ def fixture_paths(name: str, root: Path = Path(".fixtures"), gguf_type: str | No
     each writer fills a private directory and renames it into place)."""
     gguf_type = gguf_type or CONFIGS[name].gguf_type
     final = Path(root) / f"{name}-{gguf_type}-v{FIXTURE_VERSION}"
-    if not final.is_dir():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=final.parent))
-        try:
-            write_fixture(name, tmp, gguf_type)
-            tmp.chmod(0o755)
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    write_once(final, lambda tmp: write_fixture(name, tmp, gguf_type), name)
     return FixturePaths(final / "hf", final / f"model-{gguf_type}.gguf")

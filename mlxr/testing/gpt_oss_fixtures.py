@@ -9,15 +9,14 @@ packing (two codes a byte, element 2j low, 2j + 1 high; scales separate)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from mlxr.testing.arch_fixtures import ARCH_FIXTURES, arch_fixture_dir
+from mlxr.testing.write_once import write_once
 
 NAME = "tiny-gpt_oss"
 
@@ -55,17 +54,7 @@ def mxfp4_fixture_dirs(root: Path) -> tuple[Path, Path]:
     carries a hash of the float fixture's config)."""
     tag = zlib.crc32(json.dumps(ARCH_FIXTURES[NAME].config, sort_keys=True).encode())
     final = Path(root) / f"{NAME}-mxfp4-{tag:08x}-v1"
-    if not final.is_dir():
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{NAME}-mxfp4-", dir=root))
-        try:
-            _write(arch_fixture_dir(NAME, root), tmp)
-            tmp.chmod(0o755)
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    write_once(final, lambda tmp: _write(arch_fixture_dir(NAME, root), tmp), f"{NAME}-mxfp4")
     return final / "hf", final / "hf-dequantized"
 
 

@@ -3,15 +3,14 @@ as arch_fixtures.py writes the others (kept apart so that each family's table st
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import safetensors.numpy
 
 from mlxr.testing.arch_fixtures import _BASE, ArchFixture
+from mlxr.testing.write_once import write_once
 
 _QWEN35 = {**_BASE, "num_hidden_layers": 4, "layer_types": ["linear_attention", "linear_attention",
                                                             "linear_attention", "full_attention"],
@@ -143,19 +142,14 @@ def hybrid_mtp_fixture_dir(name: str, root, echo: bool = False):
     final = Path(root) / f"{name}-h{HYBRID_FIXTURE_VERSION}-mtp{'-echo' if echo else ''}-v2"
     if not final.is_dir():
         source = hybrid_fixture_dir(name, root)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-mtp-", dir=Path(root)))
-        try:
+
+        def write(tmp: Path) -> None:
             weights = None
             if echo:
                 config = json.loads((source / "config.json").read_text())
                 tensors = safetensors.numpy.load_file(str(source / "model.safetensors"))
                 weights = echo_mtp_weights(hybrid_mtp_shapes(config, tensors), HYBRID_MTP_SEED)
             write_hybrid_mtp_target(source, tmp / "hf", HYBRID_MTP_SEED, weights, ECHO_SCALE if echo else 1.0)
-            tmp.chmod(0o755)
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+        write_once(final, write, f"{name}-mtp")
     return final / "hf"

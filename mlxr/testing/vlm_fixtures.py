@@ -4,13 +4,11 @@ tokenizer's files beside them. Needs transformers and Pillow (test dependencies)
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from mlxr.testing import fixture_tokenizer as ft
 from mlxr.testing.arch_fixtures import random_value
+from mlxr.testing.write_once import write_once
 
 VLM_FIXTURE_VERSION = 2
 _SPEC = ft.GEMMA_VLM
@@ -180,16 +178,4 @@ def write_hf(name: str, out_dir: Path) -> Path:
 def vlm_fixture_dir(name: str, root: Path) -> Path:
     """Write the fixture's HF directory once under root and reuse it."""
     final = Path(root) / f"{name}-v{VLM_FIXTURE_VERSION}"
-    if not final.is_dir():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=final.parent))
-        try:
-            write_hf(name, tmp)
-            tmp.chmod(0o755)
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final / "hf"
+    return write_once(final, lambda tmp: write_hf(name, tmp), name) / "hf"
