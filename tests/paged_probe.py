@@ -87,3 +87,18 @@ def paged_image_logits(llm, ids: list[int], images: list) -> torch.Tensor:
         if runner.mrope is not None:
             runner.mrope.update(SchedulerOutput(finished_request_ids=[rid]))
         bm.release_blocks(blocks)
+
+
+def assert_image_prompt_matches_hf(llm, hf, inputs: dict, ids: list[int], prompt, text: str, images: list,
+                                   tokens: int = 24) -> None:
+    """An image prompt against HF transformers: prompt logits through the paged path within
+    ||d||/||ref|| <= 1e-4, and `tokens` greedy tokens through llm.generate identical."""
+    from mlxr.types import ImagePrompt
+
+    ours = paged_image_logits(llm, ids, prompt.images)
+    with torch.inference_mode():
+        ref = hf(**inputs).logits[0]
+        want = hf.generate(**inputs, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)[0, len(ids):].tolist()
+    assert rel_err(ours, ref) <= 1e-4
+    got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True))
+    assert got[0].outputs[0].token_ids == want

@@ -11,9 +11,9 @@ import torch
 
 from image_fixtures import encoded, png
 from model_fixtures import FIXTURES, cached_llm
-from paged_probe import paged_image_logits, rel_err
+from paged_probe import assert_image_prompt_matches_hf
 
-from mlxr import ImagePrompt, SamplingParams
+from mlxr import ImagePrompt
 
 ONE = "User:<image>What is in this picture?<end_of_utterance>\nAssistant:"
 TWO = "User: compare <image> with <image> please.<end_of_utterance>\nAssistant:"
@@ -81,13 +81,7 @@ def test_prompt_logits_and_greedy_match_hf(vlm, text, images):
     inputs = _hf_inputs(processor, text, images)
     ids = list(prompt)
     assert ids == inputs["input_ids"][0].tolist()
-    ours = paged_image_logits(llm, ids, prompt.images)
-    with torch.inference_mode():
-        ref = hf(**inputs).logits[0]
-        want = hf.generate(**inputs, max_new_tokens=24, min_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
-    assert rel_err(ours, ref) <= 1e-4
-    got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
-    assert got[0].outputs[0].token_ids == want
+    assert_image_prompt_matches_hf(llm, hf, inputs, ids, prompt, text, images)
 
 
 BAD = {

@@ -11,9 +11,9 @@ import torch
 
 from image_fixtures import encoded, png
 from model_fixtures import FIXTURES, cached_llm
-from paged_probe import paged_image_logits, rel_err
+from paged_probe import assert_image_prompt_matches_hf
 
-from mlxr import ImagePrompt, SamplingParams
+from mlxr import ImagePrompt
 
 ONE = "USER: <image>\nWhat is in this picture? ASSISTANT:"
 TWO = "USER: compare <image> with <image> please. ASSISTANT:"
@@ -52,11 +52,4 @@ def test_llava_logits_and_greedy_match_hf(llava, text, images):
     prompt = _ids(llm, text, images)
     assert [im.length for im in prompt.images] == [16] * len(images)
     ids = list(prompt)
-    ours = paged_image_logits(llm, ids, prompt.images)
-    with torch.inference_mode():
-        ref = hf(**_hf_inputs(processor, ids, images)).logits[0]
-        want = hf.generate(**_hf_inputs(processor, ids, images), max_new_tokens=24, min_new_tokens=24,
-                           do_sample=False)[0, len(ids):].tolist()
-    assert rel_err(ours, ref) <= 1e-4
-    got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
-    assert got[0].outputs[0].token_ids == want
+    assert_image_prompt_matches_hf(llm, hf, _hf_inputs(processor, ids, images), ids, prompt, text, images)

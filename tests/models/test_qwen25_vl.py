@@ -12,9 +12,9 @@ import torch
 
 from image_fixtures import encoded, png
 from model_fixtures import FIXTURES, cached_llm
-from paged_probe import paged_image_logits, rel_err
+from paged_probe import assert_image_prompt_matches_hf
 
-from mlxr import ImagePrompt, SamplingParams
+from mlxr import ImagePrompt
 
 MARK = "<|vision_start|><|image_pad|><|vision_end|>"
 ONE = f"<|im_start|>user\n{MARK}What is in this picture?<|im_end|>\n<|im_start|>assistant\n"
@@ -59,13 +59,7 @@ def test_qwen25_vl_logits_and_greedy_match_hf(qwen, text, images):
     grids = inputs["image_grid_thw"].tolist()
     assert [im.length for im in prompt.images] == [t * h * w // 4 for t, h, w in grids]
     assert len({im.length for im in prompt.images}) == len(images)  # the two differ in size
-    ours = paged_image_logits(llm, ids, prompt.images)
-    with torch.inference_mode():
-        ref = hf(**inputs).logits[0]
-        want = hf.generate(**inputs, max_new_tokens=24, min_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
-    assert rel_err(ours, ref) <= 1e-4
-    got = llm.generate([ImagePrompt(text, images)], SamplingParams(max_tokens=24, temperature=0, ignore_eos=True))
-    assert got[0].outputs[0].token_ids == want
+    assert_image_prompt_matches_hf(llm, hf, inputs, ids, prompt, text, images)
 
 
 def test_qwen25_vl_show_says_vision(qwen):
