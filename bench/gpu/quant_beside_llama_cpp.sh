@@ -7,9 +7,10 @@
 #       (bench/gpu/write_shape_gguf.py), llama-quantize to Q4_K_M and Q8_0, llama-bench and
 #       llama-batched-bench on them (/root/sbs/peer-*.txt); meanwhile the gpu tests of the
 #       quantized kernels and bench/kernels/quant_gemm_table.py (the dispatcher's table, kept in
-#       /root/sbs and copied to $OUT).
+#       /root/sbs and copied to $OUT; TABLE_ARGS="--types Q4_K --models llama3-8b --merge" measures
+#       part of it), then the gpu tests in MORE_TESTS (files) while the build goes on.
 #   call 2, while the machine is warm, carry the same:  MLXR_COMMIT=<sha> bash bench/gpu/quant_beside_llama_cpp.sh mlxr
-#       bench/gpu/gguf_decode.py on each file (with FIRST=1: a first start on an empty kernel cache
+#       bench/gpu/gguf_decode.py on each file (SHAPES="llama3-8b-shape": one shape; with FIRST=1: a first start on an empty kernel cache
 #       before each Q4_K_M run).
 set -u
 R=$PWD; W=/root/sbs; B=$W/llama.cpp/build/bin; mkdir -p $W
@@ -44,9 +45,14 @@ prep)
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/kernels/test_quant_gemm.py \
     tests/kernels/test_repacked_gemm.py 2>&1 | tail -6
   [ -n "${OUT:-}" ] && export MLXR_BENCH_RESULTS=$OUT
-  (cd bench/kernels && timeout ${TABLE_S:-330} python3 quant_gemm_table.py --table $W/gemm_table.json > ${OUT:-/tmp}/table.txt 2>&1; \
-   tail -75 ${OUT:-/tmp}/table.txt)
+  cp mlxr/ops/quant/gemm_table.json $W/gemm_table.json  # TABLE_ARGS="... --merge" keeps its other cells
+  (cd bench/kernels && timeout ${TABLE_S:-330} python3 quant_gemm_table.py ${TABLE_ARGS:-} --table $W/gemm_table.json \
+     > ${OUT:-/tmp}/table.txt 2>&1; tail -75 ${OUT:-/tmp}/table.txt)
   cp $W/gemm_table.json ${OUT:-/tmp}/ 2>/dev/null
+  if [ -n "${MORE_TESTS:-}" ] && [ ! -f $W/prep.done ]; then  # gpu tests of other kernels in the wait
+    timeout $((540 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m gpu -n 4 -rfE $MORE_TESTS \
+      > ${OUT:-/tmp}/more-tests.txt 2>&1; echo "more tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" ${OUT:-/tmp}/more-tests.txt | tail -20
+  fi
   while [ ! -f $W/prep.done ] && [ $SECONDS -lt 565 ]; do sleep 2; done
   cat $W/prep.log; ls -la $W/*/ ;;
 mlxr)
@@ -67,7 +73,7 @@ print(" ".join(f"{k}={v}" for k, v in out.items()))
 PY
   }
   cd bench/gpu
-  for s in llama3-8b-shape tinyllama-shape; do
+  for s in ${SHAPES:-llama3-8b-shape tinyllama-shape}; do
     f=$W/$s/model-Q4_K_M.gguf; p=$(figs $W/peer-$s-Q4_K_M.txt); echo "llama.cpp $s Q4_K_M: $p"
     export MLXR_CACHE_DIR=/root/cache-tests  # the kernels call 1's tests and table compiled
     if [ -n "${FIRST:-}" ]; then

@@ -10,6 +10,7 @@ bf16 x from a normal draw; weight bytes random with fp16 scales in a sane range.
 
   python bench/kernels/quant_gemm_table.py                     # Q4_K Q8_0 Q6_K, every shape
   python bench/kernels/quant_gemm_table.py --types Q4_K --rows 64
+  python bench/kernels/quant_gemm_table.py --types Q4_K Q6_K --models llama3-8b --merge   # the rest kept
   python bench/kernels/quant_gemm_table.py --smoke             # CPU interpreter, tiny: checks the script
 """
 from __future__ import annotations
@@ -156,6 +157,40 @@ def _row_bytes(r: dict) -> int:
     return round(r["weight_gb_s"] * r["best_us"] * 1e3)
 
 
+CELL_KEYS = ("n", "k", "m", "path", "config", "best_us", "dequant_us")
+
+
+def _kept_table(path: str) -> dict | None:
+    """--merge: the table already at path, whose cells this run does not measure are kept (only
+    where it was measured on this device kind, with this Triton)."""
+    if not Path(path).exists():
+        return None
+    old = json.loads(Path(path).read_text())
+    here = list(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None
+    same = old.get("capability") == here and old.get("triton") == __import__("triton").__version__
+    return old if same else None
+
+
+def _table(rows_all: list[dict], a, where: dict | None, device: str, kept: dict | None) -> dict:
+    types = {t: [{k: r[k] for k in CELL_KEYS} for r in rows_all if r["type"] == t] for t in a.types}
+    for t, cells in (kept or {}).get("types", {}).items():
+        new = {(c["n"], c["k"], c["m"]) for c in types.get(t, [])}
+        types[t] = sorted([c for c in cells if (c["n"], c["k"], c["m"]) not in new] + types.get(t, []),
+                          key=lambda c: (c["n"], c["k"], c["m"]))
+    return {"device": where["device"] if where else device_name(device), "measured_by": "bench/kernels/quant_gemm_table.py",
+            "capability": where["capability"] if where else
+            (list(torch.cuda.get_device_capability()) if device == "cuda" else None),
+            "triton": where["triton"] if where else __import__("triton").__version__,
+            "results": where["date"] if where else None, "margin": a.margin,
+            "rows": sorted(set(a.rows) | set((kept or {}).get("rows", []))), "types": types}
+
+
+def _write_table(path: str, table: dict) -> None:
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    tmp.replace(path)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--types", nargs="*", default=["Q4_K", "Q8_0", "Q6_K"])
@@ -164,6 +199,8 @@ def main() -> None:
     p.add_argument("--table", default=str(gt.TABLE_PATH), help="where the dispatcher's table is written")
     p.add_argument("--smoke", action="store_true", help="CPU interpreter, one tiny shape: checks the script")
     p.add_argument("--margin", type=float, default=MARGIN, help="fused must beat dequant by this fraction")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the cells of the table already at --table that this run does not measure")
     p.add_argument("--from-results", metavar="JSON",
                    help="no timing: rebuild the table from an earlier run's results (this version's rule)")
     a = p.parse_args()
@@ -177,21 +214,18 @@ def main() -> None:
         a.types = list(dict.fromkeys(r["type"] for r in rows_all))
         if "capability" not in where and Path(a.table).exists():  # runs before this key was recorded
             where = {**where, **{k: json.loads(Path(a.table).read_text())[k] for k in ("capability", "triton")}}
+    kept = _kept_table(a.table) if a.merge else None
     for qtype in [] if a.from_results else a.types:
         for n, k in shapes:
             if k % quant_type(qtype).block_elems:
                 continue
             rows_all += measure(qtype, n, k, [17] if a.smoke else a.rows, device, a.smoke, a.margin)
+            if not a.smoke:  # after every shape: a run cut short still leaves what it measured
+                _write_table(a.table, _table(rows_all, a, where, device, kept))
             print(f"{qtype} {n}x{k} done", flush=True)
-    table = {"device": where["device"] if where else device_name(device), "measured_by": "bench/kernels/quant_gemm_table.py",
-             "capability": where["capability"] if where else
-             (list(torch.cuda.get_device_capability()) if device == "cuda" else None),
-             "triton": where["triton"] if where else __import__("triton").__version__,
-             "results": where["date"] if where else None, "margin": a.margin, "rows": a.rows,
-             "types": {t: [{k: r[k] for k in ("n", "k", "m", "path", "config", "best_us", "dequant_us")}
-                           for r in rows_all if r["type"] == t] for t in a.types}}
+    table = _table(rows_all, a, where, device, kept)
     if not a.smoke:
-        Path(a.table).write_text(json.dumps(table, indent=1) + "\n")
+        _write_table(a.table, table)
     if a.from_results:
         print_table(rows_all, ["type", "n", "k", "m", "path", "best_us", "dequant_us", "weight_gb_s"])
         return
