@@ -58,14 +58,16 @@ def candidates(rows: int) -> list[dict]:
 
 
 def repacked_candidates(rows: int, n: int, k: int, sms: int = 132) -> list[dict]:
-    """Repacked-GEMM launches tried at a bucket: two output-channel widths, two warp/stage
-    pairs, K unsplit and split to give every SM about two programs."""
+    """Repacked-GEMM launches tried at a bucket: folded and in-register dequantization, two
+    output-channel widths, two warp/stage pairs, K unsplit and split to give every SM about two
+    programs."""
     bm = min(128, max(16, 1 << (rows - 1).bit_length()))
     out = []
-    for bn, (warps, stages) in itertools.product((64, 128), ((4, 3), (8, 4))):
+    for fold, bn, (warps, stages) in itertools.product((1, 0), (64, 128), ((4, 3), (8, 4))):
+        bn = bn * 2 if not fold else bn  # in-register dequantization keeps no float32 group product: wider tiles
         tiles = -(-n // bn) * -(-rows // bm)
         for split in sorted({1, max(1, min(k // 128, -(-2 * sms // tiles)))}):
-            out.append({"bm": bm, "bn": bn, "bk": 128, "split": split, "warps": warps, "stages": stages})
+            out.append({"bm": bm, "bn": bn, "bk": 128, "split": split, "warps": warps, "stages": stages, "fold": fold})
     return out
 
 

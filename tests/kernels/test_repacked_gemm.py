@@ -13,7 +13,8 @@ from test_quant_kernels import DEVICES, gguf_dequantize, rand_x
 from mlxr.ops.quant.repack import REPACK_TYPES, can_repack, dequantize_repacked, repack
 from mlxr.ops.quant.repacked_triton import repacked_matmul
 
-# Relative to the largest |output|: only x is rounded (to bf16 / fp16) and the output once.
+# Relative to the largest |output|: x is rounded (to bf16 / fp16) and the output once (with fold 0
+# the dequantized weights too, as dequantize + cuBLAS rounds them).
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
@@ -34,9 +35,11 @@ def test_widths_that_the_layout_cannot_hold_are_refused():
 def _cases(device):
     if device == "cpu":  # rows on and off the tile, channels off the tile, split-K with a short last split
         return [((40, 256), 20, {"bm": 16, "bn": 32, "bk": 64}),
-                ((24, 768), 33, {"bm": 32, "bn": 16, "bk": 128, "split": 4})]
+                ((24, 768), 33, {"bm": 32, "bn": 16, "bk": 128, "split": 4}),
+                ((24, 768), 33, {"bm": 32, "bn": 16, "bk": 128, "split": 3, "fold": 0})]  # dequantized in registers
     return [((n, k), m, cfg) for n, k in ((28672, 4096), (4096, 14336), (1024, 4096)) for m in (17, 64, 200)
-            for cfg in ({"bm": 64, "bn": 128, "bk": 128}, {"bm": 64, "bn": 64, "bk": 128, "split": 4})]
+            for cfg in ({"bm": 64, "bn": 128, "bk": 128}, {"bm": 64, "bn": 64, "bk": 128, "split": 4},
+                        {"bm": 64, "bn": 256, "bk": 128, "warps": 8, "fold": 0})]
 
 
 @pytest.mark.parametrize("device", DEVICES)

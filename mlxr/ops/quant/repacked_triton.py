@@ -10,6 +10,10 @@ tensor cores, and folds the group in with its scale, float32, after the product:
 
 so the weight is never rounded to 16 bits (the integers are exact) and one scale multiply covers
 a BM x BN tile. sum(x_g) (per row and group, float32) is computed once per call beside the launch.
+With `fold` 0 each group's weights are instead dequantized in registers (q * scale - offset, then
+rounded to x's dtype, as dequantize + cuBLAS rounds them) and the products accumulate in the
+tensor cores' own float32 accumulator: no BM x BN float32 pass per group. The table
+(bench/kernels/quant_gemm_table.py) measures both and keeps the faster.
 A split-K launch writes float32 partials that one sum reduces (deterministic, no atomics).
 """
 from __future__ import annotations
@@ -26,7 +30,7 @@ from mlxr.ops.quant.repack import RepackedWeight
 # (3.9.0; fp16 and fp32 are right): there the products run in float32, which the integers and
 # x's 16-bit values make exact as well.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-DEFAULT = {"bm": 64, "bn": 128, "bk": 128, "split": 1, "warps": 4, "stages": 3}
+DEFAULT = {"bm": 64, "bn": 128, "bk": 128, "split": 1, "warps": 4, "stages": 3, "fold": 1}
 
 
 @triton.jit
@@ -48,9 +52,24 @@ def _fold(acc, part, g, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask, N, n_groups,
 
 
 @triton.jit
+def _group(acc, xg, qg, g, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask, N, n_groups, HAS_OFFSET: tl.constexpr,
+           FOLD: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc plus one group's product x_g . W_g (G k deep)."""
+    if FOLD:
+        return _fold(acc, _dot(xg, qg, DOT_F32), g, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask, N, n_groups,
+                     HAS_OFFSET)
+    w = qg.to(tl.float32) * tl.load(s_ptr + g * N + rn, mask=nmask, other=0.0)[None, :]
+    if HAS_OFFSET:
+        w -= tl.load(m_ptr + g * N + rn, mask=nmask, other=0.0)[None, :]
+    if DOT_F32:
+        return tl.dot(xg.to(tl.float32), w, acc)
+    return tl.dot(xg, w.to(xg.dtype), acc)
+
+
+@triton.jit
 def _repacked_kernel(x_ptr, q_ptr, s_ptr, m_ptr, xs_ptr, out_ptr, M, N, K, stride_xm, iters_per_split,
                      BITS: tl.constexpr, G: tl.constexpr, HAS_OFFSET: tl.constexpr, BM: tl.constexpr,
-                     BN: tl.constexpr, BK: tl.constexpr, DOT_F32: tl.constexpr):
+                     BN: tl.constexpr, BK: tl.constexpr, FOLD: tl.constexpr, DOT_F32: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -76,17 +95,15 @@ def _repacked_kernel(x_ptr, q_ptr, s_ptr, m_ptr, xs_ptr, out_ptr, M, N, K, strid
                         qg = b & 15
                     else:
                         qg = b >> 4
-                    part = _dot(xg, qg, DOT_F32)
-                    acc = _fold(acc, part, (k0 + h * 32) // 32, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask, N,
-                                n_groups, HAS_OFFSET)
+                    acc = _group(acc, xg, qg, (k0 + h * 32) // 32, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask,
+                                 N, n_groups, HAS_OFFSET, FOLD, DOT_F32)
         else:
             for j in tl.static_range(BK // G):
                 kk = kb + j * G + tl.arange(0, G)
                 qg = tl.load(q_ptr + kk[:, None] * N + rn[None, :], mask=nmask[None, :], other=0)
                 xg = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=mmask[:, None], other=0.0)
-                part = _dot(xg, qg, DOT_F32)
-                acc = _fold(acc, part, (kb + j * G) // G, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask, N,
-                            n_groups, HAS_OFFSET)
+                acc = _group(acc, xg, qg, (kb + j * G) // G, s_ptr, m_ptr, xs_ptr, rm, rn, mmask, nmask, N,
+                             n_groups, HAS_OFFSET, FOLD, DOT_F32)
     omask = mmask[:, None] & nmask[None, :]
     optrs = out_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :]
     tl.store(optrs, acc.to(out_ptr.dtype.element_ty), mask=omask)
@@ -95,7 +112,8 @@ def _repacked_kernel(x_ptr, q_ptr, s_ptr, m_ptr, xs_ptr, out_ptr, M, N, K, strid
 def repacked_matmul(x: torch.Tensor, w: RepackedWeight, config: dict | None = None, *,
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., K) in bf16/fp16 @ W^T -> (..., N) in x.dtype. `config`: bm, bn, bk (a multiple of 64
-    dividing K, else 64), split (K-split programs), warps, stages; DEFAULT where absent."""
+    dividing K, else 64), split (K-split programs), warps, stages, fold (1: integer products folded
+    with their scales in float32; 0: weights dequantized in registers); DEFAULT where absent."""
     cfg = {**DEFAULT, **(config or {})}
     k, n = w.k, w.n
     x2 = x.reshape(-1, k)
@@ -108,7 +126,8 @@ def repacked_matmul(x: torch.Tensor, w: RepackedWeight, config: dict | None = No
     per_split = triton.cdiv(iters, split)
     split = triton.cdiv(iters, per_split)
     has_offset = w.offsets is not None
-    xs = x2.float().reshape(m, k // w.group, w.group).sum(-1) if has_offset else w.scales
+    fold = bool(cfg["fold"])
+    xs = x2.float().reshape(m, k // w.group, w.group).sum(-1) if has_offset and fold else w.scales
     if split == 1:
         dest = out.view(m, n) if out is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
     else:
@@ -116,7 +135,7 @@ def repacked_matmul(x: torch.Tensor, w: RepackedWeight, config: dict | None = No
     grid = (triton.cdiv(n, cfg["bn"]), triton.cdiv(m, cfg["bm"]), split)
     _repacked_kernel[grid](x2, w.q, w.scales, w.offsets if has_offset else w.scales, xs, dest, m, n, k,
                            x2.stride(0), per_split, BITS=w.bits, G=w.group, HAS_OFFSET=has_offset,
-                           BM=cfg["bm"], BN=cfg["bn"], BK=bk, DOT_F32=INTERPRETED, num_warps=cfg["warps"], num_stages=cfg["stages"])
+                           BM=cfg["bm"], BN=cfg["bn"], BK=bk, FOLD=fold, DOT_F32=INTERPRETED, num_warps=cfg["warps"], num_stages=cfg["stages"])
     if split > 1:
         result = dest.sum(0).to(x.dtype)
         if out is not None:
