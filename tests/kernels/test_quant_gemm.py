@@ -98,7 +98,7 @@ def test_committed_table_is_well_formed():
     for qtype, rows in table["types"].items():
         assert rows, qtype
         for r in rows:
-            assert r["path"] in ("fused", "dequant"), r
+            assert r["path"] in ("fused", "repacked", "dequant"), r
             assert (r["config"] is None) == (r["path"] == "dequant"), r
             assert r["best_us"] <= r["dequant_us"] * 1.0001, r  # the winner is the faster one
     json.dumps(table)
