@@ -63,8 +63,9 @@ def repacked_candidates(rows: int, n: int, k: int, sms: int = 132) -> list[dict]
     programs."""
     bm = min(128, max(16, 1 << (rows - 1).bit_length()))
     out = []
-    for fold, bn, (warps, stages) in itertools.product((1, 0), (64, 128), ((4, 3), (8, 4))):
-        bn = bn * 2 if not fold else bn  # in-register dequantization keeps no float32 group product: wider tiles
+    # In-register dequantization keeps no float32 group product beside the accumulator: wider tiles.
+    widths = [(1, bn) for bn in (64, 128)] + [(0, bn) for bn in (128, 256)]
+    for (fold, bn), (warps, stages) in itertools.product(widths, ((4, 3), (8, 4))):
         tiles = -(-n // bn) * -(-rows // bm)
         for split in sorted({1, max(1, min(k // 128, -(-2 * sms // tiles)))}):
             out.append({"bm": bm, "bn": bn, "bk": 128, "split": split, "warps": warps, "stages": stages, "fold": fold})
