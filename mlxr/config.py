@@ -283,6 +283,7 @@ def openmp_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 MAX_STREAM_INTERVAL = 1024  # --stream-interval's bound
+MAX_API_SERVERS = 16  # --api-servers' bound
 
 
 @dataclass(frozen=True)

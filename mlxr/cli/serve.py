@@ -244,7 +244,7 @@ def max_tokens_default(text: str) -> int:
 
 
 def api_servers(text: str) -> int:
-    from mlxr.server.api_worker import MAX_API_SERVERS
+    from mlxr.config import MAX_API_SERVERS
 
     value = int(text) if str(text).strip().isdecimal() else 0
     if not 1 <= value <= MAX_API_SERVERS:

@@ -21,7 +21,6 @@ from mlxr.engine.core.core_attach import Attachment
 
 log = logging.getLogger("mlxr.server.api_worker")
 BACKLOG = 4096  # a burst of hundreds of streams connects at once
-MAX_API_SERVERS = 16  # here, not in supervisor.py: `mlxr serve` checks it without importing torch
 
 
 class WorkerLaunch(msgspec.Struct):

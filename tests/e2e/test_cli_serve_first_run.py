@@ -55,6 +55,18 @@ def test_a_taken_port_fails_at_once_with_one_error_line(tmp_path: Path) -> None:
     assert took < 2.0  # the bundled models are not loaded first
 
 
+def test_a_taken_port_is_found_without_importing_torch(tmp_path: Path) -> None:
+    """Torch's import alone takes seconds on a busy 2-core host: none of it before the check."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        argv = ["mlxr", "serve", "--port", str(holder.getsockname()[1]), "--home", str(tmp_path)]
+        code = (f"import sys; from mlxr.cli import main; sys.argv = {argv!r}; rc = main(); "
+                "print(rc, 'torch' in sys.modules)")
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.stdout.split() == ["2", "False"], res.stderr
+
+
 @pytest.mark.parametrize(("args", "path"), [
     (["serve", "--model", "/missing/path"], "/missing/path"),
     (["serve", "--model", "./missing.gguf"], "./missing.gguf"),

@@ -81,8 +81,10 @@ def test_evicted_checkpoints_leave_results_exact(variant):
     assert len(index) == 2
     again = warm.generate(prompts, GREEDY)
     assert [o.num_cached_tokens for o in again][:3] == [0, 0, 0]  # their checkpoints were evicted
+    # The warm run batches its prompts differently (hits are shorter), and fp32 GEMMs of another
+    # row count may sum in another order: 1.3e-5 was seen on a CI host, hence the preempted test's bound.
     for out, ref in zip(again, cold.generate(prompts, GREEDY)):
-        _assert_same(out, ref)
+        _assert_same(out, ref, tol=1e-4)
 
 
 @pytest.mark.parametrize("swap_gb", [0.0, 0.01])
